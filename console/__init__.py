@@ -1,0 +1,1 @@
+"""The operators' Textual console: screens, widgets and their data source."""

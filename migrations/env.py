@@ -1,0 +1,24 @@
+"""Alembic environment: runs revisions on the connection Mailroom hands over, inside the `mailroom` schema."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import text
+
+from worker.schema import SCHEMA, metadata
+
+config = context.config
+connection = config.attributes.get("connection")
+if connection is None:
+    raise RuntimeError("run migrations through `mailroom db upgrade`, which supplies the connection")
+
+connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"'))
+context.configure(
+    connection=connection,
+    target_metadata=metadata,
+    version_table_schema=SCHEMA,
+    include_schemas=True,
+    transaction_per_migration=True,
+)
+with context.begin_transaction():
+    context.run_migrations()

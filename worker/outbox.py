@@ -1,0 +1,349 @@
+"""How email enters the queue: inside the caller's own transaction (the outbox pattern), one or in bulk."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row, tuple_row
+from psycopg.types.json import Jsonb
+
+from worker.config import Settings
+from worker.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
+from worker.validation import ValidationError, check_header_name, check_header_text, normalise_address
+
+FIELDS = frozenset(
+    {
+        "to",
+        "to_name",
+        "subject",
+        "text",
+        "html",
+        "template",
+        "locale",
+        "data",
+        "priority",
+        "scheduled_for",
+        "idempotency_key",
+        "campaign_id",
+        "headers",
+        "max_retries",
+        "transactional",
+        "reference_type",
+        "reference_id",
+    }
+)
+
+
+@dataclass(frozen=True)
+class EmailRequest:
+    """One email to enqueue: literal content, or a template with its data (rendered now, stored as sent)."""
+
+    to: str
+    subject: str | None = None
+    text: str | None = None
+    html: str | None = None
+    to_name: str | None = None
+    template: str | None = None
+    locale: str | None = None
+    data: Mapping[str, Any] | None = None
+    priority: int = 0
+    scheduled_for: datetime | None = None
+    idempotency_key: str | None = None
+    campaign_id: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    max_retries: int | None = None
+    transactional: bool | None = None
+    reference_type: str | None = None
+    reference_id: str | None = None
+
+
+# Column order shared by the single INSERT and the bulk COPY.
+COLUMNS = (
+    "recipient_email",
+    "recipient_name",
+    "subject",
+    "text_body",
+    "html_body",
+    "headers",
+    "template",
+    "locale",
+    "template_data",
+    "priority",
+    "scheduled_for",
+    "max_retries",
+    "idempotency_key",
+    "campaign_id",
+    "transactional",
+    "reference_type",
+    "reference_id",
+    "created_by",
+)
+_COLUMN_LIST = ", ".join(COLUMNS)
+INSERT_ONE = (
+    f"INSERT INTO mailroom.email_queue ({_COLUMN_LIST}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"
+    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+)
+SELECT_BY_KEY = "SELECT id FROM mailroom.email_queue WHERE idempotency_key = %s"
+
+
+def _optional_text(obj: Mapping[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(key, f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def _parse_time(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError("scheduled_for", "must be an ISO 8601 timestamp string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError("scheduled_for", f"{value!r} is not an ISO 8601 timestamp") from None
+    if parsed.tzinfo is None:
+        raise ValidationError("scheduled_for", "include a UTC offset, e.g. 2026-11-21T09:00:00Z")
+    return parsed
+
+
+def request_from_json(obj: object) -> EmailRequest:
+    """Turn one decoded JSON object into an `EmailRequest`, naming the field at fault when it cannot."""
+    if not isinstance(obj, dict):
+        raise ValidationError("line", "each line must be a JSON object")
+    unknown = sorted(set(obj) - FIELDS)
+    if unknown:
+        raise ValidationError(unknown[0], f"unknown field; known fields: {', '.join(sorted(FIELDS))}")
+    to = obj.get("to")
+    if not isinstance(to, str):
+        raise ValidationError("to", "an email address is required")
+    data = obj.get("data")
+    if data is not None and not isinstance(data, dict):
+        raise ValidationError("data", "must be a JSON object")
+    headers = obj.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ValidationError("headers", "must be a JSON object of string values")
+    priority = obj.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValidationError("priority", "must be a whole number")
+    max_retries = obj.get("max_retries")
+    if max_retries is not None and (not isinstance(max_retries, int) or isinstance(max_retries, bool)):
+        raise ValidationError("max_retries", "must be a whole number")
+    transactional = obj.get("transactional")
+    if transactional is not None and not isinstance(transactional, bool):
+        raise ValidationError("transactional", "must be true or false")
+    return EmailRequest(
+        to=to,
+        to_name=_optional_text(obj, "to_name"),
+        subject=_optional_text(obj, "subject"),
+        text=_optional_text(obj, "text"),
+        html=_optional_text(obj, "html"),
+        template=_optional_text(obj, "template"),
+        locale=_optional_text(obj, "locale"),
+        data=data,
+        priority=priority,
+        scheduled_for=_parse_time(obj.get("scheduled_for")),
+        idempotency_key=_optional_text(obj, "idempotency_key"),
+        campaign_id=_optional_text(obj, "campaign_id"),
+        headers=headers,
+        max_retries=max_retries,
+        transactional=transactional,
+        reference_type=_optional_text(obj, "reference_type"),
+        reference_id=_optional_text(obj, "reference_id"),
+    )
+
+
+def _check_short(field_name: str, value: str | None, limit: int) -> None:
+    if value is not None and not 1 <= len(value) <= limit:
+        raise ValidationError(field_name, f"must be 1 to {limit} characters")
+
+
+def prepare(
+    request: EmailRequest, catalog: TemplateCatalog | None, settings: Settings, created_by: str | None = None
+) -> tuple[Any, ...]:
+    """Validate and render one request into the row that will be stored (in `COLUMNS` order)."""
+    recipient = normalise_address("to", request.to)
+    if request.to_name is not None:
+        check_header_text("to_name", request.to_name)
+        _check_short("to_name", request.to_name, 255)
+    for key, value in request.headers.items():
+        check_header_name(key)
+        check_header_text(f"headers.{key}", value)
+        if len(value) > 998:
+            raise ValidationError(f"headers.{key}", "longer than 998 characters")
+    subject, text, html, locale = request.subject, request.text, request.html, request.locale
+    if request.template is not None:
+        if catalog is None:
+            raise ValidationError("template", "no template catalog available")
+        rendered = catalog.render(request.template, request.locale, request.data)
+        subject = subject if subject is not None else rendered.subject
+        text = text if text is not None else rendered.text_body
+        html = html if html is not None else rendered.html_body
+        locale = rendered.locale
+    elif request.data is not None:
+        raise ValidationError("data", "data is only used with a template")
+    if subject is None or not subject.strip():
+        raise ValidationError("subject", "a subject is required (or a template that renders one)")
+    check_header_text("subject", subject)
+    if len(subject) > settings.max_subject_chars:
+        raise ValidationError("subject", f"longer than {settings.max_subject_chars} characters")
+    if not (text and text.strip()) and not (html and html.strip()):
+        raise ValidationError("text", "a body is required: text, html, or a template")
+    body_bytes = len((text or "").encode("utf-8", "surrogatepass")) + len((html or "").encode("utf-8", "surrogatepass"))
+    if body_bytes > settings.max_body_bytes:
+        raise ValidationError("text", f"body of {body_bytes} bytes exceeds the {settings.max_body_bytes}-byte limit")
+    for name, value in (("subject", subject), ("text", text), ("html", html), ("to_name", request.to_name)):
+        if value is not None and ("\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value)):
+            raise ValidationError(name, "contains a NUL or an unpaired surrogate")
+    if not -1000 <= request.priority <= 1000:
+        raise ValidationError("priority", "must be between -1000 and 1000")
+    max_retries = settings.default_max_retries if request.max_retries is None else request.max_retries
+    if not 0 <= max_retries <= 100:
+        raise ValidationError("max_retries", "must be between 0 and 100")
+    _check_short("idempotency_key", request.idempotency_key, 255)
+    _check_short("campaign_id", request.campaign_id, 100)
+    transactional = request.campaign_id is None if request.transactional is None else request.transactional
+    return (
+        recipient,
+        request.to_name,
+        subject,
+        text,
+        html,
+        Jsonb(dict(request.headers)),
+        request.template,
+        locale if request.template else request.locale,
+        Jsonb(dict(request.data)) if request.data is not None else None,
+        request.priority,
+        request.scheduled_for,
+        max_retries,
+        request.idempotency_key,
+        request.campaign_id,
+        transactional,
+        request.reference_type,
+        request.reference_id,
+        created_by,
+    )
+
+
+def load_catalog(conn: psycopg.Connection[Any], settings: Settings) -> TemplateCatalog:
+    """Read the template catalog visible to this connection's transaction."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(SELECT_TEMPLATES).fetchall()
+    return catalog_from_rows(rows, settings.default_locale)
+
+
+async def load_catalog_async(conn: psycopg.AsyncConnection[Any], settings: Settings) -> TemplateCatalog:
+    """Async twin of `load_catalog`."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SELECT_TEMPLATES)
+        rows = await cur.fetchall()
+    return catalog_from_rows(rows, settings.default_locale)
+
+
+def enqueue(
+    conn: psycopg.Connection[Any],
+    request: EmailRequest,
+    *,
+    settings: Settings | None = None,
+    created_by: str | None = None,
+) -> int:
+    """Enqueue one email in the caller's open transaction and return its id.
+
+    Nothing is committed here: the email exists exactly when the caller's transaction
+    commits. The same `idempotency_key` again returns the first email's id and stores nothing.
+    """
+    settings = settings or Settings.from_env()
+    catalog = load_catalog(conn, settings) if request.template else None
+    row = prepare(request, catalog, settings, created_by)
+    with conn.cursor(row_factory=tuple_row) as cur:
+        got = cur.execute(INSERT_ONE, row).fetchone()
+        if got is None:
+            got = cur.execute(SELECT_BY_KEY, (request.idempotency_key,)).fetchone()
+    assert got is not None
+    return int(got[0])
+
+
+async def enqueue_async(
+    conn: psycopg.AsyncConnection[Any],
+    request: EmailRequest,
+    *,
+    settings: Settings | None = None,
+    created_by: str | None = None,
+) -> int:
+    """Async twin of `enqueue`, for applications on `psycopg.AsyncConnection`."""
+    settings = settings or Settings.from_env()
+    catalog = await load_catalog_async(conn, settings) if request.template else None
+    row = prepare(request, catalog, settings, created_by)
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(INSERT_ONE, row)
+        got = await cur.fetchone()
+        if got is None:
+            await cur.execute(SELECT_BY_KEY, (request.idempotency_key,))
+            got = await cur.fetchone()
+    assert got is not None
+    return int(got[0])
+
+
+_ALLOCATE_IDS = (
+    "SELECT nextval(pg_get_serial_sequence('mailroom.email_queue', 'id')) FROM generate_series(1, %s)"
+)
+# CREATE TABLE AS copies no NOT NULL constraints: NULL scheduled_for is filled by the queue's insert trigger.
+_STAGING = (
+    "CREATE TEMP TABLE IF NOT EXISTS mailroom_enqueue_staging ON COMMIT DELETE ROWS"
+    f" AS SELECT id, {_COLUMN_LIST} FROM mailroom.email_queue WITH NO DATA"
+)
+_FROM_STAGING = (
+    f"INSERT INTO mailroom.email_queue (id, {_COLUMN_LIST}) SELECT id, {_COLUMN_LIST}"
+    " FROM mailroom_enqueue_staging ORDER BY id ON CONFLICT (idempotency_key) DO NOTHING"
+)
+_RESOLVE_KEYS = (
+    "SELECT s.id AS staged, q.id FROM mailroom_enqueue_staging s"
+    " JOIN mailroom.email_queue q ON q.idempotency_key = s.idempotency_key"
+)
+
+
+def _copy_rows(conn: psycopg.Connection[Any], table: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    with conn.cursor() as cur, cur.copy(f"COPY {table} (id, {_COLUMN_LIST}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def insert_batch(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> list[int]:
+    """Store prepared rows with COPY in one transaction; return each row's email id (existing id for a repeated key).
+
+    Rows without idempotency keys are copied straight into the queue; rows with keys go
+    through a temporary staging table so conflicts resolve to the first email's id.
+    """
+    if not rows:
+        return []
+    key_index = COLUMNS.index("idempotency_key")
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        ids = [int(r[0]) for r in cur.execute(_ALLOCATE_IDS, (len(rows),)).fetchall()]
+        with_ids = [(i, *row) for i, row in zip(ids, rows, strict=True)]
+        keyed = [r for r in with_ids if r[key_index + 1] is not None]
+        plain = [r for r in with_ids if r[key_index + 1] is None]
+        if plain:
+            _copy_rows(conn, "mailroom.email_queue", plain)
+        if keyed:
+            cur.execute(_STAGING)
+            _copy_rows(conn, "mailroom_enqueue_staging", keyed)
+            cur.execute(_FROM_STAGING)
+            resolved = dict(cur.execute(_RESOLVE_KEYS).fetchall())
+            ids = [resolved.get(i, i) for i in ids]
+    return ids
+
+
+def parse_line(text: str) -> EmailRequest:
+    """Decode one JSON line into a request; malformed JSON is a `ValidationError` on field `line`."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError("line", f"malformed JSON: {exc.msg} at column {exc.colno}") from None
+    return request_from_json(obj)

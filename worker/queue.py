@@ -1,0 +1,76 @@
+"""The email queue's state changes: operator retry and cancel (claim and completion join them in the worker)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+RETRY = """
+UPDATE mailroom.email_queue
+SET status = 'pending', retry_count = 0, next_retry_at = NULL, scheduled_for = now()
+WHERE id = ANY(%s) AND status IN ('failed', 'suppressed')
+RETURNING id
+"""
+
+RETRY_ALL_FAILED = """
+UPDATE mailroom.email_queue
+SET status = 'pending', retry_count = 0, next_retry_at = NULL, scheduled_for = now()
+WHERE status = 'failed'
+RETURNING id
+"""
+
+CANCEL = """
+UPDATE mailroom.email_queue
+SET status = 'cancelled', next_retry_at = NULL
+WHERE id = ANY(%s) AND status IN ('pending', 'failed', 'suppressed')
+RETURNING id
+"""
+
+STATUS_OF = "SELECT id, status FROM mailroom.email_queue WHERE id = ANY(%s)"
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What an operator action changed, and why the rest was left alone."""
+
+    changed: list[int]
+    skipped: dict[int, str]
+
+    def summary(self, verb: str) -> str:
+        """One line for the CLI and the console's notification."""
+        text = f"{verb} {len(self.changed)} email(s)"
+        if self.skipped:
+            reasons = ", ".join(f"{i}: {why}" for i, why in sorted(self.skipped.items())[:10])
+            more = "" if len(self.skipped) <= 10 else f" and {len(self.skipped) - 10} more"
+            text += f"; left {len(self.skipped)} alone ({reasons}{more})"
+        return text
+
+
+def _apply(conn: psycopg.Connection[Any], statement: str, ids: Sequence[int], verb: str) -> ActionResult:
+    wanted = sorted(set(ids))
+    with conn.cursor() as cur:
+        changed = sorted(int(r[0]) for r in cur.execute(statement, (wanted,)).fetchall())
+        rest = [i for i in wanted if i not in set(changed)]
+        statuses = {int(r[0]): str(r[1]) for r in cur.execute(STATUS_OF, (rest,)).fetchall()} if rest else {}
+    skipped = {i: (f"is {statuses[i]}" if i in statuses else "no such email") for i in rest}
+    return ActionResult(changed=changed, skipped=skipped)
+
+
+def retry(conn: psycopg.Connection[Any], ids: Sequence[int]) -> ActionResult:
+    """Send failed (or suppressed) emails again from a fresh retry budget."""
+    return _apply(conn, RETRY, ids, "retried")
+
+
+def retry_all_failed(conn: psycopg.Connection[Any]) -> ActionResult:
+    """Return every failed email to the queue."""
+    with conn.cursor() as cur:
+        changed = sorted(int(r[0]) for r in cur.execute(RETRY_ALL_FAILED).fetchall())
+    return ActionResult(changed=changed, skipped={})
+
+
+def cancel(conn: psycopg.Connection[Any], ids: Sequence[int]) -> ActionResult:
+    """Cancel emails that are not in flight or finished; assigned, sent and cancelled ones are left alone."""
+    return _apply(conn, CANCEL, ids, "cancelled")

@@ -1,0 +1,137 @@
+"""Sender accounts: the SMTP identities mail goes out through, with daily and warm-up limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from worker.crypto import SecretBox
+from worker.validation import ValidationError, check_header_text, normalise_address
+
+
+@dataclass(frozen=True)
+class SenderSpec:
+    """What an operator gives to add a sender account."""
+
+    name: str
+    from_email: str
+    smtp_host: str
+    smtp_port: int
+    from_name: str | None = None
+    smtp_security: str = "starttls"
+    smtp_username: str | None = None
+    daily_limit: int = 2000
+    warmup_stage: int = 0
+    warmup_limit: int | None = None
+    send_delay_ms: int = 0
+    max_connections: int = 4
+
+
+INSERT_SENDER = """
+INSERT INTO mailroom.sender_accounts
+    (name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
+     smtp_password_encrypted, daily_limit, warmup_stage, warmup_limit, send_delay_ms, max_connections, status)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+RETURNING id
+"""
+
+LIST_SENDERS = """
+SELECT s.id, s.name, s.from_email, s.smtp_host, s.smtp_port, s.smtp_security, s.status, s.status_reason,
+       s.daily_limit, s.warmup_stage, s.warmup_limit, s.send_delay_ms, s.last_used_at,
+       CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END
+           AS effective_limit,
+       coalesce(u.sent, 0) AS sent_today, coalesce(u.bounces, 0) AS bounces_today,
+       coalesce(u.errors, 0) AS errors_today
+FROM mailroom.sender_accounts s
+LEFT JOIN mailroom.sender_usage u
+       ON u.sender_account_id = s.id AND u.day = (now() AT TIME ZONE 'UTC')::date
+ORDER BY s.name
+"""
+
+# Which statuses each operator action may start from.
+_TRANSITIONS: dict[str, tuple[str, ...]] = {
+    "paused": ("active", "warming_up", "paused_limit_reached"),
+    "suspended": ("active", "warming_up", "paused", "paused_limit_reached"),
+    "active": ("paused", "suspended"),
+}
+
+SET_STATUS = """
+UPDATE mailroom.sender_accounts
+SET status = CASE WHEN %(status)s = 'active' AND warmup_stage > 0 THEN 'warming_up' ELSE %(status)s END,
+    status_reason = %(reason)s
+WHERE name = %(name)s AND status = ANY(%(from)s)
+RETURNING id, status
+"""
+
+
+def validate_spec(spec: SenderSpec) -> SenderSpec:
+    """Check an operator's sender account before it is stored."""
+    from_email = normalise_address("from_email", spec.from_email)
+    if spec.from_name is not None:
+        check_header_text("from_name", spec.from_name)
+    if spec.smtp_security not in ("none", "starttls", "tls"):
+        raise ValidationError("security", "must be none, starttls or tls")
+    if not 1 <= spec.smtp_port <= 65535:
+        raise ValidationError("port", "must be between 1 and 65535")
+    if spec.warmup_stage and spec.warmup_limit is None:
+        raise ValidationError("warmup_limit", "a warm-up stage needs a warm-up limit")
+    for name, value in (("daily_limit", spec.daily_limit), ("send_delay_ms", spec.send_delay_ms)):
+        if value < 0:
+            raise ValidationError(name, "must not be negative")
+    return SenderSpec(**{**spec.__dict__, "from_email": from_email})
+
+
+def add_sender(conn: psycopg.Connection[Any], spec: SenderSpec, password: str | None, box: SecretBox) -> int:
+    """Store a sender account, its password encrypted; return its id."""
+    spec = validate_spec(spec)
+    encrypted = box.encrypt(password) if password else None
+    status = "warming_up" if spec.warmup_stage > 0 else "active"
+    with conn.cursor() as cur:
+        cur.execute(
+            INSERT_SENDER,
+            (
+                spec.name,
+                spec.from_email,
+                spec.from_name,
+                spec.smtp_host,
+                spec.smtp_port,
+                spec.smtp_security,
+                spec.smtp_username,
+                encrypted,
+                spec.daily_limit,
+                spec.warmup_stage,
+                spec.warmup_limit,
+                spec.send_delay_ms,
+                spec.max_connections,
+                status,
+            ),
+        )
+        row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def list_senders(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Every sender account with today's (UTC) usage against its effective limit."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(LIST_SENDERS).fetchall()
+
+
+def set_sender_status(conn: psycopg.Connection[Any], name: str, status: str, reason: str | None = None) -> str:
+    """Pause, suspend or resume one sender account by name; return its new status.
+
+    Raises `LookupError` when no such account exists and `ValueError` when it is in a state the
+    action does not apply to (resuming an active account, say).
+    """
+    allowed = _TRANSITIONS[status]
+    with conn.cursor() as cur:
+        row = cur.execute(SET_STATUS, {"status": status, "reason": reason, "name": name, "from": list(allowed)}).fetchone()
+        if row is not None:
+            return str(row[1])
+        current = cur.execute("SELECT status FROM mailroom.sender_accounts WHERE name = %s", (name,)).fetchone()
+    if current is None:
+        raise LookupError(f"no sender account named {name!r}")
+    raise ValueError(f"sender account {name!r} is {current[0]}; cannot set it {status}")

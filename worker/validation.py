@@ -1,0 +1,89 @@
+"""Input checks for everything that becomes an email header: addresses, names, subjects, custom headers."""
+
+from __future__ import annotations
+
+import re
+from email.errors import HeaderParseError
+from email.header import decode_header, make_header
+from functools import lru_cache
+
+from email_validator import EmailNotValidError, validate_email
+
+# C0 controls, DEL, and the Unicode line breaks that Python's str.splitlines() honours
+# (NEL, LS, PS, FS, GS, RS, VT, FF): any of them in a header is an injection attempt.
+_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+_HEADER_NAME = re.compile(r"^[!-9;-~]{1,76}$")
+_ENCODED_WORD = re.compile(r"=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=")
+
+# Headers Mailroom writes itself; a caller may not set or override them.
+RESERVED_HEADERS = frozenset(
+    {
+        "from",
+        "to",
+        "cc",
+        "bcc",
+        "subject",
+        "date",
+        "message-id",
+        "mime-version",
+        "content-type",
+        "content-transfer-encoding",
+        "content-disposition",
+        "return-path",
+        "received",
+        "sender",
+        "dkim-signature",
+        "list-unsubscribe",
+        "list-unsubscribe-post",
+    }
+)
+
+
+class ValidationError(ValueError):
+    """One rejected field, with a message an operator can act on."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def check_header_text(field: str, value: str) -> str:
+    """Reject control characters and line breaks, including those hidden in RFC 2047 encoded words."""
+    match = _FORBIDDEN.search(value)
+    if match:
+        raise ValidationError(field, f"control character {match.group()!r} is not allowed in a header")
+    if _ENCODED_WORD.search(value):
+        try:
+            decoded = str(make_header(decode_header(value)))
+        except (HeaderParseError, LookupError, UnicodeDecodeError, ValueError):
+            raise ValidationError(field, "malformed encoded word") from None
+        hidden = _FORBIDDEN.search(decoded)
+        if hidden:
+            raise ValidationError(field, f"encoded word decodes to control character {hidden.group()!r}")
+    return value
+
+
+@lru_cache(maxsize=65536)
+def _normalise_address(address: str) -> str:
+    return str(validate_email(address, check_deliverability=False).normalized)
+
+
+def normalise_address(field: str, address: object) -> str:
+    """Return the normalised form of one email address, or raise naming the field."""
+    if not isinstance(address, str) or not address.strip():
+        raise ValidationError(field, "an email address is required")
+    check_header_text(field, address)
+    try:
+        return _normalise_address(address.strip())
+    except EmailNotValidError as exc:
+        raise ValidationError(field, f"invalid email address: {exc}") from None
+
+
+def check_header_name(name: str) -> str:
+    """Accept an RFC 5322 field name that Mailroom does not write itself."""
+    if not _HEADER_NAME.match(name):
+        raise ValidationError(f"headers.{name}"[:90], "not a valid header name")
+    if name.lower() in RESERVED_HEADERS:
+        raise ValidationError(f"headers.{name}", "this header is set by Mailroom and cannot be overridden")
+    return name
