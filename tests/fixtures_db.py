@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,17 +30,20 @@ _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_admin_url() -> Iterator[str]:
     """Admin DSN of the test server; the embedded one is stopped and deleted at the end of the run."""
     external = os.environ.get("MAILROOM_TEST_DATABASE_URL")
     if external:
         yield external
         return
-    home = tmp_path_factory.mktemp("pg-home")
+    # Not under pytest's basetemp: pytest prunes old basetemp directories, including those of a
+    # concurrently running session, which would pull the data directory from under the server.
+    home = Path(tempfile.mkdtemp(prefix="mailroom-test-pg-"))
     server = EmbeddedPostgres(home, cleanup_mode="delete")
     url = server.start()
     yield make_conninfo(url, dbname="postgres")
     server.close()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

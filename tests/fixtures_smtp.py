@@ -21,6 +21,7 @@ class SinkFactory(Protocol):
         auth: tuple[str, str] | None = None,
         refuse_share: RefuseShare | None = None,
         handler: SinkHandler | None = None,
+        keep: int | None = None,
     ) -> RunningSink: ...
 
 
@@ -35,9 +36,10 @@ def smtp_sink_factory() -> Iterator[SinkFactory]:
         auth: tuple[str, str] | None = None,
         refuse_share: RefuseShare | None = None,
         handler: SinkHandler | None = None,
+        keep: int | None = None,
     ) -> RunningSink:
         sink = start_sink(
-            "127.0.0.1", 0, maildir, auth=auth, refuse_share=refuse_share, handler=handler
+            "127.0.0.1", 0, maildir, auth=auth, refuse_share=refuse_share, handler=handler, keep=keep
         )
         started.append(sink)
         return sink

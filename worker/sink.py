@@ -10,12 +10,14 @@ import logging
 import mailbox
 import secrets
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
+from functools import cached_property
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +51,8 @@ Matcher = str | Callable[[str], bool]
 
 SERVER_HOSTNAME: Final = "mailroom-sink"
 DEFAULT_WAIT_TIMEOUT: Final = 5.0
+CLI_KEEP: Final = 1000
+"""Messages serve_forever() keeps in memory by default (a long demo would otherwise grow without bound)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,10 +222,14 @@ class ReceivedMessage:
     mail_from: str
     rcpt_tos: tuple[str, ...]
     content: bytes
-    message: EmailMessage
     received_at: datetime
     queue_id: str
     login: str | None = None
+
+    @cached_property
+    def message(self) -> EmailMessage:
+        """``content`` parsed with ``email.policy.default`` (on first access, so bulk runs stay cheap)."""
+        return BytesParser(policy=policy.default).parsebytes(self.content)
 
 
 _Waiter = tuple[asyncio.AbstractEventLoop, asyncio.Event]
@@ -237,7 +245,11 @@ class SinkHandler:
         auth: tuple[str, str] | None = None,
         refuse_share: RefuseShare | None = None,
         script: Script | None = None,
+        keep: int | None = None,
     ) -> None:
+        """``keep`` bounds the messages held in memory (None: all); wait_for() counts every message."""
+        if keep is not None and keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
         self.script = script if script is not None else Script()
         self.refuse_share = refuse_share
         self._credentials = auth
@@ -246,7 +258,8 @@ class SinkHandler:
             Path(maildir).parent.mkdir(parents=True, exist_ok=True)
             self._maildir = mailbox.Maildir(maildir, create=True)
         self._cond = threading.Condition()
-        self._messages: list[ReceivedMessage] = []
+        self._messages: deque[ReceivedMessage] = deque(maxlen=keep)
+        self._received = 0
         self._waiters: list[_Waiter] = []
 
     # ---- what tests and the CLI read -------------------------------------------------------------
@@ -258,9 +271,15 @@ class SinkHandler:
 
     @property
     def messages(self) -> list[ReceivedMessage]:
-        """A snapshot of the messages accepted so far, oldest first."""
+        """A snapshot of the messages accepted so far (the newest ``keep``), oldest first."""
         with self._cond:
             return list(self._messages)
+
+    @property
+    def received_count(self) -> int:
+        """How many messages were accepted since the start or the last clear(), kept or not."""
+        with self._cond:
+            return self._received
 
     def messages_to(self, address: str) -> list[ReceivedMessage]:
         """The accepted messages with ``address`` among their envelope recipients."""
@@ -271,19 +290,20 @@ class SinkHandler:
         """Forget the stored messages (not the Maildir files) and the script."""
         with self._cond:
             self._messages.clear()
+            self._received = 0
         self.script.clear()
 
     def wait_for_sync(self, count: int = 1, timeout: float = DEFAULT_WAIT_TIMEOUT) -> bool:
-        """Block until at least ``count`` messages are stored; False on timeout. Not from the sink's loop."""
+        """Block until ``received_count >= count``; False on timeout. Never call it on the sink's own loop."""
         with self._cond:
-            return self._cond.wait_for(lambda: len(self._messages) >= count, timeout)
+            return self._cond.wait_for(lambda: self._received >= count, timeout)
 
     async def wait_for(self, count: int = 1, timeout: float = DEFAULT_WAIT_TIMEOUT) -> bool:  # noqa: ASYNC109
-        """Wait until at least ``count`` messages are stored, from any event loop; False on timeout."""
+        """Wait, from any event loop, until ``received_count >= count``; False on timeout."""
         loop = asyncio.get_running_loop()
         waiter: _Waiter = (loop, asyncio.Event())
         with self._cond:
-            if len(self._messages) >= count:
+            if self._received >= count:
                 return True
             self._waiters.append(waiter)
         try:
@@ -292,11 +312,11 @@ class SinkHandler:
                     await waiter[1].wait()
                     waiter[1].clear()
                     with self._cond:
-                        if len(self._messages) >= count:
+                        if self._received >= count:
                             return True
         except TimeoutError:
             with self._cond:
-                return len(self._messages) >= count
+                return self._received >= count
         finally:
             with self._cond:
                 self._waiters.remove(waiter)
@@ -340,7 +360,6 @@ class SinkHandler:
             mail_from=envelope.mail_from or "",
             rcpt_tos=tuple(envelope.rcpt_tos),
             content=content,
-            message=BytesParser(policy=policy.default).parsebytes(content),
             received_at=datetime.now(UTC),
             queue_id=queue_id,
             login=login,
@@ -395,6 +414,7 @@ class SinkHandler:
     def _store(self, message: ReceivedMessage) -> None:
         with self._cond:
             self._messages.append(message)
+            self._received += 1
             self._cond.notify_all()
             waiters = list(self._waiters)
         for loop, event in waiters:
@@ -410,7 +430,13 @@ class SinkHandler:
         if self._credentials is not None:
             # Enforced in handle_MAIL rather than with auth_required=True, which warns without TLS.
             kwargs.update(authenticator=self.authenticate, auth_require_tls=False)
+            logging.getLogger("mail.log").addFilter(_quiet_login_data_deprecation)
         return kwargs
+
+
+def _quiet_login_data_deprecation(record: logging.LogRecord) -> bool:
+    """Drop the warning aiosmtpd 1.4 logs on every successful AUTH (it sets its own deprecated field)."""
+    return not record.getMessage().startswith("Session.login_data is deprecated")
 
 
 async def _drop_connection(server: SMTP) -> NoReturn:
@@ -611,9 +637,10 @@ def _make_handler(
     maildir: str | PathLike[str] | None,
     auth: tuple[str, str] | None,
     refuse_share: RefuseShare | None,
+    keep: int | None,
 ) -> SinkHandler:
     if handler is None:
-        return SinkHandler(maildir=maildir, auth=auth, refuse_share=refuse_share)
+        return SinkHandler(maildir=maildir, auth=auth, refuse_share=refuse_share, keep=keep)
     if maildir is not None or auth is not None or refuse_share is not None:
         raise ValueError("pass either a handler or maildir/auth/refuse_share, not both")
     return handler
@@ -627,10 +654,11 @@ def start_sink(
     auth: tuple[str, str] | None = None,
     refuse_share: RefuseShare | None = None,
     handler: SinkHandler | None = None,
+    keep: int | None = None,
     ready_timeout: float = 5.0,
 ) -> RunningSink:
     """Start a sink on a background thread (port 0 picks a free port) and return it once it listens."""
-    sink = RunningSink(_make_handler(handler, maildir, auth, refuse_share), host, port)
+    sink = RunningSink(_make_handler(handler, maildir, auth, refuse_share, keep), host, port)
     sink._start(ready_timeout)
     return sink
 
@@ -643,12 +671,14 @@ async def serve_forever(
     auth: tuple[str, str] | None = None,
     refuse_share: RefuseShare | None = None,
     handler: SinkHandler | None = None,
+    keep: int | None = CLI_KEEP,
     on_ready: Callable[[int], None] | None = None,
 ) -> None:
     """Serve on the current event loop until cancelled, logging one masked line per received message."""
-    listener = _Listener(_make_handler(handler, maildir, auth, refuse_share), host, port)
+    listener = _Listener(_make_handler(handler, maildir, auth, refuse_share, keep), host, port)
     aiosmtpd_log = logging.getLogger("mail.log")
-    if aiosmtpd_log.level == logging.NOTSET:
+    quieten = aiosmtpd_log.level == logging.NOTSET
+    if quieten:
         # aiosmtpd logs every envelope address unmasked at INFO; keep only its warnings.
         aiosmtpd_log.setLevel(logging.WARNING)
     bound = await listener.start()
@@ -665,4 +695,6 @@ async def serve_forever(
         await asyncio.get_running_loop().create_future()
     finally:
         await listener.close()
+        if quieten:
+            aiosmtpd_log.setLevel(logging.NOTSET)
         logger.info("sink on %s:%d stopped", host, bound)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.policy
 import re
 from email.errors import HeaderParseError
 from email.header import decode_header, make_header
@@ -13,7 +14,7 @@ from email_validator import EmailNotValidError, validate_email
 # (NEL, LS, PS, FS, GS, RS, VT, FF): any of them in a header is an injection attempt.
 _FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 _HEADER_NAME = re.compile(r"^[!-9;-~]{1,76}$")
-_ENCODED_WORD = re.compile(r"=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=")
+_READER = email.policy.default
 
 # Headers Mailroom writes itself; a caller may not set or override them.
 RESERVED_HEADERS = frozenset(
@@ -53,20 +54,26 @@ def check_header_text(field: str, value: str) -> str:
     match = _FORBIDDEN.search(value)
     if match:
         raise ValidationError(field, f"control character {match.group()!r} is not allowed in a header")
-    if _ENCODED_WORD.search(value):
+    if "=?" in value:
+        # Mailroom encodes non-ASCII itself, so text a reader would decode differently from what is
+        # stored (an RFC 2047 encoded word, valid or not) is refused: what is sent is what is stored.
         try:
             decoded = str(make_header(decode_header(value)))
         except (HeaderParseError, LookupError, UnicodeDecodeError, ValueError):
-            raise ValidationError(field, "malformed encoded word") from None
-        hidden = _FORBIDDEN.search(decoded)
+            decoded = None
+        hidden = _FORBIDDEN.search(decoded or "")
         if hidden:
             raise ValidationError(field, f"encoded word decodes to control character {hidden.group()!r}")
+        if decoded != value or str(_READER.header_factory("subject", value)) != value:
+            raise ValidationError(field, "looks like an RFC 2047 encoded word; give the plain text instead")
     return value
 
 
 @lru_cache(maxsize=65536)
 def _normalise_address(address: str) -> str:
-    return str(validate_email(address, check_deliverability=False).normalized)
+    # SMTPUTF8 mailboxes are refused; internationalised domains are kept in their ASCII (punycode) form.
+    valid = validate_email(address, check_deliverability=False, allow_smtputf8=False)
+    return str(valid.ascii_email or valid.normalized)
 
 
 def normalise_address(field: str, address: object) -> str:
