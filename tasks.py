@@ -65,7 +65,9 @@ def main() -> None:
     args = sys.argv[1:]
     if not args or args[0] in {"-h", "--help"}:
         print(__doc__)
-        print("usage: python3 tasks.py test [PYTEST ARGS] | python3 tasks.py demo | python3 tasks.py mailroom ARGS")
+        print(
+            "usage: python3 tasks.py test [PYTEST ARGS] | python3 tasks.py demo | python3 tasks.py mailroom ARGS"
+        )
         return
     command, rest = args[0], args[1:]
     if command == "test":

@@ -61,8 +61,10 @@ def create_database(admin_url: str, template: str | None = None) -> str:
     """Create a uniquely named database (cloned from `template` when given) and return its DSN."""
     name = f"mailroom_test_{os.getpid()}_{next(_counter)}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        query = sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY") if template else sql.SQL(
-            "CREATE DATABASE {}"
+        query = (
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY")
+            if template
+            else sql.SQL("CREATE DATABASE {}")
         )
         args = [sql.Identifier(name)] + ([sql.Identifier(template)] if template else [])
         conn.execute(query.format(*args))

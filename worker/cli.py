@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -10,7 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Any
+from typing import IO
 
 from worker import __version__
 from worker.config import ConfigError, Settings
@@ -53,8 +54,10 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         db.upgrade(url)
         print(url)
         if not settings.database_url:
-            print("(the embedded server runs while a Mailroom process uses it; `mailroom db serve` keeps it up)",
-                  file=sys.stderr)
+            print(
+                "(the embedded server runs while a Mailroom process uses it; `mailroom db serve` keeps it up)",
+                file=sys.stderr,
+            )
     elif args.db_command == "serve":
         db.upgrade(url)
         print(url, flush=True)
@@ -65,17 +68,15 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
 
 def _wait_for_signal() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         while True:
             signal.pause()
-    except KeyboardInterrupt:
-        pass
 
 
 def _open_input(path: str) -> IO[str]:
     if path == "-":
         return sys.stdin
-    return open(path, encoding="utf-8")  # noqa: SIM115 - closed by the caller
+    return open(path, encoding="utf-8")
 
 
 def _numbered_lines(handle: IO[str]) -> Iterator[tuple[int, str]]:
@@ -86,52 +87,33 @@ def _numbered_lines(handle: IO[str]) -> Iterator[tuple[int, str]]:
 
 def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     """`mailroom enqueue [PATH|-]`: JSON lines in, one JSON result line out per input line."""
-    import psycopg
-
-    from worker.outbox import insert_batch, load_catalog, parse_line, prepare
+    from worker.bulk import Results, enqueue_lines
 
     url = _url(settings)
-    rejected = accepted = 0
     started = time.monotonic()
     out = sys.stdout
+    done = 0
+
+    def emit(results: Results) -> None:
+        nonlocal done
+        out.write("".join(text + "\n" for _, text in results))
+        out.flush()
+        done += len(results)
+        if args.progress:
+            rate = done / max(time.monotonic() - started, 1e-9)
+            print(f"enqueue: {done} lines done ({rate:,.0f} lines/s)", file=sys.stderr, flush=True)
+
     try:
         handle = _open_input(args.path)
     except OSError as exc:
         raise ConfigError(f"cannot read {args.path}: {exc.strerror}") from None
-    with handle, psycopg.connect(url) as conn:
-        catalog = load_catalog(conn, settings)
-        conn.commit()
-        pending: list[tuple[int, tuple[Any, ...]]] = []
-        results: list[tuple[int, str]] = []
-
-        def flush() -> None:
-            nonlocal accepted
-            ids = insert_batch(conn, [row for _, row in pending])
-            merged = results + [(line, json.dumps({"line": line, "id": i})) for (line, _), i in zip(pending, ids, strict=True)]
-            merged.sort(key=lambda item: item[0])
-            out.write("".join(text + "\n" for _, text in merged))
-            out.flush()
-            accepted += len(ids)
-            pending.clear()
-            results.clear()
-
-        for number, line in _numbered_lines(handle):
-            try:
-                request = parse_line(line)
-                pending.append((number, prepare(request, catalog, settings, created_by="cli")))
-            except ValidationError as exc:
-                rejected += 1
-                results.append((number, json.dumps({"line": number, "error": str(exc), "field": exc.field})))
-            if len(pending) + len(results) >= args.batch_size:
-                flush()
-                if args.progress:
-                    rate = (accepted + rejected) / max(time.monotonic() - started, 1e-9)
-                    print(f"enqueue: {accepted} accepted, {rejected} rejected ({rate:,.0f} lines/s)",
-                          file=sys.stderr, flush=True)
-        flush()
+    with handle:
+        counts = enqueue_lines(url, _numbered_lines(handle), settings, emit, args.batch_size)
     elapsed = time.monotonic() - started
-    print(f"enqueue: {accepted} accepted, {rejected} rejected in {elapsed:.2f}s", file=sys.stderr)
-    return 1 if rejected else 0
+    print(
+        f"enqueue: {counts.accepted} accepted, {counts.rejected} rejected in {elapsed:.2f}s", file=sys.stderr
+    )
+    return 1 if counts.rejected else 0
 
 
 def _password_from(args: argparse.Namespace) -> str | None:
@@ -207,11 +189,15 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     print("queue:  " + "  ".join(f"{k} {v}" for k, v in stats["queue"].items()))
     oldest = stats["oldest_pending_seconds"]
-    print(f"due now {stats['due_now']}  scheduled later {stats['scheduled_later']}  retrying {stats['retrying']}"
-          f"  oldest pending {'-' if oldest is None else f'{oldest:.0f}s'}")
+    print(
+        f"due now {stats['due_now']}  scheduled later {stats['scheduled_later']}  retrying {stats['retrying']}"
+        f"  oldest pending {'-' if oldest is None else f'{oldest:.0f}s'}"
+    )
     for s in stats["senders"]:
-        print(f"sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today, "
-              f"{s['bounces_today']} bounces, {s['errors_today']} errors")
+        print(
+            f"sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today, "
+            f"{s['bounces_today']} bounces, {s['errors_today']} errors"
+        )
     return 0
 
 
@@ -245,10 +231,8 @@ def cmd_sink(args: argparse.Namespace, settings: Settings) -> int:
 
     from worker.sink import serve_forever
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_forever(host=args.host, port=args.port, maildir=args.maildir))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 
@@ -264,7 +248,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """`mailroom demo`: the product in one command."""
     from worker.demo import run_demo
 
-    return run_demo(settings)
+    return int(run_demo(settings))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -278,7 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    db = sub.add_parser("db", help="migrate the schema, show or serve the database", description=cmd_db.__doc__)
+    db = sub.add_parser(
+        "db", help="migrate the schema, show or serve the database", description=cmd_db.__doc__
+    )
     db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     up = db_sub.add_parser("upgrade", help="migrate to a revision (default: head)")
     up.add_argument("revision", nargs="?", default="head")
@@ -299,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Accepted lines stay accepted; the exit status is 1 when any line was rejected.",
     )
     enq.add_argument("path", nargs="?", default="-", help="file to read, or - for standard input (default)")
-    enq.add_argument("--batch-size", type=int, default=5000, help="lines per COPY batch and commit (default 5000)")
+    enq.add_argument(
+        "--batch-size", type=int, default=5000, help="lines per COPY batch and commit (default 5000)"
+    )
     enq.add_argument("--progress", action="store_true", help="report progress on stderr after each batch")
     enq.set_defaults(handler=cmd_enqueue)
 
@@ -317,21 +305,32 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--from-name", help="From display name")
     add.add_argument("--host", required=True, help="SMTP host")
     add.add_argument("--port", type=int, default=587, help="SMTP port (default 587)")
-    add.add_argument("--security", choices=("none", "starttls", "tls"), default="starttls",
-                     help="none, starttls (default) or tls (implicit TLS, usually port 465)")
+    add.add_argument(
+        "--security",
+        choices=("none", "starttls", "tls"),
+        default="starttls",
+        help="none, starttls (default) or tls (implicit TLS, usually port 465)",
+    )
     add.add_argument("--username", help="SMTP username")
     pw = add.add_mutually_exclusive_group()
-    pw.add_argument("--password-env", metavar="VAR", help="read the SMTP password from environment variable VAR")
+    pw.add_argument(
+        "--password-env", metavar="VAR", help="read the SMTP password from environment variable VAR"
+    )
     pw.add_argument("--password-prompt", action="store_true", help="prompt for the SMTP password")
     add.add_argument("--daily-limit", type=int, default=2000, help="emails per UTC day (default 2000)")
-    add.add_argument("--warmup-stage", type=int, default=0, choices=range(6), help="warm-up stage 1-5, 0 = none")
+    add.add_argument(
+        "--warmup-stage", type=int, default=0, choices=range(6), help="warm-up stage 1-5, 0 = none"
+    )
     add.add_argument("--warmup-limit", type=int, help="daily cap while warming up")
     add.add_argument("--send-delay-ms", type=int, default=0, help="pause between emails on this account")
     add.add_argument("--max-connections", type=int, default=4, help="parallel SMTP connections (default 4)")
     lst = s_sub.add_parser("list", help="list sender accounts with today's usage")
     lst.add_argument("--json", action="store_true")
-    for action, text in (("pause", "stop sending until resumed"), ("resume", "start sending again"),
-                         ("suspend", "take out of service (e.g. credentials revoked)")):
+    for action, text in (
+        ("pause", "stop sending until resumed"),
+        ("resume", "start sending again"),
+        ("suspend", "take out of service (e.g. credentials revoked)"),
+    ):
         p = s_sub.add_parser(action, help=text)
         p.add_argument("name")
         if action != "resume":
@@ -351,7 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     cn.add_argument("ids", nargs="+", type=int, metavar="ID")
     cn.set_defaults(handler=cmd_cancel)
 
-    sink = sub.add_parser("sink", help="run the local SMTP server that catches mail", description=cmd_sink.__doc__)
+    sink = sub.add_parser(
+        "sink", help="run the local SMTP server that catches mail", description=cmd_sink.__doc__
+    )
     sink.add_argument("--host", default="127.0.0.1")
     sink.add_argument("--port", type=int, default=2525)
     sink.add_argument("--maildir", help="also store every message in this Maildir")

@@ -52,4 +52,6 @@ def build_message(email: Mapping[str, Any], from_email: str, from_name: str | No
             msg.add_alternative(html, subtype="html")
     else:
         msg.set_content(html or "", subtype="html")
-    return Envelope(sender=from_email, recipient=email["recipient_email"], message_id=message_id, content=msg.as_bytes())
+    return Envelope(
+        sender=from_email, recipient=email["recipient_email"], message_id=message_id, content=msg.as_bytes()
+    )

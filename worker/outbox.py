@@ -9,8 +9,8 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
-from psycopg.types.json import Jsonb
 
 from worker.config import Settings
 from worker.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
@@ -83,21 +83,12 @@ COLUMNS = (
     "reference_id",
     "created_by",
 )
-_COLUMN_LIST = ", ".join(COLUMNS)
-INSERT_ONE = (
-    f"INSERT INTO mailroom.email_queue ({_COLUMN_LIST}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"
+_COLUMN_LIST = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
+INSERT_ONE = sql.SQL(
+    "INSERT INTO mailroom.email_queue ({columns}) VALUES ({values})"
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
-)
+).format(columns=_COLUMN_LIST, values=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS))
 SELECT_BY_KEY = "SELECT id FROM mailroom.email_queue WHERE idempotency_key = %s"
-
-
-def _optional_text(obj: Mapping[str, Any], key: str) -> str | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValidationError(key, f"must be a string, got {type(value).__name__}")
-    return value
 
 
 def _parse_time(value: object) -> datetime | None:
@@ -114,49 +105,71 @@ def _parse_time(value: object) -> datetime | None:
     return parsed
 
 
+_TEXT_FIELDS = frozenset(
+    {
+        "to",
+        "to_name",
+        "subject",
+        "text",
+        "html",
+        "template",
+        "locale",
+        "idempotency_key",
+        "campaign_id",
+        "reference_type",
+        "reference_id",
+    }
+)
+_INT_FIELDS = frozenset({"priority", "max_retries"})
+
+
 def request_from_json(obj: object) -> EmailRequest:
     """Turn one decoded JSON object into an `EmailRequest`, naming the field at fault when it cannot."""
     if not isinstance(obj, dict):
         raise ValidationError("line", "each line must be a JSON object")
-    unknown = sorted(set(obj) - FIELDS)
-    if unknown:
-        raise ValidationError(unknown[0], f"unknown field; known fields: {', '.join(sorted(FIELDS))}")
-    to = obj.get("to")
-    if not isinstance(to, str):
+    # One pass over the keys the line actually has: this runs once per line of a bulk load.
+    for key, value in obj.items():
+        if value is None:
+            continue
+        if key in _TEXT_FIELDS:
+            if type(value) is not str:
+                raise ValidationError(key, f"must be a string, got {type(value).__name__}")
+        elif key in _INT_FIELDS:
+            if type(value) is not int:
+                raise ValidationError(key, "must be a whole number")
+        elif key == "data":
+            if type(value) is not dict:
+                raise ValidationError("data", "must be a JSON object")
+        elif key == "headers":
+            if type(value) is not dict or not all(type(v) is str for v in value.values()):
+                raise ValidationError("headers", "must be a JSON object of string values")
+        elif key == "transactional":
+            if type(value) is not bool:
+                raise ValidationError("transactional", "must be true or false")
+        elif key != "scheduled_for":
+            raise ValidationError(key, f"unknown field; known fields: {', '.join(sorted(FIELDS))}")
+    get = obj.get
+    to = get("to")
+    if to is None:
         raise ValidationError("to", "an email address is required")
-    data = obj.get("data")
-    if data is not None and not isinstance(data, dict):
-        raise ValidationError("data", "must be a JSON object")
-    headers = obj.get("headers") or {}
-    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-        raise ValidationError("headers", "must be a JSON object of string values")
-    priority = obj.get("priority", 0)
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise ValidationError("priority", "must be a whole number")
-    max_retries = obj.get("max_retries")
-    if max_retries is not None and (not isinstance(max_retries, int) or isinstance(max_retries, bool)):
-        raise ValidationError("max_retries", "must be a whole number")
-    transactional = obj.get("transactional")
-    if transactional is not None and not isinstance(transactional, bool):
-        raise ValidationError("transactional", "must be true or false")
     return EmailRequest(
         to=to,
-        to_name=_optional_text(obj, "to_name"),
-        subject=_optional_text(obj, "subject"),
-        text=_optional_text(obj, "text"),
-        html=_optional_text(obj, "html"),
-        template=_optional_text(obj, "template"),
-        locale=_optional_text(obj, "locale"),
-        data=data,
-        priority=priority,
-        scheduled_for=_parse_time(obj.get("scheduled_for")),
-        idempotency_key=_optional_text(obj, "idempotency_key"),
-        campaign_id=_optional_text(obj, "campaign_id"),
-        headers=headers,
-        max_retries=max_retries,
-        transactional=transactional,
-        reference_type=_optional_text(obj, "reference_type"),
-        reference_id=_optional_text(obj, "reference_id"),
+        to_name=get("to_name"),
+        subject=get("subject"),
+        text=get("text"),
+        html=get("html"),
+        template=get("template"),
+        locale=get("locale"),
+        data=get("data"),
+        priority=get("priority") or 0,
+        scheduled_for=_parse_time(get("scheduled_for")),
+        idempotency_key=get("idempotency_key"),
+        campaign_id=get("campaign_id"),
+        headers=get("headers") or {},
+        max_retries=get("max_retries"),
+        transactional=get("transactional"),
+        reference_type=get("reference_type"),
+        reference_id=get("reference_id"),
     )
 
 
@@ -196,12 +209,27 @@ def prepare(
         raise ValidationError("subject", f"longer than {settings.max_subject_chars} characters")
     if not (text and text.strip()) and not (html and html.strip()):
         raise ValidationError("text", "a body is required: text, html, or a template")
-    body_bytes = len((text or "").encode("utf-8", "surrogatepass")) + len((html or "").encode("utf-8", "surrogatepass"))
+    body_bytes = 0
+    for label, content in (
+        ("subject", subject),
+        ("text", text),
+        ("html", html),
+        ("to_name", request.to_name),
+    ):
+        if content is None:
+            continue
+        if "\x00" in content:
+            raise ValidationError(label, "contains a NUL character")
+        try:
+            size = len(content.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValidationError(label, "contains an unpaired surrogate (not valid Unicode text)") from None
+        if label in ("text", "html"):
+            body_bytes += size
     if body_bytes > settings.max_body_bytes:
-        raise ValidationError("text", f"body of {body_bytes} bytes exceeds the {settings.max_body_bytes}-byte limit")
-    for name, value in (("subject", subject), ("text", text), ("html", html), ("to_name", request.to_name)):
-        if value is not None and ("\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value)):
-            raise ValidationError(name, "contains a NUL or an unpaired surrogate")
+        raise ValidationError(
+            "text", f"body of {body_bytes} bytes exceeds the {settings.max_body_bytes}-byte limit"
+        )
     if not -1000 <= request.priority <= 1000:
         raise ValidationError("priority", "must be between -1000 and 1000")
     max_retries = settings.default_max_retries if request.max_retries is None else request.max_retries
@@ -216,10 +244,10 @@ def prepare(
         subject,
         text,
         html,
-        Jsonb(dict(request.headers)),
+        json.dumps(request.headers) if request.headers else "{}",
         request.template,
         locale if request.template else request.locale,
-        Jsonb(dict(request.data)) if request.data is not None else None,
+        json.dumps(request.data) if request.data is not None else None,
         request.priority,
         request.scheduled_for,
         max_retries,
@@ -295,22 +323,23 @@ _ALLOCATE_IDS = (
     "SELECT nextval(pg_get_serial_sequence('mailroom.email_queue', 'id')) FROM generate_series(1, %s)"
 )
 # CREATE TABLE AS copies no NOT NULL constraints: NULL scheduled_for is filled by the queue's insert trigger.
-_STAGING = (
+_STAGING = sql.SQL(
     "CREATE TEMP TABLE IF NOT EXISTS mailroom_enqueue_staging ON COMMIT DELETE ROWS"
-    f" AS SELECT id, {_COLUMN_LIST} FROM mailroom.email_queue WITH NO DATA"
-)
-_FROM_STAGING = (
-    f"INSERT INTO mailroom.email_queue (id, {_COLUMN_LIST}) SELECT id, {_COLUMN_LIST}"
+    " AS SELECT id, {columns} FROM mailroom.email_queue WITH NO DATA"
+).format(columns=_COLUMN_LIST)
+_FROM_STAGING = sql.SQL(
+    "INSERT INTO mailroom.email_queue (id, {columns}) SELECT id, {columns}"
     " FROM mailroom_enqueue_staging ORDER BY id ON CONFLICT (idempotency_key) DO NOTHING"
-)
+).format(columns=_COLUMN_LIST)
 _RESOLVE_KEYS = (
     "SELECT s.id AS staged, q.id FROM mailroom_enqueue_staging s"
     " JOIN mailroom.email_queue q ON q.idempotency_key = s.idempotency_key"
 )
 
 
-def _copy_rows(conn: psycopg.Connection[Any], table: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    with conn.cursor() as cur, cur.copy(f"COPY {table} (id, {_COLUMN_LIST}) FROM STDIN") as copy:
+def _copy_rows(conn: psycopg.Connection[Any], table: sql.Composable, rows: Sequence[tuple[Any, ...]]) -> None:
+    statement = sql.SQL("COPY {table} (id, {columns}) FROM STDIN").format(table=table, columns=_COLUMN_LIST)
+    with conn.cursor() as cur, cur.copy(statement) as copy:
         for row in rows:
             copy.write_row(row)
 
@@ -330,12 +359,12 @@ def insert_batch(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]])
         keyed = [r for r in with_ids if r[key_index + 1] is not None]
         plain = [r for r in with_ids if r[key_index + 1] is None]
         if plain:
-            _copy_rows(conn, "mailroom.email_queue", plain)
+            _copy_rows(conn, sql.Identifier("mailroom", "email_queue"), plain)
         if keyed:
             cur.execute(_STAGING)
-            _copy_rows(conn, "mailroom_enqueue_staging", keyed)
+            _copy_rows(conn, sql.Identifier("mailroom_enqueue_staging"), keyed)
             cur.execute(_FROM_STAGING)
-            resolved = dict(cur.execute(_RESOLVE_KEYS).fetchall())
+            resolved: dict[int, int] = {int(a): int(b) for a, b in cur.execute(_RESOLVE_KEYS).fetchall()}
             ids = [resolved.get(i, i) for i in ids]
     return ids
 

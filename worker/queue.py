@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.rows import tuple_row
 
 RETRY = """
 UPDATE mailroom.email_queue
@@ -51,7 +52,7 @@ class ActionResult:
 
 def _apply(conn: psycopg.Connection[Any], statement: str, ids: Sequence[int], verb: str) -> ActionResult:
     wanted = sorted(set(ids))
-    with conn.cursor() as cur:
+    with conn.cursor(row_factory=tuple_row) as cur:
         changed = sorted(int(r[0]) for r in cur.execute(statement, (wanted,)).fetchall())
         rest = [i for i in wanted if i not in set(changed)]
         statuses = {int(r[0]): str(r[1]) for r in cur.execute(STATUS_OF, (rest,)).fetchall()} if rest else {}
@@ -66,7 +67,7 @@ def retry(conn: psycopg.Connection[Any], ids: Sequence[int]) -> ActionResult:
 
 def retry_all_failed(conn: psycopg.Connection[Any]) -> ActionResult:
     """Return every failed email to the queue."""
-    with conn.cursor() as cur:
+    with conn.cursor(row_factory=tuple_row) as cur:
         changed = sorted(int(r[0]) for r in cur.execute(RETRY_ALL_FAILED).fetchall())
     return ActionResult(changed=changed, skipped={})
 

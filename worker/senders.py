@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from worker.crypto import SecretBox
 from worker.validation import ValidationError, check_header_text, normalise_address
@@ -89,7 +89,7 @@ def add_sender(conn: psycopg.Connection[Any], spec: SenderSpec, password: str | 
     spec = validate_spec(spec)
     encrypted = box.encrypt(password) if password else None
     status = "warming_up" if spec.warmup_stage > 0 else "active"
-    with conn.cursor() as cur:
+    with conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
             INSERT_SENDER,
             (
@@ -120,18 +120,24 @@ def list_senders(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         return cur.execute(LIST_SENDERS).fetchall()
 
 
-def set_sender_status(conn: psycopg.Connection[Any], name: str, status: str, reason: str | None = None) -> str:
+def set_sender_status(
+    conn: psycopg.Connection[Any], name: str, status: str, reason: str | None = None
+) -> str:
     """Pause, suspend or resume one sender account by name; return its new status.
 
     Raises `LookupError` when no such account exists and `ValueError` when it is in a state the
     action does not apply to (resuming an active account, say).
     """
     allowed = _TRANSITIONS[status]
-    with conn.cursor() as cur:
-        row = cur.execute(SET_STATUS, {"status": status, "reason": reason, "name": name, "from": list(allowed)}).fetchone()
+    with conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(
+            SET_STATUS, {"status": status, "reason": reason, "name": name, "from": list(allowed)}
+        ).fetchone()
         if row is not None:
             return str(row[1])
-        current = cur.execute("SELECT status FROM mailroom.sender_accounts WHERE name = %s", (name,)).fetchone()
+        current = cur.execute(
+            "SELECT status FROM mailroom.sender_accounts WHERE name = %s", (name,)
+        ).fetchone()
     if current is None:
         raise LookupError(f"no sender account named {name!r}")
     raise ValueError(f"sender account {name!r} is {current[0]}; cannot set it {status}")

@@ -17,8 +17,12 @@ from worker.validation import ValidationError
 BUILTIN_DIR = Path(__file__).parent / "templates"
 _LOCALE = re.compile(r"^[a-z]{2}(-[A-Z]{2})?$")
 
-_TEXT_ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
-_HTML_ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=True, keep_trailing_newline=True)
+_TEXT_ENV = SandboxedEnvironment(
+    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
+)
+_HTML_ENV = SandboxedEnvironment(
+    undefined=jinja2.StrictUndefined, autoescape=True, keep_trailing_newline=True
+)
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,16 @@ class TemplateCatalog:
             raise ValidationError("locale", f"{wanted!r} is not a locale like 'en' or 'fr-CA'")
         language = wanted.split("-")[0]
         if wanted not in self.locales and language not in self.locales:
-            raise ValidationError("locale", f"unknown locale {wanted!r}; known: {', '.join(sorted(self.locales))}")
+            raise ValidationError(
+                "locale", f"unknown locale {wanted!r}; known: {', '.join(sorted(self.locales))}"
+            )
         for candidate in (wanted, language, self.default_locale):
             source = self._by_key.get((name, candidate))
             if source is not None:
                 return source
-        raise ValidationError("locale", f"template {name!r} has no {wanted!r} or {self.default_locale!r} version")
+        raise ValidationError(
+            "locale", f"template {name!r} has no {wanted!r} or {self.default_locale!r} version"
+        )
 
     def render(self, name: str, locale: str | None, data: Mapping[str, Any] | None) -> Rendered:
         """Render subject, text and HTML (autoescaped) with `data`; a missing variable is a clear error."""

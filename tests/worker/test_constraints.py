@@ -14,72 +14,152 @@ EMAIL = (
 
 # (description, setup statements, offending statement)
 IMPOSSIBLE: list[tuple[str, list[str], str]] = [
-    ("email without any body", [], "INSERT INTO mailroom.email_queue (recipient_email, subject) VALUES ('a@x.io', 's')"),
-    ("email born sent", [], "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, status, sent_at)"
-     " VALUES ('a@x.io', 's', 'b', 'sent', now())"),
-    ("newline in a subject", [], "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body)"
-     " VALUES ('a@x.io', E's\\nBcc: x@y.z', 'b')"),
+    (
+        "email without any body",
+        [],
+        "INSERT INTO mailroom.email_queue (recipient_email, subject) VALUES ('a@x.io', 's')",
+    ),
+    (
+        "email born sent",
+        [],
+        "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, status, sent_at)"
+        " VALUES ('a@x.io', 's', 'b', 'sent', now())",
+    ),
+    (
+        "newline in a subject",
+        [],
+        "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body)"
+        " VALUES ('a@x.io', E's\\nBcc: x@y.z', 'b')",
+    ),
     ("retry count above max_retries", [EMAIL], "UPDATE mailroom.email_queue SET retry_count = 6"),
     ("assigned without a lease", [EMAIL], "UPDATE mailroom.email_queue SET status = 'assigned'"),
-    ("sent straight from pending", [EMAIL], "UPDATE mailroom.email_queue SET status = 'sent', sent_at = now()"),
-    ("failed without an error", [EMAIL], "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'w',"
-     " lease_token = gen_random_uuid(), lease_expires_at = now(); UPDATE mailroom.email_queue SET status = 'failed'"),
-    ("cancelled email revived", [EMAIL, "UPDATE mailroom.email_queue SET status = 'cancelled'"],
-     "UPDATE mailroom.email_queue SET status = 'pending'"),
-    ("rewritten created_at", [EMAIL], "UPDATE mailroom.email_queue SET created_at = now() - interval '1 day'"),
+    (
+        "sent straight from pending",
+        [EMAIL],
+        "UPDATE mailroom.email_queue SET status = 'sent', sent_at = now()",
+    ),
+    (
+        "failed without an error",
+        [EMAIL],
+        "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'w',"
+        " lease_token = gen_random_uuid(), lease_expires_at = now(); UPDATE mailroom.email_queue SET status = 'failed'",
+    ),
+    (
+        "cancelled email revived",
+        [EMAIL, "UPDATE mailroom.email_queue SET status = 'cancelled'"],
+        "UPDATE mailroom.email_queue SET status = 'pending'",
+    ),
+    (
+        "rewritten created_at",
+        [EMAIL],
+        "UPDATE mailroom.email_queue SET created_at = now() - interval '1 day'",
+    ),
     ("suppressed without a reason", [EMAIL], "UPDATE mailroom.email_queue SET status = 'suppressed'"),
-    ("sender with a negative daily limit", [], "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host,"
-     " smtp_port, daily_limit) VALUES ('s', 'a@x.io', 'h', 25, -1)"),
-    ("sender warming up without a limit", [], "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host,"
-     " smtp_port, warmup_stage) VALUES ('s', 'a@x.io', 'h', 25, 2)"),
-    ("sender with an unknown status", [], "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host,"
-     " smtp_port, status) VALUES ('s', 'a@x.io', 'h', 25, 'sleepy')"),
-    ("bounce of a mixed-case address", [], "INSERT INTO mailroom.bounce_list (email, bounce_type)"
-     " VALUES ('A@x.io', 'hard')"),
-    ("token code of four digits", ["INSERT INTO mailroom.accounts (email, login) VALUES ('a@x.io', 'a')"],
-     "UPDATE mailroom.tokens SET code = '1234'"),
-    ("active account returned to provisioned",
-     ["INSERT INTO mailroom.accounts (email, login, status) VALUES ('a@x.io', 'a', 'active')"],
-     "UPDATE mailroom.accounts SET status = 'provisioned'"),
-    ("person in an unknown time zone", [], "INSERT INTO mailroom.people (email, first_name, last_name,"
-     " date_of_birth, time_zone) VALUES ('p@x.io', 'A', 'B', '1990-01-01', 'Mars/Olympus')"),
-    ("person born tomorrow", [], "INSERT INTO mailroom.people (email, first_name, last_name,"
-     " date_of_birth, time_zone) VALUES ('p@x.io', 'A', 'B', current_date + 1, 'Europe/London')"),
-    ("document with a short SHA-256", [], "INSERT INTO mailroom.documents (doc_id, checksum, checksum_algorithm)"
-     " VALUES ('d1', 'abcd', 'SHA-256')"),
-    ("second signature of one signer",
-     ["INSERT INTO mailroom.documents (doc_id) VALUES ('d1')",
-      "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
-      " VALUES ('d1', 's@x.io', now(), 'nonce-0000000000001', 'p', repeat('a', 64), 'sig')"],
-     "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature,"
-     " prev_hash) VALUES ('d1', 's@x.io', now(), 'nonce-0000000000002', 'p', repeat('b', 64), 'sig',"
-     " repeat('a', 64))"),
-    ("reused signature nonce",
-     ["INSERT INTO mailroom.documents (doc_id) VALUES ('d1')",
-      "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
-      " VALUES ('d1', 's@x.io', now(), 'nonce-0000000000001', 'p', repeat('a', 64), 'sig')"],
-     "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature,"
-     " prev_hash) VALUES ('d1', 't@x.io', now(), 'nonce-0000000000001', 'p', repeat('b', 64), 'sig',"
-     " repeat('a', 64))"),
-    ("forked signature chain",
-     ["INSERT INTO mailroom.documents (doc_id) VALUES ('d1')",
-      "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
-      " VALUES ('d1', 's@x.io', now(), 'nonce-0000000000001', 'p', repeat('a', 64), 'sig')"],
-     "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
-     " VALUES ('d1', 't@x.io', now(), 'nonce-0000000000002', 'p', repeat('b', 64), 'sig')"),
-    ("signature created_at rewritten",
-     ["INSERT INTO mailroom.documents (doc_id) VALUES ('d1')",
-      "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
-      " VALUES ('d1', 's@x.io', now(), 'nonce-0000000000001', 'p', repeat('a', 64), 'sig')"],
-     "UPDATE mailroom.signatures SET created_at = now() - interval '1 year'"),
-    ("duplicate inbox event",
-     ["INSERT INTO mailroom.inbox (message_id, consumer, event_type, payload) VALUES ('m', 'c', 't', '{}')"],
-     "INSERT INTO mailroom.inbox (message_id, consumer, event_type, payload) VALUES ('m', 'c', 't', '{}')"),
+    (
+        "sender with a negative daily limit",
+        [],
+        "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host,"
+        " smtp_port, daily_limit) VALUES ('s', 'a@x.io', 'h', 25, -1)",
+    ),
+    (
+        "sender warming up without a limit",
+        [],
+        "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host,"
+        " smtp_port, warmup_stage) VALUES ('s', 'a@x.io', 'h', 25, 2)",
+    ),
+    (
+        "sender with an unknown status",
+        [],
+        "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host,"
+        " smtp_port, status) VALUES ('s', 'a@x.io', 'h', 25, 'sleepy')",
+    ),
+    (
+        "bounce of a mixed-case address",
+        [],
+        "INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES ('A@x.io', 'hard')",
+    ),
+    (
+        "token code of four digits",
+        ["INSERT INTO mailroom.accounts (email, login) VALUES ('a@x.io', 'a')"],
+        "UPDATE mailroom.tokens SET code = '1234'",
+    ),
+    (
+        "active account returned to provisioned",
+        ["INSERT INTO mailroom.accounts (email, login, status) VALUES ('a@x.io', 'a', 'active')"],
+        "UPDATE mailroom.accounts SET status = 'provisioned'",
+    ),
+    (
+        "person in an unknown time zone",
+        [],
+        "INSERT INTO mailroom.people (email, first_name, last_name,"
+        " date_of_birth, time_zone) VALUES ('p@x.io', 'A', 'B', '1990-01-01', 'Mars/Olympus')",
+    ),
+    (
+        "person born tomorrow",
+        [],
+        "INSERT INTO mailroom.people (email, first_name, last_name,"
+        " date_of_birth, time_zone) VALUES ('p@x.io', 'A', 'B', current_date + 1, 'Europe/London')",
+    ),
+    (
+        "document with a short SHA-256",
+        [],
+        "INSERT INTO mailroom.documents (doc_id, checksum, checksum_algorithm)"
+        " VALUES ('d1', 'abcd', 'SHA-256')",
+    ),
+    (
+        "second signature of one signer",
+        [
+            "INSERT INTO mailroom.documents (doc_id) VALUES ('d1')",
+            "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
+            " VALUES ('d1', 's@x.io', now(), 'nonce-0000000000001', 'p', repeat('a', 64), 'sig')",
+        ],
+        "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature,"
+        " prev_hash) VALUES ('d1', 's@x.io', now(), 'nonce-0000000000002', 'p', repeat('b', 64), 'sig',"
+        " repeat('a', 64))",
+    ),
+    (
+        "reused signature nonce",
+        [
+            "INSERT INTO mailroom.documents (doc_id) VALUES ('d1')",
+            "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
+            " VALUES ('d1', 's@x.io', now(), 'nonce-0000000000001', 'p', repeat('a', 64), 'sig')",
+        ],
+        "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature,"
+        " prev_hash) VALUES ('d1', 't@x.io', now(), 'nonce-0000000000001', 'p', repeat('b', 64), 'sig',"
+        " repeat('a', 64))",
+    ),
+    (
+        "forked signature chain",
+        [
+            "INSERT INTO mailroom.documents (doc_id) VALUES ('d1')",
+            "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
+            " VALUES ('d1', 's@x.io', now(), 'nonce-0000000000001', 'p', repeat('a', 64), 'sig')",
+        ],
+        "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
+        " VALUES ('d1', 't@x.io', now(), 'nonce-0000000000002', 'p', repeat('b', 64), 'sig')",
+    ),
+    (
+        "signature created_at rewritten",
+        [
+            "INSERT INTO mailroom.documents (doc_id) VALUES ('d1')",
+            "INSERT INTO mailroom.signatures (doc_id, signer_email, signed_at, nonce, payload, payload_hash, signature)"
+            " VALUES ('d1', 's@x.io', now(), 'nonce-0000000000001', 'p', repeat('a', 64), 'sig')",
+        ],
+        "UPDATE mailroom.signatures SET created_at = now() - interval '1 year'",
+    ),
+    (
+        "duplicate inbox event",
+        [
+            "INSERT INTO mailroom.inbox (message_id, consumer, event_type, payload) VALUES ('m', 'c', 't', '{}')"
+        ],
+        "INSERT INTO mailroom.inbox (message_id, consumer, event_type, payload) VALUES ('m', 'c', 't', '{}')",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("setup", "statement"), [(s, st) for _, s, st in IMPOSSIBLE],
-                         ids=[d for d, _, _ in IMPOSSIBLE])
+@pytest.mark.parametrize(
+    ("setup", "statement"), [(s, st) for _, s, st in IMPOSSIBLE], ids=[d for d, _, _ in IMPOSSIBLE]
+)
 def test_database_rejects_impossible_state(
     conn: psycopg.Connection[Any], setup: list[str], statement: str
 ) -> None:
@@ -128,7 +208,9 @@ def test_random_code_is_always_five_digits_and_spread(conn: psycopg.Connection[A
     assert len(set(codes)) > 17000
 
 
-def test_unsuspending_a_never_activated_account_returns_it_to_provisioned(conn: psycopg.Connection[Any]) -> None:
+def test_unsuspending_a_never_activated_account_returns_it_to_provisioned(
+    conn: psycopg.Connection[Any],
+) -> None:
     conn.execute("INSERT INTO mailroom.accounts (email, login) VALUES ('a@x.io', 'a')")
     conn.execute("UPDATE mailroom.accounts SET status = 'suspended'")
     conn.execute("UPDATE mailroom.accounts SET status = 'active'")

@@ -54,7 +54,9 @@ def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
 
 
 def test_migrated_schema_matches_declared_core_tables(db_url: str) -> None:
-    engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(db_url), poolclass=NullPool)
+    engine = create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(db_url), poolclass=NullPool
+    )
     opts = {
         "include_schemas": True,
         "version_table_schema": SCHEMA,

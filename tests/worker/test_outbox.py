@@ -9,7 +9,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings as hyp_settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from worker.config import Settings
@@ -18,7 +19,12 @@ from worker.outbox import EmailRequest, enqueue, enqueue_async, insert_batch, pa
 from worker.templates import TemplateCatalog, builtin_templates
 from worker.validation import ValidationError
 
-ACTIVATION_DATA = {"login": "bob", "code": "01234", "expires_at": "10:15 UTC", "link": "https://app.example/a?x=1"}
+ACTIVATION_DATA = {
+    "login": "bob",
+    "code": "01234",
+    "expires_at": "10:15 UTC",
+    "link": "https://app.example/a?x=1",
+}
 
 
 def _count(conn: psycopg.Connection[Any]) -> int:
@@ -27,29 +33,43 @@ def _count(conn: psycopg.Connection[Any]) -> int:
     return int(row["n"])
 
 
-def test_enqueue_commits_with_the_callers_transaction(conn: psycopg.Connection[Any], settings: Settings) -> None:
+def test_enqueue_commits_with_the_callers_transaction(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
     with conn.transaction():
-        email_id = enqueue(conn, EmailRequest(to="a@example.com", subject="Hi", text="Body"), settings=settings)
+        email_id = enqueue(
+            conn, EmailRequest(to="a@example.com", subject="Hi", text="Body"), settings=settings
+        )
         conn.execute("SELECT 1")
     assert email_id > 0
     assert _count(conn) == 1
 
 
-def test_enqueue_rolls_back_with_the_callers_transaction(conn: psycopg.Connection[Any], settings: Settings) -> None:
+def test_enqueue_rolls_back_with_the_callers_transaction(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
     class Boom(Exception):
         pass
 
-    with pytest.raises(Boom), conn.transaction():
-        enqueue(conn, EmailRequest(to="a@example.com", subject="Hi", text="Body"), settings=settings)
-        raise Boom
+    def enqueue_then_fail() -> None:
+        with conn.transaction():
+            enqueue(conn, EmailRequest(to="a@example.com", subject="Hi", text="Body"), settings=settings)
+            raise Boom
+
+    with pytest.raises(Boom):
+        enqueue_then_fail()
     assert _count(conn) == 0
 
 
 def test_same_idempotency_key_returns_first_id_and_stores_nothing_new(
     conn: psycopg.Connection[Any], settings: Settings
 ) -> None:
-    first = enqueue(conn, EmailRequest(to="a@example.com", subject="1", text="b", idempotency_key="k"), settings=settings)
-    again = enqueue(conn, EmailRequest(to="z@example.com", subject="2", text="c", idempotency_key="k"), settings=settings)
+    first = enqueue(
+        conn, EmailRequest(to="a@example.com", subject="1", text="b", idempotency_key="k"), settings=settings
+    )
+    again = enqueue(
+        conn, EmailRequest(to="z@example.com", subject="2", text="c", idempotency_key="k"), settings=settings
+    )
     assert first == again
     assert _count(conn) == 1
 
@@ -58,9 +78,13 @@ async def test_async_enqueue_inside_application_transaction(db_url: str, setting
     async with await psycopg.AsyncConnection.connect(db_url) as aconn:
         async with aconn.transaction():
             email_id = await enqueue_async(
-                aconn, EmailRequest(to="a@example.com", template="activation", data=ACTIVATION_DATA), settings=settings
+                aconn,
+                EmailRequest(to="a@example.com", template="activation", data=ACTIVATION_DATA),
+                settings=settings,
             )
-        cur = await aconn.execute("SELECT subject, template, locale FROM mailroom.email_queue WHERE id = %s", (email_id,))
+        cur = await aconn.execute(
+            "SELECT subject, template, locale FROM mailroom.email_queue WHERE id = %s", (email_id,)
+        )
         row = await cur.fetchone()
     assert row == ("Activate your account, bob", "activation", "en")
 
@@ -69,8 +93,11 @@ def test_template_renders_with_autoescaped_html_and_locale_fallback(
     conn: psycopg.Connection[Any], settings: Settings
 ) -> None:
     data = {**ACTIVATION_DATA, "login": "<b>eve</b>"}
-    email_id = enqueue(conn, EmailRequest(to="a@example.com", template="activation", locale="fr-CA", data=data),
-                       settings=settings)
+    email_id = enqueue(
+        conn,
+        EmailRequest(to="a@example.com", template="activation", locale="fr-CA", data=data),
+        settings=settings,
+    )
     row = conn.execute(
         "SELECT subject, text_body, html_body, locale, template_data FROM mailroom.email_queue WHERE id = %s",
         (email_id,),
@@ -83,12 +110,15 @@ def test_template_renders_with_autoescaped_html_and_locale_fallback(
     assert row["template_data"] == data
 
 
-def test_template_stored_in_database_overrides_builtin(conn: psycopg.Connection[Any], settings: Settings) -> None:
+def test_template_stored_in_database_overrides_builtin(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
     conn.execute(
         "INSERT INTO mailroom.templates (name, locale, subject, text_body) VALUES ('activation', 'en', 'Yo {{ login }}', 'x')"
     )
-    email_id = enqueue(conn, EmailRequest(to="a@example.com", template="activation", data=ACTIVATION_DATA),
-                       settings=settings)
+    email_id = enqueue(
+        conn, EmailRequest(to="a@example.com", template="activation", data=ACTIVATION_DATA), settings=settings
+    )
     row = conn.execute("SELECT subject FROM mailroom.email_queue WHERE id = %s", (email_id,)).fetchone()
     assert row is not None and row["subject"] == "Yo bob"
 
@@ -102,8 +132,14 @@ BAD: list[tuple[EmailRequest, str]] = [
     (EmailRequest(to="a@example.com", subject="=?UTF-8?B?aGkKQmNjOiB4?=", text="b"), "subject"),
     (EmailRequest(to="a@example.com", subject="line\u2028separator", text="b"), "subject"),
     (EmailRequest(to="a@example.com", to_name="Eve\nBcc: x", subject="s", text="b"), "to_name"),
-    (EmailRequest(to="a@example.com", subject="s", text="b", headers={"X-Tag": "a\r\nBcc: x"}), "headers.X-Tag"),
-    (EmailRequest(to="a@example.com", subject="s", text="b", headers={"Bcc": "x@evil.example"}), "headers.Bcc"),
+    (
+        EmailRequest(to="a@example.com", subject="s", text="b", headers={"X-Tag": "a\r\nBcc: x"}),
+        "headers.X-Tag",
+    ),
+    (
+        EmailRequest(to="a@example.com", subject="s", text="b", headers={"Bcc": "x@evil.example"}),
+        "headers.Bcc",
+    ),
     (EmailRequest(to="a@example.com", subject="s", text="b", headers={"Bad Name": "v"}), "headers.Bad Name"),
     (EmailRequest(to="a@example.com", subject="s"), "text"),
     (EmailRequest(to="a@example.com", subject="s", text="   "), "text"),
@@ -112,7 +148,10 @@ BAD: list[tuple[EmailRequest, str]] = [
     (EmailRequest(to="a@example.com", subject="s", text="b" * (10 * 1024 * 1024 + 1)), "text"),
     (EmailRequest(to="a@example.com", template="no_such_template", data={}), "template"),
     (EmailRequest(to="a@example.com", template="activation", locale="zz", data=ACTIVATION_DATA), "locale"),
-    (EmailRequest(to="a@example.com", template="activation", locale="english", data=ACTIVATION_DATA), "locale"),
+    (
+        EmailRequest(to="a@example.com", template="activation", locale="english", data=ACTIVATION_DATA),
+        "locale",
+    ),
     (EmailRequest(to="a@example.com", template="activation", data={"login": "x"}), "data"),
     (EmailRequest(to="a@example.com", subject="s", text="b", priority=5000), "priority"),
 ]
@@ -135,9 +174,14 @@ def test_bad_input_is_rejected_naming_the_field_and_nothing_is_stored(
         ("{not json", "line"),
         ("[1, 2]", "line"),
         ('{"to": "a@example.com", "subject": "s", "text": "b", "bcc": "x@y.z"}', "bcc"),
-        ('{"to": "a@example.com", "subject": "s", "text": "b", "scheduled_for": "tomorrow"}', "scheduled_for"),
-        ('{"to": "a@example.com", "subject": "s", "text": "b", "scheduled_for": "2026-11-21T09:00:00"}',
-         "scheduled_for"),
+        (
+            '{"to": "a@example.com", "subject": "s", "text": "b", "scheduled_for": "tomorrow"}',
+            "scheduled_for",
+        ),
+        (
+            '{"to": "a@example.com", "subject": "s", "text": "b", "scheduled_for": "2026-11-21T09:00:00"}',
+            "scheduled_for",
+        ),
         ('{"to": "a@example.com", "subject": 5, "text": "b"}', "subject"),
         ('{"to": "a@example.com", "subject": "s", "text": "b", "headers": {"X": 1}}', "headers"),
     ],
@@ -148,11 +192,16 @@ def test_malformed_json_lines_are_rejected_naming_the_field(line: str, field: st
     assert caught.value.field == field
 
 
-def test_bulk_batch_resolves_repeated_keys_to_the_first_email(conn: psycopg.Connection[Any], settings: Settings) -> None:
+def test_bulk_batch_resolves_repeated_keys_to_the_first_email(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
     catalog = TemplateCatalog(builtin_templates())
     rows = [
-        prepare(EmailRequest(to=f"u{i}@example.com", subject="s", text="b", idempotency_key=f"k{i % 3}"),
-                catalog, settings)
+        prepare(
+            EmailRequest(to=f"u{i}@example.com", subject="s", text="b", idempotency_key=f"k{i % 3}"),
+            catalog,
+            settings,
+        )
         for i in range(6)
     ] + [prepare(EmailRequest(to="plain@example.com", subject="s", text="b"), catalog, settings)]
     ids = insert_batch(conn, rows)
@@ -178,10 +227,17 @@ HEADER_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.s
     header_value=HEADER_TEXT,
 )
 def test_hostile_input_is_either_rejected_or_stored_and_renders_to_a_wellformed_message(
-    conn: psycopg.Connection[Any], settings: Settings, to: str, to_name: str | None, subject: str, text: str,
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    to: str,
+    to_name: str | None,
+    subject: str,
+    text: str,
     header_value: str,
 ) -> None:
-    request = EmailRequest(to=to, to_name=to_name, subject=subject, text=text, headers={"X-Campaign-Tag": header_value})
+    request = EmailRequest(
+        to=to, to_name=to_name, subject=subject, text=text, headers={"X-Campaign-Tag": header_value}
+    )
     try:
         with conn.transaction():
             email_id = enqueue(conn, request, settings=settings)
@@ -193,8 +249,17 @@ def test_hostile_input_is_either_rejected_or_stored_and_renders_to_a_wellformed_
     envelope = build_message(row, "sender@example.org", "Mailroom")
     parsed = BytesParser(policy=default).parsebytes(envelope.content)
     assert sorted(k.lower() for k in parsed) == sorted(
-        ["from", "to", "subject", "date", "message-id", "x-campaign-tag", "mime-version", "content-type",
-         "content-transfer-encoding"]
+        [
+            "from",
+            "to",
+            "subject",
+            "date",
+            "message-id",
+            "x-campaign-tag",
+            "mime-version",
+            "content-type",
+            "content-transfer-encoding",
+        ]
     )
     assert parsed["Subject"] == row["subject"]
     assert parsed["To"].addresses[0].addr_spec == row["recipient_email"]
@@ -203,8 +268,16 @@ def test_hostile_input_is_either_rejected_or_stored_and_renders_to_a_wellformed_
 
 
 def test_message_id_is_stable_for_one_email() -> None:
-    row = {"id": 42, "created_at": datetime(2026, 11, 21, tzinfo=UTC), "recipient_email": "a@example.com",
-           "recipient_name": None, "subject": "s", "text_body": "b", "html_body": None, "headers": {}}
+    row = {
+        "id": 42,
+        "created_at": datetime(2026, 11, 21, tzinfo=UTC),
+        "recipient_email": "a@example.com",
+        "recipient_name": None,
+        "subject": "s",
+        "text_body": "b",
+        "html_body": None,
+        "headers": {},
+    }
     first = build_message(row, "noreply@example.org")
     second = build_message(row, "noreply@example.org")
     assert first.message_id == second.message_id == "<42.660be0ab5c000@example.org>"

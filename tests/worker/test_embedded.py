@@ -1,0 +1,101 @@
+"""The embedded PostgreSQL is shared, reused after a crash, and never kept alive by dead processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from worker.embedded import EmbeddedPostgres, prune_dead_handles
+
+# A Mailroom process holding the server: prints the postmaster pid, then waits for a line on stdin.
+HOLDER = """
+import sys
+from pathlib import Path
+from worker.embedded import EmbeddedPostgres
+server = EmbeddedPostgres(Path(sys.argv[1]))
+server.start()
+print(server.running_pid(), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="mailroom-embedded-"))
+    yield path
+    server = EmbeddedPostgres(path)
+    if server.running_pid() is not None:
+        server.start()
+        server.stop()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _holder(home: Path) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(home)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip().isdigit(), f"holder failed to start: {line!r}"
+    return proc, int(line)
+
+
+def _release(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    assert proc.wait(timeout=60) == 0
+    _close(proc)
+
+
+def _close(proc: subprocess.Popen[str]) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_two_processes_share_one_server_which_stops_after_the_last(home: Path) -> None:
+    first, pid_a = _holder(home)
+    second, pid_b = _holder(home)
+    assert pid_a == pid_b
+    _release(first)
+    assert _alive(pid_a)
+    _release(second)
+    assert EmbeddedPostgres(home).running_pid() is None
+
+
+def test_server_left_by_a_killed_process_is_reused_then_stopped(home: Path) -> None:
+    crashed, postmaster = _holder(home)
+    crashed.send_signal(signal.SIGKILL)
+    crashed.wait(timeout=30)
+    _close(crashed)
+    assert _alive(postmaster), "a SIGKILLed owner leaves its server running"
+
+    survivor, reused = _holder(home)
+    assert reused == postmaster, "the running server is reused, not duplicated"
+    _release(survivor)
+    assert EmbeddedPostgres(home).running_pid() is None, "the dead owner's handle no longer keeps it alive"
+
+
+def test_prune_dead_handles_keeps_only_live_pids(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / ".handle_pids.json").write_text(f"[{os.getpid()}, {dead.pid}]")
+    assert prune_dead_handles(tmp_path) == [dead.pid]
+    assert (tmp_path / ".handle_pids.json").read_text() == f"[{os.getpid()}]"

@@ -1,0 +1,50 @@
+"""Address checks: the fast path never disagrees with email-validator."""
+
+from __future__ import annotations
+
+import pytest
+from email_validator import EmailNotValidError, validate_email
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.validation import ValidationError, _fast_address, normalise_address
+
+LOCAL = st.text(alphabet="abcXYZ019.!#$%&'*+/=?^_`{|}~-", min_size=1, max_size=70)
+DOMAIN = st.lists(st.text(alphabet="abz09-", min_size=1, max_size=64), min_size=1, max_size=4).map(".".join)
+TLD = st.sampled_from(["com", "org", "io", "test", "localhost", "x", "c0m", "onion", "arpa", "museum"])
+
+
+def _reference(address: str) -> str | None:
+    try:
+        valid = validate_email(address, check_deliverability=False, allow_smtputf8=False)
+    except EmailNotValidError:
+        return None
+    return str(valid.ascii_email or valid.normalized)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(local=LOCAL, domain=DOMAIN, tld=TLD)
+def test_fast_path_accepts_only_what_email_validator_accepts_unchanged(
+    local: str, domain: str, tld: str
+) -> None:
+    address = f"{local}@{domain}.{tld}"
+    fast = _fast_address(address)
+    if fast is not None:
+        assert _reference(address) == fast
+
+
+@pytest.mark.parametrize(
+    ("given_", "expected"),
+    [("Alice@Example.COM", "Alice@example.com"), ("bob@bücher.example", "bob@xn--bcher-kva.example")],
+)
+def test_addresses_are_normalised(given_: str, expected: str) -> None:
+    assert normalise_address("to", given_) == expected
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["plain", "a@b", "a@localhost", "a@x.test", "a..b@example.com", ".a@example.com", "ü@example.com", ""],
+)
+def test_bad_addresses_are_rejected(bad: str) -> None:
+    with pytest.raises(ValidationError):
+        normalise_address("to", bad)
