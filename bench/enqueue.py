@@ -60,7 +60,9 @@ def main() -> None:
         with psycopg.connect(url) as conn:
             row = conn.execute("SELECT count(*) FROM mailroom.email_queue").fetchone()
         stored = row[0] if row else 0
-        print(f"enqueue: {n} lines, exit {code}, {stored} rows stored, {elapsed:.2f} s, {n / elapsed:,.0f} emails/s")
+        print(
+            f"enqueue: {n} lines, exit {code}, {stored} rows stored, {elapsed:.2f} s, {n / elapsed:,.0f} emails/s"
+        )
     finally:
         if server is not None:
             server.close()
