@@ -236,6 +236,21 @@ def cmd_sink(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom worker`: claim, send and record email until SIGTERM/SIGINT (or, with --drain, until idle)."""
+    import asyncio
+
+    from worker.delivery import WorkerOptions, run_worker
+
+    url = _url(settings)
+    options = WorkerOptions(
+        concurrency=args.concurrency, batch_size=args.batch_size, drain=args.drain, grace_seconds=args.grace
+    )
+    sent = asyncio.run(run_worker(url, settings, options, settings.listen_database_url))
+    print(f"worker: sent {sent} email(s)", file=sys.stderr)
+    return 0
+
+
 def cmd_keygen(args: argparse.Namespace, settings: Settings) -> int:
     """`mailroom keygen`: print a new MAILROOM_SECRET_KEY."""
     from worker.crypto import generate_key
@@ -357,6 +372,22 @@ def build_parser() -> argparse.ArgumentParser:
     sink.add_argument("--port", type=int, default=2525)
     sink.add_argument("--maildir", help="also store every message in this Maildir")
     sink.set_defaults(handler=cmd_sink)
+
+    wk = sub.add_parser(
+        "worker",
+        help="deliver email (run one or many, on any hosts)",
+        description="Claim due email with FOR UPDATE SKIP LOCKED, send it over SMTP through the sender accounts, "
+        "retry with backoff, honour bounce and unsubscribe lists, record every attempt. Wakes on NOTIFY; "
+        "MAILROOM_LISTEN_DATABASE_URL lets the LISTEN connection bypass a transaction-pooling PgBouncer. "
+        "SIGTERM/SIGINT stop claiming, let in-flight sends finish within --grace seconds and release the rest.",
+    )
+    wk.add_argument("--concurrency", type=int, default=4, help="parallel SMTP connections (default 4)")
+    wk.add_argument(
+        "--batch-size", type=int, default=50, help="emails claimed per slot at a time (default 50)"
+    )
+    wk.add_argument("--drain", action="store_true", help="exit by itself when nothing is due")
+    wk.add_argument("--grace", type=float, default=10.0, help="seconds in-flight sends get on shutdown")
+    wk.set_defaults(handler=cmd_worker)
 
     kg = sub.add_parser("keygen", help="print a new MAILROOM_SECRET_KEY", description=cmd_keygen.__doc__)
     kg.set_defaults(handler=cmd_keygen)

@@ -75,3 +75,138 @@ def retry_all_failed(conn: psycopg.Connection[Any]) -> ActionResult:
 def cancel(conn: psycopg.Connection[Any], ids: Sequence[int]) -> ActionResult:
     """Cancel emails that are not in flight or finished; assigned, sent and cancelled ones are left alone."""
     return _apply(conn, CANCEL, ids, "cancelled")
+
+
+# ---------------------------------------------------------------------------
+# The worker's side: claim, lease, complete, rescue
+# ---------------------------------------------------------------------------
+
+# Claim due email in priority order, skipping rows another worker holds. Suppression is decided
+# here, at claim time: an address that hard-bounced, complained or (for non-transactional mail)
+# unsubscribed a second ago is marked suppressed instead of being handed out.
+CLAIM = """
+WITH due AS (
+    SELECT id FROM mailroom.email_queue
+    WHERE status = 'pending' AND scheduled_for <= now()
+    ORDER BY priority DESC, scheduled_for, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), verdict AS (
+    SELECT d.id,
+           CASE WHEN b.email IS NOT NULL THEN 'on the bounce list (' || b.bounce_type || ')'
+                WHEN u.email IS NOT NULL THEN 'unsubscribed'
+           END AS reason
+    FROM due d
+    JOIN mailroom.email_queue q ON q.id = d.id
+    LEFT JOIN mailroom.bounce_list b
+           ON b.email = lower(q.recipient_email) AND b.bounce_type IN ('hard', 'complaint')
+    LEFT JOIN mailroom.unsubscribe_list u ON u.email = lower(q.recipient_email) AND NOT q.transactional
+)
+UPDATE mailroom.email_queue q
+SET status = CASE WHEN v.reason IS NULL THEN 'assigned' ELSE 'suppressed' END,
+    suppression_reason = v.reason,
+    lease_owner = %(owner)s,
+    lease_token = %(token)s,
+    lease_expires_at = now() + make_interval(secs => %(lease)s),
+    sender_account_id = %(sender)s
+FROM verdict v
+WHERE q.id = v.id
+RETURNING q.id, q.status, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
+          q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason
+"""
+
+LOG_SUPPRESSED = """
+INSERT INTO mailroom.send_logs (email_id, sender_account_id, recipient_email, campaign_id, attempt, outcome,
+                                response, worker)
+SELECT id, NULL, recipient_email, campaign_id, retry_count + 1, 'suppressed', suppression_reason, %(owner)s
+FROM mailroom.email_queue WHERE id = ANY(%(ids)s)
+"""
+
+# Record a batch of attempts in one statement. Only rows still held under this claim's lease token
+# change: a worker finishing after its lease expired and the email was handed to another never
+# overwrites that worker's result.
+COMPLETE = """
+WITH r AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(outcomes)s::text[], %(log_outcomes)s::text[], %(codes)s::int[],
+                         %(enhanced)s::text[], %(responses)s::text[], %(durations)s::int[],
+                         %(retry_at)s::timestamptz[], %(message_ids)s::text[])
+           AS r(id, outcome, log_outcome, code, enhanced, response, duration_ms, retry_at, message_id)
+), done AS (
+    UPDATE mailroom.email_queue q
+    SET status = CASE r.outcome WHEN 'sent' THEN 'sent' WHEN 'retry' THEN 'pending'
+                                WHEN 'release' THEN 'pending' ELSE 'failed' END,
+        retry_count = q.retry_count + CASE WHEN r.outcome = 'retry' THEN 1 ELSE 0 END,
+        scheduled_for = CASE WHEN r.outcome = 'retry' THEN r.retry_at ELSE q.scheduled_for END,
+        next_retry_at = CASE WHEN r.outcome = 'retry' THEN r.retry_at END,
+        last_error = CASE WHEN r.outcome = 'sent' THEN q.last_error ELSE r.response END,
+        error_details = CASE WHEN r.outcome = 'sent' THEN q.error_details
+                             ELSE jsonb_build_object('code', r.code, 'enhanced', r.enhanced, 'outcome', r.log_outcome)
+                        END,
+        message_id = coalesce(r.message_id, q.message_id),
+        sender_account_id = %(sender)s
+    FROM r
+    WHERE q.id = r.id AND q.lease_token = %(token)s AND q.status = 'assigned'
+    RETURNING q.id, q.recipient_email, q.campaign_id, q.retry_count
+)
+INSERT INTO mailroom.send_logs (email_id, sender_account_id, recipient_email, campaign_id, attempt, outcome,
+                                smtp_code, enhanced_code, response, duration_ms, worker)
+SELECT d.id, %(sender)s, d.recipient_email, d.campaign_id,
+       d.retry_count + CASE WHEN r.outcome = 'retry' THEN 0 ELSE 1 END,
+       r.log_outcome, r.code, r.enhanced, left(r.response, 2000), r.duration_ms, %(owner)s
+FROM done d JOIN r ON r.id = d.id
+RETURNING email_id
+"""
+
+RELEASE = """
+UPDATE mailroom.email_queue SET status = 'pending'
+WHERE id = ANY(%(ids)s) AND lease_token = %(token)s AND status = 'assigned'
+"""
+
+RECORD_BOUNCES = """
+INSERT INTO mailroom.bounce_list (email, bounce_type, reason, smtp_code, enhanced_code, sender_account_id,
+                                  campaign_id)
+SELECT lower(e), 'hard', reason, code, enhanced, %(sender)s, campaign
+FROM unnest(%(emails)s::text[], %(reasons)s::text[], %(codes)s::int[], %(enhanced)s::text[],
+            %(campaigns)s::text[]) AS b(e, reason, code, enhanced, campaign)
+ON CONFLICT (email) DO UPDATE
+SET last_bounced_at = now(), bounce_count = mailroom.bounce_list.bounce_count + 1,
+    bounce_type = CASE WHEN mailroom.bounce_list.bounce_type = 'complaint' THEN 'complaint' ELSE 'hard' END,
+    reason = EXCLUDED.reason, smtp_code = EXCLUDED.smtp_code, enhanced_code = EXCLUDED.enhanced_code
+"""
+
+COUNT_USAGE = """
+INSERT INTO mailroom.sender_usage (sender_account_id, day, bounces, errors)
+VALUES (%(sender)s, (now() AT TIME ZONE 'UTC')::date, %(bounces)s, %(errors)s)
+ON CONFLICT (sender_account_id, day) DO UPDATE
+SET bounces = mailroom.sender_usage.bounces + EXCLUDED.bounces,
+    errors = mailroom.sender_usage.errors + EXCLUDED.errors
+"""
+
+TOUCH_SENDER = "UPDATE mailroom.sender_accounts SET last_used_at = now() WHERE id = %s"
+
+SUSPEND_SENDER = """
+UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = %(reason)s
+WHERE id = %(sender)s AND status <> 'suspended'
+"""
+
+RENEW_LEASES = """
+UPDATE mailroom.email_queue SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+WHERE status = 'assigned' AND lease_token = ANY(%(tokens)s::uuid[])
+"""
+
+# Rows whose worker died: back to the queue. Only rows still under the expired lease are touched.
+RESCUE_EXPIRED = """
+UPDATE mailroom.email_queue q
+SET status = 'pending', last_error = 'lease expired: worker ' || q.lease_owner || ' stopped answering'
+FROM (SELECT id FROM mailroom.email_queue
+      WHERE status = 'assigned' AND lease_expires_at < now()
+      FOR UPDATE SKIP LOCKED) expired
+WHERE q.id = expired.id AND q.status = 'assigned' AND q.lease_expires_at < now()
+RETURNING q.id
+"""
+
+NEXT_DUE = "SELECT min(scheduled_for) AS due FROM mailroom.email_queue WHERE status = 'pending'"
+
+ANY_DUE = (
+    "SELECT EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' AND scheduled_for <= now())"
+)

@@ -201,9 +201,9 @@ Index(
     postgresql_where=text("status = 'pending'"),
 )
 Index(
-    "email_queue_retry_due_idx",
-    email_queue.c.next_retry_at,
-    postgresql_where=text("status = 'pending' AND next_retry_at IS NOT NULL"),
+    "email_queue_due_idx",
+    email_queue.c.scheduled_for,
+    postgresql_where=text("status = 'pending'"),
 )
 Index("email_queue_lease_idx", email_queue.c.lease_expires_at, postgresql_where=text("status = 'assigned'"))
 Index("email_queue_failed_idx", email_queue.c.finished_at.desc(), postgresql_where=text("status = 'failed'"))

@@ -141,3 +141,16 @@ def set_sender_status(
     if current is None:
         raise LookupError(f"no sender account named {name!r}")
     raise ValueError(f"sender account {name!r} is {current[0]}; cannot set it {status}")
+
+
+ELIGIBLE_SENDERS = """
+SELECT id, name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
+       smtp_password_encrypted, send_delay_ms, max_connections
+FROM mailroom.sender_accounts
+WHERE status IN ('active', 'warming_up')
+   OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date)
+ORDER BY id
+"""
+
+RESERVE = "SELECT mailroom.reserve_quota(%s, %s)"
+RELEASE_QUOTA = "SELECT mailroom.release_quota(%s, %s)"

@@ -48,6 +48,8 @@ FUNCTIONS = (
     "random_code()",
     "ensure_month_partitions(text, date, integer)",
     "sender_accounts_before_update()",
+    "reserve_quota(bigint, integer)",
+    "release_quota(bigint, integer)",
     "email_queue_before_update()",
     "email_queue_before_insert()",
     "email_queue_notify_insert()",

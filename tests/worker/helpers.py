@@ -1,0 +1,89 @@
+"""Small helpers shared by the worker tests."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import psycopg
+
+from worker.config import Settings
+from worker.crypto import SecretBox
+from worker.delivery import Worker, WorkerOptions
+from worker.outbox import EmailRequest, enqueue
+from worker.senders import SenderSpec
+from worker.senders import add_sender as add_sender_account
+
+
+def add_sender(
+    db_url: str,
+    port: int,
+    *,
+    daily_limit: int = 10_000,
+    username: str | None = None,
+    password: str | None = None,
+    settings: Settings | None = None,
+    name: str = "primary",
+) -> int:
+    """Add a sender account pointing at the local SMTP server."""
+    key = settings.secret_key if settings and settings.secret_key else "x" * 43 + "="
+    with psycopg.connect(db_url) as conn:
+        return add_sender_account(
+            conn,
+            SenderSpec(
+                name, "noreply@example.org", "127.0.0.1", port, "Mailroom", "none", username, daily_limit
+            ),
+            password,
+            SecretBox(key),
+        )
+
+
+def enqueue_many(
+    db_url: str, n: int, *, start: int = 0, campaign_id: str | None = None, max_retries: int | None = None
+) -> list[int]:
+    """Enqueue n plain emails to u{start}..u{start+n-1}@example.com, committed."""
+    settings = Settings(database_url=db_url)
+    with psycopg.connect(db_url) as conn:
+        return [
+            enqueue(
+                conn,
+                EmailRequest(
+                    to=f"u{i}@example.com",
+                    subject=f"Hello {i}",
+                    text=f"Body {i}",
+                    campaign_id=campaign_id,
+                    max_retries=max_retries,
+                ),
+                settings=settings,
+            )
+            for i in range(start, start + n)
+        ]
+
+
+def statuses(db_url: str) -> dict[str, int]:
+    """Count emails per status."""
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT status, count(*) FROM mailroom.email_queue GROUP BY status").fetchall()
+    return {str(s): int(n) for s, n in rows}
+
+
+async def run_until_drained(
+    db_url: str, settings: Settings, *, rounds: int = 1, concurrency: int = 1, smtp_timeout: float = 5.0
+) -> int:
+    """Run a draining worker; repeat `rounds` times so backed-off retries come due; return emails sent."""
+    import asyncio
+
+    sent = 0
+    for round_ in range(rounds):
+        if round_:
+            await asyncio.sleep(settings.retry_cap_seconds)
+        worker = Worker(
+            db_url,
+            settings,
+            WorkerOptions(concurrency=concurrency, drain=True, poll_seconds=0.2, smtp_timeout=smtp_timeout),
+        )
+        await asyncio.wait_for(worker.run(), timeout=60)
+        sent += worker.sent
+    return sent
+
+
+_ = replace

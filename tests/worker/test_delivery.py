@@ -1,0 +1,284 @@
+"""The delivery engine against a real PostgreSQL and a real SMTP server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
+from worker.config import Settings
+from worker.sink import Drop, RunningSink, Stall
+
+
+async def test_sends_every_email_once_with_stable_message_id(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 30)
+    sent = await run_until_drained(db_url, fast_settings)
+    assert sent == 30
+    assert statuses(db_url) == {"sent": 30}
+    assert len(smtp_sink.messages) == 30
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT id, message_id FROM mailroom.email_queue ORDER BY id").fetchall()
+        logs = conn.execute("SELECT count(*) FROM mailroom.send_logs WHERE outcome = 'sent'").fetchone()
+    received = {m.message["Message-ID"] for m in smtp_sink.messages}
+    assert received == {r[1] for r in rows}
+    assert [r[0] for r in rows] == ids
+    assert logs == (30,)
+
+
+async def test_transient_replies_are_retried_until_sent(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_rcpt(
+        "u0@example.com", "421 4.3.2 Try later", "450 4.2.0 Mailbox busy", "451 4.3.0 Local error", "250 OK"
+    )
+    enqueue_many(db_url, 1)
+    await run_until_drained(db_url, fast_settings, rounds=8)
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT status, retry_count FROM mailroom.email_queue").fetchone()
+        logs = conn.execute(
+            "SELECT attempt, outcome, smtp_code FROM mailroom.send_logs ORDER BY attempt"
+        ).fetchall()
+    assert row == ("sent", 3)
+    assert logs == [(1, "transient", 421), (2, "transient", 450), (3, "transient", 451), (4, "sent", 250)]
+
+
+async def test_bad_mailbox_fails_at_once_and_is_bounced(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_rcpt("u0@example.com", "550 5.1.1 User unknown")
+    enqueue_many(db_url, 2)
+    await run_until_drained(db_url, fast_settings)
+    with psycopg.connect(db_url) as conn:
+        failed = conn.execute(
+            "SELECT recipient_email, retry_count, last_error FROM mailroom.email_queue"
+            " WHERE status = 'failed'"
+        ).fetchall()
+        bounce = conn.execute("SELECT email, bounce_type, enhanced_code FROM mailroom.bounce_list").fetchall()
+    assert failed == [("u0@example.com", 0, "5.1.1 User unknown")]
+    assert bounce == [("u0@example.com", "hard", "5.1.1")]
+    assert statuses(db_url) == {"sent": 1, "failed": 1}
+
+
+async def test_message_too_big_fails_without_bouncing_the_address(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_data("u0@example.com", "552 5.3.4 Message too big")
+    enqueue_many(db_url, 1)
+    await run_until_drained(db_url, fast_settings)
+    assert statuses(db_url) == {"failed": 1}
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM mailroom.bounce_list").fetchone() == (0,)
+
+
+async def test_auth_failure_suspends_sender_and_returns_email_uncharged(
+    db_url: str, fast_settings: Settings, smtp_sink_factory: Callable[..., RunningSink]
+) -> None:
+    sink = smtp_sink_factory(auth=("mailer", "right-password"))
+    add_sender(db_url, sink.port, username="mailer", password="wrong-password", settings=fast_settings)
+    enqueue_many(db_url, 3)
+    await run_until_drained(db_url, fast_settings)
+    with psycopg.connect(db_url) as conn:
+        sender = conn.execute("SELECT status, status_reason FROM mailroom.sender_accounts").fetchone()
+        emails = conn.execute("SELECT status, retry_count FROM mailroom.email_queue").fetchall()
+        logs = conn.execute("SELECT outcome, smtp_code FROM mailroom.send_logs").fetchall()
+    assert sender is not None and sender[0] == "suspended" and "535" in sender[1]
+    assert emails == [("pending", 0)] * 3
+    assert logs == [("auth_failed", 535)]
+
+
+async def test_dropped_connection_mid_data_is_retried(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_data("u0@example.com", Drop(), "250 OK")
+    enqueue_many(db_url, 2)
+    await run_until_drained(db_url, fast_settings, rounds=4)
+    assert statuses(db_url) == {"sent": 2}
+    with psycopg.connect(db_url) as conn:
+        first = conn.execute(
+            "SELECT outcome, smtp_code FROM mailroom.send_logs JOIN mailroom.email_queue e"
+            " ON e.id = email_id WHERE e.recipient_email = 'u0@example.com' ORDER BY attempt"
+        ).fetchall()
+    assert first == [("transient", None), ("sent", 250)]
+
+
+async def test_stalled_server_times_out_and_is_retried(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_rcpt("u0@example.com", Stall(), "250 OK")
+    enqueue_many(db_url, 1)
+    await run_until_drained(db_url, fast_settings, rounds=4, smtp_timeout=0.5)
+    assert statuses(db_url) == {"sent": 1}
+    with psycopg.connect(db_url) as conn:
+        logs = conn.execute("SELECT outcome, response FROM mailroom.send_logs ORDER BY attempt").fetchall()
+    assert logs[0][0] == "transient" and "Timeout" in logs[0][1]
+
+
+async def test_unsubscribed_between_enqueue_and_claim_is_never_sent(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 3, campaign_id="newsletter")
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO mailroom.unsubscribe_list (email, source) VALUES ('u1@example.com', 'one_click')"
+        )
+        conn.execute(
+            "INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES ('u2@example.com', 'complaint')"
+        )
+    await run_until_drained(db_url, fast_settings)
+    assert [m.rcpt_tos for m in smtp_sink.messages] == [("u0@example.com",)]
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT recipient_email, status, suppression_reason FROM mailroom.email_queue ORDER BY id"
+        ).fetchall()
+    assert rows == [
+        ("u0@example.com", "sent", None),
+        ("u1@example.com", "suppressed", "unsubscribed"),
+        ("u2@example.com", "suppressed", "on the bounce list (complaint)"),
+    ]
+
+
+async def test_retries_exhausted_fail_with_last_error(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_rcpt("u0@example.com", "450 4.2.0 Mailbox busy")
+    enqueue_many(db_url, 1, max_retries=2)
+    await run_until_drained(db_url, fast_settings, rounds=6)
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT status, retry_count, last_error FROM mailroom.email_queue").fetchone()
+    assert row == ("failed", 2, "4.2.0 Mailbox busy")
+
+
+async def test_daily_limit_pauses_sender_and_leaves_the_rest_pending(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port, daily_limit=7)
+    enqueue_many(db_url, 10)
+    await run_until_drained(db_url, fast_settings)
+    assert statuses(db_url) == {"sent": 7, "pending": 3}
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT status FROM mailroom.sender_accounts").fetchone() == (
+            "paused_limit_reached",
+        )
+        # The next UTC day: the account is usable again without any cron.
+        conn.execute("UPDATE mailroom.sender_accounts SET limit_reached_on = limit_reached_on - 1")
+        conn.execute("UPDATE mailroom.sender_usage SET day = day - 1")
+    await run_until_drained(db_url, fast_settings)
+    assert statuses(db_url) == {"sent": 10}
+
+
+async def test_four_workers_never_exceed_a_daily_limit_or_send_twice(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port, daily_limit=500)
+    enqueue_many(db_url, 2000)
+    results = await asyncio.gather(
+        *(run_until_drained(db_url, fast_settings, concurrency=2) for _ in range(4))
+    )
+    assert sum(results) == 500
+    assert statuses(db_url) == {"sent": 500, "pending": 1500}
+    recipients = [m.rcpt_tos[0] for m in smtp_sink.messages]
+    assert len(recipients) == len(set(recipients)) == 500
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT sum(sent) FROM mailroom.sender_usage").fetchone() == (500,)
+
+
+async def test_expired_lease_returns_email_to_queue_and_late_result_is_ignored(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    from worker.queue import COMPLETE, RESCUE_EXPIRED
+
+    enqueue_many(db_url, 1)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'dead:1',"
+            " lease_token = '00000000-0000-0000-0000-000000000001', lease_expires_at = now() - interval '1s'"
+        )
+        assert len(conn.execute(RESCUE_EXPIRED).fetchall()) == 1
+        row = conn.execute("SELECT status, last_error FROM mailroom.email_queue").fetchone()
+        assert row is not None and row[0] == "pending" and "dead:1" in row[1]
+        late: dict[str, Any] = {
+            "ids": [1],
+            "outcomes": ["sent"],
+            "log_outcomes": ["sent"],
+            "codes": [250],
+            "enhanced": [None],
+            "responses": ["ok"],
+            "durations": [1],
+            "retry_at": [None],
+            "message_ids": ["<x>"],
+            "sender": None,
+            "token": "00000000-0000-0000-0000-000000000001",
+            "owner": "dead:1",
+        }
+        conn.execute(COMPLETE, late)
+        assert conn.execute("SELECT status FROM mailroom.email_queue").fetchone() == ("pending",)
+        assert conn.execute("SELECT count(*) FROM mailroom.send_logs").fetchone() == (0,)
+
+
+async def test_worker_wakes_on_notify_without_polling(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    from worker.delivery import Worker, WorkerOptions
+
+    add_sender(db_url, smtp_sink.port)
+    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=1, poll_seconds=3600))
+    task = asyncio.create_task(worker.run())
+    try:
+        for round_ in range(3):
+            enqueue_many(db_url, 1, start=round_)
+            assert await smtp_sink.wait_for(round_ + 1, timeout=10)
+    finally:
+        worker.stop()
+        await task
+    assert statuses(db_url) == {"sent": 3}
+
+
+async def test_shutdown_releases_claimed_but_unsent_email(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    from worker.delivery import Worker, WorkerOptions
+
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_rcpt(lambda a: True, Stall())
+    enqueue_many(db_url, 5)
+    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=1, grace_seconds=0.5))
+    task = asyncio.create_task(worker.run())
+    assert await wait_until(lambda: statuses(db_url).get("assigned") == 5)
+    worker.stop()
+    await task
+    assert statuses(db_url) == {"pending": 5}
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def fast_settings(settings: Settings) -> Settings:
+    """Short retries and leases so tests run in seconds."""
+    from dataclasses import replace
+
+    return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
+
+
+_ = Awaitable

@@ -1,0 +1,63 @@
+"""What an SMTP reply means for the email, the address and the sender account."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+_ENHANCED = re.compile(r"^\s*([245])\.(\d{1,3})\.(\d{1,3})\b")
+
+
+class Verdict(enum.Enum):
+    """The fate of one attempt."""
+
+    SENT = "sent"
+    TRANSIENT = "transient"  # retry with backoff
+    PERMANENT = "permanent"  # fail the email, keep the address
+    BOUNCE = "bounced"  # fail the email and put the address on the bounce list
+    AUTH = "auth_failed"  # suspend the sender account, return the email uncharged
+    LOCAL = "local_error"  # our own command was refused: never the address's fault
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One SMTP outcome: the reply code (None when no reply came: timeout, dropped connection) and text."""
+
+    code: int | None
+    text: str
+    phase: str = "data"  # connect, auth, mail, rcpt, data
+
+    @property
+    def enhanced(self) -> str | None:
+        """The RFC 3463 enhanced status code at the start of the text, e.g. '5.1.1'."""
+        match = _ENHANCED.match(self.text)
+        return ".".join(match.groups()) if match else None
+
+
+def classify(reply: Reply) -> Verdict:
+    """Map a reply to a verdict by its code and enhanced status code."""
+    code, enhanced = reply.code, reply.enhanced
+    if code is None:
+        return Verdict.TRANSIENT
+    if 200 <= code < 300:
+        return Verdict.SENT
+    if code in (530, 535) or (enhanced in ("5.7.8", "5.7.0") and reply.phase == "auth"):
+        return Verdict.AUTH
+    if 400 <= code < 500:
+        return Verdict.TRANSIENT
+    if code in (500, 501, 502, 503, 504) and not (enhanced or "").startswith("5.1."):
+        return Verdict.LOCAL
+    if code == 552 or enhanced == "5.3.4":
+        return Verdict.PERMANENT  # message too big: the message's fault, not the mailbox's
+    if enhanced is not None:
+        return Verdict.BOUNCE if enhanced.startswith("5.1.") else Verdict.PERMANENT
+    if reply.phase == "rcpt" and code in (550, 551, 553):
+        return Verdict.BOUNCE
+    return Verdict.PERMANENT
+
+
+def backoff_seconds(retry_count: int, base: float, cap: float, unit_random: float) -> float:
+    """Exponential backoff with equal jitter: base * 2**retry_count, capped, then between half and all of it."""
+    ceiling = min(cap, base * (2.0 ** min(retry_count, 32)))
+    return ceiling / 2 + ceiling / 2 * unit_random

@@ -1,0 +1,496 @@
+"""The delivery engine: slots that claim email in batches, send it over SMTP and record every attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from worker import queue as q
+from worker.classify import Verdict, backoff_seconds, classify
+from worker.config import ConfigError, Settings
+from worker.crypto import SecretBox, secret_box
+from worker.listen import Listener, Waker
+from worker.masking import mask_address
+from worker.message import build_message
+from worker.senders import ELIGIBLE_SENDERS, RELEASE_QUOTA, RESERVE
+from worker.smtp import Attempt, SmtpAccount, SmtpConnection
+
+log = logging.getLogger("mailroom.worker")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How one worker process runs."""
+
+    concurrency: int = 4
+    batch_size: int = 50
+    drain: bool = False
+    grace_seconds: float = 10.0
+    poll_seconds: float = 30.0
+    smtp_timeout: float = 30.0
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+
+
+@dataclass(frozen=True)
+class Sender:
+    """An eligible sender account as the engine uses it."""
+
+    account: SmtpAccount
+    name: str
+    from_email: str
+    from_name: str | None
+    send_delay_ms: int
+    max_connections: int
+
+
+@dataclass
+class _Outcome:
+    email_id: int
+    outcome: str  # sent, retry, failed, release
+    verdict: Verdict
+    attempt: Attempt
+    retry_at: datetime | None
+    message_id: str | None
+
+
+class Worker:
+    """One worker process: `concurrency` slots, one LISTEN connection, lease renewal and rescue."""
+
+    def __init__(
+        self, url: str, settings: Settings, options: WorkerOptions, listen_url: str | None = None
+    ) -> None:
+        self.url = url
+        self.settings = settings
+        self.options = options
+        self.waker = Waker()
+        self.listener = Listener(listen_url or url, ("mailroom_queue",), self.waker)
+        self.stopping = asyncio.Event()
+        self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+        self._tokens: set[uuid.UUID] = set()
+        self._senders: list[Sender] = []
+        self._senders_at = 0.0
+        self._exhausted: set[int] = set()
+        self._pace: dict[int, float] = {}
+        self._pace_locks: dict[int, asyncio.Lock] = {}
+        self._box: SecretBox | None = None
+        self.sent = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Deliver until stopped (or, with `drain`, until nothing is due)."""
+        self.pool = AsyncConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.options.concurrency + 2,
+            open=False,
+            check=AsyncConnectionPool.check_connection,
+            kwargs={"autocommit": True},
+        )
+        await self.pool.open(wait=True, timeout=30)
+        background = [
+            asyncio.create_task(self.listener.run(), name="listen"),
+            asyncio.create_task(self._renew_leases(), name="renew"),
+            asyncio.create_task(self._rescue_loop(), name="rescue"),
+        ]
+        slots = [
+            asyncio.create_task(self._slot(i), name=f"slot-{i}") for i in range(self.options.concurrency)
+        ]
+        log.info(
+            "worker %s started: %d slots, batch %d", self.options.owner, len(slots), self.options.batch_size
+        )
+        try:
+            stop_wait = asyncio.create_task(self.stopping.wait())
+            waiters: set[asyncio.Future[Any]] = {stop_wait, asyncio.gather(*slots)}
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if self.stopping.is_set():
+                self.waker.notify()
+                _, late = await asyncio.wait(slots, timeout=self.options.grace_seconds)
+                for task in late:
+                    task.cancel()
+                await asyncio.gather(*slots, return_exceptions=True)
+            stop_wait.cancel()
+            for task in slots:
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await self.pool.close()
+            log.info("worker %s stopped after sending %d", self.options.owner, self.sent)
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight sends finish within the grace period, the rest is released."""
+        self.stopping.set()
+        self.waker.notify()
+
+    # -- slots ----------------------------------------------------------------------------------
+
+    async def _slot(self, index: int) -> None:
+        connections: dict[int, SmtpConnection] = {}
+        try:
+            while not self.stopping.is_set():
+                try:
+                    worked = await self._one_batch(index, connections)
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    log.warning("slot %d: database unavailable (%s); retrying", index, exc)
+                    await self._idle(1.0)
+                    continue
+                if worked:
+                    continue
+                if self.options.drain and not await self._anything_due():
+                    return
+                await self._idle(await self._idle_timeout())
+        finally:
+            for connection in connections.values():
+                await connection.close()
+
+    async def _one_batch(self, index: int, connections: dict[int, SmtpConnection]) -> bool:
+        sender = await self._pick_sender(index)
+        if sender is None:
+            return False
+        sender_id = sender.account.sender_id
+        granted = await self._scalar(RESERVE, (sender_id, self.options.batch_size))
+        if not granted:
+            self._exhausted.add(sender_id)
+            return True
+        token = uuid.uuid4()
+        rows = await self._claim(sender_id, token, int(granted))
+        assigned = [r for r in rows if r["status"] == "assigned"]
+        unused = int(granted) - len(assigned)
+        if unused:
+            await self._scalar(RELEASE_QUOTA, (sender_id, unused))
+        if not rows:
+            return False
+        if not assigned:
+            return True
+        self._tokens.add(token)
+        try:
+            await self._deliver(sender, token, assigned, connections)
+        except asyncio.CancelledError:
+            # Shutdown outlived the grace period: hand back whatever this claim still holds.
+            await asyncio.shield(self._release(token, [e["id"] for e in assigned]))
+            raise
+        finally:
+            self._tokens.discard(token)
+        return True
+
+    async def _claim(self, sender_id: int, token: uuid.UUID, limit: int) -> list[dict[str, Any]]:
+        assert self.pool is not None
+        params = {
+            "limit": limit,
+            "owner": self.options.owner,
+            "token": token,
+            "lease": self.settings.lease_seconds,
+            "sender": sender_id,
+        }
+        async with (
+            self.pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            await cur.execute(q.CLAIM, params)
+            rows = await cur.fetchall()
+            suppressed = [r["id"] for r in rows if r["status"] == "suppressed"]
+            if suppressed:
+                await cur.execute(q.LOG_SUPPRESSED, {"ids": suppressed, "owner": self.options.owner})
+        for row in rows:
+            if row["status"] == "suppressed":
+                log.info(
+                    "email %s to %s suppressed: %s",
+                    row["id"],
+                    mask_address(row["recipient_email"]),
+                    row["suppression_reason"],
+                )
+        if rows:
+            log.info("claimed %d email(s), %d suppressed", len(rows), len(suppressed))
+        return rows
+
+    async def _deliver(
+        self,
+        sender: Sender,
+        token: uuid.UUID,
+        emails: Sequence[dict[str, Any]],
+        connections: dict[int, SmtpConnection],
+    ) -> None:
+        sender_id = sender.account.sender_id
+        connection = connections.get(sender_id)
+        if connection is None:
+            for other in list(connections):
+                await connections.pop(other).close()
+            connection = connections[sender_id] = SmtpConnection(sender.account)
+        pending = list(emails)
+        charged_back = 0
+        while pending:
+            if self.stopping.is_set():
+                break
+            email = pending.pop(0)
+            await self._pace_sender(sender)
+            envelope = build_message(email, sender.from_email, sender.from_name)
+            attempt = await connection.send(envelope)
+            outcome = self._decide(email, attempt, envelope.message_id)
+            await self._record(sender, token, [outcome], email)
+            if outcome.outcome != "sent" and outcome.verdict is not Verdict.PERMANENT:
+                charged_back += 1
+            if outcome.verdict is Verdict.AUTH:
+                await self._suspend(sender, attempt)
+                break
+        if pending:
+            await self._release(token, [e["id"] for e in pending])
+            charged_back += len(pending)
+        if charged_back:
+            await self._scalar(RELEASE_QUOTA, (sender_id, charged_back))
+
+    def _decide(self, email: dict[str, Any], attempt: Attempt, message_id: str) -> _Outcome:
+        verdict = classify(attempt.reply)
+        retry_at = None
+        if verdict is Verdict.SENT:
+            outcome = "sent"
+        elif verdict is Verdict.AUTH:
+            outcome = "release"
+        elif verdict in (Verdict.TRANSIENT, Verdict.LOCAL) and email["retry_count"] < email["max_retries"]:
+            outcome = "retry"
+            delay = backoff_seconds(
+                email["retry_count"],
+                self.settings.retry_base_seconds,
+                self.settings.retry_cap_seconds,
+                random.random(),
+            )
+            retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+        else:
+            outcome = "failed"
+        if outcome != "sent":
+            log.warning(
+                "email %s to %s: %s %s (%s) -> %s",
+                email["id"],
+                mask_address(email["recipient_email"]),
+                attempt.reply.code,
+                attempt.reply.text[:200],
+                verdict.value,
+                outcome,
+            )
+        return _Outcome(email["id"], outcome, verdict, attempt, retry_at, message_id)
+
+    async def _record(
+        self, sender: Sender, token: uuid.UUID, outcomes: Sequence[_Outcome], email: dict[str, Any]
+    ) -> None:
+        """Commit the attempt before the next message goes out on this connection.
+
+        synchronous_commit is off for these small commits: a killed worker loses nothing (the
+        server has the commit), only a crash of PostgreSQL itself could forget the last few
+        hundred milliseconds, and then the email is sent again (at-least-once).
+        """
+        params = {
+            "ids": [o.email_id for o in outcomes],
+            "outcomes": [o.outcome for o in outcomes],
+            "log_outcomes": [o.verdict.value for o in outcomes],
+            "codes": [o.attempt.reply.code for o in outcomes],
+            "enhanced": [o.attempt.reply.enhanced for o in outcomes],
+            "responses": [o.attempt.reply.text or "(no text)" for o in outcomes],
+            "durations": [o.attempt.duration_ms for o in outcomes],
+            "retry_at": [o.retry_at for o in outcomes],
+            "message_ids": [o.message_id for o in outcomes],
+            "sender": sender.account.sender_id,
+            "token": token,
+            "owner": self.options.owner,
+        }
+        bounces = [o for o in outcomes if o.verdict is Verdict.BOUNCE]
+        errors = sum(1 for o in outcomes if o.outcome != "sent")
+        deadline = time.monotonic() + max(self.settings.lease_seconds, 5.0)
+        while True:
+            try:
+                assert self.pool is not None
+                async with self.pool.connection() as conn, conn.transaction():
+                    await conn.execute("SET LOCAL synchronous_commit = off")
+                    await conn.execute(q.COMPLETE, params)
+                    if bounces:
+                        await conn.execute(
+                            q.RECORD_BOUNCES,
+                            {
+                                "emails": [email["recipient_email"]],
+                                "reasons": [o.attempt.reply.text for o in bounces],
+                                "codes": [o.attempt.reply.code for o in bounces],
+                                "enhanced": [o.attempt.reply.enhanced for o in bounces],
+                                "campaigns": [email["campaign_id"]],
+                                "sender": sender.account.sender_id,
+                            },
+                        )
+                    if bounces or errors:
+                        await conn.execute(
+                            q.COUNT_USAGE,
+                            {"sender": sender.account.sender_id, "bounces": len(bounces), "errors": errors},
+                        )
+                    await conn.execute(q.TOUCH_SENDER, (sender.account.sender_id,))
+                break
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("recording email %s failed (%s); retrying", email["id"], exc)
+                await asyncio.sleep(0.5)
+        self.sent += sum(1 for o in outcomes if o.outcome == "sent")
+
+    async def _release(self, token: uuid.UUID, ids: list[int]) -> None:
+        assert self.pool is not None
+        async with self.pool.connection() as conn:
+            await conn.execute(q.RELEASE, {"ids": ids, "token": token})
+        log.info("released %d claimed email(s) back to the queue", len(ids))
+
+    async def _suspend(self, sender: Sender, attempt: Attempt) -> None:
+        reason = f"authentication failed: {attempt.reply.code} {attempt.reply.text}"[:500]
+        assert self.pool is not None
+        async with self.pool.connection() as conn:
+            await conn.execute(q.SUSPEND_SENDER, {"sender": sender.account.sender_id, "reason": reason})
+        self._senders_at = 0.0
+        log.error("sender account %s suspended: %s", sender.name, reason)
+
+    # -- senders --------------------------------------------------------------------------------
+
+    async def _pick_sender(self, index: int) -> Sender | None:
+        if time.monotonic() - self._senders_at > 5.0 or not self._senders:
+            await self._load_senders()
+        usable = [s for s in self._senders if s.account.sender_id not in self._exhausted]
+        if not usable:
+            return None
+        return usable[index % len(usable)]
+
+    async def _load_senders(self) -> None:
+        assert self.pool is not None
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(ELIGIBLE_SENDERS)
+            rows = await cur.fetchall()
+        senders = []
+        for row in rows:
+            password = None
+            if row["smtp_password_encrypted"] is not None:
+                try:
+                    if self._box is None:
+                        self._box = secret_box(self.settings)
+                    password = self._box.decrypt(row["smtp_password_encrypted"])
+                except ConfigError as exc:
+                    log.error("sender account %s skipped: %s", row["name"], exc)
+                    continue
+            account = SmtpAccount(
+                row["id"],
+                row["smtp_host"],
+                row["smtp_port"],
+                row["smtp_security"],
+                row["smtp_username"],
+                password,
+                self.options.smtp_timeout,
+            )
+            senders.append(
+                Sender(
+                    account,
+                    row["name"],
+                    row["from_email"],
+                    row["from_name"],
+                    row["send_delay_ms"],
+                    row["max_connections"],
+                )
+            )
+        self._senders = senders
+        self._senders_at = time.monotonic()
+        self._exhausted.clear()
+
+    async def _pace_sender(self, sender: Sender) -> None:
+        if sender.send_delay_ms <= 0:
+            return
+        sender_id = sender.account.sender_id
+        lock = self._pace_locks.setdefault(sender_id, asyncio.Lock())
+        async with lock:
+            now = time.monotonic()
+            wait = self._pace.get(sender_id, 0.0) - now
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._pace[sender_id] = max(now, self._pace.get(sender_id, 0.0)) + sender.send_delay_ms / 1000
+
+    # -- idle, leases, rescue -----------------------------------------------------------------
+
+    async def _idle(self, seconds: float) -> None:
+        if not self.stopping.is_set():
+            await self.waker.wait(seconds)
+
+    async def _idle_timeout(self) -> float:
+        """Sleep until the next scheduled email is due, a NOTIFY arrives, or the fallback timer fires."""
+        fallback = self.options.poll_seconds if self.listener.live else min(self.options.poll_seconds, 1.0)
+        if self._exhausted and len(self._exhausted) >= len(self._senders):
+            return fallback
+        try:
+            due = await self._scalar(q.NEXT_DUE, ())
+        except psycopg.Error:
+            return 1.0
+        if due is None:
+            return fallback
+        return float(max(0.01, min(fallback, (due - datetime.now(UTC)).total_seconds())))
+
+    async def _anything_due(self) -> bool:
+        if not self._senders or len(self._exhausted) >= len(self._senders):
+            return False
+        return bool(await self._scalar(q.ANY_DUE, ()))
+
+    async def _scalar(self, statement: str, params: Sequence[Any] | dict[str, Any]) -> Any:
+        assert self.pool is not None
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(statement, params)
+            row = await cur.fetchone()
+        return row[0] if row else None
+
+    async def _renew_leases(self) -> None:
+        interval = max(self.settings.lease_seconds / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            if not self._tokens:
+                continue
+            try:
+                assert self.pool is not None
+                async with self.pool.connection() as conn:
+                    await conn.execute(
+                        q.RENEW_LEASES, {"lease": self.settings.lease_seconds, "tokens": list(self._tokens)}
+                    )
+            except psycopg.Error as exc:
+                log.warning("lease renewal failed: %s", exc)
+
+    async def _rescue_loop(self) -> None:
+        interval = max(self.settings.lease_seconds / 2, 0.1)
+        while True:
+            try:
+                assert self.pool is not None
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute(q.RESCUE_EXPIRED)
+                    rescued = await cur.fetchall()
+                if rescued:
+                    log.warning("returned %d email(s) with expired leases to the queue", len(rescued))
+                    self.waker.notify()
+            except psycopg.Error as exc:
+                log.warning("lease rescue failed: %s", exc)
+            await asyncio.sleep(interval)
+
+
+async def run_worker(
+    url: str, settings: Settings, options: WorkerOptions, listen_url: str | None = None
+) -> int:
+    """Run one worker until SIGTERM/SIGINT (or until drained); return how many emails it sent."""
+    import signal
+
+    worker = Worker(url, settings, options, listen_url)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, worker.stop)
+    await worker.run()
+    return worker.sent

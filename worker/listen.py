@@ -1,0 +1,70 @@
+"""LISTEN on a dedicated autocommit connection, re-LISTEN after reconnects, and wake whoever waits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+import psycopg
+from psycopg import sql
+
+log = logging.getLogger("mailroom.listen")
+
+
+class Waker:
+    """An event that wakes every waiter once per notify (no lost wake-ups, no busy loop)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        """Wake everyone waiting now."""
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait for the next notify, at most `seconds`; return whether a notify came."""
+        event = self._event
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), seconds)
+            return True
+        return False
+
+
+class Listener:
+    """Keeps one LISTEN connection open; every notification (and every reconnect) calls `waker.notify()`."""
+
+    def __init__(self, url: str, channels: Sequence[str], waker: Waker) -> None:
+        self.url = url
+        self.channels = tuple(channels)
+        self.waker = waker
+        self.live = False
+        self.unavailable = False
+
+    async def run(self) -> None:
+        """Listen until cancelled, reconnecting with backoff; fall back to polling if LISTEN is refused."""
+        delay = 0.2
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+                    for channel in self.channels:
+                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self.live = True
+                    delay = 0.2
+                    self.waker.notify()  # full pass after every (re)connect: we may have missed something
+                    async for _ in conn.notifies():
+                        self.waker.notify()
+            except (psycopg.errors.FeatureNotSupported, psycopg.errors.InsufficientPrivilege) as exc:
+                self.live = False
+                self.unavailable = True
+                log.warning("LISTEN is unavailable (%s); polling instead", exc)
+                return
+            except psycopg.Error as exc:
+                if self.live:
+                    log.warning("LISTEN connection lost (%s); reconnecting", exc)
+                self.live = False
+                self.waker.notify()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

@@ -1,0 +1,124 @@
+"""SMTP delivery over aiosmtplib: one persistent connection per slot, reset after anything unexpected."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import aiosmtplib
+
+from worker.classify import Reply
+from worker.message import Envelope
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SmtpAccount:
+    """How to reach and authenticate to one sender account's SMTP server."""
+
+    sender_id: int
+    host: str
+    port: int
+    security: str  # none, starttls, tls
+    username: str | None
+    password: str | None
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The reply to one message and how long it took."""
+
+    reply: Reply
+    duration_ms: int
+
+
+class SmtpConnection:
+    """A persistent connection to one account's server; reconnects lazily, resets after errors."""
+
+    def __init__(self, account: SmtpAccount) -> None:
+        self.account = account
+        self._client: aiosmtplib.SMTP | None = None
+
+    async def _connect(self) -> aiosmtplib.SMTP:
+        account = self.account
+        client = aiosmtplib.SMTP(
+            hostname=account.host,
+            port=account.port,
+            use_tls=account.security == "tls",
+            start_tls=account.security == "starttls",
+            timeout=account.timeout,
+        )
+        # Held before anything can fail, so a refused login still closes this socket.
+        self._client = client
+        await client.connect()
+        if account.username:
+            await client.login(account.username, account.password or "")
+        return client
+
+    async def close(self) -> None:
+        """Say QUIT when possible, drop the connection otherwise."""
+        client, self._client = self._client, None
+        if client is None:
+            return
+        try:
+            if client.is_connected:
+                await asyncio.wait_for(client.quit(), timeout=2)
+        except (aiosmtplib.SMTPException, OSError, TimeoutError):
+            client.close()
+
+    def _drop(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    async def _reset(self) -> None:
+        """After a refused command the session may hold half a transaction: RSET, or start over."""
+        client = self._client
+        if client is None:
+            return
+        try:
+            await client.rset()
+        except (aiosmtplib.SMTPException, OSError, TimeoutError):
+            self._drop()
+
+    async def send(self, envelope: Envelope) -> Attempt:
+        """Send one prepared message; never raises for SMTP or network trouble, it returns the reply."""
+        started = time.perf_counter()
+        reply = await self._send(envelope)
+        return Attempt(reply=reply, duration_ms=int((time.perf_counter() - started) * 1000))
+
+    async def _send(self, envelope: Envelope) -> Reply:
+        phase = "connect"
+        try:
+            client = self._client if self._client is not None and self._client.is_connected else None
+            if client is None:
+                self._drop()
+                phase = "auth" if self.account.username else "connect"
+                client = await self._connect()
+            phase = "data"
+            _, text = await client.sendmail(envelope.sender, [envelope.recipient], envelope.content)
+            return Reply(250, text, "data")
+        except aiosmtplib.SMTPAuthenticationError as exc:
+            self._drop()
+            return Reply(exc.code, exc.message, "auth")
+        except aiosmtplib.SMTPRecipientsRefused as exc:
+            refused = exc.recipients[0]
+            await self._reset()
+            return Reply(refused.code, refused.message, "rcpt")
+        except aiosmtplib.SMTPSenderRefused as exc:
+            await self._reset()
+            return Reply(exc.code, exc.message, "mail")
+        except aiosmtplib.SMTPResponseException as exc:
+            if exc.code == 421 or phase != "data":
+                self._drop()
+            else:
+                await self._reset()
+            return Reply(exc.code, exc.message, phase)
+        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+            # Timeouts, dropped connections, refused connects: nothing reliable is left on this socket.
+            self._drop()
+            return Reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
