@@ -113,21 +113,24 @@ class Worker:
         log.info(
             "worker %s started: %d slots, batch %d", self.options.owner, len(slots), self.options.batch_size
         )
+        stop_wait = asyncio.create_task(self.stopping.wait())
         try:
-            stop_wait = asyncio.create_task(self.stopping.wait())
-            waiters: set[asyncio.Future[Any]] = {stop_wait, asyncio.gather(*slots)}
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            if self.stopping.is_set():
+            running: set[asyncio.Task[Any]] = set(slots)
+            while running and not self.stopping.is_set():
+                done, _ = await asyncio.wait(running | {stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                running -= done
+                failed = [t for t in done if t is not stop_wait and t.exception() is not None]
+                if failed:
+                    self.stop()
+                    raise failed[0].exception()  # type: ignore[misc]
+            if running:
                 self.waker.notify()
-                _, late = await asyncio.wait(slots, timeout=self.options.grace_seconds)
+                _, late = await asyncio.wait(running, timeout=self.options.grace_seconds)
                 for task in late:
                     task.cancel()
-                await asyncio.gather(*slots, return_exceptions=True)
-            stop_wait.cancel()
-            for task in slots:
-                if task.done() and not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+                await asyncio.gather(*running, return_exceptions=True)
         finally:
+            stop_wait.cancel()
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)

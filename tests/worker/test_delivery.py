@@ -263,9 +263,9 @@ async def test_shutdown_releases_claimed_but_unsent_email(
     assert statuses(db_url) == {"pending": 5}
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> bool:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + seconds
     while loop.time() < deadline:
         if predicate():
             return True
