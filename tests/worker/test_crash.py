@@ -32,10 +32,10 @@ def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def _bulk_enqueue(db_url: str, n: int) -> None:
-    with psycopg.connect(db_url) as conn, conn.cursor() as cur:
-        with cur.copy("COPY mailroom.email_queue (recipient_email, subject, text_body) FROM STDIN") as copy:
-            for i in range(n):
-                copy.write_row((f"r{i}@example.com", f"Crash test {i}", "body"))
+    statement = "COPY mailroom.email_queue (recipient_email, subject, text_body) FROM STDIN"
+    with psycopg.connect(db_url) as conn, conn.cursor() as cur, cur.copy(statement) as copy:
+        for i in range(n):
+            copy.write_row((f"r{i}@example.com", f"Crash test {i}", "body"))
 
 
 def test_kill_minus_nine_at_random_moments_loses_nothing(
@@ -97,7 +97,8 @@ async def test_worker_survives_a_postgresql_restart(
     await asyncio.to_thread(_restart, pg_ctl, Path(str(host)))
     enqueue_many(db_url, 50, start=50)
     deadline = asyncio.get_running_loop().time() + 60
-    while statuses(db_url).get("sent", 0) < 100 and asyncio.get_running_loop().time() < deadline:
+    # The state to wait for lives in another component's database rows: poll it, with a deadline.
+    while statuses(db_url).get("sent", 0) < 100 and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.2)
     worker.stop()
     await task
