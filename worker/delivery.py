@@ -99,7 +99,10 @@ class Worker:
             max_size=self.options.concurrency + 2,
             open=False,
             check=AsyncConnectionPool.check_connection,
-            kwargs={"autocommit": True},
+            # Asynchronous commit for the worker's own bookkeeping: a killed worker loses nothing (the
+            # server has every commit); only a crash of PostgreSQL itself can forget the last few hundred
+            # milliseconds, and then those emails are sent again (delivery is at-least-once anyway).
+            kwargs={"autocommit": True, "options": "-c synchronous_commit=off"},
         )
         await self.pool.open(wait=True, timeout=30)
         background = [
@@ -256,6 +259,8 @@ class Worker:
         if pending:
             await self._release(token, [e["id"] for e in pending])
             charged_back += len(pending)
+        # Once per batch, not per email: the sender row is also what quota reservations lock.
+        await self._scalar(q.TOUCH_SENDER, (sender_id,))
         if charged_back:
             await self._scalar(RELEASE_QUOTA, (sender_id, charged_back))
 
@@ -294,9 +299,7 @@ class Worker:
     ) -> None:
         """Commit the attempt before the next message goes out on this connection.
 
-        synchronous_commit is off for these small commits: a killed worker loses nothing (the
-        server has the commit), only a crash of PostgreSQL itself could forget the last few
-        hundred milliseconds, and then the email is sent again (at-least-once).
+        So a killed worker leaves at most one message per connection sent but not recorded.
         """
         params = {
             "ids": [o.email_id for o in outcomes],
@@ -319,7 +322,6 @@ class Worker:
             try:
                 assert self.pool is not None
                 async with self.pool.connection() as conn, conn.transaction():
-                    await conn.execute("SET LOCAL synchronous_commit = off")
                     await conn.execute(q.COMPLETE, params)
                     if bounces:
                         await conn.execute(
@@ -338,7 +340,6 @@ class Worker:
                             q.COUNT_USAGE,
                             {"sender": sender.account.sender_id, "bounces": len(bounces), "errors": errors},
                         )
-                    await conn.execute(q.TOUCH_SENDER, (sender.account.sender_id,))
                 break
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if time.monotonic() > deadline:

@@ -202,7 +202,9 @@ def prepare(
         locale = rendered.locale
     elif request.data is not None:
         raise ValidationError("data", "data is only used with a template")
-    if subject is None or not subject.strip():
+    # A header cannot carry leading or trailing white space through folding: store what will arrive.
+    subject = subject.strip() if subject is not None else None
+    if subject is None or not subject:
         raise ValidationError("subject", "a subject is required (or a template that renders one)")
     check_header_text("subject", subject)
     if len(subject) > settings.max_subject_chars:

@@ -182,7 +182,7 @@ SET bounces = mailroom.sender_usage.bounces + EXCLUDED.bounces,
     errors = mailroom.sender_usage.errors + EXCLUDED.errors
 """
 
-TOUCH_SENDER = "UPDATE mailroom.sender_accounts SET last_used_at = now() WHERE id = %s"
+TOUCH_SENDER = "UPDATE mailroom.sender_accounts SET last_used_at = now() WHERE id = %s RETURNING id"
 
 SUSPEND_SENDER = """
 UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = %(reason)s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from email.parser import BytesParser
 from email.policy import default
@@ -218,7 +219,12 @@ HEADER_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.s
 )
 
 
-@hyp_settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hyp_settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),  # CI runs the same examples every time; local runs explore
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     to=st.one_of(st.emails(), HEADER_TEXT),
     to_name=st.one_of(st.none(), HEADER_TEXT),

@@ -1,0 +1,102 @@
+"""End-to-end delivery throughput against an SMTP sink on loopback, with the raw ceiling and a naive baseline.
+
+    python bench/throughput.py [N] [CONCURRENCY]
+
+(a) raw ceiling: aiosmtplib sending pre-built bytes over CONCURRENCY connections, no database;
+(b) naive baseline: one email per transaction (claim one, build, send, update), as the references do it;
+(c) Mailroom's worker, draining N emails. Every run uses the same sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import sys
+import time
+from datetime import UTC, datetime
+
+import aiosmtplib
+import psycopg
+from psycopg.rows import dict_row
+
+from bench.common import add_bench_sender, bulk_enqueue, database, reset, sink_process
+from worker.config import Settings
+from worker.delivery import Worker, WorkerOptions
+from worker.message import build_message
+
+
+async def raw_ceiling(port: int, n: int, concurrency: int) -> float:
+    """Messages/s sending the same pre-built bytes with no database at all."""
+    row = {"id": 1, "created_at": datetime.now(UTC), "recipient_email": "user@example.com", "recipient_name": None,
+           "subject": "Benchmark message", "text_body": "Hello from the benchmark.\n", "html_body": None,
+           "headers": {}}
+    content = build_message(row, "bench@example.org").content
+
+    async def one_connection(count: int) -> None:
+        client = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, start_tls=False)
+        await client.connect()
+        for _ in range(count):
+            await client.sendmail("bench@example.org", ["user@example.com"], content)
+        await client.quit()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one_connection(n // concurrency) for _ in range(concurrency)))
+    return (n // concurrency * concurrency) / (time.perf_counter() - started)
+
+
+async def naive_baseline(url: str, port: int, n: int) -> float:
+    """Emails/s with one transaction per email: claim one row, build, send on a new connection, update."""
+    started = time.perf_counter()
+    async with await psycopg.AsyncConnection.connect(url, row_factory=dict_row) as conn:
+        for _ in range(n):
+            async with conn.transaction():
+                cur = await conn.execute(
+                    "SELECT * FROM mailroom.email_queue WHERE status = 'pending' ORDER BY id LIMIT 1"
+                    " FOR UPDATE SKIP LOCKED")
+                row = await cur.fetchone()
+                if row is None:
+                    break
+                envelope = build_message(row, "bench@example.org")
+                await aiosmtplib.send(envelope.content, sender=envelope.sender, recipients=[envelope.recipient],
+                                      hostname="127.0.0.1", port=port, start_tls=False)
+                await conn.execute("UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'naive',"
+                                   " lease_token = gen_random_uuid(), lease_expires_at = now() WHERE id = %s",
+                                   (row["id"],))
+                await conn.execute("UPDATE mailroom.email_queue SET status = 'sent' WHERE id = %s", (row["id"],))
+    return n / (time.perf_counter() - started)
+
+
+async def mailroom_worker(url: str, n: int, concurrency: int) -> tuple[float, int]:
+    """Emails/s for a draining worker, and how many it sent."""
+    settings = Settings(database_url=url)
+    worker = Worker(url, settings, WorkerOptions(concurrency=concurrency, batch_size=100, drain=True))
+    started = time.perf_counter()
+    await worker.run()
+    return worker.sent / (time.perf_counter() - started), worker.sent
+
+
+def main() -> None:
+    """Run all three against one sink and print the figures and ratios."""
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+    concurrency = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+    naive_n = min(n, 2_000)
+    with database() as url, sink_process() as (port, kind):
+        print(f"sink: {kind}; {n} emails; concurrency {concurrency}")
+        ceiling = asyncio.run(raw_ceiling(port, n, concurrency))
+        print(f"(a) raw ceiling   : {ceiling:8,.0f} msgs/s (aiosmtplib, pre-built bytes, no database)")
+        reset(url)
+        bulk_enqueue(url, naive_n)
+        naive = asyncio.run(naive_baseline(url, port, naive_n))
+        print(f"(b) naive baseline: {naive:8,.0f} emails/s (one transaction per email, {naive_n} emails)")
+        reset(url)
+        add_bench_sender(url, port)
+        bulk_enqueue(url, n)
+        rate, sent = asyncio.run(mailroom_worker(url, n, concurrency))
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"(c) mailroom      : {rate:8,.0f} emails/s ({sent} sent)")
+        print(f"ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline;"
+              f" peak RSS of this process {rss_mb:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
