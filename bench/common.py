@@ -42,8 +42,10 @@ def database() -> Iterator[str]:
 def reset(url: str) -> None:
     """Empty the queue, logs and senders between runs."""
     with psycopg.connect(url) as conn:
-        conn.execute("TRUNCATE mailroom.email_queue, mailroom.send_logs, mailroom.sender_usage,"
-                     " mailroom.sender_accounts, mailroom.bounce_list CASCADE")
+        conn.execute(
+            "TRUNCATE mailroom.email_queue, mailroom.send_logs, mailroom.sender_usage,"
+            " mailroom.sender_accounts, mailroom.bounce_list CASCADE"
+        )
 
 
 def free_port() -> int:
@@ -80,8 +82,22 @@ def sink_process() -> Iterator[tuple[int, str]]:
 def add_bench_sender(url: str, port: int) -> None:
     """One sender account with a limit far above any run."""
     with psycopg.connect(url) as conn:
-        add_sender(conn, SenderSpec("bench", "bench@example.org", "127.0.0.1", port, None, "none", None, 10_000_000,
-                                    max_connections=64), None, SecretBox(generate_key()))
+        add_sender(
+            conn,
+            SenderSpec(
+                "bench",
+                "bench@example.org",
+                "127.0.0.1",
+                port,
+                None,
+                "none",
+                None,
+                10_000_000,
+                max_connections=64,
+            ),
+            None,
+            SecretBox(generate_key()),
+        )
 
 
 def bulk_enqueue(url: str, n: int) -> None:

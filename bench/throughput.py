@@ -27,9 +27,16 @@ from worker.message import build_message
 
 async def raw_ceiling(port: int, n: int, concurrency: int) -> float:
     """Messages/s sending the same pre-built bytes with no database at all."""
-    row = {"id": 1, "created_at": datetime.now(UTC), "recipient_email": "user@example.com", "recipient_name": None,
-           "subject": "Benchmark message", "text_body": "Hello from the benchmark.\n", "html_body": None,
-           "headers": {}}
+    row = {
+        "id": 1,
+        "created_at": datetime.now(UTC),
+        "recipient_email": "user@example.com",
+        "recipient_name": None,
+        "subject": "Benchmark message",
+        "text_body": "Hello from the benchmark.\n",
+        "html_body": None,
+        "headers": {},
+    }
     content = build_message(row, "bench@example.org").content
 
     async def one_connection(count: int) -> None:
@@ -52,17 +59,28 @@ async def naive_baseline(url: str, port: int, n: int) -> float:
             async with conn.transaction():
                 cur = await conn.execute(
                     "SELECT * FROM mailroom.email_queue WHERE status = 'pending' ORDER BY id LIMIT 1"
-                    " FOR UPDATE SKIP LOCKED")
+                    " FOR UPDATE SKIP LOCKED"
+                )
                 row = await cur.fetchone()
                 if row is None:
                     break
                 envelope = build_message(row, "bench@example.org")
-                await aiosmtplib.send(envelope.content, sender=envelope.sender, recipients=[envelope.recipient],
-                                      hostname="127.0.0.1", port=port, start_tls=False)
-                await conn.execute("UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'naive',"
-                                   " lease_token = gen_random_uuid(), lease_expires_at = now() WHERE id = %s",
-                                   (row["id"],))
-                await conn.execute("UPDATE mailroom.email_queue SET status = 'sent' WHERE id = %s", (row["id"],))
+                await aiosmtplib.send(
+                    envelope.content,
+                    sender=envelope.sender,
+                    recipients=[envelope.recipient],
+                    hostname="127.0.0.1",
+                    port=port,
+                    start_tls=False,
+                )
+                await conn.execute(
+                    "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'naive',"
+                    " lease_token = gen_random_uuid(), lease_expires_at = now() WHERE id = %s",
+                    (row["id"],),
+                )
+                await conn.execute(
+                    "UPDATE mailroom.email_queue SET status = 'sent' WHERE id = %s", (row["id"],)
+                )
     return n / (time.perf_counter() - started)
 
 
@@ -94,8 +112,10 @@ def main() -> None:
         rate, sent = asyncio.run(mailroom_worker(url, n, concurrency))
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"(c) mailroom      : {rate:8,.0f} emails/s ({sent} sent)")
-        print(f"ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline;"
-              f" peak RSS of this process {rss_mb:.0f} MB")
+        print(
+            f"ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline;"
+            f" peak RSS of this process {rss_mb:.0f} MB"
+        )
 
 
 if __name__ == "__main__":
