@@ -16,28 +16,6 @@ from worker.config import Settings
 from worker.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.validation import ValidationError, check_header_name, check_header_text, normalise_address
 
-FIELDS = frozenset(
-    {
-        "to",
-        "to_name",
-        "subject",
-        "text",
-        "html",
-        "template",
-        "locale",
-        "data",
-        "priority",
-        "scheduled_for",
-        "idempotency_key",
-        "campaign_id",
-        "headers",
-        "max_retries",
-        "transactional",
-        "reference_type",
-        "reference_id",
-    }
-)
-
 
 @dataclass(frozen=True)
 class EmailRequest:
@@ -121,6 +99,7 @@ _TEXT_FIELDS = frozenset(
     }
 )
 _INT_FIELDS = frozenset({"priority", "max_retries"})
+FIELDS = _TEXT_FIELDS | _INT_FIELDS | {"data", "headers", "transactional", "scheduled_for"}
 
 
 def request_from_json(obj: object) -> EmailRequest:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import psycopg
 
 from worker.config import Settings
@@ -84,6 +82,3 @@ async def run_until_drained(
         await asyncio.wait_for(worker.run(), timeout=60)
         sent += worker.sent
     return sent
-
-
-_ = replace

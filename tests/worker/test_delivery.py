@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -279,6 +279,3 @@ def fast_settings(settings: Settings) -> Settings:
     from dataclasses import replace
 
     return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
-
-
-_ = Awaitable
