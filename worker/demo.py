@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import sys
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -12,6 +14,7 @@ import psycopg
 from worker.config import Settings
 from worker.crypto import SecretBox, key_file, write_key_file
 from worker.db import connect, database_url
+from worker.delivery import WorkerOptions, run_worker
 from worker.outbox import EmailRequest, enqueue
 from worker.senders import SenderSpec, add_sender
 from worker.sink import RefuseShare, start_sink
@@ -92,8 +95,12 @@ def run_demo(settings: Settings) -> int:
             _ensure_senders(conn, box, sink.port)
             added = _enqueue_demo_mail(conn, settings, 0)
             conn.commit()
+        print(f"  enqueued {added} demo emails; delivering them with a worker")
+        options = WorkerOptions(concurrency=2, drain=True, poll_seconds=0.5)
+        sent = asyncio.run(run_worker(url, replace(settings, retry_base_seconds=1.0), options))
+        with connect(url) as conn:
             stats = queue_stats(conn)
-        print(f"  enqueued {added} demo emails")
+        print(f"  worker sent {sent}; the local SMTP server holds {len(sink.messages)} message(s)")
         print("  queue: " + "  ".join(f"{k} {v}" for k, v in stats["queue"].items()))
         for s in stats["senders"]:
             print(f"  sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today")
