@@ -171,20 +171,21 @@ class Worker:
         if sender is None:
             return False
         sender_id = sender.account.sender_id
-        granted = await self._scalar(RESERVE, (sender_id, self.options.batch_size))
-        if not granted:
-            self._exhausted.add(sender_id)
-            return True
         token = uuid.uuid4()
-        rows = await self._claim(sender_id, token, int(granted))
-        assigned = [r for r in rows if r["status"] == "assigned"]
-        unused = int(granted) - len(assigned)
-        if unused:
-            await self._scalar(RELEASE_QUOTA, (sender_id, unused))
+        # Claim first, then reserve quota for what was claimed: an idle wake-up costs one claim, no writes.
+        rows = await self._claim(sender_id, token, self.options.batch_size)
         if not rows:
             return False
+        assigned = [r for r in rows if r["status"] == "assigned"]
         if not assigned:
             return True
+        granted = int(await self._scalar(RESERVE, (sender_id, len(assigned))) or 0)
+        if granted < len(assigned):
+            surplus, assigned = assigned[granted:], assigned[:granted]
+            await self._release(token, [e["id"] for e in surplus])
+            self._exhausted.add(sender_id)
+            if not assigned:
+                return True
         self._tokens.add(token)
         try:
             await self._deliver(sender, token, assigned, connections)
