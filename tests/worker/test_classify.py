@@ -1,0 +1,47 @@
+"""SMTP replies map to what happens to the email, the address and the sender account."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.classify import Reply, Verdict, backoff_seconds, classify
+
+
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [
+        (Reply(250, "2.0.0 OK queued"), Verdict.SENT),
+        (Reply(None, "SMTPReadTimeoutError: Timed out waiting for server response"), Verdict.TRANSIENT),
+        (Reply(421, "4.3.2 Service shutting down"), Verdict.TRANSIENT),
+        (Reply(450, "4.2.0 Mailbox busy", "rcpt"), Verdict.TRANSIENT),
+        (Reply(452, "4.3.1 Insufficient system storage"), Verdict.TRANSIENT),
+        (Reply(550, "5.1.1 User unknown", "rcpt"), Verdict.BOUNCE),
+        (Reply(553, "5.1.3 Bad destination mailbox address syntax", "rcpt"), Verdict.BOUNCE),
+        (Reply(550, "Mailbox unavailable", "rcpt"), Verdict.BOUNCE),
+        (Reply(550, "5.7.1 Message rejected as spam"), Verdict.PERMANENT),
+        (Reply(552, "Message size exceeds fixed limit"), Verdict.PERMANENT),
+        (Reply(554, "5.3.4 Message too big for system"), Verdict.PERMANENT),
+        (Reply(500, "5.5.2 Syntax error, command unrecognized"), Verdict.LOCAL),
+        (Reply(501, "5.5.4 Syntax error in parameters"), Verdict.LOCAL),
+        (Reply(503, "5.5.1 Bad sequence of commands"), Verdict.LOCAL),
+        (Reply(535, "5.7.8 Authentication credentials invalid", "auth"), Verdict.AUTH),
+        (Reply(530, "5.7.0 Authentication required", "mail"), Verdict.AUTH),
+        (Reply(554, "Transaction failed"), Verdict.PERMANENT),
+    ],
+)
+def test_reply_is_classified_by_code_and_enhanced_code(reply: Reply, verdict: Verdict) -> None:
+    assert classify(reply) is verdict
+
+
+def test_enhanced_code_is_read_from_the_reply_text() -> None:
+    assert Reply(550, "5.1.1 <a@b.c>: Recipient address rejected").enhanced == "5.1.1"
+    assert Reply(550, "Recipient address rejected").enhanced is None
+
+
+@pytest.mark.parametrize("unit_random", [0.0, 0.5, 1.0])
+def test_backoff_doubles_from_the_base_with_jitter_and_stops_at_the_cap(unit_random: float) -> None:
+    delays = [backoff_seconds(n, 60.0, 3600.0, unit_random) for n in range(8)]
+    ceilings = [min(3600.0, 60.0 * 2**n) for n in range(8)]
+    for delay, ceiling in zip(delays, ceilings, strict=True):
+        assert ceiling / 2 <= delay <= ceiling
+    assert delays[-1] <= 3600.0
