@@ -108,7 +108,7 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     except OSError as exc:
         raise ConfigError(f"cannot read {args.path}: {exc.strerror}") from None
     with handle:
-        counts = enqueue_lines(url, _numbered_lines(handle), settings, emit, args.batch_size)
+        counts = enqueue_lines(url, _numbered_lines(handle), settings, emit, args.batch_size, args.jobs)
     elapsed = time.monotonic() - started
     print(
         f"enqueue: {counts.accepted} accepted, {counts.rejected} rejected in {elapsed:.2f}s", file=sys.stderr
@@ -304,6 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=int, default=5000, help="lines per COPY batch and commit (default 5000)"
     )
     enq.add_argument("--progress", action="store_true", help="report progress on stderr after each batch")
+    enq.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="processes validating a large input (default 2; 1 = this process only)",
+    )
     enq.set_defaults(handler=cmd_enqueue)
 
     senders = sub.add_parser("senders", help="manage sender accounts", description=cmd_senders.__doc__)

@@ -318,36 +318,66 @@ _RESOLVE_KEYS = (
 )
 
 
-def _copy_rows(conn: psycopg.Connection[Any], table: sql.Composable, rows: Sequence[tuple[Any, ...]]) -> None:
+# One prepared email for COPY: its idempotency key (or None) and its row in COPY text format, without the id.
+CopyRow = tuple[str | None, str]
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+_KEY_INDEX = COLUMNS.index("idempotency_key")
+
+
+def _copy_value(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    if value is True:
+        return "t"
+    if value is False:
+        return "f"
+    if isinstance(value, str):
+        return value.translate(_COPY_ESCAPES)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def copy_row(row: tuple[Any, ...]) -> CopyRow:
+    """Format a prepared row (in `COLUMNS` order) as COPY text once, wherever it was validated."""
+    return row[_KEY_INDEX], "\t".join([_copy_value(v) for v in row])
+
+
+def _copy_text(
+    conn: psycopg.Connection[Any], table: sql.Composable, lines: Sequence[tuple[int, str]]
+) -> None:
     statement = sql.SQL("COPY {table} (id, {columns}) FROM STDIN").format(table=table, columns=_COLUMN_LIST)
     with conn.cursor() as cur, cur.copy(statement) as copy:
-        for row in rows:
-            copy.write_row(row)
+        copy.write("".join([f"{i}\t{text}\n" for i, text in lines]))
 
 
-def insert_batch(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> list[int]:
-    """Store prepared rows with COPY in one transaction; return each row's email id (existing id for a repeated key).
+def insert_copy_rows(conn: psycopg.Connection[Any], rows: Sequence[CopyRow]) -> list[int]:
+    """Store formatted rows with COPY in one transaction; return each row's email id (existing id for a repeated key).
 
     Rows without idempotency keys are copied straight into the queue; rows with keys go
     through a temporary staging table so conflicts resolve to the first email's id.
     """
     if not rows:
         return []
-    key_index = COLUMNS.index("idempotency_key")
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         ids = [int(r[0]) for r in cur.execute(_ALLOCATE_IDS, (len(rows),)).fetchall()]
-        with_ids = [(i, *row) for i, row in zip(ids, rows, strict=True)]
-        keyed = [r for r in with_ids if r[key_index + 1] is not None]
-        plain = [r for r in with_ids if r[key_index + 1] is None]
+        plain = [(i, text) for i, (key, text) in zip(ids, rows, strict=True) if key is None]
+        keyed = [(i, text) for i, (key, text) in zip(ids, rows, strict=True) if key is not None]
         if plain:
-            _copy_rows(conn, sql.Identifier("mailroom", "email_queue"), plain)
+            _copy_text(conn, sql.Identifier("mailroom", "email_queue"), plain)
         if keyed:
             cur.execute(_STAGING)
-            _copy_rows(conn, sql.Identifier("mailroom_enqueue_staging"), keyed)
+            _copy_text(conn, sql.Identifier("mailroom_enqueue_staging"), keyed)
             cur.execute(_FROM_STAGING)
             resolved: dict[int, int] = {int(a): int(b) for a, b in cur.execute(_RESOLVE_KEYS).fetchall()}
             ids = [resolved.get(i, i) for i in ids]
     return ids
+
+
+def insert_batch(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> list[int]:
+    """Store prepared rows (from `prepare`) with COPY; see `insert_copy_rows`."""
+    return insert_copy_rows(conn, [copy_row(row) for row in rows])
 
 
 def parse_line(text: str) -> EmailRequest:

@@ -62,22 +62,23 @@ def test_enqueue_prints_one_result_per_line_and_exits_nonzero_on_rejects(
     assert subjects == ["One", "Three"]
 
 
-def test_enqueue_all_good_exits_zero_across_batches(
+def test_large_enqueue_is_validated_in_worker_processes_and_keeps_input_order(
     cli_env: dict[str, str], conn: psycopg.Connection[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "mail.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps({"to": f"u{i}@example.com", "subject": f"s{i}", "text": "b"}) + "\n"
-            for i in range(250)
-        )
-    )
-    code, out, _ = run(capsys, "enqueue", str(path), "--batch-size", "100")
-    assert code == 0
-    ids = [json.loads(line)["id"] for line in out.splitlines()]
-    assert len(ids) == len(set(ids)) == 250
+    lines = [json.dumps({"to": f"u{i}@example.com", "subject": f"s{i}", "text": "b"}) for i in range(700)]
+    lines[650] = json.dumps({"to": "not-an-address", "subject": "s", "text": "b"})
+    path.write_text("\n".join(lines) + "\n")
+    code, out, _ = run(capsys, "enqueue", str(path), "--batch-size", "100", "--jobs", "2")
+    results = [json.loads(line) for line in out.splitlines()]
+    assert code == 1
+    assert [r["line"] for r in results] == list(range(1, 701))
+    assert results[650]["field"] == "to"
+    ids = [r["id"] for r in results if "id" in r]
+    assert len(ids) == len(set(ids)) == 699
     row = conn.execute("SELECT count(*) AS n FROM mailroom.email_queue").fetchone()
-    assert row is not None and row["n"] == 250
+    assert row is not None
+    assert row["n"] == 699
 
 
 def test_enqueue_missing_file_is_a_clear_error(

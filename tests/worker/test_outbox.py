@@ -287,3 +287,34 @@ def test_message_id_is_stable_for_one_email() -> None:
     first = build_message(row, "noreply@example.org")
     second = build_message(row, "noreply@example.org")
     assert first.message_id == second.message_id == "<42.660be0ab5c000@example.org>"
+
+
+def test_bulk_copy_stores_backslashes_tabs_and_line_breaks_exactly(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    catalog = TemplateCatalog(builtin_templates())
+    text = "C:\\new\\table\tcol\r\nline two\\N \\\\ end\n"
+    row = prepare(
+        EmailRequest(
+            to="a@example.com",
+            subject="Tab\\and slash",
+            text=text,
+            html="<p>\\n</p>",
+            headers={"X-Path": "C:\\temp"},
+            scheduled_for=datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC),
+        ),
+        catalog,
+        settings,
+    )
+    [email_id] = insert_batch(conn, [row])
+    stored = conn.execute(
+        "SELECT subject, text_body, html_body, headers, scheduled_for FROM mailroom.email_queue WHERE id = %s",
+        (email_id,),
+    ).fetchone()
+    assert stored == {
+        "subject": "Tab\\and slash",
+        "text_body": text,
+        "html_body": "<p>\\n</p>",
+        "headers": {"X-Path": "C:\\temp"},
+        "scheduled_for": datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC),
+    }
