@@ -1,4 +1,4 @@
-"""Bulk enqueue throughput: `python bench/enqueue.py [N]` prints emails/s for `mailroom enqueue` on a file of N lines.
+"""Bulk enqueue throughput: `python bench/enqueue.py [N] [JOBS]` prints emails/s for `mailroom enqueue` on N lines.
 
 Uses MAILROOM_DATABASE_URL when set, else a throwaway embedded PostgreSQL. The figure
 includes JSON parsing, validation, and COPY into the queue (what an operator's bulk load pays).
@@ -42,6 +42,7 @@ def make_file(path: Path, n: int) -> None:
 def main() -> None:
     """Run the benchmark and print its figures."""
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
+    jobs = sys.argv[2] if len(sys.argv) > 2 else "2"
     work = Path(tempfile.mkdtemp(prefix="mailroom-bench-"))
     server = None
     try:
@@ -55,13 +56,13 @@ def main() -> None:
         make_file(data, n)
         started = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            code = mailroom(["enqueue", str(data)])
+            code = mailroom(["enqueue", str(data), "--jobs", jobs])
         elapsed = time.perf_counter() - started
         with psycopg.connect(url) as conn:
             row = conn.execute("SELECT count(*) FROM mailroom.email_queue").fetchone()
         stored = row[0] if row else 0
         print(
-            f"enqueue: {n} lines, exit {code}, {stored} rows stored, {elapsed:.2f} s, {n / elapsed:,.0f} emails/s"
+            f"enqueue: {n} lines, exit {code}, {stored} rows stored, {elapsed:.2f} s, {n / elapsed:,.0f} emails/s (jobs {jobs})"
         )
     finally:
         if server is not None:
