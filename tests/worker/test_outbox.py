@@ -271,6 +271,9 @@ def test_hostile_input_is_either_rejected_or_stored_and_renders_to_a_wellformed_
     assert parsed["To"].addresses[0].addr_spec == row["recipient_email"]
     assert parsed["Message-ID"] == envelope.message_id
     assert parsed.get_content_type() == "text/plain"
+    stored_text = row["text_body"].replace("\r\n", "\n").replace("\r", "\n")
+    # On the wire every line ends in CRLF; the receiver sees the stored text with that line ending.
+    assert parsed.get_content().replace("\r\n", "\n").rstrip("\n") == stored_text.rstrip("\n")
 
 
 def test_message_id_is_stable_for_one_email() -> None:
