@@ -67,6 +67,26 @@ class _Outcome:
     message_id: str | None
 
 
+class _Borrowed:
+    """A pool connection held across several statements, swapped for a fresh one after a failure."""
+
+    def __init__(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> None:
+        self.pool = pool
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def get(self) -> psycopg.AsyncConnection[Any]:
+        """The held connection, borrowing one first if needed."""
+        if self.conn is None:
+            self.conn = await self.pool.getconn()
+        return self.conn
+
+    async def give_back(self) -> None:
+        """Return the connection; the pool discards it if it is broken."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            await self.pool.putconn(conn)
+
+
 class Worker:
     """One worker process: `concurrency` slots, one LISTEN connection, lease renewal and rescue."""
 
@@ -243,20 +263,26 @@ class Worker:
             connection = connections[sender_id] = SmtpConnection(sender.account)
         pending = list(emails)
         charged_back = 0
-        while pending:
-            if self.stopping.is_set():
-                break
-            email = pending.pop(0)
-            await self._pace_sender(sender)
-            envelope = build_message(email, sender.from_email, sender.from_name)
-            attempt = await connection.send(envelope)
-            outcome = self._decide(email, attempt, envelope.message_id)
-            await self._record(sender, token, [outcome], email)
-            if outcome.outcome != "sent" and outcome.verdict is not Verdict.PERMANENT:
-                charged_back += 1
-            if outcome.verdict is Verdict.AUTH:
-                await self._suspend(sender, attempt)
-                break
+        assert self.pool is not None
+        # One database connection for the whole batch: a pool checkout costs a health-check round trip.
+        db = _Borrowed(self.pool)
+        try:
+            while pending:
+                if self.stopping.is_set():
+                    break
+                email = pending.pop(0)
+                await self._pace_sender(sender)
+                envelope = build_message(email, sender.from_email, sender.from_name)
+                attempt = await connection.send(envelope)
+                outcome = self._decide(email, attempt, envelope.message_id)
+                await self._record(db, sender, token, outcome, email)
+                if outcome.outcome != "sent" and outcome.verdict is not Verdict.PERMANENT:
+                    charged_back += 1
+                if outcome.verdict is Verdict.AUTH:
+                    await self._suspend(sender, attempt)
+                    break
+        finally:
+            await db.give_back()
         if pending:
             await self._release(token, [e["id"] for e in pending])
             charged_back += len(pending)
@@ -296,58 +322,70 @@ class Worker:
         return _Outcome(email["id"], outcome, verdict, attempt, retry_at, message_id)
 
     async def _record(
-        self, sender: Sender, token: uuid.UUID, outcomes: Sequence[_Outcome], email: dict[str, Any]
+        self, db: _Borrowed, sender: Sender, token: uuid.UUID, outcome: _Outcome, email: dict[str, Any]
     ) -> None:
         """Commit the attempt before the next message goes out on this connection.
 
         So a killed worker leaves at most one message per connection sent but not recorded.
+        A sent email is one statement (one round trip); failures also update lists and counters.
         """
-        params = {
-            "ids": [o.email_id for o in outcomes],
-            "outcomes": [o.outcome for o in outcomes],
-            "log_outcomes": [o.verdict.value for o in outcomes],
-            "codes": [o.attempt.reply.code for o in outcomes],
-            "enhanced": [o.attempt.reply.enhanced for o in outcomes],
-            "responses": [o.attempt.reply.text or "(no text)" for o in outcomes],
-            "durations": [o.attempt.duration_ms for o in outcomes],
-            "retry_at": [o.retry_at for o in outcomes],
-            "message_ids": [o.message_id for o in outcomes],
-            "sender": sender.account.sender_id,
-            "token": token,
-            "owner": self.options.owner,
-        }
-        bounces = [o for o in outcomes if o.verdict is Verdict.BOUNCE]
-        errors = sum(1 for o in outcomes if o.outcome != "sent")
+        reply = outcome.attempt.reply
+        sender_id = sender.account.sender_id
+        statements: list[tuple[str, dict[str, Any]]] = [
+            (
+                q.COMPLETE,
+                {
+                    "ids": [outcome.email_id],
+                    "outcomes": [outcome.outcome],
+                    "log_outcomes": [outcome.verdict.value],
+                    "codes": [reply.code],
+                    "enhanced": [reply.enhanced],
+                    "responses": [reply.text or "(no text)"],
+                    "durations": [outcome.attempt.duration_ms],
+                    "retry_at": [outcome.retry_at],
+                    "message_ids": [outcome.message_id],
+                    "sender": sender_id,
+                    "token": token,
+                    "owner": self.options.owner,
+                },
+            )
+        ]
+        bounced = outcome.verdict is Verdict.BOUNCE
+        if bounced:
+            statements.append(
+                (
+                    q.RECORD_BOUNCES,
+                    {
+                        "emails": [email["recipient_email"]],
+                        "reasons": [reply.text],
+                        "codes": [reply.code],
+                        "enhanced": [reply.enhanced],
+                        "campaigns": [email["campaign_id"]],
+                        "sender": sender_id,
+                    },
+                )
+            )
+        if outcome.outcome != "sent":
+            statements.append((q.COUNT_USAGE, {"sender": sender_id, "bounces": int(bounced), "errors": 1}))
         deadline = time.monotonic() + max(self.settings.lease_seconds, 5.0)
         while True:
             try:
-                assert self.pool is not None
-                async with self.pool.connection() as conn, conn.transaction():
-                    await conn.execute(q.COMPLETE, params)
-                    if bounces:
-                        await conn.execute(
-                            q.RECORD_BOUNCES,
-                            {
-                                "emails": [email["recipient_email"]],
-                                "reasons": [o.attempt.reply.text for o in bounces],
-                                "codes": [o.attempt.reply.code for o in bounces],
-                                "enhanced": [o.attempt.reply.enhanced for o in bounces],
-                                "campaigns": [email["campaign_id"]],
-                                "sender": sender.account.sender_id,
-                            },
-                        )
-                    if bounces or errors:
-                        await conn.execute(
-                            q.COUNT_USAGE,
-                            {"sender": sender.account.sender_id, "bounces": len(bounces), "errors": errors},
-                        )
+                conn = await db.get()
+                if len(statements) == 1:
+                    await conn.execute(*statements[0])
+                else:
+                    async with conn.transaction():
+                        for statement, params in statements:
+                            await conn.execute(statement, params)
                 break
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if time.monotonic() > deadline:
                     raise
                 log.warning("recording email %s failed (%s); retrying", email["id"], exc)
+                await db.give_back()
                 await asyncio.sleep(0.5)
-        self.sent += sum(1 for o in outcomes if o.outcome == "sent")
+        if outcome.outcome == "sent":
+            self.sent += 1
 
     async def _release(self, token: uuid.UUID, ids: list[int]) -> None:
         assert self.pool is not None
