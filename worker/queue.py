@@ -122,15 +122,15 @@ SELECT id, NULL, recipient_email, campaign_id, retry_count + 1, 'suppressed', su
 FROM mailroom.email_queue WHERE id = ANY(%(ids)s)
 """
 
-# Record a batch of attempts in one statement. Only rows still held under this claim's lease token
+# Record one attempt in one statement. Only rows still held under this claim's lease token
 # change: a worker finishing after its lease expired and the email was handed to another never
 # overwrites that worker's result.
 COMPLETE = """
 WITH r AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(outcomes)s::text[], %(log_outcomes)s::text[], %(codes)s::int[],
-                         %(enhanced)s::text[], %(responses)s::text[], %(durations)s::int[],
-                         %(retry_at)s::timestamptz[], %(message_ids)s::text[])
-           AS r(id, outcome, log_outcome, code, enhanced, response, duration_ms, retry_at, message_id)
+    SELECT %(id)s::bigint AS id, %(outcome)s::text AS outcome, %(log_outcome)s::text AS log_outcome,
+           %(code)s::int AS code, %(enhanced)s::text AS enhanced, %(response)s::text AS response,
+           %(duration_ms)s::int AS duration_ms, %(retry_at)s::timestamptz AS retry_at,
+           %(message_id)s::text AS message_id
 ), done AS (
     UPDATE mailroom.email_queue q
     SET status = CASE r.outcome WHEN 'sent' THEN 'sent' WHEN 'retry' THEN 'pending'

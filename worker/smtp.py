@@ -55,6 +55,7 @@ class SmtpConnection:
         # Held before anything can fail, so a refused login still closes this socket.
         self._client = client
         await client.connect()
+        await client.ehlo()
         if account.username:
             await client.login(account.username, account.password or "")
         return client
@@ -99,26 +100,48 @@ class SmtpConnection:
                 self._drop()
                 phase = "auth" if self.account.username else "connect"
                 client = await self._connect()
-            phase = "data"
-            _, text = await client.sendmail(envelope.sender, [envelope.recipient], envelope.content)
-            return Reply(250, text, "data")
+            phase = "mail"
+            return await _transaction(client, envelope)
         except aiosmtplib.SMTPAuthenticationError as exc:
             self._drop()
             return Reply(exc.code, exc.message, "auth")
-        except aiosmtplib.SMTPRecipientsRefused as exc:
-            refused = exc.recipients[0]
+        except aiosmtplib.SMTPRecipientRefused as exc:
             await self._reset()
-            return Reply(refused.code, refused.message, "rcpt")
+            return Reply(exc.code, exc.message, "rcpt")
+        except aiosmtplib.SMTPDataError as exc:
+            if exc.code == 421:
+                self._drop()
+            else:
+                await self._reset()
+            return Reply(exc.code, exc.message, "data")
         except aiosmtplib.SMTPSenderRefused as exc:
             await self._reset()
             return Reply(exc.code, exc.message, "mail")
         except aiosmtplib.SMTPResponseException as exc:
-            if exc.code == 421 or phase != "data":
-                self._drop()
-            else:
-                await self._reset()
+            # Refused while connecting or greeting: start the next message on a new connection.
+            self._drop()
             return Reply(exc.code, exc.message, phase)
         except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
             # Timeouts, dropped connections, refused connects: nothing reliable is left on this socket.
             self._drop()
             return Reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
+
+
+async def _transaction(client: aiosmtplib.SMTP, envelope: Envelope) -> Reply:
+    """MAIL, RCPT and DATA for one message and one recipient.
+
+    aiosmtplib's `sendmail` re-parses both addresses with `email.utils.parseaddr` on every
+    message (a quarter of the worker's CPU); these addresses were validated and normalised
+    at enqueue (ASCII, no quoting), so the commands are written directly.
+    """
+    for address in (envelope.sender, envelope.recipient):
+        if not address.isascii() or any(c in address for c in "<>\r\n "):
+            raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {address!r}", envelope.sender)
+    response = await client.execute_command(b"MAIL", b"FROM:<" + envelope.sender.encode("ascii") + b">")
+    if response.code != 250:
+        raise aiosmtplib.SMTPSenderRefused(response.code, response.message, envelope.sender)
+    response = await client.execute_command(b"RCPT", b"TO:<" + envelope.recipient.encode("ascii") + b">")
+    if response.code not in (250, 251):
+        raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, envelope.recipient)
+    response = await client.data(envelope.content)
+    return Reply(response.code, response.message, "data")
