@@ -84,13 +84,30 @@ async def naive_baseline(url: str, port: int, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-async def mailroom_worker(url: str, n: int, concurrency: int) -> tuple[float, int]:
-    """Emails/s for a draining worker, and how many it sent."""
+def rss_mb() -> float:
+    """Resident set size of this process now, in MB (Linux)."""
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+async def mailroom_worker(url: str, n: int, concurrency: int) -> tuple[float, int, list[float]]:
+    """Emails/s for a draining worker, how many it sent, and its RSS sampled every 2 s."""
     settings = Settings(database_url=url)
     worker = Worker(url, settings, WorkerOptions(concurrency=concurrency, batch_size=100, drain=True))
+    samples: list[float] = []
+
+    async def sample() -> None:
+        while True:
+            samples.append(rss_mb())
+            await asyncio.sleep(2)
+
+    sampler = asyncio.create_task(sample())
     started = time.perf_counter()
     await worker.run()
-    return worker.sent / (time.perf_counter() - started), worker.sent
+    elapsed = time.perf_counter() - started
+    sampler.cancel()
+    samples.append(rss_mb())
+    return worker.sent / elapsed, worker.sent, samples
 
 
 def main() -> None:
@@ -109,12 +126,12 @@ def main() -> None:
         reset(url)
         add_bench_sender(url, port)
         bulk_enqueue(url, n)
-        rate, sent = asyncio.run(mailroom_worker(url, n, concurrency))
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rate, sent, samples = asyncio.run(mailroom_worker(url, n, concurrency))
         print(f"(c) mailroom      : {rate:8,.0f} emails/s ({sent} sent)")
+        print(f"ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline")
         print(
-            f"ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline;"
-            f" peak RSS of this process {rss_mb:.0f} MB"
+            f"worker RSS over the run: first {samples[0]:.0f} MB, max {max(samples):.0f} MB,"
+            f" last {samples[-1]:.0f} MB ({len(samples)} samples)"
         )
 
 

@@ -106,6 +106,7 @@ class Worker:
         self._exhausted: set[int] = set()
         self._pace: dict[int, float] = {}
         self._pace_locks: dict[int, asyncio.Lock] = {}
+        self._open: dict[int, int] = {}  # SMTP connections this process holds per sender account
         self._box: SecretBox | None = None
         self.sent = 0
 
@@ -181,15 +182,17 @@ class Worker:
                     continue
                 if self.options.drain and not await self._anything_due():
                     return
-                await self._idle(await self._idle_timeout())
+                # No usable sender for this slot (limits, connection caps): wait for a change, not for due mail.
+                await self._idle(self._fallback_seconds() if worked is None else await self._idle_timeout())
         finally:
-            for connection in connections.values():
-                await connection.close()
+            for sender_id in list(connections):
+                await self._close_connection(connections, sender_id)
 
-    async def _one_batch(self, index: int, connections: dict[int, SmtpConnection]) -> bool:
-        sender = await self._pick_sender(index)
+    async def _one_batch(self, index: int, connections: dict[int, SmtpConnection]) -> bool | None:
+        """Claim and deliver one batch: True if it did work, False if nothing was due, None if no sender."""
+        sender = await self._pick_sender(index, next(iter(connections), None))
         if sender is None:
-            return False
+            return None
         sender_id = sender.account.sender_id
         token = uuid.uuid4()
         # Claim first, then reserve quota for what was claimed: an idle wake-up costs one claim, no writes.
@@ -259,8 +262,9 @@ class Worker:
         connection = connections.get(sender_id)
         if connection is None:
             for other in list(connections):
-                await connections.pop(other).close()
+                await self._close_connection(connections, other)
             connection = connections[sender_id] = SmtpConnection(sender.account)
+            self._open[sender_id] = self._open.get(sender_id, 0) + 1
         pending = list(emails)
         charged_back = 0
         assert self.pool is not None
@@ -403,13 +407,27 @@ class Worker:
 
     # -- senders --------------------------------------------------------------------------------
 
-    async def _pick_sender(self, index: int) -> Sender | None:
+    async def _pick_sender(self, index: int, held: int | None) -> Sender | None:
+        """The sender this slot should use: the one it holds a connection to, while that is usable,
+        else one with quota left and fewer than `max_connections` open connections in this process."""
         if time.monotonic() - self._senders_at > 5.0 or not self._senders:
             await self._load_senders()
-        usable = [s for s in self._senders if s.account.sender_id not in self._exhausted]
+        usable = [
+            s
+            for s in self._senders
+            if s.account.sender_id not in self._exhausted
+            and (s.account.sender_id == held or self._open.get(s.account.sender_id, 0) < s.max_connections)
+        ]
         if not usable:
             return None
+        for sender in usable:
+            if sender.account.sender_id == held:
+                return sender
         return usable[index % len(usable)]
+
+    async def _close_connection(self, connections: dict[int, SmtpConnection], sender_id: int) -> None:
+        await connections.pop(sender_id).close()
+        self._open[sender_id] -= 1
 
     async def _load_senders(self) -> None:
         assert self.pool is not None
@@ -468,11 +486,12 @@ class Worker:
         if not self.stopping.is_set():
             await self.waker.wait(seconds)
 
+    def _fallback_seconds(self) -> float:
+        return self.options.poll_seconds if self.listener.live else min(self.options.poll_seconds, 1.0)
+
     async def _idle_timeout(self) -> float:
         """Sleep until the next scheduled email is due, a NOTIFY arrives, or the fallback timer fires."""
-        fallback = self.options.poll_seconds if self.listener.live else min(self.options.poll_seconds, 1.0)
-        if self._exhausted and len(self._exhausted) >= len(self._senders):
-            return fallback
+        fallback = self._fallback_seconds()
         try:
             due = await self._scalar(q.NEXT_DUE, ())
         except psycopg.Error:

@@ -1,4 +1,4 @@
-"""The email queue's state changes: operator retry and cancel (claim and completion join them in the worker)."""
+"""The email queue's state changes: operator retry and cancel, and the worker's claim, lease, completion and rescue."""
 
 from __future__ import annotations
 

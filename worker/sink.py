@@ -225,6 +225,7 @@ class ReceivedMessage:
     received_at: datetime
     queue_id: str
     login: str | None = None
+    peer: str | None = None  # the client's "host:port": one value per SMTP connection
 
     @cached_property
     def message(self) -> EmailMessage:
@@ -363,6 +364,7 @@ class SinkHandler:
             received_at=datetime.now(UTC),
             queue_id=queue_id,
             login=login,
+            peer=f"{session.peer[0]}:{session.peer[1]}" if session.peer else None,
         )
         if self._maildir is not None:
             self._maildir.add(content)

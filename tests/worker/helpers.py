@@ -21,6 +21,7 @@ def add_sender(
     password: str | None = None,
     settings: Settings | None = None,
     name: str = "primary",
+    max_connections: int = 4,
 ) -> int:
     """Add a sender account pointing at the local SMTP server."""
     key = settings.secret_key if settings and settings.secret_key else "x" * 43 + "="
@@ -28,7 +29,15 @@ def add_sender(
         return add_sender_account(
             conn,
             SenderSpec(
-                name, "noreply@example.org", "127.0.0.1", port, "Mailroom", "none", username, daily_limit
+                name,
+                "noreply@example.org",
+                "127.0.0.1",
+                port,
+                "Mailroom",
+                "none",
+                username,
+                daily_limit,
+                max_connections=max_connections,
             ),
             password,
             SecretBox(key),

@@ -279,3 +279,23 @@ def fast_settings(settings: Settings) -> Settings:
     from dataclasses import replace
 
     return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
+
+
+async def test_sender_connection_cap_holds_across_slots(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port, max_connections=1)
+    add_sender(db_url, smtp_sink.port, max_connections=2, name="second")
+    enqueue_many(db_url, 60)
+    await run_until_drained(db_url, fast_settings, concurrency=6)
+    assert statuses(db_url) == {"sent": 60}
+    with psycopg.connect(db_url) as conn:
+        per_sender = dict(
+            conn.execute(
+                "SELECT s.name, count(*) FROM mailroom.send_logs l JOIN mailroom.sender_accounts s"
+                " ON s.id = l.sender_account_id GROUP BY s.name"
+            ).fetchall()
+        )
+    assert sum(per_sender.values()) == 60
+    # Three slots may hold connections at once (1 + 2); the other three wait their turn.
+    assert len({m.peer for m in smtp_sink.messages}) <= 3
