@@ -140,19 +140,24 @@ class Worker:
         stop_wait = asyncio.create_task(self.stopping.wait())
         try:
             running: set[asyncio.Task[Any]] = set(slots)
+            failure: BaseException | None = None
             while running and not self.stopping.is_set():
                 done, _ = await asyncio.wait(running | {stop_wait}, return_when=asyncio.FIRST_COMPLETED)
                 running -= done
                 failed = [t for t in done if t is not stop_wait and t.exception() is not None]
                 if failed:
+                    failure = failed[0].exception()
+                    log.error("a delivery slot failed (%s); stopping this worker", failure)
                     self.stop()
-                    raise failed[0].exception()  # type: ignore[misc]
             if running:
+                # Stopping: in-flight sends get the grace period, then whatever is left is cancelled.
                 self.waker.notify()
                 _, late = await asyncio.wait(running, timeout=self.options.grace_seconds)
                 for task in late:
                     task.cancel()
                 await asyncio.gather(*running, return_exceptions=True)
+            if failure is not None:
+                raise failure
         finally:
             stop_wait.cancel()
             for task in background:
@@ -212,9 +217,10 @@ class Worker:
         self._tokens.add(token)
         try:
             await self._deliver(sender, token, assigned, connections)
-        except asyncio.CancelledError:
-            # Shutdown outlived the grace period: hand back whatever this claim still holds.
-            await asyncio.shield(self._release(token, [e["id"] for e in assigned]))
+        except BaseException:
+            # Cancelled after the grace period, or failed: hand back whatever this claim still holds.
+            with contextlib.suppress(psycopg.Error):
+                await asyncio.shield(self._release(token, [e["id"] for e in assigned]))
             raise
         finally:
             self._tokens.discard(token)

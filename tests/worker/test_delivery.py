@@ -299,3 +299,31 @@ async def test_sender_connection_cap_holds_across_slots(
     assert sum(per_sender.values()) == 60
     # Three slots may hold connections at once (1 + 2); the other three wait their turn.
     assert len({m.peer for m in smtp_sink.messages}) <= 3
+
+
+async def test_unexpected_database_error_stops_the_worker_with_that_error(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    from worker.delivery import Worker, WorkerOptions
+
+    add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 20)
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "CREATE FUNCTION mailroom.test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'refused by test' USING ERRCODE = 'check_violation'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER test_refuse BEFORE UPDATE ON mailroom.send_logs_default FOR EACH ROW"
+            " EXECUTE FUNCTION mailroom.test_refuse()"
+        )
+        conn.execute(
+            "CREATE TRIGGER test_refuse_insert BEFORE INSERT ON mailroom.send_logs FOR EACH ROW"
+            " EXECUTE FUNCTION mailroom.test_refuse()"
+        )
+    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=3, grace_seconds=1))
+    with pytest.raises(psycopg.errors.CheckViolation, match="refused by test"):
+        await asyncio.wait_for(worker.run(), timeout=30)
+    assert "never retrieved" not in caplog.text
+    # Every slot handed its claim back before the worker stopped: nothing waits for a lease to expire.
+    assert statuses(db_url) == {"pending": 20}
