@@ -195,10 +195,17 @@ class Worker:
 
     async def _one_batch(self, index: int, connections: dict[int, SmtpConnection]) -> bool | None:
         """Claim and deliver one batch: True if it did work, False if nothing was due, None if no sender."""
-        sender = await self._pick_sender(index, next(iter(connections), None))
+        held = next(iter(connections), None)
+        sender = await self._pick_sender(index, held)
         if sender is None:
             return None
         sender_id = sender.account.sender_id
+        if sender_id != held:
+            # Counted before the next await, so two slots never both take a sender's last connection.
+            self._open[sender_id] = self._open.get(sender_id, 0) + 1
+            if held is not None:
+                await self._close_connection(connections, held)
+            connections[sender_id] = SmtpConnection(sender.account)
         token = uuid.uuid4()
         # Claim first, then reserve quota for what was claimed: an idle wake-up costs one claim, no writes.
         rows = await self._claim(sender_id, token, self.options.batch_size)
@@ -265,12 +272,7 @@ class Worker:
         connections: dict[int, SmtpConnection],
     ) -> None:
         sender_id = sender.account.sender_id
-        connection = connections.get(sender_id)
-        if connection is None:
-            for other in list(connections):
-                await self._close_connection(connections, other)
-            connection = connections[sender_id] = SmtpConnection(sender.account)
-            self._open[sender_id] = self._open.get(sender_id, 0) + 1
+        connection = connections[sender_id]
         pending = list(emails)
         charged_back = 0
         assert self.pool is not None
