@@ -35,26 +35,46 @@ class Reply:
         return ".".join(match.groups()) if match else None
 
 
+# Enhanced codes about the *sender's* address (5.1.7 bad sender syntax, 5.1.8 bad sender domain):
+# our configuration, never the recipient's mailbox.
+_SENDER_ADDRESS_CODES = ("5.1.7", "5.1.8")
+
+
 def classify(reply: Reply) -> Verdict:
-    """Map a reply to a verdict by its code and enhanced status code."""
-    code, enhanced = reply.code, reply.enhanced
+    """Map a reply to a verdict by its code, enhanced status code and the phase it answered."""
+    code, enhanced, phase = reply.code, reply.enhanced, reply.phase
     if code is None:
         return Verdict.TRANSIENT
     if 200 <= code < 300:
         return Verdict.SENT
-    if code in (530, 535) or (enhanced in ("5.7.8", "5.7.0") and reply.phase == "auth"):
+    if code in (530, 535) or (phase == "auth" and code >= 500):
         return Verdict.AUTH
     if 400 <= code < 500:
         return Verdict.TRANSIENT
+    if phase == "connect":
+        return Verdict.AUTH  # refused at the greeting (blocked IP, no service): the account's problem
+    if phase == "mail" or enhanced in _SENDER_ADDRESS_CODES:
+        return Verdict.LOCAL  # our sender address was refused: never the recipient's fault
     if code in (500, 501, 502, 503, 504) and not (enhanced or "").startswith("5.1."):
         return Verdict.LOCAL
     if code == 552 or enhanced == "5.3.4":
         return Verdict.PERMANENT  # message too big: the message's fault, not the mailbox's
+    if "relay" in reply.text.lower():
+        return Verdict.PERMANENT  # relaying denied: a routing problem, not a bad mailbox
     if enhanced is not None:
         return Verdict.BOUNCE if enhanced.startswith("5.1.") else Verdict.PERMANENT
-    if reply.phase == "rcpt" and code in (550, 551, 553):
+    if phase == "rcpt" and code in (550, 551, 553):
         return Verdict.BOUNCE
     return Verdict.PERMANENT
+
+
+def clean_reply(code: int | None, text: str, phase: str) -> Reply:
+    """A reply safe to store: codes outside 200-599 count as no reply, text loses NULs and undecodable bytes."""
+    if code is not None and not 200 <= code <= 599:
+        text = f"malformed reply (code {code}): {text}"
+        code = None
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "")
+    return Reply(code, text, phase)
 
 
 def backoff_seconds(retry_count: int, base: float, cap: float, unit_random: float) -> float:

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from worker import queue as q
-from worker.classify import Verdict, backoff_seconds, classify
+from worker.classify import Reply, Verdict, backoff_seconds, classify
 from worker.config import ConfigError, Settings
 from worker.crypto import SecretBox, secret_box
 from worker.listen import Listener, Waker
@@ -177,18 +177,21 @@ class Worker:
         connections: dict[int, SmtpConnection] = {}
         try:
             while not self.stopping.is_set():
+                ticket = self.waker.ticket()
                 try:
                     worked = await self._one_batch(index, connections)
+                    if worked:
+                        continue
+                    if self.options.drain and not await self._anything_due():
+                        return
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     log.warning("slot %d: database unavailable (%s); retrying", index, exc)
                     await self._idle(1.0)
                     continue
-                if worked:
-                    continue
-                if self.options.drain and not await self._anything_due():
-                    return
                 # No usable sender for this slot (limits, connection caps): wait for a change, not for due mail.
-                await self._idle(self._fallback_seconds() if worked is None else await self._idle_timeout())
+                await self._idle(
+                    self._fallback_seconds() if worked is None else await self._idle_timeout(), ticket
+                )
         finally:
             for sender_id in list(connections):
                 await self._close_connection(connections, sender_id)
@@ -200,7 +203,11 @@ class Worker:
         if sender is None:
             return None
         sender_id = sender.account.sender_id
-        if sender_id != held:
+        if sender_id == held and connections[held].account != sender.account:
+            # The account was reconfigured (new password, host, TLS): reconnect with the new settings.
+            await connections.pop(held).close()
+            connections[sender_id] = SmtpConnection(sender.account)
+        elif sender_id != held:
             # Counted before the next await, so two slots never both take a sender's last connection.
             self._open[sender_id] = self._open.get(sender_id, 0) + 1
             if held is not None:
@@ -284,10 +291,22 @@ class Worker:
                     break
                 email = pending.pop(0)
                 await self._pace_sender(sender)
-                envelope = build_message(email, sender.from_email, sender.from_name)
-                attempt = await connection.send(envelope)
-                outcome = self._decide(email, attempt, envelope.message_id)
-                await self._record(db, sender, token, outcome, email)
+                try:
+                    envelope = build_message(email, sender.from_email, sender.from_name)
+                except (TypeError, ValueError, AttributeError) as exc:
+                    # A row written around the API (a header that is not text, say): fail this email only.
+                    attempt = Attempt(Reply(None, f"cannot build the message: {exc}", "build"), 0)
+                    outcome = _Outcome(email["id"], "failed", Verdict.LOCAL, attempt, None, None)
+                else:
+                    attempt = await connection.send(envelope)
+                    outcome = self._decide(email, attempt, envelope.message_id)
+                if not await self._record(db, sender, token, outcome, email):
+                    # Our lease expired and the claim went back to the queue: another worker owns the
+                    # rest of this batch now, so sending it here would send it twice.
+                    log.warning("lease lost for %d claimed email(s); leaving them to the queue", len(pending))
+                    charged_back += len(pending)
+                    pending.clear()
+                    break
                 if outcome.outcome != "sent" and outcome.verdict is not Verdict.PERMANENT:
                     charged_back += 1
                 if outcome.verdict is Verdict.AUTH:
@@ -335,8 +354,8 @@ class Worker:
 
     async def _record(
         self, db: _Borrowed, sender: Sender, token: uuid.UUID, outcome: _Outcome, email: dict[str, Any]
-    ) -> None:
-        """Commit the attempt before the next message goes out on this connection.
+    ) -> bool:
+        """Commit the attempt before the next message goes out on this connection; False if the lease was lost.
 
         So a killed worker leaves at most one message per connection sent but not recorded.
         A sent email is one statement (one round trip); failures also update lists and counters.
@@ -383,12 +402,14 @@ class Worker:
         while True:
             try:
                 conn = await db.get()
-                if len(statements) == 1:
-                    await conn.execute(*statements[0])
+                if len(statements) == 1:  # the common case, a sent email: one round trip
+                    held = await (await conn.execute(*statements[0])).fetchone() is not None
                 else:
                     async with conn.transaction():
-                        for statement, params in statements:
-                            await conn.execute(statement, params)
+                        held = await (await conn.execute(*statements[0])).fetchone() is not None
+                        if held:  # lists and counters change only for an attempt this worker still owned
+                            for statement, params in statements[1:]:
+                                await conn.execute(statement, params)
                 break
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if time.monotonic() > deadline:
@@ -396,8 +417,9 @@ class Worker:
                 log.warning("recording email %s failed (%s); retrying", email["id"], exc)
                 await db.give_back()
                 await asyncio.sleep(0.5)
-        if outcome.outcome == "sent":
+        if held and outcome.outcome == "sent":
             self.sent += 1
+        return held
 
     async def _release(self, token: uuid.UUID, ids: list[int]) -> None:
         assert self.pool is not None
@@ -490,9 +512,9 @@ class Worker:
 
     # -- idle, leases, rescue -----------------------------------------------------------------
 
-    async def _idle(self, seconds: float) -> None:
+    async def _idle(self, seconds: float, ticket: asyncio.Event | None = None) -> None:
         if not self.stopping.is_set():
-            await self.waker.wait(seconds)
+            await self.waker.wait(seconds, ticket)
 
     def _fallback_seconds(self) -> float:
         return self.options.poll_seconds if self.listener.live else min(self.options.poll_seconds, 1.0)

@@ -24,9 +24,13 @@ class Waker:
         self._event.set()
         self._event = asyncio.Event()
 
-    async def wait(self, seconds: float) -> bool:
-        """Wait for the next notify, at most `seconds`; return whether a notify came."""
-        event = self._event
+    def ticket(self) -> asyncio.Event:
+        """Take before looking for work: a notify that comes while looking then ends the wait at once."""
+        return self._event
+
+    async def wait(self, seconds: float, ticket: asyncio.Event | None = None) -> bool:
+        """Wait for a notify after `ticket` was taken (default: from now), at most `seconds`."""
+        event = ticket or self._event
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), seconds)
             return True

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import aiosmtplib
 
-from worker.classify import Reply
+from worker.classify import Reply, clean_reply
 from worker.message import Envelope
 
 log = logging.getLogger(__name__)
@@ -104,27 +104,33 @@ class SmtpConnection:
             return await _transaction(client, envelope)
         except aiosmtplib.SMTPAuthenticationError as exc:
             self._drop()
-            return Reply(exc.code, exc.message, "auth")
+            return clean_reply(exc.code, exc.message, "auth")
         except aiosmtplib.SMTPRecipientRefused as exc:
             await self._reset()
-            return Reply(exc.code, exc.message, "rcpt")
+            return clean_reply(exc.code, exc.message, "rcpt")
         except aiosmtplib.SMTPDataError as exc:
             if exc.code == 421:
                 self._drop()
             else:
                 await self._reset()
-            return Reply(exc.code, exc.message, "data")
+            return clean_reply(exc.code, exc.message, "data")
         except aiosmtplib.SMTPSenderRefused as exc:
             await self._reset()
-            return Reply(exc.code, exc.message, "mail")
+            return clean_reply(exc.code, exc.message, "mail")
         except aiosmtplib.SMTPResponseException as exc:
             # Refused while connecting or greeting: start the next message on a new connection.
             self._drop()
-            return Reply(exc.code, exc.message, phase)
-        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+            return clean_reply(exc.code, exc.message, phase)
+        except (aiosmtplib.SMTPNotSupported, aiosmtplib.SMTPException) as exc:
+            self._drop()
+            if phase != "mail" and type(exc) in (aiosmtplib.SMTPNotSupported, aiosmtplib.SMTPException):
+                # STARTTLS or AUTH missing, no usable AUTH mechanism: the account is misconfigured.
+                return clean_reply(530, f"{type(exc).__name__}: {exc}", "auth")
+            return clean_reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
+        except (OSError, TimeoutError) as exc:
             # Timeouts, dropped connections, refused connects: nothing reliable is left on this socket.
             self._drop()
-            return Reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
+            return clean_reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
 
 
 async def _transaction(client: aiosmtplib.SMTP, envelope: Envelope) -> Reply:
@@ -144,4 +150,4 @@ async def _transaction(client: aiosmtplib.SMTP, envelope: Envelope) -> Reply:
     if response.code not in (250, 251):
         raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, envelope.recipient)
     response = await client.data(envelope.content)
-    return Reply(response.code, response.message, "data")
+    return clean_reply(response.code, response.message, "data")

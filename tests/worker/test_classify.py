@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.classify import Reply, Verdict, backoff_seconds, classify
+from worker.classify import Reply, Verdict, backoff_seconds, classify, clean_reply
 
 
 @pytest.mark.parametrize(
@@ -27,6 +27,14 @@ from worker.classify import Reply, Verdict, backoff_seconds, classify
         (Reply(535, "5.7.8 Authentication credentials invalid", "auth"), Verdict.AUTH),
         (Reply(530, "5.7.0 Authentication required", "mail"), Verdict.AUTH),
         (Reply(554, "Transaction failed"), Verdict.PERMANENT),
+        # Our own sender address refused: a configuration problem, never the recipient's bounce.
+        (Reply(553, "5.1.8 Sender address rejected: Domain not found", "mail"), Verdict.LOCAL),
+        (Reply(501, "5.1.7 Bad sender address syntax", "mail"), Verdict.LOCAL),
+        (Reply(550, "5.1.8 Sender domain does not resolve", "rcpt"), Verdict.LOCAL),
+        (Reply(550, "Relaying denied", "rcpt"), Verdict.PERMANENT),
+        (Reply(554, "No SMTP service here", "connect"), Verdict.AUTH),
+        (Reply(534, "5.7.9 Authentication mechanism is too weak", "auth"), Verdict.AUTH),
+        (Reply(504, "5.7.4 Unrecognized authentication type", "auth"), Verdict.AUTH),
     ],
 )
 def test_reply_is_classified_by_code_and_enhanced_code(reply: Reply, verdict: Verdict) -> None:
@@ -45,3 +53,13 @@ def test_backoff_doubles_from_the_base_with_jitter_and_stops_at_the_cap(unit_ran
     for delay, ceiling in zip(delays, ceilings, strict=True):
         assert ceiling / 2 <= delay <= ceiling
     assert delays[-1] <= 3600.0
+
+
+def test_replies_that_cannot_be_stored_are_cleaned() -> None:
+    malformed = clean_reply(-1, "garbage", "data")
+    assert malformed.code is None
+    assert "malformed reply (code -1)" in malformed.text
+    assert classify(malformed) is Verdict.TRANSIENT
+    undecodable = clean_reply(250, "2.0.0 Ok caf\udce9\x00", "data")
+    assert undecodable.text == "2.0.0 Ok caf?"
+    assert undecodable.text.encode("utf-8")

@@ -327,3 +327,21 @@ async def test_unexpected_database_error_stops_the_worker_with_that_error(
     assert "never retrieved" not in caplog.text
     # Every slot handed its claim back before the worker stopped: nothing waits for a lease to expire.
     assert statuses(db_url) == {"pending": 20}
+
+
+async def test_email_that_cannot_be_built_fails_alone_and_the_worker_goes_on(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 3)
+    with psycopg.connect(db_url) as conn:
+        # Written around the API: a header value that is not text.
+        conn.execute(
+            """UPDATE mailroom.email_queue SET headers = '{"X-Id": 5}' WHERE recipient_email = 'u1@example.com'"""
+        )
+    await run_until_drained(db_url, fast_settings)
+    assert statuses(db_url) == {"sent": 2, "failed": 1}
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT last_error FROM mailroom.email_queue WHERE status = 'failed'").fetchone()
+    assert row is not None
+    assert row[0].startswith("cannot build the message")
