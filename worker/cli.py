@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO
 
 from worker import __version__
+from worker.commands import Registrar
 from worker.config import ConfigError, Settings
 from worker.validation import ValidationError
 
@@ -244,7 +245,11 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
     url = _url(settings)
     options = WorkerOptions(
-        concurrency=args.concurrency, batch_size=args.batch_size, drain=args.drain, grace_seconds=args.grace
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        drain=args.drain,
+        grace_seconds=args.grace,
+        run_producers=args.producers,
     )
     sent = asyncio.run(run_worker(url, settings, options, settings.listen_database_url))
     print(f"worker: sent {sent} email(s)", file=sys.stderr)
@@ -266,8 +271,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return int(run_demo(settings))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Every subcommand with its help."""
+def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
+    """Every subcommand with its help: the ones here, `worker.commands`' groups, then `extra`'s."""
     parser = argparse.ArgumentParser(
         prog="mailroom",
         description="PostgreSQL-native transactional email. Without MAILROOM_DATABASE_URL, every command "
@@ -393,6 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     wk.add_argument("--drain", action="store_true", help="exit by itself when nothing is due")
     wk.add_argument("--grace", type=float, default=10.0, help="seconds in-flight sends get on shutdown")
+    wk.add_argument(
+        "--no-producers",
+        dest="producers",
+        action="store_false",
+        help="deliver only; do not run the producers (lifecycle, birthdays, retention, ...) in this process",
+    )
     wk.set_defaults(handler=cmd_worker)
 
     kg = sub.add_parser("keygen", help="print a new MAILROOM_SECRET_KEY", description=cmd_keygen.__doc__)
@@ -400,6 +411,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the whole product locally", description=cmd_demo.__doc__)
     demo.set_defaults(handler=cmd_demo)
+
+    from worker.commands import registrars
+
+    for register in (*registrars(), *extra):
+        register(sub)
     return parser
 
 
@@ -414,9 +430,9 @@ def configure_logging(verbose: bool) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `mailroom` console script."""
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, extra: Sequence[Registrar] = ()) -> int:
+    """Run one `mailroom` command; `extra` adds subcommand groups from packages above the worker."""
+    args = build_parser(extra).parse_args(argv)
     configure_logging(args.verbose)
     try:
         settings = Settings.from_env()

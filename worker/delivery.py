@@ -26,6 +26,7 @@ from worker.crypto import SecretBox, secret_box
 from worker.listen import Listener, Waker
 from worker.masking import mask_address
 from worker.message import build_message
+from worker.producers import Producer, registered
 from worker.senders import ELIGIBLE_SENDERS, RELEASE_QUOTA, RESERVE
 from worker.smtp import Attempt, SmtpAccount, SmtpConnection
 
@@ -42,6 +43,7 @@ class WorkerOptions:
     grace_seconds: float = 10.0
     poll_seconds: float = 30.0
     smtp_timeout: float = 30.0
+    run_producers: bool = False  # also run the producers of `worker.producers` (the CLI turns this on)
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
 
@@ -97,7 +99,13 @@ class Worker:
         self.settings = settings
         self.options = options
         self.waker = Waker()
-        self.listener = Listener(listen_url or url, ("mailroom_queue",), self.waker)
+        self.producers = registered() if options.run_producers else []
+        self._producer_wakers = {p.name: Waker() for p in self.producers}
+        routes: dict[str, list[Waker]] = {}
+        for producer in self.producers:
+            for channel in producer.channels:
+                routes.setdefault(channel, []).append(self._producer_wakers[producer.name])
+        self.listener = Listener(listen_url or url, ("mailroom_queue",), self.waker, routes)
         self.stopping = asyncio.Event()
         self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._tokens: set[uuid.UUID] = set()
@@ -117,7 +125,7 @@ class Worker:
         self.pool = AsyncConnectionPool(
             self.url,
             min_size=1,
-            max_size=self.options.concurrency + 2,
+            max_size=self.options.concurrency + 2 + len(self.producers),
             open=False,
             check=AsyncConnectionPool.check_connection,
             # Asynchronous commit for the worker's own bookkeeping: a killed worker loses nothing (the
@@ -130,6 +138,7 @@ class Worker:
             asyncio.create_task(self.listener.run(), name="listen"),
             asyncio.create_task(self._renew_leases(), name="renew"),
             asyncio.create_task(self._rescue_loop(), name="rescue"),
+            *(asyncio.create_task(self._produce(p), name=f"producer-{p.name}") for p in self.producers),
         ]
         slots = [
             asyncio.create_task(self._slot(i), name=f"slot-{i}") for i in range(self.options.concurrency)
@@ -170,6 +179,30 @@ class Worker:
         """Stop claiming; in-flight sends finish within the grace period, the rest is released."""
         self.stopping.set()
         self.waker.notify()
+
+    # -- producers ------------------------------------------------------------------------------
+
+    async def _produce(self, producer: Producer) -> None:
+        """Run one producer until cancelled: again at once while it finds work, else on NOTIFY or timer."""
+        assert self.pool is not None
+        waker = self._producer_wakers[producer.name]
+        while not self.stopping.is_set():
+            ticket = waker.ticket()
+            done = 0
+            try:
+                async with self.pool.connection() as conn:
+                    done = await producer.run_once(conn, self.settings)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                log.warning("producer %s: database unavailable (%s); retrying", producer.name, exc)
+                await waker.wait(1.0, ticket)
+                continue
+            except Exception:
+                # One producer's bug must not stop delivery or the other producers; say so loudly.
+                log.exception(
+                    "producer %s failed; trying again in %.0fs", producer.name, producer.interval_seconds
+                )
+            if done <= 0:
+                await waker.wait(producer.interval_seconds, ticket)
 
     # -- slots ----------------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import psycopg
 from psycopg import sql
@@ -38,14 +38,31 @@ class Waker:
 
 
 class Listener:
-    """Keeps one LISTEN connection open; every notification (and every reconnect) calls `waker.notify()`."""
+    """Keeps one LISTEN connection open and wakes whoever a notification concerns.
 
-    def __init__(self, url: str, channels: Sequence[str], waker: Waker) -> None:
+    A notification on one of `channels` wakes `waker`; one on a channel of `routes` wakes that
+    channel's wakers. Every (re)connect wakes them all, since something may have been missed.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        channels: Sequence[str],
+        waker: Waker,
+        routes: Mapping[str, Sequence[Waker]] | None = None,
+    ) -> None:
         self.url = url
-        self.channels = tuple(channels)
         self.waker = waker
+        self._routes: dict[str, list[Waker]] = {channel: [waker] for channel in channels}
+        for channel, wakers in (routes or {}).items():
+            self._routes.setdefault(channel, []).extend(w for w in wakers if w is not waker)
+        self.channels = tuple(self._routes)
         self.live = False
         self.unavailable = False
+
+    def _wake_all(self) -> None:
+        for waker in {id(w): w for wakers in self._routes.values() for w in wakers}.values():
+            waker.notify()
 
     async def run(self) -> None:
         """Listen until cancelled, reconnecting with backoff; fall back to polling if LISTEN is refused."""
@@ -57,9 +74,10 @@ class Listener:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     self.live = True
                     delay = 0.2
-                    self.waker.notify()  # full pass after every (re)connect: we may have missed something
-                    async for _ in conn.notifies():
-                        self.waker.notify()
+                    self._wake_all()  # full pass after every (re)connect: we may have missed something
+                    async for note in conn.notifies():
+                        for waker in self._routes.get(note.channel, ()):
+                            waker.notify()
             except (psycopg.errors.FeatureNotSupported, psycopg.errors.InsufficientPrivilege) as exc:
                 self.live = False
                 self.unavailable = True
@@ -69,6 +87,6 @@ class Listener:
                 if self.live:
                     log.warning("LISTEN connection lost (%s); reconnecting", exc)
                 self.live = False
-                self.waker.notify()
+                self._wake_all()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)

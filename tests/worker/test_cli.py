@@ -234,9 +234,13 @@ def test_retry_and_cancel(
 
 
 def test_db_current_and_downgrade(cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "db", "current")[1].strip() == "0001"
+    from worker.db import head_revision
+
+    head = head_revision()
+    assert run(capsys, "db", "current")[1].strip() == head
+    assert run(capsys, "db", "downgrade", "0001")[1].strip() == "database at 0001"
     assert run(capsys, "db", "downgrade", "base")[1].strip() == "database at base"
-    assert run(capsys, "db", "upgrade")[1].strip() == "database at 0001"
+    assert run(capsys, "db", "upgrade")[1].strip() == f"database at {head}"
 
 
 @pytest.mark.parametrize(
