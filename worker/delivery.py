@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -67,6 +67,16 @@ class _Outcome:
     attempt: Attempt
     retry_at: datetime | None
     message_id: str | None
+
+
+@dataclass
+class _Quota:
+    """Quota reserved for one claim: how much, on which UTC day, and how much the sends used."""
+
+    sender_id: int
+    day: date
+    granted: int
+    used: int = 0
 
 
 class _Borrowed:
@@ -254,24 +264,42 @@ class Worker:
         assigned = [r for r in rows if r["status"] == "assigned"]
         if not assigned:
             return True
-        granted = int(await self._scalar(RESERVE, (sender_id, len(assigned))) or 0)
-        if granted < len(assigned):
-            surplus, assigned = assigned[granted:], assigned[:granted]
+        quota = await self._reserve(sender_id, len(assigned))
+        if quota.granted < len(assigned):
+            surplus, assigned = assigned[quota.granted :], assigned[: quota.granted]
             await self._release(token, [e["id"] for e in surplus])
             self._exhausted.add(sender_id)
             if not assigned:
                 return True
         self._tokens.add(token)
         try:
-            await self._deliver(sender, token, assigned, connections)
+            await self._deliver(sender, token, assigned, connections, quota)
         except BaseException:
-            # Cancelled after the grace period, or failed: hand back whatever this claim still holds.
+            # Cancelled after the grace period, or failed: hand back whatever this claim still holds,
+            # and the quota of every email that was not recorded as having used it.
             with contextlib.suppress(psycopg.Error):
                 await asyncio.shield(self._release(token, [e["id"] for e in assigned]))
+                await asyncio.shield(self._refund(quota))
             raise
         finally:
             self._tokens.discard(token)
+        await self._refund(quota)
         return True
+
+    async def _reserve(self, sender_id: int, wanted: int) -> _Quota:
+        assert self.pool is not None
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(RESERVE, (sender_id, wanted))
+            row = await cur.fetchone()
+        assert row is not None
+        return _Quota(sender_id, row[1], int(row[0] or 0))
+
+    async def _refund(self, quota: _Quota) -> None:
+        """Give back the quota of the emails that did not use it, to the day it was reserved on."""
+        unused = quota.granted - quota.used
+        if unused > 0:
+            await self._scalar(RELEASE_QUOTA, (quota.sender_id, unused, quota.day))
+            quota.granted = quota.used
 
     async def _claim(self, sender_id: int, token: uuid.UUID, limit: int) -> list[dict[str, Any]]:
         assert self.pool is not None
@@ -310,11 +338,11 @@ class Worker:
         token: uuid.UUID,
         emails: Sequence[dict[str, Any]],
         connections: dict[int, SmtpConnection],
+        quota: _Quota,
     ) -> None:
         sender_id = sender.account.sender_id
         connection = connections[sender_id]
         pending = list(emails)
-        charged_back = 0
         assert self.pool is not None
         # One database connection for the whole batch: a pool checkout costs a health-check round trip.
         db = _Borrowed(self.pool)
@@ -337,11 +365,10 @@ class Worker:
                     # Our lease expired and the claim went back to the queue: another worker owns the
                     # rest of this batch now, so sending it here would send it twice.
                     log.warning("lease lost for %d claimed email(s); leaving them to the queue", len(pending))
-                    charged_back += len(pending)
                     pending.clear()
                     break
-                if outcome.outcome != "sent" and outcome.verdict is not Verdict.PERMANENT:
-                    charged_back += 1
+                if outcome.outcome == "sent" or outcome.verdict is Verdict.PERMANENT:
+                    quota.used += 1  # a permanent refusal was still an attempt the provider counted
                 if outcome.verdict is Verdict.AUTH:
                     await self._suspend(sender, attempt)
                     break
@@ -349,11 +376,8 @@ class Worker:
             await db.give_back()
         if pending:
             await self._release(token, [e["id"] for e in pending])
-            charged_back += len(pending)
         # Once per batch, not per email: the sender row is also what quota reservations lock.
         await self._scalar(q.TOUCH_SENDER, (sender_id,))
-        if charged_back:
-            await self._scalar(RELEASE_QUOTA, (sender_id, charged_back))
 
     def _decide(self, email: dict[str, Any], attempt: Attempt, message_id: str) -> _Outcome:
         verdict = classify(attempt.reply)

@@ -152,5 +152,6 @@ WHERE status IN ('active', 'warming_up')
 ORDER BY id
 """
 
-RESERVE = "SELECT mailroom.reserve_quota(%s, %s)"
-RELEASE_QUOTA = "SELECT mailroom.release_quota(%s, %s)"
+# The day is the one reserve_quota counts on (now() is the statement's transaction time in both).
+RESERVE = "SELECT mailroom.reserve_quota(%s, %s), (now() AT TIME ZONE 'UTC')::date"
+RELEASE_QUOTA = "SELECT mailroom.release_quota(%s, %s, %s)"

@@ -261,6 +261,18 @@ async def test_shutdown_releases_claimed_but_unsent_email(
     worker.stop()
     await task
     assert statuses(db_url) == {"pending": 5}
+    # The quota reserved for the claim goes back with it: nothing was sent, nothing is charged.
+    assert quota_used_today(db_url) == 0
+
+
+def quota_used_today(db_url: str) -> int:
+    """What the sender accounts have used of today's quota (UTC day, as the reservation counts it)."""
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(sent), 0) FROM mailroom.sender_usage WHERE day = (now() AT TIME ZONE 'UTC')::date"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> bool:
@@ -327,6 +339,8 @@ async def test_unexpected_database_error_stops_the_worker_with_that_error(
     assert "never retrieved" not in caplog.text
     # Every slot handed its claim back before the worker stopped: nothing waits for a lease to expire.
     assert statuses(db_url) == {"pending": 20}
+    # ...and the quota reserved for it: no email was recorded as sent, so none is charged.
+    assert quota_used_today(db_url) == 0
 
 
 async def test_email_that_cannot_be_built_fails_alone_and_the_worker_goes_on(
