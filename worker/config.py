@@ -63,6 +63,8 @@ class Settings:
     retry_cap_seconds: float = 6 * 3600.0
     lease_seconds: float = 300.0
     base_url: str = "http://localhost:8025"
+    signing_key: str | None = None
+    reminder_interval_seconds: float = 24 * 3600.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -80,4 +82,6 @@ class Settings:
             retry_cap_seconds=_float("MAILROOM_RETRY_CAP_SECONDS", 6 * 3600.0),
             lease_seconds=_float("MAILROOM_LEASE_SECONDS", 300.0, minimum=0.1),
             base_url=os.environ.get("MAILROOM_BASE_URL", "http://localhost:8025").rstrip("/"),
+            signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
+            reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
         )
