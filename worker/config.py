@@ -63,6 +63,16 @@ class Settings:
     retry_cap_seconds: float = 6 * 3600.0
     lease_seconds: float = 300.0
     base_url: str = "http://localhost:8025"
+    # retention, maintenance and health (reference 03)
+    archive_dir: Path | None = None  # None: $MAILROOM_HOME/archive
+    archive_after_days: int = 90
+    inbox_retention_days: int = 30
+    log_retention_months: int = 24
+    partitions_ahead_months: int = 3
+    maintenance_interval_seconds: float = 3600.0
+    health_max_pending: int = 10_000
+    health_max_oldest_pending_seconds: float = 3600.0
+    health_max_idle_seconds: float = 900.0
     signing_key: str | None = None
     reminder_interval_seconds: float = 24 * 3600.0
 
@@ -82,6 +92,17 @@ class Settings:
             retry_cap_seconds=_float("MAILROOM_RETRY_CAP_SECONDS", 6 * 3600.0),
             lease_seconds=_float("MAILROOM_LEASE_SECONDS", 300.0, minimum=0.1),
             base_url=os.environ.get("MAILROOM_BASE_URL", "http://localhost:8025").rstrip("/"),
+            archive_dir=Path(os.environ["MAILROOM_ARCHIVE_DIR"]).expanduser()
+            if os.environ.get("MAILROOM_ARCHIVE_DIR")
+            else None,
+            archive_after_days=_int("MAILROOM_ARCHIVE_AFTER_DAYS", 90, minimum=1),
+            inbox_retention_days=_int("MAILROOM_INBOX_RETENTION_DAYS", 30, minimum=1),
+            log_retention_months=_int("MAILROOM_LOG_RETENTION_MONTHS", 24, minimum=2),
+            partitions_ahead_months=_int("MAILROOM_PARTITIONS_AHEAD_MONTHS", 3, minimum=1),
+            maintenance_interval_seconds=_float("MAILROOM_MAINTENANCE_INTERVAL_SECONDS", 3600.0, minimum=1.0),
+            health_max_pending=_int("MAILROOM_HEALTH_MAX_PENDING", 10_000, minimum=1),
+            health_max_oldest_pending_seconds=_float("MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS", 3600.0),
+            health_max_idle_seconds=_float("MAILROOM_HEALTH_MAX_IDLE_SECONDS", 900.0),
             signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
             reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
         )
