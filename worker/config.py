@@ -39,6 +39,18 @@ def _float(name: str, default: float, minimum: float = 0.0) -> float:
     return value
 
 
+def _bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false (1/0, yes/no, on/off), got {raw!r}")
+
+
 def default_home() -> Path:
     """Return `$MAILROOM_HOME`, or the per-user data directory when it is unset."""
     raw = os.environ.get("MAILROOM_HOME")
@@ -63,6 +75,10 @@ class Settings:
     retry_cap_seconds: float = 6 * 3600.0
     lease_seconds: float = 300.0
     base_url: str = "http://localhost:8025"
+    # tracking and compliance: campaign email is tracked unless this is off (an email's `track` wins);
+    # the mailbox that takes `List-Unsubscribe` mailto requests, if any
+    track_campaigns: bool = True
+    unsubscribe_mailto: str | None = None
     # retention, maintenance and health (reference 03)
     archive_dir: Path | None = None  # None: $MAILROOM_HOME/archive
     archive_after_days: int = 90
@@ -92,6 +108,8 @@ class Settings:
             retry_cap_seconds=_float("MAILROOM_RETRY_CAP_SECONDS", 6 * 3600.0),
             lease_seconds=_float("MAILROOM_LEASE_SECONDS", 300.0, minimum=0.1),
             base_url=os.environ.get("MAILROOM_BASE_URL", "http://localhost:8025").rstrip("/"),
+            track_campaigns=_bool("MAILROOM_TRACK_CAMPAIGNS", True),
+            unsubscribe_mailto=os.environ.get("MAILROOM_UNSUBSCRIBE_MAILTO") or None,
             archive_dir=Path(os.environ["MAILROOM_ARCHIVE_DIR"]).expanduser()
             if os.environ.get("MAILROOM_ARCHIVE_DIR")
             else None,

@@ -159,6 +159,7 @@ email_queue = Table(
     Column("assigned_at", DateTime(timezone=True)),
     Column("sent_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
+    Column("unsubscribe_token", UUID(as_uuid=True)),  # revision 0002 (tracking)
     PrimaryKeyConstraint("id", name="email_queue_pkey"),
     UniqueConstraint("idempotency_key", name="email_queue_idempotency_key_key"),
     CheckConstraint(
@@ -226,6 +227,12 @@ Index(
     email_queue.c.tracking_token,
     unique=True,
     postgresql_where=text("tracking_token IS NOT NULL"),
+)
+Index(
+    "email_queue_unsubscribe_token_idx",
+    email_queue.c.unsubscribe_token,
+    unique=True,
+    postgresql_where=text("unsubscribe_token IS NOT NULL"),
 )
 
 send_logs = Table(
@@ -301,6 +308,11 @@ unsubscribe_list = Table(
         "source IN ('one_click', 'link', 'mailto', 'operator', 'import', 'privacy')",
         name="unsubscribe_list_source_check",
     ),
+)
+Index(
+    "unsubscribe_list_campaign_idx",
+    unsubscribe_list.c.campaign_id,
+    postgresql_where=text("campaign_id IS NOT NULL"),
 )
 
 tracked_links = Table(
