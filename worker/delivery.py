@@ -103,13 +103,20 @@ class Worker:
     """One worker process: `concurrency` slots, one LISTEN connection, lease renewal and rescue."""
 
     def __init__(
-        self, url: str, settings: Settings, options: WorkerOptions, listen_url: str | None = None
+        self,
+        url: str,
+        settings: Settings,
+        options: WorkerOptions,
+        listen_url: str | None = None,
+        producers: Sequence[Producer] | None = None,
     ) -> None:
         self.url = url
         self.settings = settings
         self.options = options
         self.waker = Waker()
-        self.producers = registered() if options.run_producers else []
+        if producers is None:
+            producers = registered() if options.run_producers else []
+        self.producers = list(producers)
         self._producer_wakers = {p.name: Waker() for p in self.producers}
         routes: dict[str, list[Waker]] = {}
         for producer in self.producers:
