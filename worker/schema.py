@@ -439,13 +439,18 @@ tokens = Table(
     Column("mailed_at", DateTime(timezone=True)),
     Column("email_id", BigInteger),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("mail_skipped_reason", Text),  # 0002: why the mailer did not mail it (expired, account state)
     PrimaryKeyConstraint("id", name="tokens_pkey"),
     UniqueConstraint("secret", name="tokens_secret_key"),
     CheckConstraint("action IN ('activation', 'password_recovery')", name="tokens_action_check"),
     CheckConstraint("octet_length(secret) = 32", name="tokens_secret_check"),
     CheckConstraint("code ~ '^[0-9]{5}$'", name="tokens_code_check"),
     CheckConstraint("expires_at > created_at", name="tokens_check"),
-    Index("tokens_unmailed_idx", "id", postgresql_where=text("mailed_at IS NULL")),
+    Index(
+        "tokens_to_mail_idx",
+        "id",
+        postgresql_where=text("mailed_at IS NULL AND mail_skipped_reason IS NULL"),
+    ),
     Index("tokens_account_idx", "account_id", "action"),
 )
 
@@ -526,6 +531,15 @@ events = Table(
         postgresql_where=text("status IN ('pending', 'processing')"),
     ),
     Index("events_person_idx", "person_id"),
+    Index("events_processing_idx", "updated_at", postgresql_where=text("status = 'processing'")),
+)
+
+# 0002: the tz database's zone names, so checking a person's zone is an index probe
+time_zone_names = Table(
+    "time_zone_names",
+    metadata,
+    Column("name", Text, nullable=False),
+    PrimaryKeyConstraint("name", name="time_zone_names_pkey"),
 )
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,213 @@
+-- User lifecycle (reference 01) and birthday scheduling (reference 02): what the producers need on top
+-- of revision 0001, and the fixes to what 0001 got wrong there.
+
+-- ---------------------------------------------------------------------------
+-- Clock and settings seen by the database
+-- ---------------------------------------------------------------------------
+
+-- The time the lifecycle and birthday logic runs at: `mailroom.now` when a caller set it (tests drive a
+-- controllable clock this way, `SELECT set_config('mailroom.now', ..., true)`), else the transaction's now().
+CREATE FUNCTION mailroom.clock() RETURNS timestamptz LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('mailroom.now', true), '')::timestamptz, now())
+$$;
+
+-- How long a new token lives: `mailroom.token_ttl` (set per transaction by Mailroom from
+-- MAILROOM_TOKEN_TTL_SECONDS, or for the whole database with ALTER DATABASE ... SET), else 15 minutes.
+CREATE FUNCTION mailroom.token_ttl() RETURNS interval LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('mailroom.token_ttl', true), ''), '15 minutes')::interval
+$$;
+
+-- The local time of day birthday email goes out: `mailroom.birthday_time`, else 09:00.
+CREATE FUNCTION mailroom.birthday_time() RETURNS time LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('mailroom.birthday_time', true), ''), '09:00')::time
+$$;
+
+-- ---------------------------------------------------------------------------
+-- User lifecycle
+-- ---------------------------------------------------------------------------
+
+-- The activation token made with a provisioned account lives for the configured time, not a fixed 15 minutes.
+CREATE OR REPLACE FUNCTION mailroom.accounts_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.status_changed_at := coalesce(NEW.status_changed_at, now());
+    IF NEW.status = 'active' THEN
+        NEW.activated_at := coalesce(NEW.activated_at, now());
+    ELSIF NEW.status = 'suspended' THEN
+        NEW.suspended_at := coalesce(NEW.suspended_at, now());
+    END IF;
+    IF NEW.status = 'provisioned' THEN
+        -- The token's foreign key is deferred, so the token may precede its account in this transaction.
+        INSERT INTO mailroom.tokens (account_id, action, expires_at)
+        VALUES (NEW.id, 'activation', now() + mailroom.token_ttl());
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- Tokens the mailer decided not to mail (expired, or the account is in the wrong state) say why; mailed_at
+-- stays NULL for them. The mailer picks tokens that are neither mailed nor skipped, by this index, not by
+-- `id > last_seq`: identities are handed out at INSERT, not at COMMIT, so a token whose transaction commits
+-- after a higher id was mailed would be skipped forever by a pure cursor.
+ALTER TABLE mailroom.tokens ADD COLUMN mail_skipped_reason text;
+DROP INDEX mailroom.tokens_unmailed_idx;
+CREATE INDEX tokens_to_mail_idx ON mailroom.tokens (id)
+    WHERE mailed_at IS NULL AND mail_skipped_reason IS NULL;
+
+-- Wake the lifecycle mailer: one NOTIFY per statement that inserted tokens.
+CREATE FUNCTION mailroom.tokens_notify_mailer() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('mailroom_tokens', 'insert');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER tokens_notify_mailer AFTER INSERT ON mailroom.tokens
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.tokens_notify_mailer();
+
+-- ---------------------------------------------------------------------------
+-- Birthday scheduling
+-- ---------------------------------------------------------------------------
+
+-- pg_timezone_names reads the whole tz database on every call (milliseconds): far too slow for a check
+-- on every inserted person. Known zone names are kept in a table; a name missing from it (a zone added by
+-- a newer tz database) is still checked against pg_timezone_names.
+CREATE TABLE mailroom.time_zone_names (
+    name                text PRIMARY KEY
+);
+INSERT INTO mailroom.time_zone_names (name) SELECT name FROM pg_timezone_names ON CONFLICT DO NOTHING;
+
+CREATE OR REPLACE FUNCTION mailroom.is_time_zone(zone text) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM mailroom.time_zone_names WHERE name = zone)
+        OR EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = zone)
+$$;
+
+-- A person's version follows every change (optimistic updates compare it).
+CREATE FUNCTION mailroom.people_bump_version() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.version = OLD.version THEN
+        NEW.version := OLD.version + 1;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER people_bump_version BEFORE UPDATE ON mailroom.people
+    FOR EACH ROW EXECUTE FUNCTION mailroom.people_bump_version();
+
+-- The person's birthday in `year`: 29 February falls on 28 February in common years (date + interval
+-- clamps to the last day of the month).
+CREATE FUNCTION mailroom.birthday_in(dob date, year integer) RETURNS date
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (dob + make_interval(years => year - extract(year FROM dob)::integer))::date
+$$;
+
+-- The first birthday on or after `from_date` (never the day of birth itself).
+CREATE FUNCTION mailroom.next_birthday(dob date, from_date date) RETURNS date
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN mailroom.birthday_in(dob, extract(year FROM greatest(from_date, dob + 1))::integer)
+             >= greatest(from_date, dob + 1)
+        THEN mailroom.birthday_in(dob, extract(year FROM greatest(from_date, dob + 1))::integer)
+        ELSE mailroom.birthday_in(dob, extract(year FROM greatest(from_date, dob + 1))::integer + 1)
+    END
+$$;
+
+-- The UTC instant of `send_time` on local day `day` in `zone`. A local time that does not exist (the clocks
+-- jump over it) is read with the offset in force before the jump, so it lands as far after the jump as it
+-- was meant to be after its start: 02:30 on a 02:00 -> 03:00 spring-forward day is sent at 03:30. A local
+-- time that happens twice (clocks fall back) is the first of the two (PostgreSQL's rule, as Python's fold=0).
+CREATE FUNCTION mailroom.local_instant(day date, send_time time, zone text) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT (day + send_time) AT TIME ZONE zone
+$$;
+
+-- The set-based scheduling pass: give every person in `person_ids` (NULL: everyone) who has no pending or
+-- processing birthday event their next one, as of `at`. A birthday already handled (completed, missed or
+-- failed) is never scheduled again. Returns how many events were created.
+CREATE FUNCTION mailroom.schedule_birthdays(person_ids uuid[], at timestamptz, send_time time)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    created integer;
+BEGIN
+    INSERT INTO mailroom.events (person_id, event_type, due_at, local_due_at, time_zone, idempotency_key)
+    SELECT p.id, 'birthday', d.due_at, d.due_at AT TIME ZONE p.time_zone, p.time_zone,
+           'birthday:' || p.id::text || ':' || b.day::text
+    FROM mailroom.people p
+    CROSS JOIN LATERAL (
+        SELECT max(e.local_due_at)::date AS last_day FROM mailroom.events e
+        WHERE e.person_id = p.id AND e.event_type = 'birthday'
+          AND e.status IN ('completed', 'missed', 'failed')
+    ) h
+    CROSS JOIN LATERAL (
+        SELECT mailroom.next_birthday(p.date_of_birth,
+                                      greatest((at AT TIME ZONE p.time_zone)::date, h.last_day + 1)) AS day
+    ) b
+    CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, p.time_zone) AS due_at) d
+    WHERE (person_ids IS NULL OR p.id = ANY (person_ids))
+      AND NOT EXISTS (SELECT 1 FROM mailroom.events e
+                      WHERE e.person_id = p.id AND e.event_type = 'birthday'
+                        AND e.status IN ('pending', 'processing'))
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS created = ROW_COUNT;
+    RETURN created;
+END $$;
+
+-- New people get their next birthday event in the inserting transaction, one set-based statement per
+-- INSERT (a bulk COPY of a million people is one pass, not a million trigger calls).
+CREATE FUNCTION mailroom.people_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    at timestamptz := mailroom.clock();
+    send_time time := mailroom.birthday_time();
+BEGIN
+    INSERT INTO mailroom.events (person_id, event_type, due_at, local_due_at, time_zone, idempotency_key)
+    SELECT n.id, 'birthday', d.due_at, d.due_at AT TIME ZONE n.time_zone, n.time_zone,
+           'birthday:' || n.id::text || ':' || b.day::text
+    FROM new_people n
+    CROSS JOIN LATERAL (
+        SELECT mailroom.next_birthday(n.date_of_birth, (at AT TIME ZONE n.time_zone)::date) AS day
+    ) b
+    CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, n.time_zone) AS due_at) d
+    ON CONFLICT DO NOTHING;
+    PERFORM pg_notify('mailroom_events', 'people');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER people_after_insert AFTER INSERT ON mailroom.people
+    REFERENCING NEW TABLE AS new_people
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.people_after_insert();
+
+-- A new time zone or date of birth reschedules the person's pending (or in-flight) event in the same
+-- transaction. The event's version moves on, so a scheduler that claimed it before the change finds its
+-- completion stale and drops it (the rescheduled event is sent at its new time instead).
+CREATE FUNCTION mailroom.people_after_update() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    at timestamptz := mailroom.clock();
+    send_time time := mailroom.birthday_time();
+BEGIN
+    WITH changed AS (
+        SELECT n.id, n.date_of_birth, n.time_zone
+        FROM new_people n JOIN old_people o ON o.id = n.id
+        WHERE n.time_zone IS DISTINCT FROM o.time_zone OR n.date_of_birth IS DISTINCT FROM o.date_of_birth
+    ), next AS (
+        SELECT c.id, c.time_zone, b.day, mailroom.local_instant(b.day, send_time, c.time_zone) AS due_at
+        FROM changed c
+        CROSS JOIN LATERAL (
+            SELECT max(e.local_due_at)::date AS last_day FROM mailroom.events e
+            WHERE e.person_id = c.id AND e.event_type = 'birthday'
+              AND e.status IN ('completed', 'missed', 'failed')
+        ) h
+        CROSS JOIN LATERAL (
+            SELECT mailroom.next_birthday(c.date_of_birth,
+                                          greatest((at AT TIME ZONE c.time_zone)::date, h.last_day + 1)) AS day
+        ) b
+    )
+    UPDATE mailroom.events e
+    SET due_at = x.due_at, local_due_at = x.due_at AT TIME ZONE x.time_zone, time_zone = x.time_zone,
+        idempotency_key = 'birthday:' || x.id::text || ':' || x.day::text,
+        status = 'pending', version = e.version + 1
+    FROM next x
+    WHERE e.person_id = x.id AND e.event_type = 'birthday' AND e.status IN ('pending', 'processing');
+    PERFORM pg_notify('mailroom_events', 'people');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER people_after_update AFTER UPDATE ON mailroom.people
+    REFERENCING OLD TABLE AS old_people NEW TABLE AS new_people
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.people_after_update();
+
+-- The scheduler's claim walks pending events by due time; events_due_idx (0001) serves it. In-flight
+-- events are found by the rescue of stalled claims through this index.
+CREATE INDEX events_processing_idx ON mailroom.events (updated_at) WHERE status = 'processing';
