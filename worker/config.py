@@ -91,6 +91,9 @@ class Settings:
     health_max_idle_seconds: float = 900.0
     signing_key: str | None = None
     reminder_interval_seconds: float = 24 * 3600.0
+    # lifecycle tokens live this long; birthday email goes out at this local time (HH:MM) in each person's zone
+    token_ttl_seconds: float = 900.0
+    birthday_local_time: str = "09:00"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -123,4 +126,6 @@ class Settings:
             health_max_idle_seconds=_float("MAILROOM_HEALTH_MAX_IDLE_SECONDS", 900.0),
             signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
             reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
+            token_ttl_seconds=_float("MAILROOM_TOKEN_TTL_SECONDS", 900.0, minimum=1.0),
+            birthday_local_time=os.environ.get("MAILROOM_BIRTHDAY_LOCAL_TIME", "09:00"),
         )
