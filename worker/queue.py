@@ -40,9 +40,9 @@ class ActionResult:
     changed: list[int]
     skipped: dict[int, str]
 
-    def summary(self, verb: str) -> str:
+    def summary(self, verb: str, noun: str = "email(s)") -> str:
         """One line for the CLI and the console's notification."""
-        text = f"{verb} {len(self.changed)} email(s)"
+        text = f"{verb} {len(self.changed)} {noun}"
         if self.skipped:
             reasons = ", ".join(f"{i}: {why}" for i, why in sorted(self.skipped.items())[:10])
             more = "" if len(self.skipped) <= 10 else f" and {len(self.skipped) - 10} more"
