@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
 
+from worker import tracking
 from worker.config import Settings
 from worker.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.validation import ValidationError, check_header_name, check_header_text, normalise_address
@@ -38,6 +39,8 @@ class EmailRequest:
     transactional: bool | None = None
     reference_type: str | None = None
     reference_id: str | None = None
+    # open and click tracking: None = on for campaign email (MAILROOM_TRACK_CAMPAIGNS), off otherwise
+    track: bool | None = None
 
 
 # Column order shared by the single INSERT and the bulk COPY.
@@ -60,13 +63,27 @@ COLUMNS = (
     "reference_type",
     "reference_id",
     "created_by",
+    "tracking_token",
+    "unsubscribe_token",
+    "track_opens",
+    "track_clicks",
 )
+# A prepared row is COLUMNS followed by one more item: the email's tracked links, (token, url) each.
+LINKS = len(COLUMNS)
 _COLUMN_LIST = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
 INSERT_ONE = sql.SQL(
     "INSERT INTO mailroom.email_queue ({columns}) VALUES ({values})"
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
 ).format(columns=_COLUMN_LIST, values=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS))
 SELECT_BY_KEY = "SELECT id FROM mailroom.email_queue WHERE idempotency_key = %s"
+INSERT_LINKS = """
+INSERT INTO mailroom.tracked_links (token, email_id, position, url)
+SELECT t, %(email_id)s, p - 1, u FROM unnest(%(tokens)s::uuid[], %(urls)s::text[]) WITH ORDINALITY AS l(t, u, p)
+"""
+
+
+def _link_params(email_id: int, links: Sequence[tuple[Any, str]]) -> dict[str, Any]:
+    return {"email_id": email_id, "tokens": [t for t, _ in links], "urls": [u for _, u in links]}
 
 
 def _parse_time(value: object) -> datetime | None:
@@ -99,7 +116,7 @@ _TEXT_FIELDS = frozenset(
     }
 )
 _INT_FIELDS = frozenset({"priority", "max_retries"})
-FIELDS = _TEXT_FIELDS | _INT_FIELDS | {"data", "headers", "transactional", "scheduled_for"}
+FIELDS = _TEXT_FIELDS | _INT_FIELDS | {"data", "headers", "transactional", "track", "scheduled_for"}
 
 
 def request_from_json(obj: object) -> EmailRequest:
@@ -122,9 +139,9 @@ def request_from_json(obj: object) -> EmailRequest:
         elif key == "headers":
             if type(value) is not dict or not all(type(v) is str for v in value.values()):
                 raise ValidationError("headers", "must be a JSON object of string values")
-        elif key == "transactional":
+        elif key in ("transactional", "track"):
             if type(value) is not bool:
-                raise ValidationError("transactional", "must be true or false")
+                raise ValidationError(key, "must be true or false")
         elif key != "scheduled_for":
             raise ValidationError(key, f"unknown field; known fields: {', '.join(sorted(FIELDS))}")
     get = obj.get
@@ -149,6 +166,7 @@ def request_from_json(obj: object) -> EmailRequest:
         transactional=get("transactional"),
         reference_type=get("reference_type"),
         reference_id=get("reference_id"),
+        track=get("track"),
     )
 
 
@@ -160,7 +178,7 @@ def _check_short(field_name: str, value: str | None, limit: int) -> None:
 def prepare(
     request: EmailRequest, catalog: TemplateCatalog | None, settings: Settings, created_by: str | None = None
 ) -> tuple[Any, ...]:
-    """Validate and render one request into the row that will be stored (in `COLUMNS` order)."""
+    """Validate and render one request into the row that will be stored (`COLUMNS` order, then `LINKS`)."""
     recipient = normalise_address("to", request.to)
     if request.to_name is not None:
         check_header_text("to_name", request.to_name)
@@ -219,13 +237,20 @@ def prepare(
     _check_short("idempotency_key", request.idempotency_key, 255)
     _check_short("campaign_id", request.campaign_id, 100)
     transactional = request.campaign_id is None if request.transactional is None else request.transactional
+    headers: Mapping[str, str] = request.headers
+    tracked = None
+    # The one check the common bulk case pays: transactional email without tracking adds nothing.
+    if request.track or not transactional:
+        track = tracking.wants_tracking(request.track, transactional, request.campaign_id, settings)
+        tracked = tracking.apply(html, headers, track=track, transactional=transactional, settings=settings)
+        html, headers = tracked.html, tracked.headers
     return (
         recipient,
         request.to_name,
         subject,
         text,
         html,
-        json.dumps(request.headers) if request.headers else "{}",
+        json.dumps(headers) if headers else "{}",
         request.template,
         locale if request.template else request.locale,
         json.dumps(request.data) if request.data is not None else None,
@@ -238,6 +263,11 @@ def prepare(
         request.reference_type,
         request.reference_id,
         created_by,
+        tracked.tracking_token if tracked else None,
+        tracked.unsubscribe_token if tracked else None,
+        tracked.track_opens if tracked else False,
+        tracked.track_clicks if tracked else False,
+        tracked.links if tracked else (),
     )
 
 
@@ -272,9 +302,11 @@ def enqueue(
     catalog = load_catalog(conn, settings) if request.template else None
     row = prepare(request, catalog, settings, created_by)
     with conn.cursor(row_factory=tuple_row) as cur:
-        got = cur.execute(INSERT_ONE, row).fetchone()
+        got = cur.execute(INSERT_ONE, row[:LINKS]).fetchone()
         if got is None:
             got = cur.execute(SELECT_BY_KEY, (request.idempotency_key,)).fetchone()
+        elif row[LINKS]:
+            cur.execute(INSERT_LINKS, _link_params(int(got[0]), row[LINKS]))
     assert got is not None
     return int(got[0])
 
@@ -291,11 +323,13 @@ async def enqueue_async(
     catalog = await load_catalog_async(conn, settings) if request.template else None
     row = prepare(request, catalog, settings, created_by)
     async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(INSERT_ONE, row)
+        await cur.execute(INSERT_ONE, row[:LINKS])
         got = await cur.fetchone()
         if got is None:
             await cur.execute(SELECT_BY_KEY, (request.idempotency_key,))
             got = await cur.fetchone()
+        elif row[LINKS]:
+            await cur.execute(INSERT_LINKS, _link_params(int(got[0]), row[LINKS]))
     assert got is not None
     return int(got[0])
 
@@ -318,8 +352,9 @@ _RESOLVE_KEYS = (
 )
 
 
-# One prepared email for COPY: its idempotency key (or None) and its row in COPY text format, without the id.
-CopyRow = tuple[str | None, str]
+# One prepared email for COPY: its idempotency key (or None), its row in COPY text format without the id,
+# and its tracked links as (token, url) (empty unless click tracking is on).
+CopyRow = tuple[str | None, str, tuple[tuple[Any, str], ...]]
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 _KEY_INDEX = COLUMNS.index("idempotency_key")
@@ -340,8 +375,8 @@ def _copy_value(value: Any) -> str:
 
 
 def copy_row(row: tuple[Any, ...]) -> CopyRow:
-    """Format a prepared row (in `COLUMNS` order) as COPY text once, wherever it was validated."""
-    return row[_KEY_INDEX], "\t".join([_copy_value(v) for v in row])
+    """Format a prepared row (from `prepare`) as COPY text once, wherever it was validated."""
+    return row[_KEY_INDEX], "\t".join([_copy_value(v) for v in row[:LINKS]]), row[LINKS]
 
 
 def _copy_text(
@@ -350,6 +385,16 @@ def _copy_text(
     statement = sql.SQL("COPY {table} (id, {columns}) FROM STDIN").format(table=table, columns=_COLUMN_LIST)
     with conn.cursor() as cur, cur.copy(statement) as copy:
         copy.write("".join([f"{i}\t{text}\n" for i, text in lines]))
+
+
+def _copy_links(
+    conn: psycopg.Connection[Any], emails: Sequence[tuple[int, Sequence[tuple[Any, str]]]]
+) -> None:
+    statement = "COPY mailroom.tracked_links (token, email_id, position, url) FROM STDIN"
+    with conn.cursor() as cur, cur.copy(statement) as copy:
+        for email_id, links in emails:
+            for position, (token, url) in enumerate(links):
+                copy.write_row((token, email_id, position, url))
 
 
 def insert_copy_rows(conn: psycopg.Connection[Any], rows: Sequence[CopyRow]) -> list[int]:
@@ -362,8 +407,9 @@ def insert_copy_rows(conn: psycopg.Connection[Any], rows: Sequence[CopyRow]) -> 
         return []
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         ids = [int(r[0]) for r in cur.execute(_ALLOCATE_IDS, (len(rows),)).fetchall()]
-        plain = [(i, text) for i, (key, text) in zip(ids, rows, strict=True) if key is None]
-        keyed = [(i, text) for i, (key, text) in zip(ids, rows, strict=True) if key is not None]
+        allocated = list(ids)
+        plain = [(i, text) for i, (key, text, _) in zip(ids, rows, strict=True) if key is None]
+        keyed = [(i, text) for i, (key, text, _) in zip(ids, rows, strict=True) if key is not None]
         if plain:
             _copy_text(conn, sql.Identifier("mailroom", "email_queue"), plain)
         if keyed:
@@ -372,6 +418,11 @@ def insert_copy_rows(conn: psycopg.Connection[Any], rows: Sequence[CopyRow]) -> 
             cur.execute(_FROM_STAGING)
             resolved: dict[int, int] = {int(a): int(b) for a, b in cur.execute(_RESOLVE_KEYS).fetchall()}
             ids = [resolved.get(i, i) for i in ids]
+        if any(links for _, _, links in rows):
+            # Links of a repeated idempotency key are dropped with its email (its id resolved elsewhere).
+            _copy_links(
+                conn, [(i, r[2]) for i, r, final in zip(allocated, rows, ids, strict=True) if i == final]
+            )
     return ids
 
 
