@@ -266,9 +266,9 @@ def cmd_keygen(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """`mailroom demo`: the product in one command."""
-    from worker.demo import run_demo
+    from worker.demo import run_headless
 
-    return int(run_demo(settings))
+    return run_headless(settings, rounds=args.rounds)
 
 
 def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
@@ -410,6 +410,10 @@ def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
     kg.set_defaults(handler=cmd_keygen)
 
     demo = sub.add_parser("demo", help="run the whole product locally", description=cmd_demo.__doc__)
+    demo.add_argument(
+        "--headless", action="store_true", help="no console: feed some activity, deliver it, print a summary"
+    )
+    demo.add_argument("--rounds", type=int, default=20, help="rounds of demo activity to feed (default 20)")
     demo.set_defaults(handler=cmd_demo)
 
     from worker.commands import registrars

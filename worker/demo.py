@@ -1,12 +1,25 @@
-"""`mailroom demo`: the product on one machine: embedded PostgreSQL, a local SMTP server, demo data."""
+"""`mailroom demo`: the whole product on one machine.
+
+An embedded PostgreSQL, a local SMTP server that refuses a share of recipients (so retries, failures and
+bounces appear), two demo sender accounts (one with a low daily limit, so it reaches it), a worker
+process running delivery and every producer, and a feeder that keeps realistic activity flowing into
+each producer. The console (in the `console` package) runs in front of this; `--headless` prints a
+summary instead.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import logging
+import os
+import random
 import signal
+import subprocess
 import sys
-from dataclasses import replace
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -14,103 +27,152 @@ import psycopg
 from worker.config import Settings
 from worker.crypto import SecretBox, key_file, write_key_file
 from worker.db import connect, database_url
-from worker.delivery import WorkerOptions, run_worker
-from worker.outbox import EmailRequest, enqueue
+from worker.demo_feed import SOURCES, Feed
 from worker.senders import SenderSpec, add_sender
-from worker.sink import RefuseShare, start_sink
-from worker.stats import queue_stats
+from worker.sink import RefuseShare, RunningSink, start_sink
 
-DEMO_PEOPLE = [
-    ("ada", "Ada Lovelace"),
-    ("grace", "Grace Hopper"),
-    ("alan", "Alan Turing"),
-    ("edsger", "Edsger Dijkstra"),
-    ("barbara", "Barbara Liskov"),
-    ("donald", "Donald Knuth"),
-    ("margaret", "Margaret Hamilton"),
-    ("ken", "Ken Thompson"),
-]
+log = logging.getLogger("mailroom.demo")
+
+LOW_LIMIT = 40
 
 
-def _ensure_senders(conn: psycopg.Connection[dict[str, Any]], box: SecretBox, port: int) -> None:
-    existing = {
-        str(row["name"]) for row in conn.execute("SELECT name FROM mailroom.sender_accounts").fetchall()
-    }
+def _ensure_senders(conn: psycopg.Connection[Any], box: SecretBox, port: int) -> None:
+    existing = {str(r["name"]) for r in conn.execute("SELECT name FROM mailroom.sender_accounts").fetchall()}
     demo = [
         SenderSpec(
-            "demo-primary", "noreply@demo.example.com", "127.0.0.1", port, "Mailroom Demo", "none", None, 2000
+            "demo-primary", "noreply@demo.example.com", "127.0.0.1", port, "Mailroom Demo", "none", None, 5000
         ),
         SenderSpec(
-            "demo-low-limit", "hello@demo.example.com", "127.0.0.1", port, "Mailroom Demo", "none", None, 25
+            "demo-low-limit",
+            "hello@demo.example.com",
+            "127.0.0.1",
+            port,
+            "Mailroom Demo",
+            "none",
+            None,
+            LOW_LIMIT,
         ),
     ]
     for spec in demo:
         if spec.name not in existing:
             add_sender(conn, spec, None, box)
         else:
+            # The local SMTP server listens on a new port each run.
             conn.execute(
                 "UPDATE mailroom.sender_accounts SET smtp_port = %s WHERE name = %s", (port, spec.name)
             )
 
 
-def _enqueue_demo_mail(conn: psycopg.Connection[Any], settings: Settings, round_: int) -> int:
-    count = 0
-    for login, name in DEMO_PEOPLE:
-        data = {
-            "login": login,
-            "code": f"{(round_ * 7919 + count) % 100000:05d}",
-            "expires_at": "in 15 minutes",
-            "link": f"{settings.base_url}/activate/{login}",
-        }
-        enqueue(
-            conn,
-            EmailRequest(
-                to=f"{login}@example.com",
-                to_name=name,
-                template="activation",
-                data=data,
-                idempotency_key=f"demo-activation-{round_}-{login}",
-            ),
-            settings=settings,
-        )
-        count += 1
-    return count
+def _die_with_parent() -> None:
+    """In the worker child: get SIGTERM when the demo process dies, even by SIGKILL (Linux)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def run_demo(settings: Settings) -> int:
-    """Start everything the demo needs, show what is queued, and keep the local SMTP server up until Ctrl-C."""
+@dataclass
+class DemoStack:
+    """Everything the demo started; `stop()` stops all of it."""
+
+    settings: Settings
+    url: str
+    sink: RunningSink
+    worker: subprocess.Popen[bytes]
+    worker_log: Path
+    feed: Feed
+    _stopped: bool = field(default=False, repr=False)
+    _feeder: threading.Thread | None = field(default=None, repr=False)
+
+    def start_feeding(self, interval: float = 1.0) -> None:
+        """Keep adding activity (one round every `interval` seconds) on a background thread."""
+        self._feeder = threading.Thread(target=self.feed.run, args=(interval,), name="demo-feed", daemon=True)
+        self._feeder.start()
+
+    def stop(self) -> None:
+        """Stop feeding, stop the worker (SIGTERM, then SIGKILL after 15 s) and the SMTP server."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.feed.stop()
+        if self._feeder is not None:
+            self._feeder.join(timeout=10)
+        if self.worker.poll() is None:
+            self.worker.terminate()
+            try:
+                self.worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.worker.kill()
+                self.worker.wait()
+        self.sink.stop()
+
+
+def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str], None] = print) -> DemoStack:
+    """Start PostgreSQL, the SMTP server, the demo senders and a worker; return the running stack."""
     key = settings.secret_key or write_key_file(key_file(settings))
     box = SecretBox(key)
-    print(f"Mailroom demo in {settings.home}")
+    say(f"Mailroom demo in {settings.home}")
     url = database_url(settings)
-    print(f"  PostgreSQL: {url}")
+    say(f"  PostgreSQL: {url}")
+    maildir = settings.home / "maildir"
+    # aiosmtpd logs every envelope address unmasked at INFO: keep only its warnings.
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
     sink = start_sink(
-        port=0,
-        maildir=str(settings.home / "maildir"),
-        refuse_share=RefuseShare(temporary=0.1, permanent=0.05),
+        port=0, maildir=str(maildir), refuse_share=RefuseShare(temporary=0.08, permanent=0.04), keep=500
     )
-    print(f"  local SMTP server: 127.0.0.1:{sink.port} (Maildir {settings.home / 'maildir'})")
+    say(f"  local SMTP server: 127.0.0.1:{sink.port} (refuses 8% with 450, 4% with 550; Maildir {maildir})")
     try:
         with connect(url) as conn:
             _ensure_senders(conn, box, sink.port)
-            added = _enqueue_demo_mail(conn, settings, 0)
             conn.commit()
-        print(f"  enqueued {added} demo emails; delivering them with a worker")
-        options = WorkerOptions(concurrency=2, drain=True, poll_seconds=0.5)
-        sent = asyncio.run(run_worker(url, replace(settings, retry_base_seconds=1.0), options))
-        with connect(url) as conn:
+        worker_log = settings.home / "demo-worker.log"
+        env = {
+            **os.environ,
+            "MAILROOM_HOME": str(settings.home),
+            "MAILROOM_DATABASE_URL": url,
+            "MAILROOM_SECRET_KEY": key,
+            "MAILROOM_RETRY_BASE_SECONDS": "5",
+            "MAILROOM_RETRY_CAP_SECONDS": "60",
+        }
+        with worker_log.open("ab") as out:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "worker.cli", "worker", "--concurrency", str(concurrency)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+        say(f"  worker: pid {worker.pid}, log {worker_log}")
+    except BaseException:
+        sink.stop()
+        raise
+    feed = Feed(url, settings, random.Random(), SOURCES)
+    return DemoStack(settings, url, sink, worker, worker_log, feed)
+
+
+def run_headless(settings: Settings, rounds: int = 20, timeout: float = 60.0) -> int:
+    """Feed `rounds` rounds of activity, wait until the worker has handled what is due, print a summary."""
+    from worker.stats import queue_stats
+
+    stack = start_demo(settings)
+    try:
+        for _ in range(rounds):
+            stack.feed.round()
+        print(f"  fed {rounds} rounds of activity: {stack.feed.summary()}")
+        done = stack.feed.wait_until_idle(timeout)
+        with connect(stack.url) as conn:
             stats = queue_stats(conn)
-        print(f"  worker sent {sent}; the local SMTP server holds {len(sink.messages)} message(s)")
+        print("  the worker handled everything due" if done else f"  still working after {timeout:.0f}s")
+        print(f"  the local SMTP server received {len(stack.sink.messages)} message(s)")
         print("  queue: " + "  ".join(f"{k} {v}" for k, v in stats["queue"].items()))
         for s in stats["senders"]:
             print(f"  sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today")
-        if not sys.stdin.isatty():
-            return 0
-        print("Running; press Ctrl-C to stop.")
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                signal.pause()
+        if stack.worker.poll() is not None:
+            print(f"error: the worker exited with status {stack.worker.returncode}; see {stack.worker_log}")
+            return 1
+        return 0
     finally:
-        sink.stop()
-    return 0
+        stack.stop()

@@ -1,0 +1,34 @@
+"""`mailroom demo --headless`: the product in one command, leaving nothing running behind it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+
+
+def test_headless_demo_feeds_every_source_delivers_and_stops_its_worker(
+    cli_env: dict[str, str], db_url: str
+) -> None:
+    script = Path(sys.executable).with_name("mailroom")
+    done = subprocess.run(
+        [str(script), "demo", "--headless", "--rounds", "3"],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the worker handled everything due" in done.stdout
+    pid = int(done.stdout.split("worker: pid ")[1].split(",")[0])
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    with psycopg.connect(db_url) as conn:
+        senders = conn.execute(
+            "SELECT name, daily_limit FROM mailroom.sender_accounts ORDER BY name"
+        ).fetchall()
+        sent = conn.execute("SELECT count(*) FROM mailroom.email_queue WHERE status = 'sent'").fetchone()
+    assert senders == [("demo-low-limit", 40), ("demo-primary", 5000)]
+    assert sent is not None and sent[0] > 0
