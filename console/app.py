@@ -1,0 +1,226 @@
+"""The operators' console: screens switched by number keys, kept live by LISTEN/NOTIFY."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.timer import Timer
+
+from console.live import ALL_TABLES, Coalescer, LiveFeed
+from console.queries import ConsoleData
+from console.screens.accounts import AccountsScreen
+from console.screens.failures import FailuresScreen
+from console.screens.overview import OverviewScreen
+from console.screens.queue import QueueScreen
+from console.screens.schedule import ScheduleScreen
+from console.screens.senders import SendersScreen
+from console.screens.signatures import SignaturesScreen
+from console.widgets.dialogs import HelpScreen
+from worker.config import Settings
+
+Action = Callable[[psycopg.Connection[Any]], str]
+
+# (mode, key, title): the order of the tabs in the header and of the number keys.
+SCREENS: tuple[tuple[str, str, str], ...] = (
+    ("overview", "1", "Overview"),
+    ("failures", "2", "Failures"),
+    ("senders", "3", "Senders"),
+    ("accounts", "4", "Accounts"),
+    ("signatures", "5", "Signatures"),
+    ("schedule", "6", "Schedule"),
+    ("queue", "7", "Queue"),
+)
+
+FALLBACK_REFRESH_SECONDS = 30.0
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def database_label(url: str) -> str:
+    """What the header calls the database: name@host, never the password."""
+    parts = conninfo_to_dict(url)
+    host = str(parts.get("host") or "local")
+    if host.startswith("/"):
+        host = "local"
+    return f"{parts.get('dbname') or '?'}@{host}"
+
+
+class MailroomConsole(App[int]):
+    """Mailroom's console. Reads through one `ConsoleData`; acts only through `worker` functions."""
+
+    CSS_PATH = "console.tcss"
+    TITLE = "Mailroom"
+    ENABLE_COMMAND_PALETTE = True
+    MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
+        "overview": OverviewScreen,
+        "failures": FailuresScreen,
+        "senders": SendersScreen,
+        "accounts": AccountsScreen,
+        "signatures": SignaturesScreen,
+        "schedule": ScheduleScreen,
+        "queue": QueueScreen,
+    }
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *(Binding(key, f"switch_mode('{mode}')", title, show=False) for mode, key, title in SCREENS),
+        Binding("question_mark", "help", "Help"),
+        Binding("ctrl+p", "command_palette", "Commands", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    live_state: reactive[str] = reactive("connecting")
+    updated_at: reactive[datetime | None] = reactive(None)
+
+    def __init__(
+        self,
+        url: str,
+        settings: Settings,
+        *,
+        read_only: bool = False,
+        clock: Callable[[], datetime] = _utc_now,
+        label: str | None = None,
+        coalesce_seconds: float = 0.25,
+    ) -> None:
+        super().__init__()
+        self.url = url
+        self.settings = settings
+        self.read_only = read_only
+        self.clock = clock
+        self.label = label or database_label(url)
+        self.data = ConsoleData(url)
+        self.feed = LiveFeed(url, self._on_change, self._on_state)
+        self.coalescer = Coalescer(self._reload_screen, self._schedule, interval=coalesce_seconds)
+        self.notices: list[tuple[str, str]] = []
+        self.refreshes = 0
+        self._refreshed = asyncio.Condition()
+        self._feed_task: asyncio.Task[None] | None = None
+        self._fallback: Timer | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def on_mount(self) -> None:
+        """Show the overview, start listening, and arm the slow fallback timer."""
+        await self.switch_mode("overview")
+        self._feed_task = asyncio.create_task(self.feed.run(), name="mailroom-console-listen")
+        self._fallback = self.set_interval(
+            FALLBACK_REFRESH_SECONDS, lambda: self._reload_screen({ALL_TABLES})
+        )
+
+    async def on_unmount(self) -> None:
+        """Stop listening and close the read connection."""
+        if self._feed_task is not None:
+            self._feed_task.cancel()
+            await asyncio.gather(self._feed_task, return_exceptions=True)
+        await self.data.close()
+
+    # --- live updates -------------------------------------------------------------------
+
+    def _on_change(self, tables: set[str]) -> None:
+        self.coalescer.add(tables)
+
+    def _on_state(self, state: str) -> None:
+        self.live_state = state
+
+    def _schedule(self, delay: float, callback: Callable[[], None]) -> object:
+        return self.set_timer(max(delay, 0.01), callback)
+
+    def _reload_screen(self, tables: set[str]) -> None:
+        screen = self.screen
+        reload = getattr(screen, "reload", None)
+        if callable(reload):
+            reload(tables)
+
+    def request_refresh(self) -> None:
+        """Refresh the visible screen now (after an action, or when a screen is shown)."""
+        self.coalescer.add({ALL_TABLES})
+
+    async def data_shown(self) -> None:
+        """A screen finished showing fresh data: stamp the header and wake anyone waiting for it."""
+        self.updated_at = self.clock()
+        self.refreshes += 1
+        async with self._refreshed:
+            self._refreshed.notify_all()
+
+    async def wait_until_shown(self, predicate: Callable[[], bool], within: float) -> bool:
+        """Wait until `predicate` holds after a refresh (for tests and scripts); False on timeout."""
+
+        async def _wait() -> None:
+            async with self._refreshed:
+                await self._refreshed.wait_for(predicate)
+
+        try:
+            await asyncio.wait_for(_wait(), within)
+        except TimeoutError:
+            return False
+        return True
+
+    # --- actions ------------------------------------------------------------------------
+
+    def say(self, text: str, *, severity: str = "information") -> None:
+        """Notify the operator and keep the text (tests read `notices`)."""
+        self.notices.append((severity, text))
+        self.notify(text, severity=severity)  # type: ignore[arg-type]
+
+    def perform(self, action: Action, *, what: str) -> None:
+        """Run a mutating worker function in its own transaction off the UI thread, then notify and refresh."""
+        if self.read_only:
+            self.say(f"read-only console: {what} is disabled", severity="warning")
+            return
+        self.run_worker(self._perform(action, what), group="actions", exit_on_error=False)
+
+    async def _perform(self, action: Action, what: str) -> None:
+        try:
+            text = await asyncio.to_thread(self._in_transaction, action)
+        except (psycopg.Error, LookupError, ValueError, RuntimeError) as exc:
+            self.say(f"{what} failed: {exc}", severity="error")
+        else:
+            self.say(text)
+        self.request_refresh()
+
+    def _in_transaction(self, action: Action) -> str:
+        from worker.db import connect
+
+        with connect(self.url) as conn:
+            return action(conn)
+
+    async def ask(self, action: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        """Run a read-only worker function (a count for a confirmation) off the UI thread."""
+        return await asyncio.to_thread(self._in_transaction, action)
+
+    # --- keys and palette ---------------------------------------------------------------
+
+    def action_help(self) -> None:
+        """Show every key of this screen and of the console."""
+        self.push_screen(HelpScreen(self.screen, self))
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """The palette: every screen, help and quit."""
+        for mode, key, title in SCREENS:
+            yield SystemCommand(f"{title} screen", f"Switch to {title} ({key})", _switcher(self, mode))
+        yield SystemCommand("Help", "Every key of this screen (?)", self.action_help)
+        yield SystemCommand("Refresh", "Reload this screen now", self.request_refresh)
+        yield SystemCommand("Quit", "Leave the console (q)", self.exit)
+
+
+def _switcher(app: MailroomConsole, mode: str) -> Callable[[], None]:
+    def switch() -> None:
+        app.switch_mode(mode)
+
+    return switch
+
+
+def run_console(url: str, settings: Settings, *, read_only: bool = False) -> int:
+    """Run the console against `url` until the operator quits; return the exit status."""
+    app = MailroomConsole(url, settings, read_only=read_only)
+    result = app.run()
+    return int(result or 0)

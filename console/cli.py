@@ -1,0 +1,39 @@
+"""`mailroom console`: the worker's command line plus the console, which only this package may import."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from worker.config import Settings
+
+
+def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom console [--read-only]`: the operators' console on the configured database."""
+    from console.app import run_console
+    from worker.db import database_url
+
+    return run_console(database_url(settings), settings, read_only=args.read_only)
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `console` to the `mailroom` subcommands."""
+    parser = sub.add_parser(
+        "console",
+        help="the operators' console (Textual), live through LISTEN/NOTIFY",
+        description="Watch the queue, senders, accounts, signatures and schedule, and retry, cancel, pause or "
+        "suspend from the keyboard. Keys: 1-7 switch screens, ? lists every key, / filters, ctrl+p opens the "
+        "command palette, q quits. --read-only hides every action that changes the database.",
+    )
+    parser.add_argument(
+        "--read-only", action="store_true", help="show everything, change nothing (actions are hidden)"
+    )
+    parser.set_defaults(handler=cmd_console)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `mailroom` console script: every worker command, and `console`."""
+    from worker.cli import main as worker_main
+
+    return worker_main(argv, extra=(register,))

@@ -1,0 +1,337 @@
+"""The console's read models: every refresh query, bounded, keyed by an injected `now`.
+
+Each query reads an active set through a partial index (pending, assigned, failed, suppressed
+email; pending events) or a recent time range of the partitioned send log, never all of history,
+and every list is limited or paged by key, so a refresh costs the same at 100 rows or 10,000,000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+Row = dict[str, Any]
+
+PAGE_SIZE = 100
+
+# --- Overview -------------------------------------------------------------------------------
+
+# Each count walks one partial index (status = ...), never the sent or cancelled history.
+QUEUE_DEPTH = """
+SELECT (SELECT count(*) FROM mailroom.email_queue WHERE status = 'pending') AS pending,
+       (SELECT count(*) FROM mailroom.email_queue
+         WHERE status = 'pending' AND scheduled_for <= %(now)s) AS due_now,
+       (SELECT count(*) FROM mailroom.email_queue
+         WHERE status = 'pending' AND scheduled_for > %(now)s) AS scheduled_later,
+       (SELECT count(*) FROM mailroom.email_queue WHERE status = 'assigned') AS assigned,
+       (SELECT count(*) FROM mailroom.email_queue WHERE status = 'pending' AND retry_count > 0) AS retrying,
+       (SELECT count(*) FROM mailroom.email_queue WHERE status = 'failed') AS failed,
+       (SELECT count(*) FROM mailroom.email_queue WHERE status = 'suppressed') AS suppressed,
+       (SELECT min(scheduled_for) FROM mailroom.email_queue
+         WHERE status = 'pending' AND scheduled_for <= %(now)s) AS oldest_due
+"""
+
+# The last hour of the send log: runtime partition pruning keeps this on the newest partition.
+SENT_PER_MINUTE = """
+SELECT floor(extract(epoch FROM %(now)s::timestamptz - attempted_at) / 60)::int AS minutes_ago,
+       count(*) FILTER (WHERE outcome = 'sent') AS sent,
+       count(*) FILTER (WHERE outcome IN ('permanent', 'bounced', 'auth_failed')) AS failed,
+       count(*) AS attempts
+FROM mailroom.send_logs
+WHERE attempted_at > %(now)s::timestamptz - interval '1 hour' AND attempted_at <= %(now)s
+GROUP BY 1
+"""
+
+SENDERS = """
+SELECT s.id, s.name, s.status, s.status_reason, s.daily_limit, s.warmup_stage, s.warmup_limit,
+       s.last_used_at,
+       CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END
+           AS effective_limit,
+       coalesce(u.sent, 0) AS sent_today, coalesce(u.bounces, 0) AS bounces_today,
+       coalesce(u.errors, 0) AS errors_today
+FROM mailroom.sender_accounts s
+LEFT JOIN mailroom.sender_usage u
+       ON u.sender_account_id = s.id AND u.day = (%(now)s::timestamptz AT TIME ZONE 'UTC')::date
+ORDER BY s.name
+LIMIT 200
+"""
+
+DOCUMENTS = """
+SELECT d.doc_id, d.title, e.expected, coalesce(s.signed, 0) AS signed
+FROM mailroom.documents d
+CROSS JOIN LATERAL (SELECT count(*) AS expected FROM mailroom.expected_signers x WHERE x.doc_id = d.doc_id) e
+LEFT JOIN LATERAL (
+    SELECT count(*) AS signed
+    FROM mailroom.signatures g
+    JOIN mailroom.expected_signers x ON x.doc_id = g.doc_id AND x.email = g.signer_email
+    WHERE g.doc_id = d.doc_id
+) s ON true
+ORDER BY (e.expected - coalesce(s.signed, 0)) > 0 DESC, d.created_at DESC, d.doc_id
+LIMIT %(limit)s
+"""
+
+MISSING_SIGNERS = """
+SELECT x.email, x.name,
+       (SELECT max(r.requested_at) FROM mailroom.reminder_logs r
+         WHERE r.doc_id = x.doc_id AND r.recipient_email = x.email) AS last_reminded_at
+FROM mailroom.expected_signers x
+WHERE x.doc_id = %(doc_id)s
+  AND NOT EXISTS (SELECT 1 FROM mailroom.signatures g WHERE g.doc_id = x.doc_id AND g.signer_email = x.email)
+ORDER BY x.email
+LIMIT 200
+"""
+
+# --- Failures -------------------------------------------------------------------------------
+
+# Keyset pages over the failed partial index (finished_at DESC, id DESC).
+FAILED_PAGE = """
+SELECT id, recipient_email, subject, last_error, retry_count, max_retries, next_retry_at,
+       finished_at, scheduled_for, status
+FROM mailroom.email_queue
+WHERE status = 'failed'
+  AND (%(after_at)s::timestamptz IS NULL OR (finished_at, id) < (%(after_at)s, %(after_id)s))
+  AND (%(pattern)s::text IS NULL OR recipient_email ILIKE %(pattern)s OR subject ILIKE %(pattern)s
+       OR last_error ILIKE %(pattern)s)
+ORDER BY finished_at DESC, id DESC
+LIMIT %(limit)s
+"""
+
+# Retrying email is pending with attempts behind it: walked in due order over the pending index.
+RETRYING_PAGE = """
+SELECT id, recipient_email, subject, last_error, retry_count, max_retries, next_retry_at,
+       finished_at, scheduled_for, status
+FROM mailroom.email_queue
+WHERE status = 'pending' AND retry_count > 0
+  AND (%(after_at)s::timestamptz IS NULL OR (scheduled_for, id) > (%(after_at)s, %(after_id)s))
+  AND (%(pattern)s::text IS NULL OR recipient_email ILIKE %(pattern)s OR subject ILIKE %(pattern)s
+       OR last_error ILIKE %(pattern)s)
+ORDER BY scheduled_for, id
+LIMIT %(limit)s
+"""
+
+EMAIL_DETAIL = """
+SELECT id, status, recipient_email, subject, priority, campaign_id, template, retry_count, max_retries,
+       scheduled_for, next_retry_at, last_error, message_id, created_at, sent_at, finished_at
+FROM mailroom.email_queue WHERE id = %(id)s
+"""
+
+# One index probe per partition on (email_id, attempted_at).
+SEND_HISTORY = """
+SELECT l.attempted_at, l.attempt, l.outcome, l.smtp_code, l.enhanced_code, l.response, l.duration_ms,
+       s.name AS sender
+FROM mailroom.send_logs l
+LEFT JOIN mailroom.sender_accounts s ON s.id = l.sender_account_id
+WHERE l.email_id = %(id)s
+ORDER BY l.attempted_at, l.id
+LIMIT 500
+"""
+
+# --- Accounts -------------------------------------------------------------------------------
+
+ACCOUNTS_PAGE = """
+SELECT id, email, login, status, locale, status_changed_at, activated_at, suspended_at
+FROM mailroom.accounts
+WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s)
+  AND (%(pattern)s::text IS NULL OR email ILIKE %(pattern)s OR login ILIKE %(pattern)s)
+ORDER BY id
+LIMIT %(limit)s
+"""
+
+ACCOUNT_COUNTS = "SELECT status, count(*) AS n FROM mailroom.accounts GROUP BY status"
+
+# --- Schedule -------------------------------------------------------------------------------
+
+EVENTS_DUE = """
+SELECT e.id, e.event_type, e.status, e.due_at, e.local_due_at, e.time_zone, p.first_name, p.last_name,
+       e.failure_reason
+FROM mailroom.events e
+JOIN mailroom.people p ON p.id = e.person_id
+WHERE e.status = 'pending' AND e.due_at <= %(now)s::timestamptz + interval '24 hours'
+ORDER BY e.due_at, e.id
+LIMIT %(limit)s
+"""
+
+EVENTS_TROUBLE = """
+SELECT e.id, e.event_type, e.status, e.due_at, e.local_due_at, e.time_zone, p.first_name, p.last_name,
+       e.failure_reason
+FROM mailroom.events e
+JOIN mailroom.people p ON p.id = e.person_id
+WHERE e.status IN ('missed', 'failed') AND e.updated_at > %(now)s::timestamptz - interval '30 days'
+ORDER BY e.updated_at DESC, e.id
+LIMIT %(limit)s
+"""
+
+# --- Queue ----------------------------------------------------------------------------------
+
+PENDING_BY_PRIORITY = """
+SELECT priority, count(*) AS n, count(*) FILTER (WHERE scheduled_for <= %(now)s) AS due,
+       min(scheduled_for) AS oldest
+FROM mailroom.email_queue
+WHERE status = 'pending'
+GROUP BY priority
+ORDER BY priority DESC
+LIMIT 50
+"""
+
+PENDING_BY_CAMPAIGN = """
+SELECT campaign_id, count(*) AS n, count(*) FILTER (WHERE scheduled_for <= %(now)s) AS due,
+       min(scheduled_for) AS oldest
+FROM mailroom.email_queue
+WHERE status = 'pending'
+GROUP BY campaign_id
+ORDER BY count(*) DESC, campaign_id NULLS LAST
+LIMIT 50
+"""
+
+
+@dataclass
+class Overview:
+    """Everything the first screen shows."""
+
+    depth: Row
+    sent_per_minute: list[float]
+    attempts_last_hour: int
+    failed_last_hour: int
+    senders: list[Row]
+    documents: list[Row]
+    latest_failures: list[Row]
+
+
+@dataclass
+class Page:
+    """One keyset page of a long list, and whether more follow it."""
+
+    rows: list[Row]
+    more: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def like_pattern(text: str | None) -> str | None:
+    """An ILIKE pattern matching `text` anywhere, with LIKE's wildcards taken literally."""
+    if not text:
+        return None
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+class ConsoleData:
+    """The console's one data source: an autocommit async connection that reconnects when broken."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._conn: psycopg.AsyncConnection[Row] | None = None
+        self._lock = asyncio.Lock()
+
+    async def close(self) -> None:
+        """Close the connection (the next query opens a new one)."""
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+    async def _connection(self) -> psycopg.AsyncConnection[Row]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, row_factory=dict_row, application_name="mailroom-console"
+            )
+        return self._conn
+
+    async def fetch(self, query: str, params: dict[str, Any] | None = None) -> list[Row]:
+        """Run one read query; a broken connection is replaced once before giving up."""
+        async with self._lock:
+            for attempt in (1, 2):
+                conn = await self._connection()
+                try:
+                    cur = await conn.execute(query, params or {})
+                    return await cur.fetchall()
+                except psycopg.OperationalError:
+                    if attempt == 2 or not conn.broken:
+                        raise
+                    self._conn = None
+        raise AssertionError("unreachable")
+
+    async def overview(self, now: datetime) -> Overview:
+        """Queue depth, the last hour's sending, senders, signature completion and the latest failures."""
+        depth = (await self.fetch(QUEUE_DEPTH, {"now": now}))[0]
+        minutes = await self.fetch(SENT_PER_MINUTE, {"now": now})
+        per_minute = [0.0] * 60
+        for row in minutes:
+            ago = int(row["minutes_ago"])
+            if 0 <= ago < 60:
+                per_minute[59 - ago] = float(row["sent"])
+        return Overview(
+            depth=depth,
+            sent_per_minute=per_minute,
+            attempts_last_hour=sum(int(r["attempts"]) for r in minutes),
+            failed_last_hour=sum(int(r["failed"]) for r in minutes),
+            senders=await self.senders(now),
+            documents=await self.documents(limit=8),
+            latest_failures=(await self.failures("failed", None, limit=8)).rows,
+        )
+
+    async def senders(self, now: datetime) -> list[Row]:
+        """Every sender account with the UTC day of `now`'s usage."""
+        return await self.fetch(SENDERS, {"now": now})
+
+    async def documents(self, limit: int = 200) -> list[Row]:
+        """Documents with expected and signed counts, incomplete ones first."""
+        return await self.fetch(DOCUMENTS, {"limit": limit})
+
+    async def missing_signers(self, doc_id: str) -> list[Row]:
+        """Expected signers of one document who have not signed yet."""
+        return await self.fetch(MISSING_SIGNERS, {"doc_id": doc_id})
+
+    async def failures(
+        self,
+        kind: str,
+        after: tuple[datetime, int] | None,
+        *,
+        text: str | None = None,
+        limit: int = PAGE_SIZE,
+    ) -> Page:
+        """A page of failed (newest first) or retrying (next due first) email after the key `after`."""
+        query = FAILED_PAGE if kind == "failed" else RETRYING_PAGE
+        rows = await self.fetch(
+            query,
+            {
+                "after_at": after[0] if after else None,
+                "after_id": after[1] if after else None,
+                "pattern": like_pattern(text),
+                "limit": limit + 1,
+            },
+        )
+        return Page(rows=rows[:limit], more=len(rows) > limit)
+
+    async def email_detail(self, email_id: int) -> tuple[Row | None, list[Row]]:
+        """One email and every attempt in its send log."""
+        rows = await self.fetch(EMAIL_DETAIL, {"id": email_id})
+        history = await self.fetch(SEND_HISTORY, {"id": email_id})
+        return (rows[0] if rows else None), history
+
+    async def accounts(
+        self, status: str | None, after_id: int | None, *, text: str | None = None, limit: int = PAGE_SIZE
+    ) -> Page:
+        """A page of accounts by id, optionally of one status or matching a text."""
+        rows = await self.fetch(
+            ACCOUNTS_PAGE,
+            {"status": status, "after_id": after_id, "pattern": like_pattern(text), "limit": limit + 1},
+        )
+        counts = {str(r["status"]): int(r["n"]) for r in await self.fetch(ACCOUNT_COUNTS)}
+        return Page(rows=rows[:limit], more=len(rows) > limit, extra={"counts": counts})
+
+    async def schedule(self, now: datetime, limit: int = PAGE_SIZE) -> tuple[list[Row], list[Row]]:
+        """Events due in the next 24 hours (and overdue ones), and the last month's missed and failed events."""
+        due = await self.fetch(EVENTS_DUE, {"now": now, "limit": limit})
+        trouble = await self.fetch(EVENTS_TROUBLE, {"now": now, "limit": limit})
+        return due, trouble
+
+    async def queue(self, now: datetime) -> tuple[list[Row], list[Row]]:
+        """Pending email by priority and by campaign."""
+        by_priority = await self.fetch(PENDING_BY_PRIORITY, {"now": now})
+        by_campaign = await self.fetch(PENDING_BY_CAMPAIGN, {"now": now})
+        return by_priority, by_campaign

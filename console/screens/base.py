@@ -1,0 +1,146 @@
+"""What every data screen shares: the header, a `/` filter, refresh workers and read-only checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+import psycopg
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input
+from textual.widgets.data_table import RowDoesNotExist
+
+from console.live import ALL_TABLES
+from console.widgets.header import ConsoleHeader
+
+if TYPE_CHECKING:
+    from console.app import MailroomConsole
+
+
+class DataScreen(Screen[None]):
+    """A screen that loads its data in an exclusive async worker and shows it when it arrives."""
+
+    MODE: ClassVar[str] = ""
+    # Tables whose changes concern this screen; a notification about any other is ignored.
+    TABLES: ClassVar[frozenset[str]] = frozenset()
+    # Actions that change the database: hidden in read-only mode.
+    MUTATING: ClassVar[frozenset[str]] = frozenset()
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("slash", "filter", "Filter")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter_text: str | None = None
+
+    @property
+    def console(self) -> MailroomConsole:
+        """The app, typed."""
+        return cast("MailroomConsole", self.app)
+
+    def compose_header(self) -> ComposeResult:
+        """The header every screen starts with."""
+        yield ConsoleHeader(self.MODE)
+
+    def compose_footer(self) -> ComposeResult:
+        """The (hidden) filter input and the key footer every screen ends with."""
+        yield Input(placeholder="filter: Enter applies, Escape clears", id="filter", classes="hidden")
+        yield Footer()
+
+    def on_screen_resume(self) -> None:
+        """Fresh data whenever the screen is shown."""
+        self.reload({ALL_TABLES})
+
+    def reload(self, tables: Iterable[str] = (ALL_TABLES,)) -> None:
+        """Reload if any of `tables` concerns this screen."""
+        changed = set(tables)
+        if ALL_TABLES in changed or changed & self.TABLES:
+            self._load()
+
+    @work(exclusive=True, group="refresh", exit_on_error=False)
+    async def _load(self) -> None:
+        try:
+            data = await self.fetch()
+        except psycopg.Error as exc:
+            self.console.say(f"refresh failed: {exc}".splitlines()[0], severity="error")
+            return
+        self.show(data)
+        await self.console.data_shown()
+
+    async def fetch(self) -> Any:
+        """Read this screen's data (runs in a worker, never in an event handler)."""
+        raise NotImplementedError
+
+    def show(self, data: Any) -> None:
+        """Put freshly read data on screen."""
+        raise NotImplementedError
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide every mutating key in read-only mode."""
+        return not (action in self.MUTATING and self.console.read_only)
+
+    # --- filter -------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        """Open the filter input."""
+        box = self.query_one("#filter", Input)
+        box.remove_class("hidden")
+        box.value = self.filter_text or ""
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Apply the filter and return to the table."""
+        if event.input.id != "filter":
+            return
+        self.filter_text = event.value.strip() or None
+        self._close_filter()
+        self.filter_changed()
+
+    def key_escape(self) -> None:
+        """Escape in the filter clears it."""
+        box = self.query_one("#filter", Input)
+        if box.has_focus:
+            self.filter_text = None
+            self._close_filter()
+            self.filter_changed()
+
+    def _close_filter(self) -> None:
+        self.query_one("#filter", Input).add_class("hidden")
+        for table in self.query(DataTable):
+            table.focus()
+            break
+
+    def filter_changed(self) -> None:
+        """The filter changed: start again from the first page."""
+        self.reload()
+
+    def subtitle(self, text: str) -> str:
+        """A table title with the active filter, if any."""
+        return f"{text}  [filter: {self.filter_text}]" if self.filter_text else text
+
+
+def selected_key(table: DataTable[Any]) -> str | None:
+    """The row key under the cursor, or None for an empty table."""
+    if table.row_count == 0:
+        return None
+    row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+    return row_key.value
+
+
+def fill_table(table: DataTable[Any], rows: Iterable[tuple[str, Iterable[Any]]]) -> None:
+    """Replace a table's rows, keyed by id, keeping the cursor on the same row when it is still there."""
+    current = selected_key(table)
+    cursor_row = table.cursor_row
+    table.clear()
+    for key, cells in rows:
+        table.add_row(*cells, key=key)
+    if table.row_count == 0:
+        return
+    if current is not None:
+        try:
+            table.move_cursor(row=table.get_row_index(current), animate=False, scroll=True)
+            return
+        except RowDoesNotExist:
+            pass  # the row is gone: keep the cursor's position instead
+    table.move_cursor(row=min(cursor_row, table.row_count - 1), animate=False)

@@ -1,0 +1,87 @@
+"""One email in full, with every attempt from its send log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from console.widgets.cells import ago, masked, one_line, status_cell
+
+if TYPE_CHECKING:
+    from console.app import MailroomConsole
+
+OUTCOME_STYLES = {"sent": "green", "transient": "yellow", "local_error": "yellow", "suppressed": "magenta"}
+
+
+class EmailDetailScreen(Screen[None]):
+    """Pushed from Failures with Enter; Escape returns."""
+
+    TITLE = "Email"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,backspace", "app.pop_screen", "Back")]
+
+    def __init__(self, email_id: int) -> None:
+        super().__init__()
+        self.email_id = email_id
+
+    def compose(self) -> ComposeResult:
+        """Fields above, attempts below."""
+        yield Static(id="email-fields", classes="panel")
+        yield DataTable(id="history", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Columns, then load."""
+        self.query_one("#email-fields").border_title = f"Email {self.email_id}"
+        table = self.query_one("#history", DataTable)
+        table.border_title = "Send log"
+        table.add_columns("When", "Try", "Outcome", "Code", "Sender", "ms", "Response")
+        self._load()
+
+    @work(exclusive=True, group="detail", exit_on_error=False)
+    async def _load(self) -> None:
+        app = cast("MailroomConsole", self.app)
+        email, history = await app.data.email_detail(self.email_id)
+        now = app.clock()
+        fields = self.query_one("#email-fields", Static)
+        if email is None:
+            fields.update(Text(f"email {self.email_id} no longer exists", style="yellow"))
+            return
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column()
+        for label, value in (
+            ("status", status_cell(str(email["status"]))),
+            ("recipient", masked(email["recipient_email"])),
+            ("subject", one_line(email["subject"], 100)),
+            ("template", email["template"] or "-"),
+            ("campaign", email["campaign_id"] or "-"),
+            ("priority", str(email["priority"])),
+            ("attempts", f"{email['retry_count']} of {email['max_retries']} retries used"),
+            ("created", ago(email["created_at"], now)),
+            ("next retry", ago(email["next_retry_at"], now)),
+            ("last error", Text(one_line(email["last_error"], 200), style="red")),
+        ):
+            grid.add_row(label, value)
+        fields.update(grid)
+        table = self.query_one("#history", DataTable)
+        table.clear()
+        for row in history:
+            code = " ".join(str(x) for x in (row["smtp_code"], row["enhanced_code"]) if x)
+            table.add_row(
+                row["attempted_at"].strftime("%Y-%m-%d %H:%M:%S"),
+                str(row["attempt"]),
+                Text(str(row["outcome"]), style=OUTCOME_STYLES.get(str(row["outcome"]), "red")),
+                code or "-",
+                row["sender"] or "-",
+                "" if row["duration_ms"] is None else str(row["duration_ms"]),
+                one_line(row["response"], 60),
+            )
+        if not history:
+            table.border_subtitle = "no attempts yet"

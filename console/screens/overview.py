@@ -1,0 +1,139 @@
+"""Overview: queue depth, the last hour's sending, sender accounts, signatures and the latest failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Sparkline, Static
+
+from console.queries import Overview
+from console.screens.base import DataScreen, fill_table
+from console.widgets.cells import ago, duration, masked, one_line, progress, status_cell, usage
+
+
+class OverviewScreen(DataScreen):
+    """The first screen: is mail flowing, and what needs an operator."""
+
+    MODE = "overview"
+    TITLE = "Overview"
+    TABLES = frozenset(
+        {"email_queue", "send_logs", "sender_accounts", "documents", "expected_signers", "signatures"}
+    )
+
+    def compose(self) -> ComposeResult:
+        """Queue and throughput side by side, senders, then signatures beside the latest failures."""
+        yield from self.compose_header()
+        with VerticalScroll(id="overview"):
+            with Horizontal(classes="row"):
+                yield Static(id="depth", classes="panel")
+                with Vertical(id="throughput", classes="panel"):
+                    yield Sparkline([0.0] * 60, id="sent-sparkline")
+                    yield Static(id="rates")
+            yield DataTable(id="ov-senders", classes="panel", cursor_type="row", show_cursor=False)
+            with Horizontal(classes="row"):
+                yield Static(id="documents", classes="panel")
+                yield DataTable(id="ov-failures", classes="panel", cursor_type="row", show_cursor=False)
+        yield from self.compose_footer()
+
+    def on_mount(self) -> None:
+        """Titles and columns."""
+        self.query_one("#depth").border_title = "Queue"
+        self.query_one("#throughput").border_title = "Sent per minute, last hour"
+        self.query_one("#documents").border_title = "Signatures"
+        senders = self.query_one("#ov-senders", DataTable)
+        senders.border_title = "Sender accounts"
+        senders.add_columns("Sender", "Status", "Today", "Bounces", "Errors", "Warm-up", "Last used")
+        failures = self.query_one("#ov-failures", DataTable)
+        failures.border_title = "Latest failures"
+        failures.add_columns("Recipient", "Error", "Failed")
+
+    async def fetch(self) -> Overview:
+        """One round of overview queries."""
+        return await self.console.data.overview(self.console.clock())
+
+    def show(self, data: Any) -> None:
+        """Fill every panel."""
+        assert isinstance(data, Overview)
+        now = self.console.clock()
+        self.query_one("#depth", Static).update(_depth_table(data, now))
+        self.query_one("#sent-sparkline", Sparkline).data = list(data.sent_per_minute)
+        sent = int(sum(data.sent_per_minute))
+        rate = data.failed_last_hour / data.attempts_last_hour if data.attempts_last_hour else 0.0
+        rates = Text()
+        rates.append(f"{sent:,}", style="bold")
+        rates.append(" sent in the last hour   ")
+        rates.append(f"{rate:.1%}", style="bold red" if rate >= 0.05 else "bold")
+        rates.append(f" of {data.attempts_last_hour:,} attempts failed")
+        self.query_one("#rates", Static).update(rates)
+        fill_table(
+            self.query_one("#ov-senders", DataTable),
+            (
+                (
+                    str(s["id"]),
+                    (
+                        s["name"],
+                        status_cell(str(s["status"])),
+                        usage(int(s["sent_today"]), int(s["effective_limit"]), 10),
+                        Text(str(s["bounces_today"]), justify="right"),
+                        Text(str(s["errors_today"]), justify="right"),
+                        f"stage {s['warmup_stage']}" if s["warmup_stage"] else "done",
+                        ago(s["last_used_at"], now),
+                    ),
+                )
+                for s in data.senders
+            ),
+        )
+        self.query_one("#documents", Static).update(_documents(data.documents))
+        fill_table(
+            self.query_one("#ov-failures", DataTable),
+            (
+                (
+                    str(f["id"]),
+                    (masked(f["recipient_email"]), one_line(f["last_error"], 26), ago(f["finished_at"], now)),
+                )
+                for f in data.latest_failures
+            ),
+        )
+
+
+def _depth_table(data: Overview, now: Any) -> Table:
+    d = data.depth
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    oldest = d["oldest_due"]
+    rows: list[tuple[str, str, str]] = [
+        ("pending", f"{d['pending']:,}", "bold"),
+        ("  due now", f"{d['due_now']:,}", ""),
+        ("  scheduled later", f"{d['scheduled_later']:,}", ""),
+        ("assigned", f"{d['assigned']:,}", ""),
+        ("retrying", f"{d['retrying']:,}", "yellow" if d["retrying"] else ""),
+        ("failed", f"{d['failed']:,}", "bold red" if d["failed"] else ""),
+        ("suppressed", f"{d['suppressed']:,}", ""),
+        ("oldest pending", duration((now - oldest).total_seconds()) if oldest else "-", ""),
+    ]
+    for label, value, style in rows:
+        table.add_row(label, Text(value, style=style))
+    return table
+
+
+def _documents(documents: list[dict[str, Any]]) -> Table | Text:
+    if not documents:
+        return Text("no documents awaiting signatures", style="dim")
+    table = Table.grid(padding=(0, 1))
+    table.add_column(no_wrap=True, max_width=22, overflow="ellipsis")
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    for doc in documents:
+        expected, signed = int(doc["expected"]), int(doc["signed"])
+        missing = expected - signed
+        table.add_row(
+            str(doc["doc_id"]),
+            progress(signed, expected, 10),
+            Text(f"{missing} missing" if missing else "complete", style="yellow" if missing else "green"),
+        )
+    return table

@@ -1,0 +1,67 @@
+"""Queue: pending email by priority and by campaign."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import DataTable
+
+from console.screens.base import DataScreen, fill_table
+from console.widgets.cells import duration
+
+
+class QueueScreen(DataScreen):
+    """Where the pending email is: which priorities and campaigns, how much is due, how old."""
+
+    MODE = "queue"
+    TITLE = "Queue"
+    TABLES = frozenset({"email_queue"})
+
+    def compose(self) -> ComposeResult:
+        """Two tables side by side."""
+        yield from self.compose_header()
+        with Horizontal(id="queue-tables"):
+            yield DataTable(id="by-priority", cursor_type="row", zebra_stripes=True)
+            yield DataTable(id="by-campaign", cursor_type="row", zebra_stripes=True)
+        yield from self.compose_footer()
+
+    def on_mount(self) -> None:
+        """Columns."""
+        self.query_one("#by-priority", DataTable).add_columns("Priority", "Pending", "Due now", "Oldest")
+        self.query_one("#by-campaign", DataTable).add_columns("Campaign", "Pending", "Due now", "Oldest")
+
+    async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Pending counts by priority and by campaign."""
+        return await self.console.data.queue(self.console.clock())
+
+    def show(self, data: Any) -> None:
+        """Both tables."""
+        by_priority, by_campaign = data
+        now = self.console.clock()
+        if self.filter_text:
+            by_campaign = [
+                r for r in by_campaign if self.filter_text.lower() in str(r["campaign_id"]).lower()
+            ]
+
+        def cells(label: str, r: dict[str, Any]) -> tuple[Any, ...]:
+            oldest = r["oldest"]
+            age = duration((now - oldest).total_seconds()) if oldest and oldest <= now else "-"
+            return (
+                label,
+                Text(f"{r['n']:,}", justify="right"),
+                Text(f"{r['due']:,}", justify="right"),
+                Text(age, justify="right"),
+            )
+
+        priority = self.query_one("#by-priority", DataTable)
+        priority.border_title = "Pending by priority"
+        fill_table(priority, ((str(r["priority"]), cells(str(r["priority"]), r)) for r in by_priority))
+        campaign = self.query_one("#by-campaign", DataTable)
+        campaign.border_title = self.subtitle("Pending by campaign")
+        fill_table(
+            campaign,
+            ((str(r["campaign_id"]), cells(r["campaign_id"] or "(none)", r)) for r in by_campaign),
+        )

@@ -1,0 +1,87 @@
+"""Schedule: events due in the next 24 hours, and recently missed or failed events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import DataTable
+
+from console.screens.base import DataScreen, fill_table
+from console.widgets.cells import one_line, status_cell, until
+
+
+class ScheduleScreen(DataScreen):
+    """What the scheduler will do next, and what it could not do."""
+
+    MODE = "schedule"
+    TITLE = "Schedule"
+    TABLES = frozenset({"events", "people"})
+
+    def compose(self) -> ComposeResult:
+        """Two tables."""
+        yield from self.compose_header()
+        yield DataTable(id="due", cursor_type="row", zebra_stripes=True)
+        yield DataTable(id="trouble", cursor_type="row", zebra_stripes=True)
+        yield from self.compose_footer()
+
+    def on_mount(self) -> None:
+        """Columns."""
+        self.query_one("#due", DataTable).add_columns(
+            "Due (UTC)", "In", "Local time", "Time zone", "Person", "Event"
+        )
+        self.query_one("#trouble", DataTable).add_columns("Status", "Due (UTC)", "Person", "Event", "Reason")
+
+    async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Due and troubled events."""
+        return await self.console.data.schedule(self.console.clock())
+
+    def _keep(self, row: dict[str, Any]) -> bool:
+        if not self.filter_text:
+            return True
+        return (
+            self.filter_text.lower() in f"{row['first_name']} {row['last_name']} {row['time_zone']}".lower()
+        )
+
+    def show(self, data: Any) -> None:
+        """Both tables, keyed by event id."""
+        due, trouble = ([r for r in rows if self._keep(r)] for rows in data)
+        now = self.console.clock()
+        due_table = self.query_one("#due", DataTable)
+        due_table.border_title = self.subtitle(f"Due in the next 24 hours ({len(due)})")
+        fill_table(
+            due_table,
+            (
+                (
+                    str(r["id"]),
+                    (
+                        r["due_at"].strftime("%Y-%m-%d %H:%M"),
+                        Text(until(r["due_at"], now), style="yellow" if r["due_at"] <= now else ""),
+                        r["local_due_at"].strftime("%Y-%m-%d %H:%M"),
+                        r["time_zone"],
+                        f"{r['first_name']} {r['last_name']}",
+                        r["event_type"],
+                    ),
+                )
+                for r in due
+            ),
+        )
+        trouble_table = self.query_one("#trouble", DataTable)
+        trouble_table.border_title = f"Missed and failed, last 30 days ({len(trouble)})"
+        fill_table(
+            trouble_table,
+            (
+                (
+                    str(r["id"]),
+                    (
+                        status_cell(str(r["status"])),
+                        r["due_at"].strftime("%Y-%m-%d %H:%M"),
+                        f"{r['first_name']} {r['last_name']}",
+                        r["event_type"],
+                        one_line(r["failure_reason"], 50),
+                    ),
+                )
+                for r in trouble
+            ),
+        )

@@ -1,0 +1,112 @@
+"""Senders: every sender account with today's usage; pause, suspend and resume."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable
+
+from console.screens.base import DataScreen, fill_table, selected_key
+from console.widgets.cells import ago, one_line, status_cell, usage
+from console.widgets.dialogs import ConfirmScreen
+
+
+class SendersScreen(DataScreen):
+    """Sender accounts: status, today's sent against the limit, bounces, errors, warm-up, last use."""
+
+    MODE = "senders"
+    TITLE = "Senders"
+    TABLES = frozenset({"sender_accounts", "send_logs", "email_queue"})
+    MUTATING = frozenset({"pause", "suspend", "resume"})
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "pause", "Pause"),
+        Binding("s", "suspend", "Suspend"),
+        Binding("u", "resume", "Resume"),
+        *DataScreen.BINDINGS,
+    ]
+
+    def compose(self) -> ComposeResult:
+        """One table."""
+        yield from self.compose_header()
+        yield DataTable(id="senders", cursor_type="row", zebra_stripes=True)
+        yield from self.compose_footer()
+
+    def on_mount(self) -> None:
+        """Columns."""
+        table = self.query_one("#senders", DataTable)
+        table.add_columns(
+            "Sender", "Status", "Sent today", "Bounces", "Errors", "Warm-up", "Last used", "Reason"
+        )
+
+    async def fetch(self) -> list[dict[str, Any]]:
+        """Every sender account (there are few)."""
+        return await self.console.data.senders(self.console.clock())
+
+    def show(self, data: Any) -> None:
+        """Rows keyed by account name (the worker's actions take names)."""
+        now = self.console.clock()
+        rows = [
+            s
+            for s in data
+            if not self.filter_text or self.filter_text.lower() in f"{s['name']} {s['status']}".lower()
+        ]
+        table = self.query_one("#senders", DataTable)
+        table.border_title = self.subtitle(f"Sender accounts ({len(rows)})")
+        fill_table(
+            table,
+            (
+                (
+                    str(s["name"]),
+                    (
+                        s["name"],
+                        status_cell(str(s["status"])),
+                        usage(int(s["sent_today"]), int(s["effective_limit"]), 12),
+                        Text(str(s["bounces_today"]), justify="right"),
+                        Text(str(s["errors_today"]), justify="right"),
+                        f"stage {s['warmup_stage']} ({s['warmup_limit']}/day)"
+                        if s["warmup_stage"]
+                        else "done",
+                        ago(s["last_used_at"], now),
+                        one_line(s["status_reason"], 40),
+                    ),
+                )
+                for s in rows
+            ),
+        )
+
+    def _selected(self) -> str | None:
+        return selected_key(self.query_one("#senders", DataTable))
+
+    def _set(self, name: str, target: str, verb: str) -> None:
+        from worker.senders import set_sender_status
+
+        def act(conn: Any) -> str:
+            reason = None if target == "active" else f"{verb} from the console"
+            status = set_sender_status(conn, name, target, reason)
+            return f"sender account {name} is now {status.replace('_', ' ')}"
+
+        self.console.perform(act, what=f"{verb} {name}")
+
+    def action_pause(self) -> None:
+        """Stop sending through the selected account until resumed."""
+        if (name := self._selected()) is not None:
+            self._set(name, "paused", "paused")
+
+    @work(group="confirm")
+    async def action_suspend(self) -> None:
+        """Take the selected account out of service (asks first)."""
+        name = self._selected()
+        if name is None:
+            return
+        question = f"Suspend sender account {name}? Nothing is sent through it until it is resumed."
+        if await self.app.push_screen_wait(ConfirmScreen(question, confirm="Suspend", destructive=True)):
+            self._set(name, "suspended", "suspended")
+
+    def action_resume(self) -> None:
+        """Send through the selected account again."""
+        if (name := self._selected()) is not None:
+            self._set(name, "active", "resumed")

@@ -1,0 +1,88 @@
+"""Modal dialogs: a yes/no confirmation (styled destructive when it is) and the key help."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.table import Table
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Ask before an action that changes many rows or takes something out of service."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str, *, confirm: str = "Yes", destructive: bool = False) -> None:
+        super().__init__(classes="destructive" if destructive else "")
+        self.question = question
+        self.confirm_label = confirm
+        self.destructive = destructive
+
+    def compose(self) -> ComposeResult:
+        """The question and two buttons; y / n answer from the keyboard."""
+        with Vertical(id="dialog"):
+            yield Static(self.question, id="question")
+            with Horizontal(id="buttons"):
+                yield Button(
+                    f"{self.confirm_label} (y)", variant="error" if self.destructive else "primary", id="yes"
+                )
+                yield Button("Cancel (n)", id="no")
+
+    def on_mount(self) -> None:
+        """Focus the safe choice."""
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        """A click answers like the keys."""
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, answer: bool) -> None:
+        """Close with the operator's answer."""
+        self.dismiss(answer)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key of the screen it was opened from, and the console-wide keys."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss", "Close")]
+
+    def __init__(self, screen: Screen[Any], app: App[Any]) -> None:
+        super().__init__()
+        self.source = screen
+        self.source_app = app
+
+    def compose(self) -> ComposeResult:
+        """A two-column table of keys."""
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        read_only = bool(getattr(self.source_app, "read_only", False))
+        mutating: frozenset[str] = getattr(self.source, "MUTATING", frozenset())
+        for title, bindings in (
+            (self.source.title or "This screen", getattr(self.source, "BINDINGS", [])),
+            ("Everywhere", [*getattr(self.source_app, "BINDINGS", [])]),
+        ):
+            table.add_row(f"[u]{title}[/u]", "")
+            for binding in bindings:
+                if not isinstance(binding, Binding):
+                    continue
+                keys = ", ".join(_key_name(k) for k in binding.key.split(","))
+                note = " (disabled: read-only)" if read_only and binding.action in mutating else ""
+                table.add_row(keys, f"{binding.description}{note}")
+            table.add_row("", "")
+        with Vertical(id="help"):
+            yield Static("Keys", id="help-title")
+            yield Static(table)
+            yield Static("escape closes", classes="hint")
+
+
+def _key_name(key: str) -> str:
+    return {"question_mark": "?", "space": "space", "slash": "/", "enter": "enter"}.get(key, key)

@@ -1,0 +1,56 @@
+"""The console's header: database, connection state, last update, read-only, and the screen tabs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual.widgets import Static
+
+if TYPE_CHECKING:
+    from console.app import MailroomConsole
+
+STATE_STYLES = {"live": "bold green", "reconnecting": "bold yellow", "connecting": "yellow"}
+
+
+class ConsoleHeader(Static):
+    """Two lines: what the console is connected to and how fresh it is; then the screens by number."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(id="header")
+        self.mode = mode
+
+    @property
+    def console(self) -> MailroomConsole:
+        """The app, typed."""
+        return cast("MailroomConsole", self.app)
+
+    def on_mount(self) -> None:
+        """Follow the app's connection state and update time."""
+        self.watch(self.console, "live_state", self._redraw, init=False)
+        self.watch(self.console, "updated_at", self._redraw, init=False)
+        self._redraw()
+
+    def _redraw(self, _value: object = None) -> None:
+        self.update(self.render_header(self.console.live_state, self.console.updated_at))
+
+    def render_header(self, state: str, updated: datetime | None) -> Text:
+        """The header's text for a connection state and last update time."""
+        from console.app import SCREENS
+
+        text = Text()
+        text.append(" Mailroom ", style="bold reverse")
+        text.append("  db ", style="dim")
+        text.append(self.console.label, style="bold")
+        text.append("   ● ", style=STATE_STYLES.get(state, "yellow"))
+        text.append(state, style=STATE_STYLES.get(state, "yellow"))
+        text.append("  updated ", style="dim")
+        text.append(updated.strftime("%H:%M:%S UTC") if updated else "never")
+        if self.console.read_only:
+            text.append("  READ-ONLY", style="bold magenta")
+        text.append("\n")
+        for mode, key, title in SCREENS:
+            style = "bold reverse" if mode == self.mode else ""
+            text.append(f" {key} {title} ", style=style)
+        return text
