@@ -1,0 +1,1 @@
+"""Tests of the producers: lifecycle emails and birthday emails."""
