@@ -261,7 +261,12 @@ async def test_racing_mailers_mail_every_token_exactly_once(db_url: str, setting
     for w in writers:
         w.start()
     racing = asyncio.gather(*(mailer() for _ in range(4)))
-    await asyncio.to_thread(lambda: [w.join() for w in writers])
+
+    def join_writers() -> None:
+        for w in writers:
+            w.join()
+
+    await asyncio.to_thread(join_writers)
     writers_done.set()
     await asyncio.wait_for(racing, timeout=90)
 
