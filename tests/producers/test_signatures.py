@@ -156,7 +156,8 @@ def test_concurrent_signers_produce_one_unbroken_chain(db_url: str, conn: Conn, 
     assert report.ok and report.checked == 12
 
 
-def test_concurrent_first_uses_create_one_key_file_0600(settings: Settings) -> None:
+def test_concurrent_first_uses_create_one_key_file_0600(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home")
     barrier = threading.Barrier(8)
     keys: list[bytes] = []
 
@@ -188,7 +189,8 @@ def test_configured_key_is_used_and_no_file_is_written(conn: Conn, settings: Set
     assert not report.ok and "Ed25519 signature does not verify" in report.broken[0].reasons
 
 
-def test_malformed_or_exposed_key_is_a_clear_error(settings: Settings) -> None:
+def test_malformed_or_exposed_key_is_a_clear_error(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home")
     with pytest.raises(ConfigError, match="MAILROOM_SIGNING_KEY must be 32 bytes"):
         load_signing_key(replace(settings, signing_key="bm90IGEga2V5"))
     with pytest.raises(ConfigError, match="no signing key"):
