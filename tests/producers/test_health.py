@@ -1,0 +1,130 @@
+"""Health: backlog, oldest pending email and sending silence, each against its threshold."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from worker.config import Settings
+from worker.health import check_health
+from worker.outbox import EmailRequest, enqueue
+
+
+def pending(
+    conn: psycopg.Connection[Any], settings: Settings, n: int, *, waited: str = "0 seconds"
+) -> list[int]:
+    ids = [
+        enqueue(conn, EmailRequest(to=f"h{i}@example.com", subject="Hi", text="x"), settings=settings)
+        for i in range(n)
+    ]
+    conn.execute(
+        "UPDATE mailroom.email_queue SET scheduled_for = now() - %s::interval WHERE id = ANY(%s)",
+        (waited, ids),
+    )
+    conn.commit()
+    return ids
+
+
+def sent(conn: psycopg.Connection[Any], settings: Settings, ago: str) -> None:
+    [email_id] = pending(conn, settings, 1)
+    conn.execute(
+        "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 't', lease_token = gen_random_uuid(),"
+        " lease_expires_at = now() + interval '1 hour' WHERE id = %s",
+        (email_id,),
+    )
+    conn.execute(
+        "UPDATE mailroom.email_queue SET status = 'sent', sent_at = now() - %s::interval WHERE id = %s",
+        (ago, email_id),
+    )
+    conn.commit()
+
+
+def test_empty_queue_is_healthy(conn: psycopg.Connection[Any], settings: Settings) -> None:
+    report = check_health(conn, settings)
+    assert report.ok and report.pending == 0 and report.last_sent_at is None
+
+
+def test_backlog_over_the_threshold_is_unhealthy(conn: psycopg.Connection[Any], settings: Settings) -> None:
+    sent(conn, settings, "1 minute")
+    pending(conn, settings, 4)
+    assert check_health(conn, replace(settings, health_max_pending=4)).ok
+    report = check_health(conn, replace(settings, health_max_pending=3))
+    assert report.reasons == ["4 emails pending, more than the threshold of 3 (MAILROOM_HEALTH_MAX_PENDING)"]
+
+
+def test_email_waiting_over_an_hour_is_unhealthy(conn: psycopg.Connection[Any], settings: Settings) -> None:
+    sent(conn, settings, "1 minute")
+    pending(conn, settings, 1, waited="59 minutes")
+    assert check_health(conn, settings).ok
+    pending(conn, settings, 1, waited="61 minutes")
+    report = check_health(conn, settings)
+    assert len(report.reasons) == 1 and "oldest pending email has waited 1.0 h" in report.reasons[0]
+    assert report.oldest_pending_seconds is not None and report.oldest_pending_seconds > 3600
+
+
+def test_silence_while_email_is_pending_is_unhealthy(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    sent(conn, settings, "20 minutes")
+    assert check_health(conn, settings).ok  # nothing to send: silence is fine
+    [later] = pending(conn, settings, 1)
+    conn.execute(
+        "UPDATE mailroom.email_queue SET scheduled_for = now() + interval '1 day' WHERE id = %s", (later,)
+    )
+    conn.commit()
+    assert check_health(conn, settings).ok  # scheduled for tomorrow: not pending yet
+    pending(conn, settings, 1)
+    report = check_health(conn, settings)
+    assert len(report.reasons) == 1 and report.reasons[0].startswith(
+        "nothing was sent in 20 min while 1 emails"
+    )
+    sent(conn, settings, "5 minutes")
+    assert check_health(conn, settings).ok
+
+
+def test_clock_can_be_given(conn: psycopg.Connection[Any], settings: Settings) -> None:
+    sent(conn, settings, "1 minute")
+    pending(conn, settings, 1)
+    db_now = conn.execute("SELECT now() AS now").fetchone()
+    assert db_now is not None
+    report = check_health(conn, settings, now=db_now["now"] + timedelta(hours=2))
+    assert len(report.reasons) == 2
+
+
+def test_health_cli_exit_status_and_reasons(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from worker.cli import main
+
+    assert main(["health"]) == 0
+    assert "healthy" in capsys.readouterr().out
+    pending(conn, settings, 3, waited="2 hours")
+    monkeypatch.setenv("MAILROOM_HEALTH_MAX_PENDING", "2")
+    assert main(["health"]) == 1
+    out, err = capsys.readouterr()
+    assert "pending 3" in out
+    assert err.count("unhealthy:") == 3
+    assert main(["health", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["pending"] == 3 and len(report["reasons"]) == 3
+    assert report["thresholds"]["max_pending"] == 2
+
+
+def test_unreachable_database_is_unhealthy(
+    cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker.cli import main
+
+    monkeypatch.setenv("MAILROOM_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+    assert main(["health", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["reasons"][0].startswith("database unreachable")
