@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from worker.config import Settings
@@ -92,10 +93,15 @@ def canonical_payload(
     signed_at: datetime,
     nonce: str,
     prev_hash: str | None,
+    key: str,
 ) -> str:
-    """The exact text a signature covers: sorted-key compact JSON, UTF-8, times in UTC to the microsecond."""
+    """The exact text a signature covers: sorted-key compact JSON, UTF-8, times in UTC to the microsecond.
+
+    `key` is the signing key's fingerprint, so a signature made with another key is named as such.
+    """
     fields = {
         "v": PAYLOAD_VERSION,
+        "key": key,
         "doc_id": doc_id,
         "checksum": checksum,
         "checksum_algorithm": checksum_algorithm,
@@ -162,6 +168,8 @@ def sign_document(
         check_header_text("name", name)
     key = key or load_signing_key(settings)
     document = get_document(conn, doc_id, lock=True)
+    if conn.info.transaction_status != TransactionStatus.INTRANS:
+        raise ValueError("sign_document needs an open transaction: use a non-autocommit connection")
     with conn.cursor(row_factory=dict_row) as cur:
         existing = cur.execute(SELECT_EXISTING, (doc_id, address)).fetchone()
         if existing is not None:
@@ -184,6 +192,7 @@ def sign_document(
             signed_at=signed_at,
             nonce=nonce,
             prev_hash=prev_hash,
+            key=key.fingerprint,
         )
         row: dict[str, Any] = {
             "doc_id": doc_id,
@@ -270,6 +279,7 @@ def _row_problems(row: dict[str, Any], expected_prev: str | None, key: SigningKe
                 signed_at=datetime.fromisoformat(fields["signed_at"]),
                 nonce=fields["nonce"],
                 prev_hash=fields["prev_hash"],
+                key=fields["key"],
             )
         except (KeyError, TypeError, ValueError):
             rebuilt = None
@@ -289,6 +299,8 @@ def _row_problems(row: dict[str, Any], expected_prev: str | None, key: SigningKe
         problems.append("payload_hash is not the SHA-256 of the payload")
     if not key.verify(payload.encode("utf-8"), row["signature"]):
         problems.append("Ed25519 signature does not verify")
+        if "key" in fields and fields["key"] != key.fingerprint:
+            problems.append(f"it was made with key {fields['key']}, not the configured key {key.fingerprint}")
     if row["prev_hash"] != expected_prev:
         problems.append(
             "prev_hash should be empty (first signature)"

@@ -13,7 +13,7 @@ import pytest
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.cli import main
 from worker.config import Settings
-from worker.queue import cancel
+from worker.queue import cancel, retry
 from worker.signatures import (
     ReminderResult,
     add_document,
@@ -207,6 +207,16 @@ async def test_reminders_are_delivered_and_their_outcome_logged(
             "error_message": "5.1.1 User unknown",
         },
     ]
+    # An operator retries the failed reminder: its log is queued again, its error cleared.
+    bounced = conn.execute("SELECT id FROM mailroom.email_queue WHERE status = 'failed'").fetchone()
+    assert bounced is not None
+    retry(conn, [bounced["id"]])
+    conn.commit()
+    log = conn.execute(
+        "SELECT status, finished_at, error_message FROM mailroom.reminder_logs WHERE email_id = %s",
+        (bounced["id"],),
+    ).fetchone()
+    assert log == {"status": "queued", "finished_at": None, "error_message": None}
 
 
 def test_remind_command_reports_queued_and_refused(

@@ -52,6 +52,7 @@ def test_signature_is_ed25519_over_the_canonical_payload(conn: Conn, settings: S
     fields = json.loads(sig.payload)
     assert fields == {
         "v": 1,
+        "key": load_signing_key(settings).fingerprint,
         "doc_id": "policy",
         "checksum": "ab" * 32,
         "checksum_algorithm": "SHA-256",
@@ -187,6 +188,7 @@ def test_configured_key_is_used_and_no_file_is_written(conn: Conn, settings: Set
     other = replace(settings, signing_key=generate_key())
     report = verify_chain(conn, "policy", settings=other)
     assert not report.ok and "Ed25519 signature does not verify" in report.broken[0].reasons
+    assert f"it was made with key {load_signing_key(configured).fingerprint}" in report.summary()
 
 
 def test_malformed_or_exposed_key_is_a_clear_error(tmp_path: Path) -> None:
