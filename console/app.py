@@ -101,6 +101,7 @@ class MailroomConsole(App[int]):
         self.feed = LiveFeed(url, self._on_change, self._on_state)
         self.coalescer = Coalescer(self._reload_screen, self._schedule, interval=coalesce_seconds)
         self.notices: list[tuple[str, str]] = []
+        self.states: list[str] = []
         self.refreshes = 0
         self._refreshed = asyncio.Condition()
         self._feed_task: asyncio.Task[None] | None = None
@@ -129,6 +130,7 @@ class MailroomConsole(App[int]):
         self.coalescer.add(tables)
 
     def _on_state(self, state: str) -> None:
+        self.states.append(state)
         self.live_state = state
 
     def _schedule(self, delay: float, callback: Callable[[], None]) -> object:

@@ -38,6 +38,7 @@ class LiveFeed:
         self.state = "connecting"
         self.backend_pid: int | None = None
         self.connects = 0
+        self.received = 0
 
     def _set_state(self, state: str) -> None:
         if state != self.state:
@@ -60,6 +61,7 @@ class LiveFeed:
                     # A full refresh after every (re)connect: notifications sent meanwhile are lost.
                     self.on_change({ALL_TABLES})
                     async for note in conn.notifies():
+                        self.received += 1
                         self.on_change({_table_of(note.payload)})
             except psycopg.Error:
                 self.backend_pid = None
@@ -99,6 +101,11 @@ class Coalescer:
         self._pending = False
         self._last = -1e9
         self.flushes = 0
+
+    @property
+    def pending(self) -> bool:
+        """Whether a flush is scheduled and has not run yet."""
+        return self._pending
 
     def add(self, tables: set[str]) -> None:
         """Note changed tables; schedule a flush unless one is already due."""

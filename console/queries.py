@@ -225,6 +225,7 @@ class ConsoleData:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.page_size = PAGE_SIZE
         self._conn: psycopg.AsyncConnection[Row] | None = None
         self._lock = asyncio.Lock()
 
@@ -292,10 +293,11 @@ class ConsoleData:
         after: tuple[datetime, int] | None,
         *,
         text: str | None = None,
-        limit: int = PAGE_SIZE,
+        limit: int | None = None,
     ) -> Page:
         """A page of failed (newest first) or retrying (next due first) email after the key `after`."""
         query = FAILED_PAGE if kind == "failed" else RETRYING_PAGE
+        limit = limit or self.page_size
         rows = await self.fetch(
             query,
             {
@@ -313,10 +315,9 @@ class ConsoleData:
         history = await self.fetch(SEND_HISTORY, {"id": email_id})
         return (rows[0] if rows else None), history
 
-    async def accounts(
-        self, status: str | None, after_id: int | None, *, text: str | None = None, limit: int = PAGE_SIZE
-    ) -> Page:
+    async def accounts(self, status: str | None, after_id: int | None, *, text: str | None = None) -> Page:
         """A page of accounts by id, optionally of one status or matching a text."""
+        limit = self.page_size
         rows = await self.fetch(
             ACCOUNTS_PAGE,
             {"status": status, "after_id": after_id, "pattern": like_pattern(text), "limit": limit + 1},

@@ -58,6 +58,7 @@ class HelpScreen(ModalScreen[None]):
         super().__init__()
         self.source = screen
         self.source_app = app
+        self.entries: list[tuple[str, str]] = []
 
     def compose(self) -> ComposeResult:
         """A two-column table of keys."""
@@ -76,7 +77,8 @@ class HelpScreen(ModalScreen[None]):
                     continue
                 keys = ", ".join(_key_name(k) for k in binding.key.split(","))
                 note = " (disabled: read-only)" if read_only and binding.action in mutating else ""
-                table.add_row(keys, f"{binding.description}{note}")
+                self.entries.append((keys, f"{binding.description}{note}"))
+                table.add_row(*self.entries[-1])
             table.add_row("", "")
         with Vertical(id="help"):
             yield Static("Keys", id="help-title")

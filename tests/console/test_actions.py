@@ -1,0 +1,223 @@
+"""Console actions, driven by keys against the real PostgreSQL: each changes the database and notifies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from textual.widgets import DataTable
+
+from console.app import MailroomConsole
+from console.screens.detail import EmailDetailScreen
+from console.widgets.dialogs import ConfirmScreen, HelpScreen
+
+WAIT = 5.0
+
+
+def email_status(url: str, *ids: int) -> dict[int, str]:
+    """Status of each email by id."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT id, status FROM mailroom.email_queue WHERE id = ANY(%s)", (list(ids),))
+        return {int(i): str(s) for i, s in rows.fetchall()}
+
+
+def sender_status(url: str, name: str) -> str:
+    """Status of one sender account."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT status FROM mailroom.sender_accounts WHERE name = %s", (name,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def row_keys(app: MailroomConsole, table_id: str) -> list[str]:
+    """The row keys of a table on the active screen, in display order."""
+    table = app.screen.query_one(f"#{table_id}", DataTable)
+    return [str(table.coordinate_to_cell_key((i, 0)).row_key.value) for i in range(table.row_count)]
+
+
+def noticed(app: MailroomConsole, text: str) -> Callable[[], bool]:
+    """A predicate: some notification contains `text`."""
+    return lambda: any(text in notice for _, notice in app.notices)
+
+
+async def open_screen(app: MailroomConsole, pilot: Any, key: str) -> None:
+    """Press a screen's number key and wait for its data."""
+    assert await app.wait_until_shown(lambda: app.live_state == "live" and app.refreshes > 0, WAIT)
+    before = app.refreshes
+    await pilot.press(key)
+    assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+
+
+async def test_r_retries_the_selected_failed_email_and_the_row_leaves(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        assert row_keys(app, "failures")[0] == "1012"
+        await pilot.press("r")
+        assert await app.wait_until_shown(
+            lambda: noticed(app, "retried 1 email(s)")() and "1012" not in row_keys(app, "failures"), WAIT
+        )
+    assert email_status(seeded_url, 1012, 1011) == {1012: "pending", 1011: "failed"}
+
+
+async def test_space_marks_and_R_retries_the_marked_after_confirmation(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        await pilot.press("space", "space", "R")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "2 marked" in app.screen.question
+        await pilot.press("y")
+        assert await app.wait_until_shown(noticed(app, "retried 2 email(s)"), WAIT)
+    assert email_status(seeded_url, 1012, 1011, 1010) == {1012: "pending", 1011: "pending", 1010: "failed"}
+
+
+async def test_R_without_marks_retries_every_failed_email(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        await pilot.press("R", "y")
+        assert await app.wait_until_shown(
+            lambda: noticed(app, "retried 12 email(s)")() and row_keys(app, "failures") == [], WAIT
+        )
+    assert set(email_status(seeded_url, *range(1001, 1013)).values()) == {"pending"}
+
+
+async def test_c_cancels_only_after_confirmation(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen) and app.screen.destructive
+        await pilot.press("n")
+        await pilot.pause()
+        assert email_status(seeded_url, 1012) == {1012: "failed"}
+        await pilot.press("c", "y")
+        assert await app.wait_until_shown(noticed(app, "cancelled 1 email(s)"), WAIT)
+    assert email_status(seeded_url, 1012) == {1012: "cancelled"}
+
+
+async def test_enter_opens_the_email_with_its_send_log_history(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        await pilot.press("enter")
+        assert isinstance(app.screen, EmailDetailScreen) and app.screen.email_id == 1012
+        history = app.screen.query_one("#history", DataTable)
+        await pilot.wait_for_scheduled_animations()
+        await app.workers.wait_for_complete()
+        assert history.row_count == 6
+        await pilot.press("escape")
+        assert not isinstance(app.screen, EmailDetailScreen)
+
+
+async def test_filter_and_pages_bound_the_failures_table(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.data.page_size = 5
+        await open_screen(app, pilot, "2")
+        assert row_keys(app, "failures") == ["1012", "1011", "1010", "1009", "1008"]
+        before = app.refreshes
+        await pilot.press("right_square_bracket")
+        assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+        assert row_keys(app, "failures") == ["1007", "1006", "1005", "1004", "1003"]
+        await pilot.press("slash", *"spam", "enter")
+        assert await app.wait_until_shown(lambda: row_keys(app, "failures") == ["1009", "1005", "1001"], WAIT)
+        await pilot.press("t")
+        assert await app.wait_until_shown(lambda: row_keys(app, "failures") == [], WAIT)
+        await pilot.press("slash", "escape")
+        assert await app.wait_until_shown(
+            lambda: row_keys(app, "failures") == ["2001", "2002", "2003", "2004"], WAIT
+        )
+
+
+async def test_senders_pause_resume_and_suspend_with_confirmation(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "3")
+        assert row_keys(app, "senders") == ["backup", "low-limit", "primary", "warming"]
+        await pilot.press("down", "down", "p")
+        assert await app.wait_until_shown(noticed(app, "primary is now paused"), WAIT)
+        assert sender_status(seeded_url, "primary") == "paused"
+        await pilot.press("u")
+        assert await app.wait_until_shown(noticed(app, "primary is now active"), WAIT)
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmScreen) and app.screen.destructive
+        await pilot.press("y")
+        assert await app.wait_until_shown(noticed(app, "primary is now suspended"), WAIT)
+        assert sender_status(seeded_url, "primary") == "suspended"
+        await pilot.press("s", "y")
+        assert await app.wait_until_shown(noticed(app, "cannot set it suspended"), WAIT)
+        assert ("error", next(t for _, t in app.notices if "cannot" in t)) in app.notices
+
+
+async def test_read_only_hides_and_refuses_every_action(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url, read_only=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        shown = {b.binding.key for b in app.screen.active_bindings.values()}
+        assert {"r", "R", "c", "space"}.isdisjoint(shown)
+        assert "READ-ONLY" in str(app.screen.query_one("#header").render())
+        await pilot.press("r", "R", "c")
+        assert not isinstance(app.screen, ConfirmScreen)
+        before = app.refreshes
+        await pilot.press("3")
+        assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+        assert {"p", "s", "u"}.isdisjoint({b.binding.key for b in app.screen.active_bindings.values()})
+        await pilot.press("p", "s", "u")
+        # Even a direct call is refused by the app.
+        app.perform(lambda conn: "changed", what="pause")
+        await pilot.pause()
+    assert email_status(seeded_url, 1012) == {1012: "failed"}
+    assert sender_status(seeded_url, "backup") == "paused"
+    assert ("warning", "read-only console: pause is disabled") in app.notices
+
+
+async def test_help_lists_every_key_of_the_screen(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = " ".join(f"{keys} {description}" for keys, description in app.screen.entries)
+        for expected in (
+            "R Retry marked/all",
+            "c Cancel",
+            "space Mark",
+            "/ Filter",
+            "q Quit",
+            "5 Signatures",
+        ):
+            assert expected in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_accounts_status_filter_shows_one_status(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "4")
+        assert len(row_keys(app, "accounts")) == 12
+        await pilot.press("f", "f", "f")  # all -> provisioned -> active -> suspended
+        assert await app.wait_until_shown(lambda: row_keys(app, "accounts") == ["4", "8", "12"], WAIT)

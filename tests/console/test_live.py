@@ -1,0 +1,109 @@
+"""Live updates: changes made elsewhere reach the screen, bursts coalesce, a dropped LISTEN reconnects."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import psycopg
+from textual.widgets import DataTable
+
+from console.app import MailroomConsole
+from console.live import ALL_TABLES, Coalescer
+from tests.console.test_actions import WAIT, open_screen, row_keys
+
+
+def cell(app: MailroomConsole, table_id: str, row: str, column: int) -> str:
+    """The plain text of one cell on the active screen."""
+    table = app.screen.query_one(f"#{table_id}", DataTable)
+    return str(table.get_row(row)[column])
+
+
+async def test_a_change_committed_by_another_connection_appears_within_one_second(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "3")
+        assert cell(app, "senders", "warming", 1) == "warming up"
+        with psycopg.connect(seeded_url) as other:
+            other.execute("UPDATE mailroom.sender_accounts SET status = 'suspended' WHERE name = 'warming'")
+        committed = time.monotonic()
+        assert await app.wait_until_shown(lambda: cell(app, "senders", "warming", 1) == "suspended", 1.0)
+        assert time.monotonic() - committed < 1.0
+
+
+async def test_a_new_failure_reaches_the_failures_screen_without_a_keypress(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        with psycopg.connect(seeded_url) as other:
+            other.execute(
+                "UPDATE mailroom.email_queue SET status = 'failed', last_error = '550 5.1.1 no such user' "
+                "WHERE id = 4001"
+            )
+        assert await app.wait_until_shown(lambda: "4001" in row_keys(app, "failures"), 1.0)
+
+
+async def test_after_the_listen_connection_drops_it_reconnects_and_refreshes_everything(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "3")
+        pid = app.feed.backend_pid
+        assert pid is not None and app.feed.connects == 1
+        with psycopg.connect(seeded_url, autocommit=True) as other:
+            # Changed while the console is away: only the full refresh after reconnecting can show it.
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            other.execute("UPDATE mailroom.sender_accounts SET status = 'paused' WHERE name = 'primary'")
+        assert await app.wait_until_shown(
+            lambda: app.feed.connects == 2 and cell(app, "senders", "primary", 1) == "paused", WAIT
+        )
+        assert app.states[-2:] == ["reconnecting", "live"]
+        assert app.feed.backend_pid not in (None, pid)
+        assert "● live" in str(app.screen.query_one("#header").render())
+
+
+async def test_a_burst_of_notifications_costs_only_a_few_refreshes(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "3")
+        received, flushes = app.feed.received, app.coalescer.flushes
+        with psycopg.connect(seeded_url, autocommit=True) as other:
+            started = time.monotonic()
+            for _ in range(4):
+                other.execute(
+                    "SELECT pg_notify('mailroom_changes', json_build_object('table', 'sender_accounts', 'n', g)::text)"
+                    " FROM generate_series(1, 500) g"
+                )
+        assert await app.wait_until_shown(lambda: app.feed.received >= received + 2000, WAIT)
+        elapsed = time.monotonic() - started
+        assert await app.wait_until_shown(lambda: not app.coalescer.pending, WAIT)
+        # At most one refresh per interval of the burst, plus the one that closes it.
+        assert app.coalescer.flushes - flushes <= elapsed / app.coalescer.interval + 2
+
+
+def test_coalescer_flushes_once_per_interval_with_every_table_it_saw() -> None:
+    now = [100.0]
+    scheduled: list[tuple[float, Callable[[], None]]] = []
+    flushed: list[set[str]] = []
+    coalescer = Coalescer(
+        flushed.append, lambda delay, fn: scheduled.append((delay, fn)), interval=0.25, clock=lambda: now[0]
+    )
+    for i in range(1000):
+        coalescer.add({"email_queue" if i % 2 else "send_logs"})
+    assert [delay for delay, _ in scheduled] == [0.0]
+    scheduled.pop()[1]()
+    assert flushed == [{"email_queue", "send_logs"}]
+    now[0] += 0.05
+    coalescer.add({ALL_TABLES})
+    coalescer.add({"accounts"})
+    assert len(scheduled) == 1 and abs(scheduled[0][0] - 0.20) < 1e-9
+    now[0] += 0.20
+    scheduled.pop()[1]()
+    assert flushed[1] == {ALL_TABLES, "accounts"}
