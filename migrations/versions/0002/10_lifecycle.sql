@@ -110,7 +110,8 @@ $$;
 -- The UTC instant of `send_time` on local day `day` in `zone`. A local time that does not exist (the clocks
 -- jump over it) is read with the offset in force before the jump, so it lands as far after the jump as it
 -- was meant to be after its start: 02:30 on a 02:00 -> 03:00 spring-forward day is sent at 03:30. A local
--- time that happens twice (clocks fall back) is the first of the two (PostgreSQL's rule, as Python's fold=0).
+-- time that happens twice (clocks fall back) is the second of the two, read in standard time (PostgreSQL's
+-- rule): 01:30 on New York's fall-back day is 01:30 EST (06:30 UTC), not 01:30 EDT.
 CREATE FUNCTION mailroom.local_instant(day date, send_time time, zone text) RETURNS timestamptz
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT (day + send_time) AT TIME ZONE zone
