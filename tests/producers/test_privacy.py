@@ -1,0 +1,241 @@
+"""Privacy: export everything about an address; erase it everywhere while counts, timestamps and statuses stay."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.producers.test_inbox import placed
+from tests.producers.test_retention import archived_ids, sent_email
+from tests.worker.helpers import add_sender, run_until_drained
+from worker.config import Settings
+from worker.inbox import ingest_event
+from worker.outbox import EmailRequest, enqueue
+from worker.privacy import erase_address, export_address
+from worker.retention import archive_directory, read_archive, run_maintenance
+from worker.sink import RunningSink
+
+ADA = "ada@example.com"
+BOB = "bob@example.com"
+
+# Rows per table that hold something of Ada's or Bob's; erasure must keep every count.
+COUNTED = (
+    "email_queue",
+    "send_logs",
+    "open_events",
+    "click_events",
+    "tracked_links",
+    "unsubscribe_list",
+    "bounce_list",
+    "inbox",
+    "expected_signers",
+    "signatures",
+    "reminder_logs",
+    "accounts",
+    "people",
+)
+
+
+def table_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    conn.commit()
+    query = sql.SQL("SELECT count(*) AS n FROM {}")
+    return {t: conn.execute(query.format(sql.Identifier("mailroom", t))).fetchone()["n"] for t in COUNTED}  # type: ignore[index]
+
+
+def queue_state(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    rows = conn.execute(
+        "SELECT id, status, created_at, sent_at, retry_count FROM mailroom.email_queue ORDER BY id"
+    )
+    return [tuple(r.values()) for r in rows.fetchall()]
+
+
+def text_of_everything(conn: psycopg.Connection[Any]) -> str:
+    """Every row of every counted table as text, to search for the address."""
+    return "\n".join(
+        str(r)
+        for t in COUNTED
+        for r in conn.execute(
+            sql.SQL("SELECT t::text FROM {} t").format(sql.Identifier("mailroom", t))
+        ).fetchall()
+    )
+
+
+@pytest.fixture
+async def history(db_url: str, settings: Settings, smtp_sink: RunningSink) -> dict[str, Any]:
+    """Ada and Bob, each with mail delivered and bounced, events, lists, documents, accounts and an archive."""
+    add_sender(db_url, smtp_sink.port)
+    with psycopg.connect(db_url) as conn:
+        for who in (ADA, BOB):
+            enqueue(
+                conn, EmailRequest(to=who, to_name="Someone", subject="Welcome", text="Hi"), settings=settings
+            )
+        conn.commit()
+    await run_until_drained(db_url, settings)
+    smtp_sink.on_rcpt(ADA, f"550 5.1.1 <{ADA}>: user unknown")
+    with psycopg.connect(db_url) as conn:
+        enqueue(conn, EmailRequest(to=ADA.upper(), subject="Bounce", text="x"), settings=settings)
+        conn.commit()
+    await run_until_drained(db_url, settings)
+    with psycopg.connect(db_url) as conn:
+        old_ada = sent_email(conn, settings, datetime.now(UTC) - timedelta(days=200), to=ADA)
+        sent_email(conn, settings, datetime.now(UTC) - timedelta(days=200), to=BOB)
+        ingest_event(conn, "m-ada", "shop", "order_placed", placed(ADA), settings=settings)
+        ingest_event(
+            conn, "m-bob", "shop", "order_placed", placed(BOB, customer_name="Bob"), settings=settings
+        )
+        first = conn.execute(
+            "SELECT id FROM mailroom.email_queue WHERE recipient_email = %s AND subject = 'Welcome'", (ADA,)
+        )
+        ada_email = first.fetchone()[0]  # type: ignore[index]
+        conn.execute(
+            "INSERT INTO mailroom.tracked_links (email_id, position, url) VALUES (%s, 0, 'https://example.com/x')",
+            (ada_email,),
+        )
+        conn.execute(
+            "INSERT INTO mailroom.open_events (email_id, ip_address, user_agent) VALUES (%s, '192.0.2.7', 'Ada-Mail/1')",
+            (ada_email,),
+        )
+        conn.execute(
+            "INSERT INTO mailroom.click_events (email_id, link_token, url, ip_address, user_agent)"
+            " SELECT email_id, token, url, '192.0.2.7', 'Ada-Mail/1' FROM mailroom.tracked_links",
+        )
+        conn.execute(
+            "INSERT INTO mailroom.unsubscribe_list (email, source, ip_address, user_agent)"
+            " VALUES (%s, 'link', '192.0.2.7', 'Ada-Mail/1'), (%s, 'link', NULL, NULL)",
+            (ADA, BOB),
+        )
+        for doc in ("handbook", "policy"):
+            conn.execute("INSERT INTO mailroom.documents (doc_id, title) VALUES (%s, %s)", (doc, doc.title()))
+            conn.execute(
+                "INSERT INTO mailroom.expected_signers (doc_id, email, name) VALUES (%s, %s, 'Ada'), (%s, %s, 'Bob')",
+                (doc, ADA, doc, BOB),
+            )
+        conn.execute(
+            "INSERT INTO mailroom.signatures (doc_id, signer_email, signer_name, signed_at, nonce, payload,"
+            " payload_hash, signature) VALUES ('handbook', %s, 'Ada', now(), 'n0123456789abcdef', %s, %s, 'c2ln')",
+            (ADA, json.dumps({"signer": ADA}), "a" * 64),
+        )
+        conn.execute(
+            "INSERT INTO mailroom.reminder_logs (doc_id, recipient_email, template) VALUES ('policy', %s, 'reminder'),"
+            " ('policy', %s, 'reminder')",
+            (ADA, BOB),
+        )
+        conn.execute(
+            "INSERT INTO mailroom.accounts (email, login, status) VALUES (%s, 'ada', 'active'), (%s, 'bob', 'active')",
+            (ADA, BOB),
+        )
+        conn.execute(
+            "INSERT INTO mailroom.people (email, first_name, last_name, date_of_birth, time_zone)"
+            " VALUES (%s, 'Ada', 'Lovelace', '1985-12-10', 'Europe/London')",
+            (ADA,),
+        )
+        conn.commit()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        run_maintenance(conn, settings)
+    return {"old_ada": old_ada, "ada_email": ada_email}
+
+
+def test_export_holds_everything_about_the_address_and_nothing_else(
+    conn: psycopg.Connection[Any], settings: Settings, history: dict[str, Any]
+) -> None:
+    data = export_address(conn, "  Ada@Example.com ", archive_directory(settings))
+    assert data["address"] == ADA
+    assert sorted(e["subject"] for e in data["emails"]) == [
+        "Bounce",
+        "Welcome",
+        "Your order A-1001 is confirmed",
+    ]
+    assert [(s["outcome"], s["smtp_code"]) for s in data["send_logs"]] == [("sent", 250), ("bounced", 550)]
+    assert len(data["open_events"]) == len(data["click_events"]) == len(data["tracked_links"]) == 1
+    assert [u["email"] for u in data["unsubscribe_list"]] == [ADA]
+    assert [b["email"] for b in data["bounce_list"]] == [ADA]
+    assert [i["message_id"] for i in data["inbox"]] == ["m-ada"]
+    assert sorted(e["doc_id"] for e in data["expected_signers"]) == ["handbook", "policy"]
+    assert [s["doc_id"] for s in data["signatures"]] == ["handbook"]
+    assert (
+        len(data["reminder_logs"]) == len(data["accounts"]) == len(data["people"]) == len(data["events"]) == 1
+    )
+    assert [a["id"] for a in data["archived_emails"]] == [history["old_ada"]]
+    assert BOB not in json.dumps(data, default=str)
+
+
+def test_erase_anonymises_everywhere_and_keeps_counts_timestamps_and_statuses(
+    conn: psycopg.Connection[Any], settings: Settings, history: dict[str, Any]
+) -> None:
+    directory = archive_directory(settings)
+    counts, state = table_counts(conn), queue_state(conn)
+    archived_before = sorted(archived_ids(directory))
+    report = erase_address(conn, ADA, archive_dir=directory)
+    conn.commit()
+    assert report.replacement.endswith("@erased.invalid") and report.cancelled == 1
+    assert report.kept_signatures == 1 and report.archive_files and report.rows["archived_emails"] == 1
+    assert table_counts(conn) == counts
+    after = queue_state(conn)
+    assert [r[0] for r in after] == [r[0] for r in state]
+    changed = [(b[1], a[1]) for b, a in zip(state, after, strict=True) if b != a]
+    assert changed == [("pending", "cancelled")]  # the unsent order email; nothing else moved
+    assert sorted(archived_ids(directory)) == archived_before
+    # Ada is gone from every table but the signature she gave (and that document's signer row).
+    data = export_address(conn, ADA, directory)
+    assert [s["doc_id"] for s in data["signatures"]] == ["handbook"]
+    assert [e["doc_id"] for e in data["expected_signers"]] == ["handbook"]
+    leftovers = {k: v for k, v in data.items() if isinstance(v, list) and v}
+    assert set(leftovers) == {"signatures", "expected_signers"}
+    everything = text_of_everything(conn).lower()
+    assert everything.count(ADA) == everything.count(f"{ADA}") == 3  # signature row (x2) and its signer
+    assert "192.0.2.7" not in everything and "ada-mail" not in everything and "lovelace" not in everything
+    for path in directory.glob("emails-*.jsonl.gz"):
+        assert all(ADA not in line.lower() for _, line in read_archive(path))
+    # Bob keeps everything, and Ada is on no list.
+    bob = export_address(conn, BOB, directory)
+    assert len(bob["emails"]) == 2 and len(bob["archived_emails"]) == 1 and bob["unsubscribe_list"]
+    assert not conn.execute("SELECT 1 FROM mailroom.unsubscribe_list WHERE email = %s", (ADA,)).fetchall()
+    erased = export_address(conn, report.replacement, directory)
+    assert (
+        len(erased["emails"]) == 3 and len(erased["send_logs"]) == 2 and len(erased["archived_emails"]) == 1
+    )
+    assert {e["subject"] for e in erased["emails"]} == {"[erased]"}
+    assert all(report.replacement in s["response"] for s in erased["send_logs"] if s["outcome"] == "bounced")
+    assert erased["bounce_list"] and erased["unsubscribe_list"][0]["ip_address"] is None
+
+
+def test_erase_with_suppress_keeps_the_address_on_the_unsubscribe_list(
+    conn: psycopg.Connection[Any], settings: Settings, history: dict[str, Any]
+) -> None:
+    conn.execute("DELETE FROM mailroom.unsubscribe_list")
+    conn.commit()
+    erase_address(conn, ADA, suppress=True, archive_dir=archive_directory(settings))
+    conn.commit()
+    row = conn.execute("SELECT email, source FROM mailroom.unsubscribe_list").fetchall()
+    assert row == [{"email": ADA, "source": "privacy"}]
+
+
+def test_privacy_cli_export_erase_round_trip(
+    cli_env: dict[str, str],
+    settings: Settings,
+    history: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from worker.cli import main
+
+    out_file = tmp_path / "ada.json"
+    assert main(["privacy", "export", ADA, "--output", str(out_file)]) == 0
+    exported = json.loads(out_file.read_text(encoding="utf-8"))
+    assert len(exported["emails"]) == 3 and oct(out_file.stat().st_mode & 0o777) == "0o600"
+    capsys.readouterr()
+    assert main(["privacy", "erase", ADA]) == 2
+    assert "add --yes" in capsys.readouterr().err
+    assert main(["privacy", "erase", ADA, "--yes", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rows"]["email_queue"] == 3 and report["kept_signatures"] == 1
+    assert main(["privacy", "export", ADA]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["emails"] == [] and again["archived_emails"] == [] and again["send_logs"] == []
+    assert main(["privacy", "export", "not-an-address"]) == 2
