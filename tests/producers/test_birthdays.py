@@ -294,7 +294,7 @@ async def test_racing_schedulers_send_each_due_event_once(db_url: str, settings:
     finished = [e for p in passes for e in p]
     assert len(finished) == 600 and len(set(finished)) == 600
     with psycopg.connect(db_url) as check:
-        counts = dict(
+        counts: dict[str, int] = dict(
             check.execute("SELECT status, count(*) FROM mailroom.events GROUP BY status").fetchall()
         )
         emails = check.execute("SELECT count(*) FROM mailroom.email_queue").fetchone()
