@@ -1,0 +1,232 @@
+"""The tracker over real HTTP: pixel, click redirect, RFC 8058 one-click unsubscribe, forged tokens, a flood."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+
+import aiohttp
+import psycopg
+from aiohttp.test_utils import TestServer
+
+from tests.tracking import email_row, enqueue_one, running_tracker, scalar
+from worker.config import Settings
+from worker.tracker import PIXEL
+
+CLICK = re.compile(r'href="http://localhost:8025(/c/[0-9a-f-]{36})"')
+
+
+def _unsubscribed(db_url: str) -> list[tuple[str, str]]:
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT email, source FROM mailroom.unsubscribe_list ORDER BY email").fetchall()
+    return [(str(e), str(s)) for e, s in rows]
+
+
+async def test_pixel_records_an_open_and_is_never_cached(db_url: str, settings: Settings) -> None:
+    email_id = enqueue_one(db_url, settings)
+    token = email_row(db_url, email_id)["tracking_token"]
+    path = f"/o/{token}.gif"
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        resp = await http.get(server.make_url(path), headers={"User-Agent": "Reader/1.0"})
+        body = await resp.read()
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "image/gif"
+        assert "no-store" in resp.headers["Cache-Control"] and "no-cache" in resp.headers["Cache-Control"]
+        assert resp.headers["Pragma"] == "no-cache"
+        # A HEAD (what some prefetchers send) gets the same answer and counts for nothing.
+        head = await http.head(server.make_url(path))
+        assert head.status == 200
+    assert body == PIXEL
+    with psycopg.connect(db_url) as conn:
+        events = conn.execute(
+            "SELECT email_id, campaign_id, host(ip_address), user_agent FROM mailroom.open_events"
+        ).fetchall()
+    assert events == [(email_id, "spring", "127.0.0.1", "Reader/1.0")]
+
+
+async def test_unknown_or_malformed_pixel_token_gets_the_gif_and_records_nothing(
+    db_url: str, settings: Settings
+) -> None:
+    untracked = email_row(db_url, enqueue_one(db_url, settings, track=False))
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        for path in (
+            f"/o/{uuid.uuid4()}.gif",
+            "/o/not-a-token.gif",
+            f"/o/{untracked['unsubscribe_token']}.gif",
+        ):
+            async with http.get(server.make_url(path)) as resp:
+                assert resp.status == 200
+                assert await resp.read() == PIXEL
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.open_events") == 0
+
+
+async def test_click_redirects_to_the_stored_destination_and_records_the_click(
+    db_url: str, settings: Settings
+) -> None:
+    email_id = enqueue_one(db_url, settings)
+    paths = CLICK.findall(email_row(db_url, email_id)["html_body"])
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        locations = []
+        for path in paths:
+            async with http.get(server.make_url(path), allow_redirects=False) as resp:
+                assert resp.status == 302
+                locations.append(resp.headers["Location"])
+    assert locations == ["https://shop.example.com/sale?a=1&b=2", "http://example.org/blog"]
+    with psycopg.connect(db_url) as conn:
+        clicks = conn.execute(
+            "SELECT email_id, url, campaign_id FROM mailroom.click_events ORDER BY id"
+        ).fetchall()
+    assert clicks == [(email_id, u, "spring") for u in locations]
+
+
+async def test_click_destination_never_comes_from_the_request(db_url: str, settings: Settings) -> None:
+    email_id = enqueue_one(db_url, settings)
+    path = CLICK.findall(email_row(db_url, email_id)["html_body"])[0]
+    attempts = [
+        f"{path}?url=javascript:alert(document.cookie)",
+        f"{path}?url=https://evil.example.net/&next=//evil.example.net",
+        f"{path}/../../c/x?url=https://evil.example.net",
+        f"/c/{uuid.uuid4()}?url=https://evil.example.net",
+        "/c/javascript:alert(1)",
+        "/c/https%3A%2F%2Fevil.example.net",
+    ]
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        results = []
+        for attempt in attempts:
+            async with http.get(server.make_url(attempt), allow_redirects=False) as resp:
+                results.append((resp.status, resp.headers.get("Location")))
+    assert results[:2] == [(302, "https://shop.example.com/sale?a=1&b=2")] * 2
+    assert all(status == 404 and location is None for status, location in results[2:])
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.click_events") == 2
+
+
+async def test_one_click_post_form_encoded_unsubscribes_at_once(db_url: str, settings: Settings) -> None:
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    async with (
+        running_tracker(db_url, settings) as server,
+        aiohttp.ClientSession() as http,
+        http.post(
+            server.make_url(f"/u/{row['unsubscribe_token']}"),
+            data={"List-Unsubscribe": "One-Click"},
+            allow_redirects=False,
+        ) as resp,
+    ):
+        assert resp.status == 200
+        assert "Location" not in resp.headers
+        assert resp.request_info.headers["Content-Type"] == "application/x-www-form-urlencoded"
+    assert _unsubscribed(db_url) == [("reader@example.com", "one_click")]
+    assert scalar(db_url, "SELECT campaign_id FROM mailroom.unsubscribe_list") == "spring"
+
+
+async def test_one_click_post_multipart_unsubscribes_at_once(db_url: str, settings: Settings) -> None:
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    form = aiohttp.FormData()
+    form.add_field("List-Unsubscribe", "One-Click")
+    form.add_field("attachment", b"ignored", filename="x.bin")  # forces multipart/form-data
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        async with http.post(
+            server.make_url(f"/u/{row['unsubscribe_token']}"), data=form, allow_redirects=False
+        ) as resp:
+            assert resp.status == 200
+            assert resp.request_info.headers["Content-Type"].startswith("multipart/form-data")
+        # A second POST (providers retry) is still a success and changes nothing more.
+        async with http.post(
+            server.make_url(f"/u/{row['unsubscribe_token']}"), data={"List-Unsubscribe": "One-Click"}
+        ) as resp:
+            assert resp.status == 200
+    assert _unsubscribed(db_url) == [("reader@example.com", "one_click")]
+
+
+async def test_get_shows_a_confirmation_page_and_never_unsubscribes(db_url: str, settings: Settings) -> None:
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    path = f"/u/{row['unsubscribe_token']}"
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        for _ in range(3):  # link scanners and prefetchers follow links, sometimes repeatedly
+            async with http.get(server.make_url(path), allow_redirects=False) as resp:
+                page = await resp.text()
+                assert resp.status == 200
+        assert _unsubscribed(db_url) == []
+        assert 'method="post"' in page and f'action="{path}"' in page
+        assert 'name="List-Unsubscribe" value="One-Click"' in page
+        assert "Rea***@example.com" in page and "eader@" not in page  # the address is masked
+        # The page's button is a POST that unsubscribes, recorded as a page confirmation.
+        async with http.post(
+            server.make_url(path), data={"List-Unsubscribe": "One-Click", "confirm": "page"}
+        ) as resp:
+            assert resp.status == 200
+        async with http.get(server.make_url(path)) as resp:
+            assert "is unsubscribed" in await resp.text()
+    assert _unsubscribed(db_url) == [("reader@example.com", "link")]
+
+
+async def test_forged_altered_and_borrowed_tokens_change_nothing(db_url: str, settings: Settings) -> None:
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    transactional = email_row(db_url, enqueue_one(db_url, settings, campaign_id=None, track=True))
+    real = str(row["unsubscribe_token"])
+    altered = real[:-1] + ("0" if real[-1] != "0" else "1")
+    tokens = [
+        altered,
+        str(uuid.uuid4()),
+        "00000000-0000-0000-0000-000000000000",
+        "not-a-token",
+        real + "0",
+        str(row["tracking_token"]),  # the pixel's token must never unsubscribe
+        str(transactional["tracking_token"]),
+    ]
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        for token in tokens:
+            async with http.post(
+                server.make_url(f"/u/{token}"), data={"List-Unsubscribe": "One-Click"}
+            ) as resp:
+                assert resp.status == 404, token
+            async with http.get(server.make_url(f"/u/{token}")) as resp:
+                assert resp.status == 404, token
+        # The right token without the RFC 8058 body is refused too.
+        for data in ({}, {"List-Unsubscribe": "Yes"}, "List-Unsubscribe=One-Click-Not"):
+            async with http.post(server.make_url(f"/u/{real}"), data=data) as resp:
+                assert resp.status == 400
+    assert _unsubscribed(db_url) == []
+
+
+async def _flood(server: TestServer, paths: list[str], concurrency: int = 64) -> list[int]:
+    statuses: list[int] = []
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        queue = iter(paths)
+
+        async def worker() -> None:
+            for path in queue:
+                async with http.get(server.make_url(path), allow_redirects=False) as resp:
+                    await resp.read()
+                    statuses.append(resp.status)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return statuses
+
+
+async def test_flood_of_ten_thousand_requests_is_answered_without_error(
+    db_url: str, settings: Settings
+) -> None:
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    click = CLICK.findall(row["html_body"])[0]
+    kinds = [
+        f"/o/{row['tracking_token']}.gif",
+        f"/o/{uuid.uuid4()}.gif",
+        click,
+        f"/u/{row['unsubscribe_token']}",
+        f"/c/{uuid.uuid4()}?url=javascript:alert(1)",
+    ]
+    paths = [kinds[i % len(kinds)] for i in range(10_000)]
+    async with running_tracker(db_url, settings) as server:
+        started = time.perf_counter()
+        statuses = await _flood(server, paths)
+        elapsed = time.perf_counter() - started
+    expected = {0: 200, 1: 200, 2: 302, 3: 200, 4: 404}
+    assert len(statuses) == 10_000
+    assert sorted(statuses) == sorted(expected[i % len(kinds)] for i in range(10_000))
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.open_events") == 2_000
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.click_events") == 2_000
+    assert _unsubscribed(db_url) == []
+    print(f"10,000 tracker requests in {elapsed:.2f}s ({10_000 / elapsed:,.0f}/s)")
