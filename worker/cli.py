@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import pathlib
 import signal
 import sys
 import time
@@ -152,10 +153,23 @@ def cmd_senders(args: argparse.Namespace, settings: Settings) -> int:
             warmup_limit=args.warmup_limit,
             send_delay_ms=args.send_delay_ms,
             max_connections=args.max_connections,
+            dkim_domain=args.dkim_domain,
+            dkim_selector=args.dkim_selector,
         )
+        dkim_key = None
+        if args.dkim_key_file:
+            try:
+                dkim_key = args.dkim_key_file.read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"cannot read the DKIM key file: {exc}") from None
         with connect(_url(settings)) as conn:
-            sender_id = add_sender(conn, spec, password, box)
+            sender_id = add_sender(conn, spec, password, box, dkim_key)
         print(f"added sender account {args.name} (id {sender_id})")
+        if dkim_key is not None:
+            from worker.dkim import dns_record, normalise_private_key
+
+            print(f"DKIM: publish this TXT record at {args.dkim_selector}._domainkey.{args.dkim_domain}:")
+            print(dns_record(normalise_private_key(dkim_key)))
         return 0
     with connect(_url(settings)) as conn:
         if args.senders_command == "list":
@@ -350,6 +364,15 @@ def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
     add.add_argument("--warmup-limit", type=int, help="daily cap while warming up")
     add.add_argument("--send-delay-ms", type=int, default=0, help="pause between emails on this account")
     add.add_argument("--max-connections", type=int, default=4, help="parallel SMTP connections (default 4)")
+    add.add_argument("--dkim-domain", metavar="DOMAIN", help="DKIM signing domain (d=), e.g. example.com")
+    add.add_argument("--dkim-selector", metavar="SELECTOR", help="DKIM selector (s=), e.g. mail2026")
+    add.add_argument(
+        "--dkim-key-file",
+        metavar="PATH",
+        type=pathlib.Path,
+        help="RSA private key (PEM) to sign with; stored encrypted with MAILROOM_SECRET_KEY. "
+        "All three --dkim-* options go together; the TXT record to publish is printed",
+    )
     lst = s_sub.add_parser("list", help="list sender accounts with today's usage")
     lst.add_argument("--json", action="store_true")
     for action, text in (

@@ -23,6 +23,7 @@ from worker import queue as q
 from worker.classify import Reply, Verdict, backoff_seconds, classify
 from worker.config import ConfigError, Settings
 from worker.crypto import SecretBox, secret_box
+from worker.dkim import DkimKey, sign_envelope
 from worker.listen import Listener, Waker
 from worker.masking import mask_address
 from worker.message import build_message
@@ -57,6 +58,7 @@ class Sender:
     from_name: str | None
     send_delay_ms: int
     max_connections: int
+    dkim: DkimKey | None = None
 
 
 @dataclass
@@ -133,6 +135,8 @@ class Worker:
         self._pace_locks: dict[int, asyncio.Lock] = {}
         self._open: dict[int, int] = {}  # SMTP connections this process holds per sender account
         self._box: SecretBox | None = None
+        # DKIM keys decrypted once per sender account (and again only when its stored key changes)
+        self._dkim_keys: dict[tuple[int, bytes], DkimKey] = {}
         self.sent = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -361,6 +365,8 @@ class Worker:
                 await self._pace_sender(sender)
                 try:
                     envelope = build_message(email, sender.from_email, sender.from_name)
+                    if sender.dkim is not None:
+                        envelope = sign_envelope(envelope, sender.dkim)
                 except (TypeError, ValueError, AttributeError) as exc:
                     # A row written around the API (a header that is not text, say): fail this email only.
                     attempt = Attempt(Reply(None, f"cannot build the message: {exc}", "build"), 0)
@@ -531,14 +537,17 @@ class Worker:
         senders = []
         for row in rows:
             password = None
-            if row["smtp_password_encrypted"] is not None:
-                try:
+            dkim = None
+            try:
+                if row["smtp_password_encrypted"] is not None:
                     if self._box is None:
                         self._box = secret_box(self.settings)
                     password = self._box.decrypt(row["smtp_password_encrypted"])
-                except ConfigError as exc:
-                    log.error("sender account %s skipped: %s", row["name"], exc)
-                    continue
+                if row["dkim_private_key_encrypted"] is not None:
+                    dkim = self._dkim_key(row)
+            except ConfigError as exc:
+                log.error("sender account %s skipped: %s", row["name"], exc)
+                continue
             account = SmtpAccount(
                 row["id"],
                 row["smtp_host"],
@@ -556,11 +565,24 @@ class Worker:
                     row["from_name"],
                     row["send_delay_ms"],
                     row["max_connections"],
+                    dkim,
                 )
             )
         self._senders = senders
         self._senders_at = time.monotonic()
         self._exhausted.clear()
+
+    def _dkim_key(self, row: dict[str, Any]) -> DkimKey:
+        """The sender's DKIM key, decrypted the first time it is seen."""
+        cache_key = (int(row["id"]), bytes(row["dkim_private_key_encrypted"]))
+        key = self._dkim_keys.get(cache_key)
+        if key is None:
+            if self._box is None:
+                self._box = secret_box(self.settings)
+            pem = self._box.decrypt(cache_key[1]).encode("ascii")
+            key = DkimKey(row["dkim_domain"], row["dkim_selector"], pem)
+            self._dkim_keys[cache_key] = key
+        return key
 
     async def _pace_sender(self, sender: Sender) -> None:
         if sender.send_delay_ms <= 0:

@@ -46,6 +46,9 @@ def _fold(name: str, value: str) -> str:
 def _header(name: str, value: str) -> str:
     if value.isascii() and len(name) + len(value) < 76:
         return f"{name}: {value}\r\n"
+    if name == "List-Unsubscribe" and value.isascii():
+        # A URI is never broken: fold only between the <...> entries (RFC 2369), one per line.
+        return f"{name}: " + ",\r\n ".join(value.split(", ")) + "\r\n"
     return _fold(name, value)
 
 

@@ -28,13 +28,16 @@ class SenderSpec:
     warmup_limit: int | None = None
     send_delay_ms: int = 0
     max_connections: int = 4
+    dkim_domain: str | None = None  # DKIM d=; with dkim_selector and a key given to `add_sender`
+    dkim_selector: str | None = None
 
 
 INSERT_SENDER = """
 INSERT INTO mailroom.sender_accounts
     (name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
-     smtp_password_encrypted, daily_limit, warmup_stage, warmup_limit, send_delay_ms, max_connections, status)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+     smtp_password_encrypted, daily_limit, warmup_stage, warmup_limit, send_delay_ms, max_connections, status,
+     dkim_domain, dkim_selector, dkim_private_key_encrypted)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 RETURNING id
 """
 
@@ -84,10 +87,25 @@ def validate_spec(spec: SenderSpec) -> SenderSpec:
     return SenderSpec(**{**spec.__dict__, "from_email": from_email})
 
 
-def add_sender(conn: psycopg.Connection[Any], spec: SenderSpec, password: str | None, box: SecretBox) -> int:
-    """Store a sender account, its password encrypted; return its id."""
+def add_sender(
+    conn: psycopg.Connection[Any],
+    spec: SenderSpec,
+    password: str | None,
+    box: SecretBox,
+    dkim_key: bytes | None = None,
+) -> int:
+    """Store a sender account, its password and DKIM private key (PEM) encrypted; return its id."""
     spec = validate_spec(spec)
     encrypted = box.encrypt(password) if password else None
+    dkim_encrypted = None
+    if (spec.dkim_domain, spec.dkim_selector, dkim_key) != (None, None, None):
+        from worker.dkim import check_identity, normalise_private_key
+
+        if spec.dkim_domain is None or spec.dkim_selector is None or dkim_key is None:
+            raise ValidationError("dkim", "DKIM needs a domain, a selector and a private key together")
+        domain, selector = check_identity(spec.dkim_domain, spec.dkim_selector)
+        spec = SenderSpec(**{**spec.__dict__, "dkim_domain": domain, "dkim_selector": selector})
+        dkim_encrypted = box.encrypt(normalise_private_key(dkim_key).decode("ascii"))
     status = "warming_up" if spec.warmup_stage > 0 else "active"
     with conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
@@ -107,6 +125,9 @@ def add_sender(conn: psycopg.Connection[Any], spec: SenderSpec, password: str | 
                 spec.send_delay_ms,
                 spec.max_connections,
                 status,
+                spec.dkim_domain,
+                spec.dkim_selector,
+                dkim_encrypted,
             ),
         )
         row = cur.fetchone()
@@ -145,7 +166,8 @@ def set_sender_status(
 
 ELIGIBLE_SENDERS = """
 SELECT id, name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
-       smtp_password_encrypted, send_delay_ms, max_connections
+       smtp_password_encrypted, send_delay_ms, max_connections,
+       dkim_domain, dkim_selector, dkim_private_key_encrypted
 FROM mailroom.sender_accounts
 WHERE status IN ('active', 'warming_up')
    OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date)

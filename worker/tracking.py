@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
-from worker.config import Settings
+from worker.config import ConfigError, Settings
 
 # URL paths served by `worker.tracker`; the token is the only variable part.
 OPEN_PATH = "/o/{token}.gif"
@@ -33,6 +33,22 @@ _BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
 # Browsers drop tab and newline anywhere in a URL; anything else below 0x21 makes it unusable here.
 _URL_NOISE = re.compile(r"[\t\n\r]")
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
+# What lands in headers and HTML attributes from configuration: nothing that could end either.
+_BASE_URL = re.compile(r"^https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$")
+_MAILTO = re.compile(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+$")
+
+
+def check_settings(settings: Settings) -> None:
+    """Refuse a base URL or unsubscribe mailbox that would not survive inside a header or an attribute."""
+    if not _BASE_URL.match(settings.base_url):
+        raise ConfigError(
+            f"MAILROOM_BASE_URL must be an http(s) URL like https://t.example.com, got {settings.base_url!r}"
+        )
+    if settings.unsubscribe_mailto is not None and not _MAILTO.match(settings.unsubscribe_mailto):
+        raise ConfigError(
+            "MAILROOM_UNSUBSCRIBE_MAILTO must be a plain address like unsubscribe@example.com, "
+            f"got {settings.unsubscribe_mailto!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,7 @@ def apply(
     settings: Settings,
 ) -> Tracking:
     """Decide an email's tracking: pixel and links when `track`, unsubscribe headers when not transactional."""
+    check_settings(settings)
     out_headers = dict(headers)
     unsubscribe_token = None
     if not transactional:

@@ -143,3 +143,23 @@ def test_entity_encoded_and_whitespace_wrapped_links_are_stored_as_followed() ->
     html, links = rewrite_links('<A HREF = " https://a.example/x?p=1&amp;q=2\n" >x</A>', "https://t.example")
     assert [u for _, u in links] == ["https://a.example/x?p=1&q=2"]
     assert html == f'<A HREF = "https://t.example/c/{links[0][0]}" >x</A>'
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"base_url": 'https://t.example.com/"><script>'},
+        {"base_url": "https://t.example.com\r\nBcc: victim@example.com"},
+        {"base_url": "javascript:alert(1)"},
+        {"unsubscribe_mailto": "u@example.com>\r\nBcc: victim@example.com"},
+        {"unsubscribe_mailto": "not an address"},
+    ],
+)
+def test_unsafe_tracking_settings_are_refused_and_nothing_is_stored(
+    db_url: str, settings: Settings, changes: dict[str, str]
+) -> None:
+    from worker.config import ConfigError
+
+    with pytest.raises(ConfigError, match="MAILROOM_"):
+        enqueue_one(db_url, replace(settings, **changes))  # type: ignore[arg-type]
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.email_queue") == 0
