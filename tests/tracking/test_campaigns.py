@@ -1,0 +1,68 @@
+"""`mailroom campaigns stats`: counts and rates from the queue, the event tables and the unsubscribe list."""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+import pytest
+
+from tests.tracking import enqueue_one
+from worker.campaigns import campaign_stats, format_stats
+from worker.cli import main
+from worker.config import Settings
+
+
+def _finish(conn: psycopg.Connection[object], email_id: int, status: str, outcome: str | None = None) -> None:
+    """Move one email through claim to a final status the way the worker's statements do."""
+    conn.execute(
+        "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 't', lease_token = gen_random_uuid(),"
+        " lease_expires_at = now() + interval '1 minute' WHERE id = %s",
+        (email_id,),
+    )
+    conn.execute(
+        "UPDATE mailroom.email_queue SET status = %s, last_error = 'x',"
+        " error_details = jsonb_build_object('outcome', %s::text) WHERE id = %s",
+        (status, outcome, email_id),
+    )
+
+
+def test_stats_count_outcomes_and_events_with_rates(db_url: str, settings: Settings) -> None:
+    ids = [enqueue_one(db_url, settings, to=f"r{i}@example.com") for i in range(5)]
+    enqueue_one(db_url, settings, to="other@example.com", campaign_id="autumn")
+    with psycopg.connect(db_url) as conn:
+        for email_id in ids[:3]:
+            _finish(conn, email_id, "sent")
+        _finish(conn, ids[3], "failed", "bounced")
+        for email_id in (ids[0], ids[0], ids[1]):  # email 0 opened twice
+            conn.execute(
+                "INSERT INTO mailroom.open_events (email_id, campaign_id) VALUES (%s, 'spring')", (email_id,)
+            )
+        conn.execute(
+            "INSERT INTO mailroom.click_events (email_id, link_token, url, campaign_id)"
+            " VALUES (%s, gen_random_uuid(), 'https://a.example', 'spring')",
+            (ids[0],),
+        )
+        conn.execute(
+            "INSERT INTO mailroom.unsubscribe_list (email, source, campaign_id) VALUES ('r0@example.com', 'one_click', 'spring')"
+        )
+        stats = campaign_stats(conn, "spring")
+    assert (stats.emails, stats.sent, stats.failed, stats.bounced, stats.queued) == (5, 3, 1, 1, 1)
+    assert (stats.opened, stats.opens, stats.clicked, stats.clicks, stats.unsubscribed) == (2, 3, 1, 1, 1)
+    assert stats.rates() == {
+        "failed": 0.25,
+        "bounced": 0.25,
+        "opened": 2 / 3,
+        "clicked": 1 / 3,
+        "unsubscribed": 1 / 3,
+    }
+    text = format_stats(stats)
+    assert re.search(r"^opened\s+2\s+66\.7%\s+\(3 opens\)$", text, re.MULTILINE)
+    assert re.search(r"^bounced\s+1\s+25\.0%$", text, re.MULTILINE)
+
+
+def test_cli_stats_of_an_unknown_campaign_is_an_error(
+    cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["campaigns", "stats", "nope"]) == 1
+    assert "no email belongs to campaign 'nope'" in capsys.readouterr().err

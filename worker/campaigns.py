@@ -1,0 +1,97 @@
+"""Campaign statistics: what was sent, what failed or bounced, and what came back (opens, clicks, unsubscribes)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+# One statement, each part on an index that starts with campaign_id.
+CAMPAIGN_STATS = """
+SELECT
+    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s) AS emails,
+    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s AND status = 'sent') AS sent,
+    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s AND status = 'failed') AS failed,
+    (SELECT count(*) FROM mailroom.email_queue
+      WHERE campaign_id = %(c)s AND status = 'failed' AND error_details ->> 'outcome' = 'bounced') AS bounced,
+    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s AND status = 'suppressed') AS suppressed,
+    (SELECT count(*) FROM mailroom.email_queue
+      WHERE campaign_id = %(c)s AND status IN ('pending', 'assigned')) AS queued,
+    (SELECT count(DISTINCT email_id) FROM mailroom.open_events WHERE campaign_id = %(c)s) AS opened,
+    (SELECT count(*) FROM mailroom.open_events WHERE campaign_id = %(c)s) AS opens,
+    (SELECT count(DISTINCT email_id) FROM mailroom.click_events WHERE campaign_id = %(c)s) AS clicked,
+    (SELECT count(*) FROM mailroom.click_events WHERE campaign_id = %(c)s) AS clicks,
+    (SELECT count(*) FROM mailroom.unsubscribe_list WHERE campaign_id = %(c)s) AS unsubscribed
+"""
+
+
+@dataclass(frozen=True)
+class CampaignStats:
+    """Counts for one campaign; opened and clicked count emails (unique), opens and clicks count events."""
+
+    campaign_id: str
+    emails: int
+    sent: int
+    failed: int
+    bounced: int
+    suppressed: int
+    queued: int
+    opened: int
+    opens: int
+    clicked: int
+    clicks: int
+    unsubscribed: int
+
+    def rates(self) -> dict[str, float | None]:
+        """Failure and bounce rates over finished attempts; the rest over emails sent. None when undefined."""
+        attempted = self.sent + self.failed
+
+        def ratio(part: int, whole: int) -> float | None:
+            return part / whole if whole else None
+
+        return {
+            "failed": ratio(self.failed, attempted),
+            "bounced": ratio(self.bounced, attempted),
+            "opened": ratio(self.opened, self.sent),
+            "clicked": ratio(self.clicked, self.sent),
+            "unsubscribed": ratio(self.unsubscribed, self.sent),
+        }
+
+    def as_json(self) -> dict[str, Any]:
+        """Counts and rates, for `--json`."""
+        return {**asdict(self), "rates": self.rates()}
+
+
+def campaign_stats(conn: psycopg.Connection[Any], campaign_id: str) -> CampaignStats:
+    """Count one campaign's outcomes."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(CAMPAIGN_STATS, {"c": campaign_id}).fetchone()
+    assert row is not None
+    return CampaignStats(campaign_id=campaign_id, **{k: int(v) for k, v in row.items()})
+
+
+def format_stats(stats: CampaignStats) -> str:
+    """A small table for the terminal: count and rate per outcome."""
+    rates = stats.rates()
+
+    def pct(name: str) -> str:
+        value = rates.get(name)
+        return "" if value is None else f"{value:7.1%}"
+
+    lines = [
+        f"campaign {stats.campaign_id}: {stats.emails} email(s), {stats.queued} still queued, "
+        f"{stats.suppressed} suppressed",
+        f"{'':<14}{'count':>8} {'rate':>7}",
+        f"{'sent':<14}{stats.sent:>8}",
+        f"{'failed':<14}{stats.failed:>8} {pct('failed')}",
+        f"{'bounced':<14}{stats.bounced:>8} {pct('bounced')}",
+        f"{'opened':<14}{stats.opened:>8} {pct('opened')}  ({stats.opens} opens)",
+        f"{'clicked':<14}{stats.clicked:>8} {pct('clicked')}  ({stats.clicks} clicks)",
+        f"{'unsubscribed':<14}{stats.unsubscribed:>8} {pct('unsubscribed')}",
+        "failed and bounced are rates of finished attempts; opened, clicked and unsubscribed of emails sent.",
+        "Opens are approximate: image blocking hides some, and privacy proxies (Apple Mail Privacy "
+        "Protection) and link scanners add others.",
+    ]
+    return "\n".join(lines)
