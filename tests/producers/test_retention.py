@@ -270,6 +270,9 @@ async def test_worker_producer_runs_once_per_interval(
 ) -> None:
     from worker.producers.retention import PRODUCER
 
+    settings = replace(
+        settings, database_url=None
+    )  # the maintenance thread reaches the server by the DSN in use
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as aconn:
         assert await PRODUCER.run_once(aconn, settings) == 0
         assert queue_ids(conn) == {old_mail["recent"], old_mail["pending"]}

@@ -41,10 +41,10 @@ async def claim_run(conn: psycopg.AsyncConnection[Any], settings: Settings) -> d
     return None if row is None else row[0]
 
 
-def _run(settings: Settings, now: datetime) -> MaintenanceReport:
-    from worker.db import connect, database_url
+def _run(url: str, settings: Settings, now: datetime) -> MaintenanceReport:
+    from worker.db import connect
 
-    with connect(database_url(settings, migrate=False), autocommit=True) as conn:
+    with connect(url, autocommit=True) as conn:
         return run_maintenance(conn, settings, now=now)
 
 
@@ -53,7 +53,10 @@ async def run_once(conn: psycopg.AsyncConnection[Any], settings: Settings) -> in
     now = await claim_run(conn, settings)
     if now is None:
         return 0
-    report = await asyncio.to_thread(_run, settings, now)
+    # The worker's own server: the configured URL (it may hold a password), else this connection's DSN
+    # (the embedded server, reached over its socket without one).
+    url = settings.database_url or conn.info.dsn
+    report = await asyncio.to_thread(_run, url, settings, now)
     for error in report.errors:
         log.error("maintenance: %s", error)
     # Done until the next interval: returning more than zero would only make the worker ask again at once.
