@@ -7,12 +7,13 @@ so the tracker only ever redirects to a URL written by the application that enqu
 
 from __future__ import annotations
 
+import functools
 import html as html_lib
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from worker.config import ConfigError, Settings
 
@@ -40,14 +41,20 @@ _MAILTO = re.compile(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+$")
 
 def check_settings(settings: Settings) -> None:
     """Refuse a base URL or unsubscribe mailbox that would not survive inside a header or an attribute."""
-    if not _BASE_URL.match(settings.base_url):
+    _check_settings(settings.base_url, settings.unsubscribe_mailto)
+
+
+@functools.lru_cache(maxsize=8)
+def _check_settings(base_url: str, unsubscribe_mailto: str | None) -> None:
+    # Cached: this runs for every campaign email of a bulk load, and only errors are not cached.
+    if not _BASE_URL.match(base_url):
         raise ConfigError(
-            f"MAILROOM_BASE_URL must be an http(s) URL like https://t.example.com, got {settings.base_url!r}"
+            f"MAILROOM_BASE_URL must be an http(s) URL like https://t.example.com, got {base_url!r}"
         )
-    if settings.unsubscribe_mailto is not None and not _MAILTO.match(settings.unsubscribe_mailto):
+    if unsubscribe_mailto is not None and not _MAILTO.match(unsubscribe_mailto):
         raise ConfigError(
             "MAILROOM_UNSUBSCRIBE_MAILTO must be a plain address like unsubscribe@example.com, "
-            f"got {settings.unsubscribe_mailto!r}"
+            f"got {unsubscribe_mailto!r}"
         )
 
 
@@ -123,8 +130,7 @@ def unsubscribe_headers(token: uuid.UUID, settings: Settings) -> dict[str, str]:
     """RFC 2369 `List-Unsubscribe` (HTTPS, and mailto when configured) and RFC 8058 `List-Unsubscribe-Post`."""
     targets = [f"<{settings.base_url}{UNSUBSCRIBE_PATH.format(token=token)}>"]
     if settings.unsubscribe_mailto:
-        subject = quote(f"unsubscribe {token}")
-        targets.append(f"<mailto:{settings.unsubscribe_mailto}?subject={subject}>")
+        targets.append(f"<mailto:{settings.unsubscribe_mailto}?subject=unsubscribe%20{token}>")
     return {"List-Unsubscribe": ", ".join(targets), "List-Unsubscribe-Post": ONE_CLICK}
 
 
