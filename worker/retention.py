@@ -244,12 +244,11 @@ def archive_sent(
             step.rows += int(n)
             step.details.append(f"{day}: would archive {n} email(s) to {archive_path(directory, day)}")
         return step
-    if days:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     for day, _ in days:
         try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             written, deleted = archive_day(conn, directory, day, cutoff, checkpoint)
-        except ArchiveError as exc:
+        except (ArchiveError, OSError) as exc:
             report.errors.append(f"archive_sent {day}: {exc}")
             log.error("maintenance: archive of %s failed, nothing of it deleted: %s", day, exc)
             continue

@@ -306,3 +306,20 @@ def test_maintenance_cli_reports_each_step(
     ]
     assert report["steps"][0]["rows"] == 6 and "maintenance: archive_sent" in err
     assert os.listdir(Path(cli_env["MAILROOM_HOME"]) / "archive")
+
+
+def test_unwritable_archive_directory_is_reported_and_nothing_deleted(
+    db_url: str, conn: psycopg.Connection[Any], settings: Settings, old_mail: dict[str, Any], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    before = queue_ids(conn)
+    report = maintain(db_url, replace(settings, archive_dir=blocker))
+    assert len(report.errors) == 3 and all("archive_sent" in e for e in report.errors)
+    assert queue_ids(conn) == before
+    assert [s.name for s in report.steps] == [
+        "archive_sent",
+        "purge_inbox",
+        "create_partitions",
+        "drop_partitions",
+    ]
