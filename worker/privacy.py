@@ -3,8 +3,9 @@
 Export gathers the address's emails (queued and archived), their attempts, opens and clicks,
 tracked links, list entries, inbox events, document signers, signatures and reminders, accounts and
 people rows. Erase replaces the address with a fresh `erased-…@erased.invalid` and clears names,
-content, IP addresses and user agents, in one transaction with the archive files, so counts,
-timestamps and statuses stay. Signatures are kept unchanged: they are signed evidence, and rewriting
+content, IP addresses and user agents in one transaction, so counts, timestamps and statuses stay;
+the archive files are rewritten just before it commits (should the commit fail, erasing again
+finishes the job). Signatures are kept unchanged: they are signed evidence, and rewriting
 them would break their chain (the report says how many were kept). The address is added to no list
 unless `suppress` asks for it.
 """

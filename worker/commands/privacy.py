@@ -17,7 +17,7 @@ document signers, signatures and reminders, accounts and people rows. Written to
 or to --output (created with mode 0600)."""
 
 ERASE_HELP = """\
-Anonymise EMAIL everywhere, in one transaction together with the archive files: the address becomes
+Anonymise EMAIL everywhere, in one transaction, archive files included: the address becomes
 erased-<random>@erased.invalid; names, subjects, bodies, template data, IP addresses and user agents
 are cleared. Counts, timestamps and statuses stay. Email not yet sent to it is cancelled. Signatures
 are kept unchanged (signed evidence; rewriting them would break the chain), and so are the signers
