@@ -268,8 +268,10 @@ def test_second_concurrent_run_is_skipped(db_url: str, settings: Settings, old_m
 async def test_worker_producer_runs_once_per_interval(
     db_url: str, conn: psycopg.Connection[Any], settings: Settings, old_mail: dict[str, Any]
 ) -> None:
+    from worker.producers import registered
     from worker.producers.retention import PRODUCER
 
+    assert PRODUCER in registered()  # `mailroom worker` runs it
     settings = replace(
         settings, database_url=None
     )  # the maintenance thread reaches the server by the DSN in use
