@@ -333,6 +333,28 @@ def schedule_missing(
     return int(row[0]) if row else 0
 
 
+SCHEDULE_PART = "SELECT mailroom.schedule_birthdays(NULL, %(now)s, %(time)s, %(part)s, %(parts)s)"
+
+
+def schedule_everyone(url: str, settings: Settings, *, now: datetime | None = None, sessions: int = 2) -> int:
+    """The set-based pass over everyone, shared by `sessions` database sessions (each takes a slice of ids).
+
+    For large catch-ups (a bulk load with the triggers off, a restore): on a multi-core server the slices
+    run side by side. Each slice commits on its own; running it again schedules only what is missing.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    args = {"now": now or datetime.now(UTC), "time": send_time(settings), "parts": sessions}
+
+    def one(part: int) -> int:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(SCHEDULE_PART, {**args, "part": part}).fetchone()
+        return int(row[0]) if row else 0
+
+    with ThreadPoolExecutor(max_workers=sessions) as pool:
+        return sum(pool.map(one, range(sessions)))
+
+
 async def schedule_missing_async(
     conn: psycopg.AsyncConnection[Any], settings: Settings, *, now: datetime | None = None
 ) -> int:
@@ -358,14 +380,14 @@ def upcoming_events(
 # The scheduler: claim, finish, catch up
 # ---------------------------------------------------------------------------
 
+# ANY(ARRAY(...)): the update finds the claimed rows by primary key, never by a join over the table.
 CLAIM = """
 UPDATE mailroom.events e SET status = 'processing', version = e.version + 1
-FROM (SELECT id FROM mailroom.events
-      WHERE status = 'pending' AND due_at <= %(now)s
-      ORDER BY due_at
-      LIMIT %(limit)s
-      FOR UPDATE SKIP LOCKED) due
-WHERE e.id = due.id
+WHERE e.id = ANY (ARRAY(SELECT id FROM mailroom.events
+                        WHERE status = 'pending' AND due_at <= %(now)s
+                        ORDER BY due_at
+                        LIMIT %(limit)s
+                        FOR UPDATE SKIP LOCKED))
 RETURNING e.id, e.version, e.person_id, e.local_due_at, e.time_zone, e.idempotency_key
 """
 
@@ -373,10 +395,9 @@ RETURNING e.id, e.version, e.person_id, e.local_due_at, e.time_zone, e.idempoten
 # version moves on, so a late finish of the dead scheduler is stale).
 RESCUE = """
 UPDATE mailroom.events e SET status = 'pending', version = e.version + 1
-FROM (SELECT id FROM mailroom.events
-      WHERE status = 'processing' AND updated_at < now() - make_interval(secs => %s)
-      FOR UPDATE SKIP LOCKED) stalled
-WHERE e.id = stalled.id
+WHERE e.id = ANY (ARRAY(SELECT id FROM mailroom.events
+                        WHERE status = 'processing' AND updated_at < now() - make_interval(secs => %s)
+                        FOR UPDATE SKIP LOCKED))
 RETURNING e.id
 """
 

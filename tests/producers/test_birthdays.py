@@ -20,6 +20,7 @@ from worker.birthdays import (
     delete_person,
     finish_event,
     run_scheduler,
+    schedule_everyone,
     schedule_missing,
     upcoming_events,
     update_person,
@@ -338,6 +339,14 @@ def test_set_based_pass_schedules_everyone_without_an_event(conn: Conn, settings
         assert _pending(conn, person)["due_at"] == expected_due(date(1990, 1 + i, 10), ZONES[i], now)
     upcoming = upcoming_events(conn, now=now, hours=24 * 60)
     assert [u.person_id for u in upcoming] == [people[5]]  # only 10 June falls in the next 60 days
+    # The same pass shared by several sessions, each taking a slice of the people.
+    conn.execute("DELETE FROM mailroom.events")
+    conn.commit()
+    assert schedule_everyone(conn.info.dsn, settings, now=now, sessions=3) == 6
+    assert schedule_everyone(conn.info.dsn, settings, now=now, sessions=3) == 0
+    assert [_pending(conn, p)["due_at"] for p in people] == [
+        expected_due(date(1990, 1 + i, 10), ZONES[i], now) for i in range(6)
+    ]
 
 
 async def test_birthday_email_arrives_end_to_end(
@@ -353,3 +362,29 @@ async def test_birthday_email_arrives_end_to_end(
     [received] = smtp_sink.messages_to("ada@example.com")
     assert received.message["Subject"] == "Happy birthday, Ada!"
     assert received.message["To"] == "Ada Tester <ada@example.com>"
+
+
+async def test_birthday_producer_in_the_worker_sends_a_birthday_due_today(
+    db_url: str, conn: Conn, settings: Settings, smtp_sink: RunningSink
+) -> None:
+    from worker.delivery import Worker, WorkerOptions
+    from worker.producers.birthdays import PRODUCER
+
+    # The producer runs on the real clock: pick a zone where 09:00 has passed today and the day has not ended.
+    now = datetime.now(UTC)
+    zone = next(z for z in ZONES if 10 <= now.astimezone(ZoneInfo(z)).hour <= 22)
+    today = now.astimezone(ZoneInfo(zone)).date()
+    born = date(1990, today.month, today.day if (today.month, today.day) != (2, 29) else 28)
+    add_sender(db_url, smtp_sink.port)
+    person = _add(conn, settings, "Ada", born, zone, now)
+    conn.commit()
+    assert _pending(conn, person)["due_at"] < now  # due earlier today
+    worker = Worker(db_url, settings, WorkerOptions(concurrency=1, poll_seconds=0.2), producers=[PRODUCER])
+    task = asyncio.create_task(worker.run())
+    try:
+        assert await smtp_sink.wait_for(1, timeout=20)
+    finally:
+        worker.stop()
+        await task
+    assert smtp_sink.messages_to("ada@example.com")[0].message["Subject"] == "Happy birthday, Ada!"
+    assert [e["status"] for e in _events(conn, person)] == ["completed", "pending"]

@@ -7,7 +7,7 @@ DROP TRIGGER IF EXISTS people_bump_version ON mailroom.people;
 DROP FUNCTION IF EXISTS mailroom.people_after_update();
 DROP FUNCTION IF EXISTS mailroom.people_after_insert();
 DROP FUNCTION IF EXISTS mailroom.people_bump_version();
-DROP FUNCTION IF EXISTS mailroom.schedule_birthdays(uuid[], timestamptz, time);
+DROP FUNCTION IF EXISTS mailroom.schedule_birthdays(uuid[], timestamptz, time, integer, integer);
 DROP FUNCTION IF EXISTS mailroom.local_instant(date, time, text);
 DROP FUNCTION IF EXISTS mailroom.next_birthday(date, date);
 DROP FUNCTION IF EXISTS mailroom.birthday_in(date, integer);

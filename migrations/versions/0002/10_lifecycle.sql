@@ -117,33 +117,57 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT (day + send_time) AT TIME ZONE zone
 $$;
 
--- The set-based scheduling pass: give every person in `person_ids` (NULL: everyone) who has no pending or
--- processing birthday event their next one, as of `at`. A birthday already handled (completed, missed or
--- failed) is never scheduled again. Returns how many events were created.
-CREATE FUNCTION mailroom.schedule_birthdays(person_ids uuid[], at timestamptz, send_time time)
+-- The set-based scheduling pass: give every person in `person_ids` (NULL: everyone; with `parts` > 1, only
+-- those whose id falls in part `part`, so that several sessions can share a large pass) who has no pending
+-- or processing birthday event their next one, as of `at`, at `send_time` local time. A birthday already
+-- handled (completed, missed or failed) is never scheduled again. Returns how many events were created.
+CREATE FUNCTION mailroom.schedule_birthdays(person_ids uuid[], at timestamptz, send_time time,
+                                            part integer DEFAULT 0, parts integer DEFAULT 1)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     created integer;
 BEGIN
-    INSERT INTO mailroom.events (person_id, event_type, due_at, local_due_at, time_zone, idempotency_key)
-    SELECT p.id, 'birthday', d.due_at, d.due_at AT TIME ZONE p.time_zone, p.time_zone,
-           'birthday:' || p.id::text || ':' || b.day::text
-    FROM mailroom.people p
-    CROSS JOIN LATERAL (
-        SELECT max(e.local_due_at)::date AS last_day FROM mailroom.events e
-        WHERE e.person_id = p.id AND e.event_type = 'birthday'
-          AND e.status IN ('completed', 'missed', 'failed')
-    ) h
-    CROSS JOIN LATERAL (
-        SELECT mailroom.next_birthday(p.date_of_birth,
-                                      greatest((at AT TIME ZONE p.time_zone)::date, h.last_day + 1)) AS day
-    ) b
-    CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, p.time_zone) AS due_at) d
-    WHERE (person_ids IS NULL OR p.id = ANY (person_ids))
-      AND NOT EXISTS (SELECT 1 FROM mailroom.events e
-                      WHERE e.person_id = p.id AND e.event_type = 'birthday'
-                        AND e.status IN ('pending', 'processing'))
-    ON CONFLICT DO NOTHING;
+    IF person_ids IS NULL THEN
+        -- Everyone: joins the planner can hash, over the whole table at once.
+        INSERT INTO mailroom.events (person_id, event_type, due_at, local_due_at, time_zone, idempotency_key)
+        SELECT p.id, 'birthday', d.due_at, d.due_at AT TIME ZONE p.time_zone, p.time_zone,
+               'birthday:' || p.id::text || ':' || b.day::text
+        FROM mailroom.people p
+        LEFT JOIN (SELECT e.person_id, max(e.local_due_at)::date AS last_day FROM mailroom.events e
+                   WHERE e.event_type = 'birthday' AND e.status IN ('completed', 'missed', 'failed')
+                   GROUP BY e.person_id) h ON h.person_id = p.id
+        CROSS JOIN LATERAL (
+            SELECT mailroom.next_birthday(p.date_of_birth,
+                                          greatest((at AT TIME ZONE p.time_zone)::date, h.last_day + 1)) AS day
+        ) b
+        CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, p.time_zone) AS due_at) d
+        WHERE (parts = 1 OR get_byte(uuid_send(p.id), 0) % parts = part)
+          AND NOT EXISTS (SELECT 1 FROM mailroom.events e
+                          WHERE e.person_id = p.id AND e.event_type = 'birthday'
+                            AND e.status IN ('pending', 'processing'))
+        ON CONFLICT DO NOTHING;
+    ELSE
+        -- A few people (after each sent birthday): index probes per person.
+        INSERT INTO mailroom.events (person_id, event_type, due_at, local_due_at, time_zone, idempotency_key)
+        SELECT p.id, 'birthday', d.due_at, d.due_at AT TIME ZONE p.time_zone, p.time_zone,
+               'birthday:' || p.id::text || ':' || b.day::text
+        FROM unnest(person_ids) AS u(id)
+        JOIN mailroom.people p ON p.id = u.id
+        CROSS JOIN LATERAL (
+            SELECT max(e.local_due_at)::date AS last_day FROM mailroom.events e
+            WHERE e.person_id = p.id AND e.event_type = 'birthday'
+              AND e.status IN ('completed', 'missed', 'failed')
+        ) h
+        CROSS JOIN LATERAL (
+            SELECT mailroom.next_birthday(p.date_of_birth,
+                                          greatest((at AT TIME ZONE p.time_zone)::date, h.last_day + 1)) AS day
+        ) b
+        CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, p.time_zone) AS due_at) d
+        WHERE NOT EXISTS (SELECT 1 FROM mailroom.events e
+                          WHERE e.person_id = p.id AND e.event_type = 'birthday'
+                            AND e.status IN ('pending', 'processing'))
+        ON CONFLICT DO NOTHING;
+    END IF;
     GET DIAGNOSTICS created = ROW_COUNT;
     RETURN created;
 END $$;
