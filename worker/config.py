@@ -94,6 +94,8 @@ class Settings:
     # lifecycle tokens live this long; birthday email goes out at this local time (HH:MM) in each person's zone
     token_ttl_seconds: float = 900.0
     birthday_local_time: str = "09:00"
+    # where activation and recovery links point (your application); None: base_url
+    lifecycle_base_url: str | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -128,4 +130,5 @@ class Settings:
             reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
             token_ttl_seconds=_float("MAILROOM_TOKEN_TTL_SECONDS", 900.0, minimum=1.0),
             birthday_local_time=os.environ.get("MAILROOM_BIRTHDAY_LOCAL_TIME", "09:00"),
+            lifecycle_base_url=(os.environ.get("MAILROOM_LIFECYCLE_BASE_URL") or "").rstrip("/") or None,
         )

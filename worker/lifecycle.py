@@ -376,7 +376,8 @@ def _skip_reason(row: dict[str, Any], now: datetime) -> str | None:
 
 def token_email(row: dict[str, Any], settings: Settings) -> EmailRequest:
     """The email for one token: its template, code, expiry and a link built from the base URL."""
-    link = f"{settings.base_url}/{_PATHS[row['action']]}?token={bytes(row['secret']).hex()}"
+    base = settings.lifecycle_base_url or settings.base_url
+    link = f"{base}/{_PATHS[row['action']]}?token={bytes(row['secret']).hex()}"
     return EmailRequest(
         to=row["email"],
         template=row["action"],

@@ -183,6 +183,7 @@ def test_random_codes_are_uniform_five_digits_and_secrets_unique(conn: Conn) -> 
 async def test_mailer_mails_new_tokens_once_and_skips_expired_and_wrong_state(
     db_url: str, conn: Conn, settings: Settings
 ) -> None:
+    settings = replace(settings, lifecycle_base_url="https://app.example.com")
     ada = create_account(conn, "ada@example.com", "ada", locale="fr", settings=settings)
     bob = create_account(conn, "bob@example.com", "bob", settings=settings)
     carol = create_account(conn, "carol@example.com", "carol", settings=settings)
@@ -204,7 +205,7 @@ async def test_mailer_mails_new_tokens_once_and_skips_expired_and_wrong_state(
     assert email is not None and email["id"] == mailed[ada_token["id"]]
     assert email["recipient_email"] == "ada@example.com" and email["locale"] == "fr"
     assert ada_token["code"] in email["text_body"]
-    assert f"{settings.base_url}/activate?token={ada_token['secret'].hex()}" in email["text_body"]
+    assert f"https://app.example.com/activate?token={ada_token['secret'].hex()}" in email["text_body"]
     assert _tokens(conn, ada)[0]["mailed_at"] is not None and _tokens(conn, ada)[0]["email_id"] == email["id"]
     job = conn.execute("SELECT last_seq FROM mailroom.jobs WHERE name = 'lifecycle_mailer'").fetchone()
     assert job == {"last_seq": max([*mailed, *skipped])}
