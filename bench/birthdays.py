@@ -74,7 +74,10 @@ async def _claims(url: str, at: datetime) -> list[float]:
 
 async def _finish_day(url: str, settings: Settings, at: datetime) -> int:
     finished = 0
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    # As in the worker's pool: asynchronous commit (an event and its email are one transaction either way).
+    async with await psycopg.AsyncConnection.connect(
+        url, autocommit=True, options="-c synchronous_commit=off"
+    ) as conn:
         while True:
             done = await run_scheduler(conn, settings, now=at, limit=100)
             finished += done.handled
