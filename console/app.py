@@ -150,6 +150,10 @@ class MailroomConsole(App[int]):
         """A screen finished showing fresh data: stamp the header and wake anyone waiting for it."""
         self.updated_at = self.clock()
         self.refreshes += 1
+        await self.wake_waiters()
+
+    async def wake_waiters(self) -> None:
+        """Let `wait_until_shown` callers re-check their condition (a dialog opened, data arrived)."""
         async with self._refreshed:
             self._refreshed.notify_all()
 

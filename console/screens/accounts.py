@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -14,20 +12,9 @@ from textual.widgets import DataTable
 from console.queries import Page
 from console.screens.base import DataScreen, fill_table, selected_key
 from console.widgets.cells import ago, masked, status_cell
+from worker.queue import ActionResult
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, "provisioned", "active", "suspended")
-
-
-def lifecycle_action(name: str) -> Callable[..., Any]:
-    """A function of `worker.lifecycle` by name; RuntimeError when this version does not have it."""
-    try:
-        module = importlib.import_module("worker.lifecycle")
-    except ImportError:
-        raise RuntimeError("worker.lifecycle is not available in this version") from None
-    function: Callable[..., Any] | None = getattr(module, name, None)
-    if not callable(function):
-        raise RuntimeError(f"worker.lifecycle.{name} is not available in this version")
-    return function
 
 
 class AccountsScreen(DataScreen):
@@ -120,26 +107,42 @@ class AccountsScreen(DataScreen):
             return
         self.reload()
 
-    def _act(self, function: str, verb: str) -> None:
+    def _selected(self) -> list[int]:
         key = selected_key(self.query_one("#accounts", DataTable))
-        if key is None:
-            return
-        account_id = int(key)
-
-        def act(conn: Any) -> str:
-            result = lifecycle_action(function)(conn, [account_id])
-            return str(result.summary(verb))
-
-        self.console.perform(act, what=verb)
+        return [] if key is None else [int(key)]
 
     def action_suspend(self) -> None:
         """Suspend the selected account."""
-        self._act("suspend_accounts", "suspended")
+        from worker.lifecycle import suspend_accounts
+
+        if ids := self._selected():
+            self.console.perform(
+                lambda conn: _accounts(suspend_accounts(conn, ids), "suspended"), what="suspend"
+            )
 
     def action_unsuspend(self) -> None:
-        """Unsuspend the selected account."""
-        self._act("unsuspend_accounts", "unsuspended")
+        """Lift the selected account's suspension."""
+        from worker.lifecycle import unsuspend_accounts
+
+        if ids := self._selected():
+            self.console.perform(
+                lambda conn: _accounts(unsuspend_accounts(conn, ids), "unsuspended"), what="unsuspend"
+            )
 
     def action_resend(self) -> None:
-        """Send the selected account a new activation token."""
-        self._act("resend_activation", "resent activation to")
+        """Issue the selected (provisioned) account a fresh activation token; the mailer sends it."""
+        from worker.lifecycle import resend_activation
+
+        settings = self.console.settings
+        if ids := self._selected():
+            self.console.perform(
+                lambda conn: _accounts(
+                    resend_activation(conn, ids, settings), "sent a new activation token to"
+                ),
+                what="resend activation",
+            )
+
+
+def _accounts(result: ActionResult, verb: str) -> str:
+    """The worker's summary, speaking of accounts rather than emails."""
+    return result.summary(verb).replace("email(s)", "account(s)")

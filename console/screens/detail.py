@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from rich.table import Table
@@ -41,7 +42,7 @@ class EmailDetailScreen(Screen[None]):
         self.query_one("#email-fields").border_title = f"Email {self.email_id}"
         table = self.query_one("#history", DataTable)
         table.border_title = "Send log"
-        table.add_columns("When", "Try", "Outcome", "Code", "Sender", "ms", "Response")
+        table.add_columns("When (UTC)", "Try", "Outcome", "Code", "Sender", "ms", "Response")
         self._load()
 
     @work(exclusive=True, group="detail", exit_on_error=False)
@@ -75,7 +76,7 @@ class EmailDetailScreen(Screen[None]):
         for row in history:
             code = " ".join(str(x) for x in (row["smtp_code"], row["enhanced_code"]) if x)
             table.add_row(
-                row["attempted_at"].strftime("%Y-%m-%d %H:%M:%S"),
+                row["attempted_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
                 str(row["attempt"]),
                 Text(str(row["outcome"]), style=OUTCOME_STYLES.get(str(row["outcome"]), "red")),
                 code or "-",

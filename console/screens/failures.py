@@ -75,6 +75,9 @@ class FailuresScreen(DataScreen):
         assert isinstance(data, Page)
         self.page = data
         now = self.console.clock()
+        # Subject and error share what the fixed columns leave, so Tries and the time stay in view.
+        room = max(24, self.app.size.width - 62)
+        subject_width, error_width = room * 2 // 5, room - room * 2 // 5
         table = self.query_one("#failures", DataTable)
         number = len(self.previous) + 1
         more = ", more follow" if data.more else ""
@@ -92,8 +95,8 @@ class FailuresScreen(DataScreen):
                         Text("●", style="bold magenta") if int(r["id"]) in self.marked else "",
                         Text(str(r["id"]), justify="right"),
                         masked(r["recipient_email"]),
-                        one_line(r["subject"], 36),
-                        one_line(r["last_error"], 44),
+                        one_line(r["subject"], subject_width),
+                        one_line(r["last_error"], error_width),
                         f"{r['retry_count']}/{r['max_retries']}",
                         until(r["next_retry_at"] or r["scheduled_for"], now)
                         if self.kind == "retrying"

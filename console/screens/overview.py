@@ -46,7 +46,7 @@ class OverviewScreen(DataScreen):
         self.query_one("#documents").border_title = "Signatures"
         senders = self.query_one("#ov-senders", DataTable)
         senders.border_title = "Sender accounts"
-        senders.add_columns("Sender", "Status", "Today", "Bounces", "Errors", "Warm-up", "Last used")
+        senders.add_columns("Sender", "Status", "Today", "Bnc", "Err", "Warm-up", "Last used")
         failures = self.query_one("#ov-failures", DataTable)
         failures.border_title = "Latest failures"
         failures.add_columns("Recipient", "Error", "Failed")
@@ -65,10 +65,11 @@ class OverviewScreen(DataScreen):
         rate = data.failed_last_hour / data.attempts_last_hour if data.attempts_last_hour else 0.0
         rates = Text()
         rates.append(f"{sent:,}", style="bold")
-        rates.append(" sent in the last hour   ")
+        rates.append(" sent in the last hour\n")
         rates.append(f"{rate:.1%}", style="bold red" if rate >= 0.05 else "bold")
         rates.append(f" of {data.attempts_last_hour:,} attempts failed")
         self.query_one("#rates", Static).update(rates)
+        bar_width = 10 if self.app.size.width >= 100 else 4
         fill_table(
             self.query_one("#ov-senders", DataTable),
             (
@@ -77,7 +78,7 @@ class OverviewScreen(DataScreen):
                     (
                         s["name"],
                         status_cell(str(s["status"])),
-                        usage(int(s["sent_today"]), int(s["effective_limit"]), 10),
+                        usage(int(s["sent_today"]), int(s["effective_limit"]), bar_width),
                         Text(str(s["bounces_today"]), justify="right"),
                         Text(str(s["errors_today"]), justify="right"),
                         f"stage {s['warmup_stage']}" if s["warmup_stage"] else "done",
@@ -93,7 +94,11 @@ class OverviewScreen(DataScreen):
             (
                 (
                     str(f["id"]),
-                    (masked(f["recipient_email"]), one_line(f["last_error"], 26), ago(f["finished_at"], now)),
+                    (
+                        masked(f["recipient_email"]),
+                        one_line(f["last_error"], max(12, self.app.size.width // 2 - 38)),
+                        ago(f["finished_at"], now),
+                    ),
                 )
                 for f in data.latest_failures
             ),
@@ -125,7 +130,7 @@ def _documents(documents: list[dict[str, Any]]) -> Table | Text:
     if not documents:
         return Text("no documents awaiting signatures", style="dim")
     table = Table.grid(padding=(0, 1))
-    table.add_column(no_wrap=True, max_width=22, overflow="ellipsis")
+    table.add_column(no_wrap=True, max_width=14, overflow="ellipsis")
     table.add_column(no_wrap=True)
     table.add_column(justify="right", no_wrap=True)
     for doc in documents:
@@ -133,7 +138,7 @@ def _documents(documents: list[dict[str, Any]]) -> Table | Text:
         missing = expected - signed
         table.add_row(
             str(doc["doc_id"]),
-            progress(signed, expected, 10),
+            progress(signed, expected, 6),
             Text(f"{missing} missing" if missing else "complete", style="yellow" if missing else "green"),
         )
     return table

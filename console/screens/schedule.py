@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 from rich.text import Text
@@ -56,7 +57,7 @@ class ScheduleScreen(DataScreen):
                 (
                     str(r["id"]),
                     (
-                        r["due_at"].strftime("%Y-%m-%d %H:%M"),
+                        r["due_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M"),
                         Text(until(r["due_at"], now), style="yellow" if r["due_at"] <= now else ""),
                         r["local_due_at"].strftime("%Y-%m-%d %H:%M"),
                         r["time_zone"],
@@ -76,7 +77,7 @@ class ScheduleScreen(DataScreen):
                     str(r["id"]),
                     (
                         status_cell(str(r["status"])),
-                        r["due_at"].strftime("%Y-%m-%d %H:%M"),
+                        r["due_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M"),
                         f"{r['first_name']} {r['last_name']}",
                         r["event_type"],
                         one_line(r["failure_reason"], 50),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any, ClassVar
 
+import psycopg
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -15,15 +14,6 @@ from textual.widgets import DataTable
 from console.screens.base import DataScreen, fill_table, selected_key
 from console.widgets.cells import ago, masked, progress
 from console.widgets.dialogs import ConfirmScreen
-
-
-def signatures_function(name: str) -> Callable[..., Any]:
-    """A function of `worker.signatures` by name; RuntimeError when this version does not have it."""
-    module = importlib.import_module("worker.signatures")
-    function: Callable[..., Any] | None = getattr(module, name, None)
-    if not callable(function):
-        raise RuntimeError(f"worker.signatures.{name} is not available in this version")
-    return function
 
 
 class SignaturesScreen(DataScreen):
@@ -118,10 +108,14 @@ class SignaturesScreen(DataScreen):
         doc_id = selected_key(self.query_one("#documents", DataTable))
         if doc_id is None:
             return
+        from worker.signatures import reminder_candidates, send_reminders
+
+        settings = self.console.settings
         try:
-            candidates = signatures_function("reminder_candidates")
-            count = int(await self.console.ask(lambda conn: candidates(conn, doc_id)))
-        except (RuntimeError, ValueError, LookupError) as exc:
+            count = int(
+                await self.console.ask(lambda conn: reminder_candidates(conn, doc_id, settings=settings))
+            )
+        except (ValueError, psycopg.Error) as exc:
             self.console.say(f"reminders failed: {exc}", severity="error")
             return
         if count == 0:
@@ -132,6 +126,6 @@ class SignaturesScreen(DataScreen):
             return
 
         def act(conn: Any) -> str:
-            return str(signatures_function("send_reminders")(conn, doc_id).summary())
+            return send_reminders(conn, doc_id, requested_by="console", settings=settings).summary()
 
         self.console.perform(act, what="send reminders")

@@ -21,9 +21,13 @@ STATUS_STYLES = {
 }
 
 
+STATUS_LABELS = {"paused_limit_reached": "at daily limit"}
+
+
 def status_cell(status: str) -> Text:
     """A status word coloured by what it means to an operator."""
-    return Text(status.replace("_", " "), style=STATUS_STYLES.get(status, "default"))
+    label = STATUS_LABELS.get(status, status.replace("_", " "))
+    return Text(label, style=STATUS_STYLES.get(status, "default"))
 
 
 def duration(seconds: float) -> str:

@@ -36,9 +36,12 @@ class ConfirmScreen(ModalScreen[bool]):
                 )
                 yield Button("Cancel (n)", id="no")
 
-    def on_mount(self) -> None:
-        """Focus the safe choice."""
+    async def on_mount(self) -> None:
+        """Focus the safe choice, and tell anyone waiting for the question that it is up."""
         self.query_one("#no", Button).focus()
+        wake = getattr(self.app, "wake_waiters", None)
+        if wake is not None:
+            await wake()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         """A click answers like the keys."""

@@ -51,6 +51,6 @@ class ConsoleHeader(Static):
             text.append("  READ-ONLY", style="bold magenta")
         text.append("\n")
         for mode, key, title in SCREENS:
-            style = "bold reverse" if mode == self.mode else ""
-            text.append(f" {key} {title} ", style=style)
+            text.append(" ")
+            text.append(f"{key} {title}", style="bold reverse" if mode == self.mode else "")
         return text

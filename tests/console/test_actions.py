@@ -221,3 +221,59 @@ async def test_accounts_status_filter_shows_one_status(
         assert len(row_keys(app, "accounts")) == 12
         await pilot.press("f", "f", "f")  # all -> provisioned -> active -> suspended
         assert await app.wait_until_shown(lambda: row_keys(app, "accounts") == ["4", "8", "12"], WAIT)
+
+
+def account_state(url: str, account_id: int) -> tuple[str, int]:
+    """An account's status and how many activation tokens it has."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT a.status, (SELECT count(*) FROM mailroom.tokens t"
+            "                  WHERE t.account_id = a.id AND t.action = 'activation')"
+            " FROM mailroom.accounts a WHERE a.id = %s",
+            (account_id,),
+        ).fetchone()
+    assert row is not None
+    return str(row[0]), int(row[1])
+
+
+async def test_accounts_resend_activation_suspend_and_unsuspend(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    status, tokens = account_state(seeded_url, 1)
+    assert status == "provisioned"
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "4")
+        assert row_keys(app, "accounts")[0] == "1"
+        await pilot.press("a")
+        assert await app.wait_until_shown(noticed(app, "sent a new activation token to 1 account(s)"), WAIT)
+        assert account_state(seeded_url, 1) == ("provisioned", tokens + 1)
+        await pilot.press("s")
+        assert await app.wait_until_shown(noticed(app, "suspended 1 account(s)"), WAIT)
+        assert account_state(seeded_url, 1)[0] == "suspended"
+        await pilot.press("u")
+        assert await app.wait_until_shown(noticed(app, "unsuspended 1 account(s)"), WAIT)
+        assert account_state(seeded_url, 1)[0] == "provisioned"
+
+
+async def test_m_sends_reminders_after_saying_how_many_will_be_mailed(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "5")
+        assert row_keys(app, "documents")[0] == "handbook-v3"
+        await pilot.press("m")
+        assert await app.wait_until_shown(lambda: isinstance(app.screen, ConfirmScreen), WAIT)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "6 signer(s) will be mailed" in app.screen.question
+        await pilot.press("y")
+        assert await app.wait_until_shown(noticed(app, "handbook-v3: queued 6 reminder(s)"), WAIT)
+    with psycopg.connect(seeded_url) as conn:
+        logs = conn.execute(
+            "SELECT count(*) FROM mailroom.reminder_logs WHERE doc_id = 'handbook-v3'"
+        ).fetchone()
+        emails = conn.execute(
+            "SELECT count(*) FROM mailroom.email_queue WHERE reference_type = 'reminder_log'"
+        ).fetchone()
+    assert logs == (6,) and emails == (6,)
