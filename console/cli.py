@@ -37,3 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from worker.cli import main as worker_main
 
     return worker_main(argv, extra=(register,))
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

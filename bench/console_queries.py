@@ -1,0 +1,183 @@
+"""Time every console refresh query at 1,000,000 pending emails and 10,000,000 send-log rows (target < 50 ms).
+
+    .venv/bin/python -m bench.console_queries [PENDING] [SEND_LOGS] [FAILED]
+
+Builds the data set-based (INSERT ... SELECT generate_series) in a throwaway database, VACUUM
+ANALYZEs it, then runs each query of `console.queries` through the console's own data source and
+prints the median and worst of several runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from bench.common import database
+from console import queries as q
+from console.queries import ConsoleData
+
+SENDERS = """
+INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host, smtp_port, daily_limit)
+SELECT 'sender-' || g, 'noreply' || g || '@example.com', 'smtp.example.com', 587, 100000
+FROM generate_series(1, 5) g
+"""
+
+PENDING = """
+INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, priority, scheduled_for, campaign_id)
+SELECT 'user' || g || '@example.com', 'Subject ' || g, 'body',
+       (ARRAY[-5, 0, 0, 0, 10])[1 + g %% 5],
+       now() + make_interval(secs => ((g %% 10) - 7) * 600),
+       CASE WHEN g %% 4 = 0 THEN NULL ELSE 'campaign-' || (g %% 20) END
+FROM generate_series(%(start)s::bigint, %(stop)s::bigint) g
+"""
+
+# A share of the pending email has attempts behind it (retrying).
+RETRYING = """
+UPDATE mailroom.email_queue SET retry_count = 1 + id %% 3, next_retry_at = scheduled_for,
+       last_error = '451 4.7.1 greylisted'
+WHERE status = 'pending' AND id %% 50 = 0
+"""
+
+FAILED = """
+WITH made AS (
+    INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, scheduled_for)
+    SELECT 'failed' || g || '@example.com', 'Subject ' || g, 'body', now() - interval '1 day'
+    FROM generate_series(1, %(n)s::bigint) g
+    RETURNING id
+)
+SELECT count(*) FROM made
+"""
+
+CLAIM_FAILED = """
+UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'bench', lease_token = gen_random_uuid(),
+       lease_expires_at = now() + interval '1 hour'
+WHERE recipient_email LIKE 'failed%%' AND status = 'pending'
+"""
+
+FAIL = """
+UPDATE mailroom.email_queue SET status = 'failed', last_error = '550 5.1.1 unknown user'
+WHERE status = 'assigned' AND lease_owner = 'bench'
+"""
+
+# Send-log rows spread over the last 60 days, newest minute included.
+SEND_LOGS = """
+INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, attempt, outcome,
+                                smtp_code, response, duration_ms, worker)
+SELECT now() - make_interval(secs => (g::float8 * 5184000 / %(total)s)), g,
+       (SELECT min(id) FROM mailroom.sender_accounts) + g %% 5, 'user' || g || '@example.com', 1,
+       CASE WHEN g %% 40 = 0 THEN 'permanent' WHEN g %% 15 = 0 THEN 'transient' ELSE 'sent' END,
+       CASE WHEN g %% 40 = 0 THEN 550 WHEN g %% 15 = 0 THEN 451 ELSE 250 END, 'ok', 40, 'bench'
+FROM generate_series(%(start)s::bigint, %(stop)s::bigint) g
+"""
+
+DOCUMENTS = """
+INSERT INTO mailroom.documents (doc_id, title) SELECT 'doc-' || g, 'Document ' || g FROM generate_series(1, 500) g;
+INSERT INTO mailroom.expected_signers (doc_id, email, name)
+SELECT 'doc-' || d, 'signer' || s || '@example.com', 'Signer ' || s
+FROM generate_series(1, 500) d CROSS JOIN generate_series(1, 40) s;
+INSERT INTO mailroom.accounts (email, login, status, activated_at)
+SELECT 'account' || g || '@example.com', 'account' || g, 'active', now() FROM generate_series(1, 200000) g
+"""
+
+CHUNK = 500_000
+
+
+def _chunks(total: int) -> list[tuple[int, int]]:
+    return [(start, min(start + CHUNK - 1, total)) for start in range(1, total + 1, CHUNK)]
+
+
+def build(url: str, pending: int, send_logs: int, failed: int) -> None:
+    """Fill the scratch database, with progress on stderr."""
+    started = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")
+        conn.execute(SENDERS)
+        for start, stop in _chunks(pending):
+            conn.execute(PENDING, {"start": start, "stop": stop})
+            say(f"pending email {stop:,}/{pending:,}")
+        conn.execute(RETRYING, {})
+        conn.execute(FAILED, {"n": failed})
+        conn.execute(CLAIM_FAILED)
+        conn.execute(FAIL)
+        say(f"failed email {failed:,}")
+        for start, stop in _chunks(send_logs):
+            conn.execute(SEND_LOGS, {"start": start, "stop": stop, "total": send_logs})
+            say(f"send-log rows {stop:,}/{send_logs:,}")
+        for statement in DOCUMENTS.split(";"):
+            conn.execute(statement)
+        say("documents, signers and accounts")
+        conn.execute("VACUUM ANALYZE")
+        say("vacuum analyze")
+
+
+def _queries(now: datetime) -> list[tuple[str, str, dict[str, Any]]]:
+    page = {"after_at": None, "after_id": None, "pattern": None, "limit": q.PAGE_SIZE + 1}
+    return [
+        ("overview: queue depth", q.QUEUE_DEPTH, {"now": now}),
+        ("overview: sent per minute, last hour", q.SENT_PER_MINUTE, {"now": now}),
+        ("overview/senders: sender accounts", q.SENDERS, {"now": now}),
+        ("overview/signatures: documents", q.DOCUMENTS, {"limit": 200}),
+        ("signatures: missing signers", q.MISSING_SIGNERS, {"doc_id": "doc-1"}),
+        ("failures: failed, first page", q.FAILED_PAGE, page),
+        ("failures: retrying, first page", q.RETRYING_PAGE, page),
+        ("failures: email detail", q.EMAIL_DETAIL, {"id": 1}),
+        ("failures: send-log history", q.SEND_HISTORY, {"id": 12345}),
+        (
+            "accounts: first page",
+            q.ACCOUNTS_PAGE,
+            {"status": None, "after_id": None, "pattern": None, "limit": q.PAGE_SIZE + 1},
+        ),
+        ("accounts: counts by status", q.ACCOUNT_COUNTS, {}),
+        ("schedule: due in 24 hours", q.EVENTS_DUE, {"now": now, "limit": q.PAGE_SIZE}),
+        ("schedule: missed and failed", q.EVENTS_TROUBLE, {"now": now, "limit": q.PAGE_SIZE}),
+        ("queue: pending by priority", q.PENDING_BY_PRIORITY, {"now": now}),
+        ("queue: pending by campaign", q.PENDING_BY_CAMPAIGN, {"now": now}),
+    ]
+
+
+async def measure(url: str, runs: int = 7) -> list[tuple[str, float, float]]:
+    """Median and worst milliseconds of each query, after one warm-up run."""
+    data = ConsoleData(url)
+    results = []
+    try:
+        for name, query, params in _queries(datetime.now(UTC)):
+            await data.fetch(query, params)
+            times = []
+            for _ in range(runs):
+                started = time.perf_counter()
+                await data.fetch(query, params)
+                times.append((time.perf_counter() - started) * 1000)
+            results.append((name, statistics.median(times), max(times)))
+    finally:
+        await data.close()
+    return results
+
+
+def main(argv: list[str]) -> int:
+    """Build, measure, print."""
+    pending = int(argv[0]) if argv else 1_000_000
+    send_logs = int(argv[1]) if len(argv) > 1 else 10_000_000
+    failed = int(argv[2]) if len(argv) > 2 else 100_000
+    with database() as url:
+        build(url, pending, send_logs, failed)
+        results = asyncio.run(measure(url))
+    print(f"{pending:,} pending emails, {failed:,} failed, {send_logs:,} send-log rows; target < 50 ms")
+    print(f"{'query':<42} {'median ms':>10} {'worst ms':>10}")
+    for name, median, worst in results:
+        flag = "" if median < 50 else "  over target"
+        print(f"{name:<42} {median:>10.1f} {worst:>10.1f}{flag}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
