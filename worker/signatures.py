@@ -29,7 +29,6 @@ from worker.documents import (
     Document,
     DocumentNotFound,
     add_document,
-    check_doc_id,
     expect_signer,
     get_document,
     signer_address,
@@ -409,7 +408,6 @@ ORDER BY s.id
 
 def document_status(conn: psycopg.Connection[Any], doc_id: str) -> DocumentStatus:
     """Completion of one document: expected and unexpected signers with their signing and reminder state."""
-    check_doc_id(doc_id)
     document = get_document(conn, doc_id)
     with conn.cursor(row_factory=dict_row) as cur:
         expected = [SignerState(**r) for r in cur.execute(SELECT_EXPECTED_STATE, (doc_id,)).fetchall()]

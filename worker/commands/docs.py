@@ -6,6 +6,7 @@ import argparse
 import getpass
 import json
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ def _when(moment: datetime | None) -> str:
     return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-def _progress(path: Path) -> Any:
+def _progress(path: Path) -> Callable[[int], None] | None:
     size = path.stat().st_size if path.is_file() else 0
     if size < _BIG_FILE:
         return None
