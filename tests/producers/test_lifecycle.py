@@ -146,6 +146,16 @@ def test_consuming_a_bad_token_fails_clearly_and_changes_nothing(conn: Conn, set
     conn.commit()
     with pytest.raises(TokenError, match="already used"):
         consume_token(conn, code=ada_token["code"], email="ada@example.com")
+    # The database holds the same line for any writer: a used token cannot be reset or reused.
+    with pytest.raises(psycopg.errors.CheckViolation, match="was already consumed"):
+        conn.execute("UPDATE mailroom.tokens SET consumed_at = NULL WHERE id = %s", (ada_token["id"],))
+    conn.rollback()
+    with pytest.raises(psycopg.errors.CheckViolation, match="expired at"):
+        conn.execute(
+            "UPDATE mailroom.tokens SET consumed_at = expires_at + interval '1 second' WHERE id = %s",
+            (bob_token["id"],),
+        )
+    conn.rollback()
     suspend_accounts(conn, [bob])
     conn.commit()
     with pytest.raises(TokenError, match="the account is suspended"):

@@ -17,6 +17,8 @@ CREATE OR REPLACE FUNCTION mailroom.is_time_zone(zone text) RETURNS boolean LANG
 $$;
 DROP TABLE IF EXISTS mailroom.time_zone_names;
 
+DROP TRIGGER IF EXISTS tokens_before_update ON mailroom.tokens;
+DROP FUNCTION IF EXISTS mailroom.tokens_before_update();
 DROP TRIGGER IF EXISTS tokens_notify_mailer ON mailroom.tokens;
 DROP FUNCTION IF EXISTS mailroom.tokens_notify_mailer();
 DROP INDEX IF EXISTS mailroom.tokens_to_mail_idx;

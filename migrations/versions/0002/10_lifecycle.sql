@@ -52,6 +52,27 @@ DROP INDEX mailroom.tokens_unmailed_idx;
 CREATE INDEX tokens_to_mail_idx ON mailroom.tokens (id)
     WHERE mailed_at IS NULL AND mail_skipped_reason IS NULL;
 
+-- A token is consumed once, before it expires, and never changes what it is for: enforced for every writer.
+CREATE FUNCTION mailroom.tokens_before_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.secret IS DISTINCT FROM OLD.secret OR NEW.code IS DISTINCT FROM OLD.code
+       OR NEW.account_id IS DISTINCT FROM OLD.account_id OR NEW.action IS DISTINCT FROM OLD.action
+       OR NEW.expires_at IS DISTINCT FROM OLD.expires_at THEN
+        RAISE EXCEPTION 'token % cannot change its secret, code, account, action or expiry', OLD.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF OLD.consumed_at IS NOT NULL AND NEW.consumed_at IS DISTINCT FROM OLD.consumed_at THEN
+        RAISE EXCEPTION 'token % was already consumed at %', OLD.id, OLD.consumed_at
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF OLD.consumed_at IS NULL AND NEW.consumed_at >= OLD.expires_at THEN
+        RAISE EXCEPTION 'token % expired at %', OLD.id, OLD.expires_at USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER tokens_before_update BEFORE UPDATE ON mailroom.tokens
+    FOR EACH ROW EXECUTE FUNCTION mailroom.tokens_before_update();
+
 -- Wake the lifecycle mailer: one NOTIFY per statement that inserted tokens.
 CREATE FUNCTION mailroom.tokens_notify_mailer() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
