@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import psycopg
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -129,18 +130,37 @@ def selected_key(table: DataTable[Any]) -> str | None:
 
 
 def fill_table(table: DataTable[Any], rows: Iterable[tuple[str, Iterable[Any]]]) -> None:
-    """Replace a table's rows, keyed by id, keeping the cursor on the same row when it is still there."""
-    current = selected_key(table)
-    cursor_row = table.cursor_row
-    table.clear()
-    for key, cells in rows:
-        table.add_row(*cells, key=key)
-    if table.row_count == 0:
-        return
-    if current is not None:
-        try:
-            table.move_cursor(row=table.get_row_index(current), animate=False, scroll=True)
+    """Show rows keyed by id: changed cells are updated in place when the same rows remain, else rebuilt.
+
+    The cursor stays on the same row when that row is still there.
+    """
+    wanted = [(key, list(cells)) for key, cells in rows]
+    with table.app.batch_update():
+        if [key for key, _ in wanted] == [str(k.value) for k in table.rows]:
+            columns = list(table.columns)
+            for key, cells in wanted:
+                current = table.get_row(key)
+                for column, (old, new) in zip(columns, zip(current, cells, strict=False), strict=False):
+                    if _plain(old) != _plain(new) or str(getattr(old, "style", "")) != str(
+                        getattr(new, "style", "")
+                    ):
+                        table.update_cell(key, column, new)
             return
-        except RowDoesNotExist:
-            pass  # the row is gone: keep the cursor's position instead
-    table.move_cursor(row=min(cursor_row, table.row_count - 1), animate=False)
+        current_key = selected_key(table)
+        cursor_row = table.cursor_row
+        table.clear()
+        for key, cells in wanted:
+            table.add_row(*cells, key=key)
+        if table.row_count == 0:
+            return
+        if current_key is not None:
+            try:
+                table.move_cursor(row=table.get_row_index(current_key), animate=False, scroll=True)
+                return
+            except RowDoesNotExist:
+                pass  # the row is gone: keep the cursor's position instead
+        table.move_cursor(row=min(cursor_row, table.row_count - 1), animate=False)
+
+
+def _plain(value: Any) -> str:
+    return value.plain if isinstance(value, Text) else str(value)

@@ -277,3 +277,18 @@ async def test_m_sends_reminders_after_saying_how_many_will_be_mailed(
             "SELECT count(*) FROM mailroom.email_queue WHERE reference_type = 'reminder_log'"
         ).fetchone()
     assert logs == (6,) and emails == (6,)
+
+
+async def test_command_palette_switches_screens(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await app.wait_until_shown(lambda: app.live_state == "live" and app.refreshes > 0, WAIT)
+        await pilot.press("ctrl+p", *"Senders screen")
+        await pilot.wait_for_scheduled_animations()
+        await app.workers.wait_for_complete()
+        before = app.refreshes
+        await pilot.press("enter")
+        assert await app.wait_until_shown(lambda: app.refreshes > before and app.current_mode == "senders", WAIT)
+        assert row_keys(app, "senders") == ["backup", "low-limit", "primary", "warming"]
