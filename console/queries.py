@@ -21,19 +21,39 @@ PAGE_SIZE = 100
 
 # --- Overview -------------------------------------------------------------------------------
 
-# Each count walks one partial index (status = ...), never the sent or cancelled history.
+# Each count walks one partial index (status = ...), never the sent or cancelled history, and stops at
+# %(cap)s rows: counting a million index entries costs far more than a refresh may. When pending email
+# passes the cap, its breakdown comes from a sample (PENDING_SAMPLE) and is shown as an estimate.
 QUEUE_DEPTH = """
-SELECT (SELECT count(*) FROM mailroom.email_queue WHERE status = 'pending') AS pending,
-       (SELECT count(*) FROM mailroom.email_queue
-         WHERE status = 'pending' AND scheduled_for <= %(now)s) AS due_now,
-       (SELECT count(*) FROM mailroom.email_queue
-         WHERE status = 'pending' AND scheduled_for > %(now)s) AS scheduled_later,
-       (SELECT count(*) FROM mailroom.email_queue WHERE status = 'assigned') AS assigned,
-       (SELECT count(*) FROM mailroom.email_queue WHERE status = 'pending' AND retry_count > 0) AS retrying,
-       (SELECT count(*) FROM mailroom.email_queue WHERE status = 'failed') AS failed,
-       (SELECT count(*) FROM mailroom.email_queue WHERE status = 'suppressed') AS suppressed,
+SELECT (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
+         WHERE status = 'pending' LIMIT %(cap)s) s) AS pending,
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
+         WHERE status = 'pending' AND scheduled_for <= %(now)s LIMIT %(cap)s) s) AS due_now,
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
+         WHERE status = 'pending' AND scheduled_for > %(now)s LIMIT %(cap)s) s) AS scheduled_later,
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
+         WHERE status = 'assigned' LIMIT %(cap)s) s) AS assigned,
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
+         WHERE status = 'failed' LIMIT %(cap)s) s) AS failed,
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
+         WHERE status = 'suppressed' LIMIT %(cap)s) s) AS suppressed,
        (SELECT min(scheduled_for) FROM mailroom.email_queue
          WHERE status = 'pending' AND scheduled_for <= %(now)s) AS oldest_due
+"""
+
+# Retrying email has no index of its own: counted exactly only while pending email is under the cap.
+RETRYING_COUNT = """
+SELECT count(*) AS retrying FROM mailroom.email_queue WHERE status = 'pending' AND retry_count > 0
+"""
+
+# About 1% of the queue's pages, scaled up: the estimate shown once pending email passes the cap.
+PENDING_SAMPLE = """
+SELECT count(*) * 100 AS pending,
+       count(*) FILTER (WHERE scheduled_for <= %(now)s) * 100 AS due_now,
+       count(*) FILTER (WHERE scheduled_for > %(now)s) * 100 AS scheduled_later,
+       count(*) FILTER (WHERE retry_count > 0) * 100 AS retrying
+FROM mailroom.email_queue TABLESAMPLE SYSTEM (1) REPEATABLE (7)
+WHERE status = 'pending'
 """
 
 # The last hour of the send log: runtime partition pruning keeps this on the newest partition.
@@ -143,7 +163,12 @@ ORDER BY id
 LIMIT %(limit)s
 """
 
-ACCOUNT_COUNTS = "SELECT status, count(*) AS n FROM mailroom.accounts GROUP BY status"
+# Per-status counts over the status index, each stopping at the cap (shown as "N+").
+ACCOUNT_COUNTS = """
+SELECT s.status, (SELECT count(*) FROM (SELECT 1 FROM mailroom.accounts a WHERE a.status = s.status
+                                        LIMIT %(cap)s) c) AS n
+FROM unnest(ARRAY['provisioned', 'active', 'suspended']) AS s(status)
+"""
 
 # --- Schedule -------------------------------------------------------------------------------
 
@@ -169,6 +194,8 @@ LIMIT %(limit)s
 
 # --- Queue ----------------------------------------------------------------------------------
 
+# The queue screen's breakdowns: exact over the pending index while the pending set is under the cap,
+# else from a 1% page sample scaled up (marked as estimates on screen).
 PENDING_BY_PRIORITY = """
 SELECT priority, count(*) AS n, count(*) FILTER (WHERE scheduled_for <= %(now)s) AS due,
        min(scheduled_for) AS oldest
@@ -188,6 +215,32 @@ GROUP BY campaign_id
 ORDER BY count(*) DESC, campaign_id NULLS LAST
 LIMIT 50
 """
+
+SAMPLED_BY_PRIORITY = """
+SELECT priority, count(*) * 100 AS n, count(*) FILTER (WHERE scheduled_for <= %(now)s) * 100 AS due,
+       min(scheduled_for) AS oldest
+FROM mailroom.email_queue TABLESAMPLE SYSTEM (1) REPEATABLE (7)
+WHERE status = 'pending'
+GROUP BY priority
+ORDER BY priority DESC
+LIMIT 50
+"""
+
+SAMPLED_BY_CAMPAIGN = """
+SELECT campaign_id, count(*) * 100 AS n, count(*) FILTER (WHERE scheduled_for <= %(now)s) * 100 AS due,
+       min(scheduled_for) AS oldest
+FROM mailroom.email_queue TABLESAMPLE SYSTEM (1) REPEATABLE (7)
+WHERE status = 'pending'
+GROUP BY campaign_id
+ORDER BY count(*) DESC, campaign_id NULLS LAST
+LIMIT 50
+"""
+
+PENDING_CAPPED = """
+SELECT count(*) AS n FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' LIMIT %(cap)s) s
+"""
+
+EXACT_LIMIT = 50_000
 
 
 @dataclass
@@ -226,6 +279,8 @@ class ConsoleData:
     def __init__(self, url: str) -> None:
         self.url = url
         self.page_size = PAGE_SIZE
+        # Above this many rows a count is not finished exactly on a refresh; it is capped or estimated.
+        self.exact_limit = EXACT_LIMIT
         self._conn: psycopg.AsyncConnection[Row] | None = None
         self._lock = asyncio.Lock()
 
@@ -248,7 +303,8 @@ class ConsoleData:
             for attempt in (1, 2):
                 conn = await self._connection()
                 try:
-                    cur = await conn.execute(query, params or {})
+                    # Never prepared: the optional-filter queries need a custom plan for each set of values.
+                    cur = await conn.execute(query, params or {}, prepare=False)
                     return await cur.fetchall()
                 except psycopg.OperationalError:
                     if attempt == 2 or not conn.broken:
@@ -258,7 +314,15 @@ class ConsoleData:
 
     async def overview(self, now: datetime) -> Overview:
         """Queue depth, the last hour's sending, senders, signature completion and the latest failures."""
-        depth = (await self.fetch(QUEUE_DEPTH, {"now": now}))[0]
+        depth = (await self.fetch(QUEUE_DEPTH, {"now": now, "cap": self.exact_limit + 1}))[0]
+        # Counts that stopped at the cap are shown as "N+"; pending ones are then estimated from a sample.
+        depth["capped"] = {k for k in ("assigned", "failed", "suppressed") if depth[k] > self.exact_limit}
+        depth["estimated"] = set()
+        if depth["pending"] > self.exact_limit:
+            depth.update((await self.fetch(PENDING_SAMPLE, {"now": now}))[0])
+            depth["estimated"] = {"pending", "due_now", "scheduled_later", "retrying"}
+        else:
+            depth.update((await self.fetch(RETRYING_COUNT))[0])
         minutes = await self.fetch(SENT_PER_MINUTE, {"now": now})
         per_minute = [0.0] * 60
         for row in minutes:
@@ -322,7 +386,8 @@ class ConsoleData:
             ACCOUNTS_PAGE,
             {"status": status, "after_id": after_id, "pattern": like_pattern(text), "limit": limit + 1},
         )
-        counts = {str(r["status"]): int(r["n"]) for r in await self.fetch(ACCOUNT_COUNTS)}
+        cap = self.exact_limit + 1
+        counts = {str(r["status"]): int(r["n"]) for r in await self.fetch(ACCOUNT_COUNTS, {"cap": cap})}
         return Page(rows=rows[:limit], more=len(rows) > limit, extra={"counts": counts})
 
     async def schedule(self, now: datetime, limit: int = PAGE_SIZE) -> tuple[list[Row], list[Row]]:
@@ -331,8 +396,14 @@ class ConsoleData:
         trouble = await self.fetch(EVENTS_TROUBLE, {"now": now, "limit": limit})
         return due, trouble
 
-    async def queue(self, now: datetime) -> tuple[list[Row], list[Row]]:
-        """Pending email by priority and by campaign."""
-        by_priority = await self.fetch(PENDING_BY_PRIORITY, {"now": now})
-        by_campaign = await self.fetch(PENDING_BY_CAMPAIGN, {"now": now})
-        return by_priority, by_campaign
+    async def queue(self, now: datetime) -> tuple[list[Row], list[Row], bool]:
+        """Pending email by priority and by campaign, and whether the counts are sampled estimates."""
+        capped = await self.fetch(PENDING_CAPPED, {"cap": self.exact_limit + 1})
+        estimated = int(capped[0]["n"]) > self.exact_limit
+        by_priority = await self.fetch(
+            SAMPLED_BY_PRIORITY if estimated else PENDING_BY_PRIORITY, {"now": now}
+        )
+        by_campaign = await self.fetch(
+            SAMPLED_BY_CAMPAIGN if estimated else PENDING_BY_CAMPAIGN, {"now": now}
+        )
+        return by_priority, by_campaign, estimated

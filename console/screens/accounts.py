@@ -63,7 +63,12 @@ class AccountsScreen(DataScreen):
         self.page = data
         now = self.console.clock()
         counts: dict[str, int] = data.extra.get("counts", {})
-        summary = "  ".join(f"{s} {counts.get(s, 0)}" for s in STATUS_FILTERS if s)
+        limit = self.console.data.exact_limit
+        summary = "  ".join(
+            f"{s} {limit:,}+" if counts.get(s, 0) > limit else f"{s} {counts.get(s, 0):,}"
+            for s in STATUS_FILTERS
+            if s
+        )
         table = self.query_one("#accounts", DataTable)
         which = self.status or "all"
         table.border_title = self.subtitle(f"Accounts: {which}, page {len(self.previous) + 1}  ({summary})")

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Sparkline, Static
 
 from console.queries import Overview
 from console.screens.base import DataScreen, fill_table
-from console.widgets.cells import ago, duration, masked, one_line, progress, status_cell, usage
+from console.widgets.cells import ago, approximately, duration, masked, one_line, progress, status_cell, usage
 
 
 class OverviewScreen(DataScreen):
@@ -111,19 +111,32 @@ def _depth_table(data: Overview, now: Any) -> Table:
     table.add_column(no_wrap=True)
     table.add_column(justify="right", no_wrap=True)
     oldest = d["oldest_due"]
+
+    def count(key: str) -> str:
+        if key in d.get("estimated", ()):
+            return approximately(int(d[key]))
+        if key in d.get("capped", ()):
+            return f"{data_limit(d[key]):,}+"
+        return f"{d[key]:,}"
+
     rows: list[tuple[str, str, str]] = [
-        ("pending", f"{d['pending']:,}", "bold"),
-        ("  due now", f"{d['due_now']:,}", ""),
-        ("  scheduled later", f"{d['scheduled_later']:,}", ""),
-        ("assigned", f"{d['assigned']:,}", ""),
-        ("retrying", f"{d['retrying']:,}", "yellow" if d["retrying"] else ""),
-        ("failed", f"{d['failed']:,}", "bold red" if d["failed"] else ""),
-        ("suppressed", f"{d['suppressed']:,}", ""),
+        ("pending", count("pending"), "bold"),
+        ("  due now", count("due_now"), ""),
+        ("  scheduled later", count("scheduled_later"), ""),
+        ("assigned", count("assigned"), ""),
+        ("retrying", count("retrying"), "yellow" if d["retrying"] else ""),
+        ("failed", count("failed"), "bold red" if d["failed"] else ""),
+        ("suppressed", count("suppressed"), ""),
         ("oldest pending", duration((now - oldest).total_seconds()) if oldest else "-", ""),
     ]
     for label, value, style in rows:
         table.add_row(label, Text(value, style=style))
     return table
+
+
+def data_limit(capped: int) -> int:
+    """The cap a capped count stopped at (the query counts one row past it)."""
+    return int(capped) - 1
 
 
 def _documents(documents: list[dict[str, Any]]) -> Table | Text:

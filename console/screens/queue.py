@@ -10,7 +10,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable
 
 from console.screens.base import DataScreen, fill_table
-from console.widgets.cells import duration
+from console.widgets.cells import approximately, duration
 
 
 class QueueScreen(DataScreen):
@@ -33,13 +33,13 @@ class QueueScreen(DataScreen):
         self.query_one("#by-priority", DataTable).add_columns("Priority", "Pending", "Due now", "Oldest")
         self.query_one("#by-campaign", DataTable).add_columns("Campaign", "Pending", "Due now", "Oldest")
 
-    async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
         """Pending counts by priority and by campaign."""
         return await self.console.data.queue(self.console.clock())
 
     def show(self, data: Any) -> None:
         """Both tables."""
-        by_priority, by_campaign = data
+        by_priority, by_campaign, estimated = data
         now = self.console.clock()
         if self.filter_text:
             by_campaign = [
@@ -51,16 +51,17 @@ class QueueScreen(DataScreen):
             age = duration((now - oldest).total_seconds()) if oldest and oldest <= now else "-"
             return (
                 label,
-                Text(f"{r['n']:,}", justify="right"),
-                Text(f"{r['due']:,}", justify="right"),
+                Text(approximately(int(r["n"])) if estimated else f"{r['n']:,}", justify="right"),
+                Text(approximately(int(r["due"])) if estimated else f"{r['due']:,}", justify="right"),
                 Text(age, justify="right"),
             )
 
         priority = self.query_one("#by-priority", DataTable)
-        priority.border_title = "Pending by priority"
+        note = " (estimated from a 1% sample)" if estimated else ""
+        priority.border_title = f"Pending by priority{note}"
         fill_table(priority, ((str(r["priority"]), cells(str(r["priority"]), r)) for r in by_priority))
         campaign = self.query_one("#by-campaign", DataTable)
-        campaign.border_title = self.subtitle("Pending by campaign")
+        campaign.border_title = self.subtitle(f"Pending by campaign{note}")
         fill_table(
             campaign,
             ((str(r["campaign_id"]), cells(r["campaign_id"] or "(none)", r)) for r in by_campaign),

@@ -42,6 +42,15 @@ def duration(seconds: float) -> str:
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
 
 
+def approximately(n: int) -> str:
+    """An estimate, marked as one: ≈1.2M, ≈48k, ≈300."""
+    if n >= 1_000_000:
+        return f"≈{n / 1_000_000:.1f}M"
+    if n >= 10_000:
+        return f"≈{n // 1000}k"
+    return f"≈{n:,}"
+
+
 def ago(moment: datetime | None, now: datetime) -> str:
     """How long before `now` a moment was ('-' when never)."""
     if moment is None:

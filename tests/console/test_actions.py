@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from textual.widgets import DataTable
+from rich.console import Console
+from textual.widgets import DataTable, Static
 
 from console.app import MailroomConsole
 from console.screens.detail import EmailDetailScreen
@@ -290,5 +292,27 @@ async def test_command_palette_switches_screens(
         await app.workers.wait_for_complete()
         before = app.refreshes
         await pilot.press("enter")
-        assert await app.wait_until_shown(lambda: app.refreshes > before and app.current_mode == "senders", WAIT)
+        assert await app.wait_until_shown(
+            lambda: app.refreshes > before and app.current_mode == "senders", WAIT
+        )
         assert row_keys(app, "senders") == ["backup", "low-limit", "primary", "warming"]
+
+
+async def test_counts_past_the_exact_limit_are_capped_or_marked_as_estimates(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.data.exact_limit = 10  # 44 pending and 12 failed are "large" now
+        await open_screen(app, pilot, "2")
+        before = app.refreshes
+        await pilot.press("1")
+        assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+        console = Console(width=60, record=True, file=io.StringIO())
+        console.print(app.screen.query_one("#depth", Static).content)
+        depth = console.export_text()
+        assert "10+" in depth and "≈" in depth
+        before = app.refreshes
+        await pilot.press("7")
+        assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+        assert "estimated from a 1% sample" in str(app.screen.query_one("#by-priority").border_title)
