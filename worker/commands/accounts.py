@@ -27,7 +27,10 @@ def cmd_accounts(args: argparse.Namespace, settings: Settings) -> int:
             account_id = lifecycle.create_account(
                 conn, args.email, args.login, locale=args.locale, settings=settings
             )
-            print(f"created account {account_id} ({args.login}), provisioned; activation email queued")
+            print(
+                f"created account {account_id} ({args.login}), provisioned;"
+                " its activation token is mailed by `mailroom worker`"
+            )
             return 0
         if args.accounts_command == "list":
             accounts = lifecycle.list_accounts(conn, args.status, args.limit)
@@ -57,7 +60,10 @@ def cmd_accounts(args: argparse.Namespace, settings: Settings) -> int:
         if args.accounts_command == "recover":
             account_id = lifecycle.find_account(conn, args.account)
             token_id = lifecycle.request_recovery(conn, account_id, settings)
-            print(f"password recovery token {token_id} issued to account {account_id}; email queued")
+            print(
+                f"password recovery token {token_id} issued to account {account_id};"
+                " it is mailed by `mailroom worker`"
+            )
             return 0
         # activate
         done = lifecycle.consume_token(
