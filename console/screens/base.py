@@ -144,7 +144,7 @@ def fill_table(table: DataTable[Any], rows: Iterable[tuple[str, Iterable[Any]]])
                     if _plain(old) != _plain(new) or str(getattr(old, "style", "")) != str(
                         getattr(new, "style", "")
                     ):
-                        table.update_cell(key, column, new)
+                        table.update_cell(key, column, new, update_width=True)
             return
         current_key = selected_key(table)
         cursor_row = table.cursor_row

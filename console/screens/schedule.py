@@ -57,9 +57,9 @@ class ScheduleScreen(DataScreen):
                 (
                     str(r["id"]),
                     (
-                        r["due_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M"),
+                        r["due_at"].astimezone(UTC).strftime("%m-%d %H:%M"),
                         Text(until(r["due_at"], now), style="yellow" if r["due_at"] <= now else ""),
-                        r["local_due_at"].strftime("%Y-%m-%d %H:%M"),
+                        r["local_due_at"].strftime("%m-%d %H:%M"),
                         r["time_zone"],
                         f"{r['first_name']} {r['last_name']}",
                         r["event_type"],
@@ -77,7 +77,7 @@ class ScheduleScreen(DataScreen):
                     str(r["id"]),
                     (
                         status_cell(str(r["status"])),
-                        r["due_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M"),
+                        r["due_at"].astimezone(UTC).strftime("%m-%d %H:%M"),
                         f"{r['first_name']} {r['last_name']}",
                         r["event_type"],
                         one_line(r["failure_reason"], 50),

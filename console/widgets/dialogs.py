@@ -90,4 +90,5 @@ class HelpScreen(ModalScreen[None]):
 
 
 def _key_name(key: str) -> str:
-    return {"question_mark": "?", "space": "space", "slash": "/", "enter": "enter"}.get(key, key)
+    names = {"question_mark": "?", "slash": "/", "right_square_bracket": "]", "left_square_bracket": "["}
+    return names.get(key, key)

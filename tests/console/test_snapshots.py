@@ -44,8 +44,6 @@ SCREENS = [
     pytest.param("5", (), id="signatures"),
     pytest.param("6", (), id="schedule"),
     pytest.param("7", (), id="queue"),
-    pytest.param("2", ("enter",), id="email-detail"),
-    pytest.param("3", ("s",), id="confirm-suspend"),
 ]
 
 
@@ -56,6 +54,26 @@ def test_screen_snapshot(
     seeded_url: str,
     make_console: Callable[..., MailroomConsole],
     key: str | None,
+    then: tuple[str, ...],
+    size: tuple[int, int],
+) -> None:
+    app = make_console(seeded_url)
+    assert snap_compare(app, terminal_size=size, run_before=showing(key, *then))
+
+
+@pytest.mark.parametrize(
+    ("key", "then", "size"),
+    [
+        pytest.param("2", ("enter",), (120, 40), id="email-detail-120x40"),
+        pytest.param("3", ("s",), (80, 24), id="confirm-suspend-80x24"),
+        pytest.param("2", ("question_mark",), (120, 40), id="help-120x40"),
+    ],
+)
+def test_pushed_screen_snapshot(
+    snap_compare: Any,
+    seeded_url: str,
+    make_console: Callable[..., MailroomConsole],
+    key: str,
     then: tuple[str, ...],
     size: tuple[int, int],
 ) -> None:
