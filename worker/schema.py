@@ -491,7 +491,8 @@ people = Table(
 events = Table(
     "events",
     metadata,
-    Column("id", UUID(as_uuid=True), nullable=False, server_default=text("gen_random_uuid()")),
+    # 0002: time-ordered ids (uuidv7) where the server has them
+    Column("id", UUID(as_uuid=True), nullable=False, server_default=text("mailroom.new_event_id()")),
     Column(
         "person_id",
         UUID(as_uuid=True),

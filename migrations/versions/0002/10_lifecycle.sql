@@ -138,6 +138,18 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT (day + send_time) AT TIME ZONE zone
 $$;
 
+-- Event ids in time order where the server has uuidv7() (PostgreSQL 18 and later): the primary key then
+-- grows at its right edge instead of splitting random pages, which matters at millions of events.
+DO $$
+BEGIN
+    IF current_setting('server_version_num')::integer >= 180000 THEN
+        EXECUTE 'CREATE FUNCTION mailroom.new_event_id() RETURNS uuid LANGUAGE sql VOLATILE AS ''SELECT uuidv7()''';
+    ELSE
+        EXECUTE 'CREATE FUNCTION mailroom.new_event_id() RETURNS uuid LANGUAGE sql VOLATILE AS ''SELECT gen_random_uuid()''';
+    END IF;
+END $$;
+ALTER TABLE mailroom.events ALTER COLUMN id SET DEFAULT mailroom.new_event_id();
+
 -- The set-based scheduling pass: give every person in `person_ids` (NULL: everyone; with `parts` > 1, only
 -- those whose id falls in part `part`, so that several sessions can share a large pass) who has no pending
 -- or processing birthday event their next one, as of `at`, at `send_time` local time. A birthday already
@@ -162,10 +174,12 @@ BEGIN
                                           greatest((at AT TIME ZONE p.time_zone)::date, h.last_day + 1)) AS day
         ) b
         CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, p.time_zone) AS due_at) d
-        WHERE (parts = 1 OR get_byte(uuid_send(p.id), 0) % parts = part)
+        WHERE (parts = 1 OR get_byte(uuid_send(p.id), 0) * parts / 256 = part)
           AND NOT EXISTS (SELECT 1 FROM mailroom.events e
                           WHERE e.person_id = p.id AND e.event_type = 'birthday'
                             AND e.status IN ('pending', 'processing'))
+        -- In person order: the person-keyed indexes then grow at their right edge (slice = id range).
+        ORDER BY p.id
         ON CONFLICT DO NOTHING;
     ELSE
         -- A few people (after each sent birthday): index probes per person.
