@@ -222,6 +222,7 @@ BEGIN
         SELECT mailroom.next_birthday(n.date_of_birth, (at AT TIME ZONE n.time_zone)::date) AS day
     ) b
     CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, n.time_zone) AS due_at) d
+    ORDER BY n.id
     ON CONFLICT DO NOTHING;
     PERFORM pg_notify('mailroom_events', 'people');
     RETURN NULL;
