@@ -137,6 +137,8 @@ class MailroomConsole(App[int]):
         return self.set_timer(max(delay, 0.01), callback)
 
     def _reload_screen(self, tables: set[str]) -> None:
+        if not self.screen_stack:  # shutting down: a timer fired after the last screen went
+            return
         screen = self.screen
         reload = getattr(screen, "reload", None)
         if callable(reload):
