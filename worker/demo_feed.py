@@ -86,9 +86,90 @@ def lifecycle_signup(conn: psycopg.Connection[Any], settings: Settings, rng: ran
     return "signup"
 
 
+PRODUCTS = [
+    ("Mechanical keyboard", "89.00"),
+    ("USB-C cable", "9.50"),
+    ("Monitor arm", "54.90"),
+    ("Notebook, dotted", "12.00"),
+    ("Desk lamp", "39.00"),
+    ("Headphones", "129.00"),
+]
+
+
+def order_events(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+    """A shop publishes an order event; now and then the same event arrives twice (at-least-once delivery)."""
+    from worker.inbox import ingest_event
+
+    who = person(rng)
+    number = f"{rng.randint(100000, 999999)}"
+    lines = [(name, price, rng.randint(1, 2)) for name, price in rng.sample(PRODUCTS, rng.randint(1, 3))]
+    items = [{"name": name, "quantity": qty, "unit_price": price} for name, price, qty in lines]
+    total = sum(float(price) * qty for _, price, qty in lines)
+    kind = rng.choice(["order_placed", "order_placed", "order_completed", "order_cancelled"])
+    payload = {
+        "customer_email": who.email,
+        "customer_name": f"{who.first} {who.last}",
+        "order_number": number,
+        "items": items,
+        "total": f"{total:.2f}",
+        "currency": "EUR",
+        "locale": rng.choice(["en", "en", "fr"]),
+    }
+    message_id = f"shop-{number}-{kind}"
+    ingest_event(conn, message_id, "shop", kind, payload, settings=settings)
+    if rng.random() < 0.2:
+        ingest_event(conn, message_id, "shop", kind, payload, settings=settings)  # a replay: no second email
+    return "order event"
+
+
+def signature_round(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+    """Compliance publishes a policy to acknowledge, people sign it, and reminders go to the rest."""
+    from worker.documents import add_document, expect_signer
+    from worker.reminders import send_reminders
+    from worker.signatures import sign_document
+
+    row = conn.execute(
+        "SELECT d.doc_id FROM mailroom.documents d WHERE d.doc_id LIKE 'demo-%%'"
+        " AND EXISTS (SELECT 1 FROM mailroom.expected_signers e WHERE e.doc_id = d.doc_id"
+        "   AND NOT EXISTS (SELECT 1 FROM mailroom.signatures s WHERE s.doc_id = e.doc_id AND s.signer_email = e.email))"
+        " ORDER BY random() LIMIT 1"
+    ).fetchone()
+    if row is None or rng.random() < 0.15:
+        doc_id = f"demo-{rng.choice(['security', 'privacy', 'travel', 'expenses'])}-policy-{next(_serial)}"
+        add_document(
+            conn,
+            doc_id,
+            title=f"{doc_id.split('-')[1].title()} policy",
+            url=f"https://intranet.example.com/{doc_id}",
+        )
+        for _ in range(rng.randint(4, 9)):
+            who = person(rng)
+            expect_signer(
+                conn,
+                doc_id,
+                who.email,
+                name=f"{who.first} {who.last}",
+                locale=rng.choice(["en", "fr", "es", "de", "it"]),
+                settings=settings,
+            )
+        return "document"
+    doc_id = str(row["doc_id"])
+    missing = conn.execute(
+        "SELECT e.email FROM mailroom.expected_signers e WHERE e.doc_id = %s AND NOT EXISTS"
+        " (SELECT 1 FROM mailroom.signatures s WHERE s.doc_id = e.doc_id AND s.signer_email = e.email)"
+        " ORDER BY random() LIMIT 1",
+        (doc_id,),
+    ).fetchone()
+    if missing is not None and rng.random() < 0.6:
+        sign_document(conn, doc_id, str(missing["email"]), settings=settings)
+        return "signature"
+    send_reminders(conn, doc_id, settings=settings)
+    return "reminder run"
+
+
 Source = Callable[[psycopg.Connection[Any], Settings, random.Random], str]
 
-SOURCES: tuple[Source, ...] = (app_receipt, lifecycle_signup)
+SOURCES: tuple[Source, ...] = (app_receipt, lifecycle_signup, order_events, signature_round)
 
 BACKLOG = """
 SELECT
