@@ -70,6 +70,10 @@ class OverviewScreen(DataScreen):
         rates.append(f" of {data.attempts_last_hour:,} attempts failed")
         self.query_one("#rates", Static).update(rates)
         bar_width = 10 if self.app.size.width >= 100 else 4
+        needle = (self.filter_text or "").lower()
+        senders = [s for s in data.senders if needle in str(s["name"]).lower()]
+        documents = [d for d in data.documents if needle in f"{d['doc_id']} {d['title']}".lower()]
+        self.query_one("#ov-senders", DataTable).border_title = self.subtitle("Sender accounts")
         fill_table(
             self.query_one("#ov-senders", DataTable),
             (
@@ -85,10 +89,10 @@ class OverviewScreen(DataScreen):
                         ago(s["last_used_at"], now),
                     ),
                 )
-                for s in data.senders
+                for s in senders
             ),
         )
-        self.query_one("#documents", Static).update(_documents(data.documents))
+        self.query_one("#documents", Static).update(_documents(documents))
         fill_table(
             self.query_one("#ov-failures", DataTable),
             (

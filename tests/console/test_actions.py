@@ -316,3 +316,17 @@ async def test_counts_past_the_exact_limit_are_capped_or_marked_as_estimates(
         await pilot.press("7")
         assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
         assert "estimated from a 1% sample" in str(app.screen.query_one("#by-priority").border_title)
+
+
+async def test_filter_on_the_overview_narrows_senders_and_documents(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await app.wait_until_shown(lambda: app.live_state == "live" and app.refreshes > 0, WAIT)
+        assert len(row_keys(app, "ov-senders")) == 4
+        await pilot.press("slash", *"low", "enter")
+        assert await app.wait_until_shown(lambda: len(row_keys(app, "ov-senders")) == 1, WAIT)
+        table = app.screen.query_one("#ov-senders", DataTable)
+        assert str(table.get_row_at(0)[0]) == "low-limit"
+        assert "[filter: low]" in str(table.border_title)
