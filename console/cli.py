@@ -30,6 +30,17 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--read-only", action="store_true", help="show everything, change nothing (actions are hidden)"
     )
     parser.set_defaults(handler=cmd_console)
+    # The demo, defined by the worker without a console, gets the console in front.
+    demo = sub.choices.get("demo")
+    if demo is not None:
+        demo.set_defaults(handler=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom demo`: the whole product, with the console in front when there is a terminal."""
+    from console.demo import run_demo
+
+    return run_demo(settings, headless=args.headless, rounds=args.rounds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -279,7 +279,10 @@ def cmd_keygen(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    """`mailroom demo`: the product in one command."""
+    """`mailroom demo`: the whole product in one command: embedded PostgreSQL, a local SMTP server that refuses
+    a share of recipients, two demo sender accounts (one with a low daily limit), a worker running delivery and
+    every producer, a stream of demo activity for each producer, and the console in front. Quitting the
+    console stops everything the demo started."""
     from worker.demo import run_headless
 
     return run_headless(settings, rounds=args.rounds)
@@ -434,7 +437,9 @@ def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the whole product locally", description=cmd_demo.__doc__)
     demo.add_argument(
-        "--headless", action="store_true", help="no console: feed some activity, deliver it, print a summary"
+        "--headless",
+        action="store_true",
+        help="no console (also the case without a terminal): feed --rounds of activity, deliver it, print a summary",
     )
     demo.add_argument("--rounds", type=int, default=20, help="rounds of demo activity to feed (default 20)")
     demo.set_defaults(handler=cmd_demo)
