@@ -14,11 +14,12 @@ import logging
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,7 @@ class DemoStack:
     worker: subprocess.Popen[bytes]
     worker_log: Path
     feed: Feed
+    tracker: subprocess.Popen[bytes] | None = None
     _stopped: bool = field(default=False, repr=False)
     _feeder: threading.Thread | None = field(default=None, repr=False)
 
@@ -99,14 +101,40 @@ class DemoStack:
         self.feed.stop()
         if self._feeder is not None:
             self._feeder.join(timeout=10)
-        if self.worker.poll() is None:
-            self.worker.terminate()
-            try:
-                self.worker.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.worker.kill()
-                self.worker.wait()
+        for process in (self.worker, self.tracker):
+            if process is not None:
+                _terminate(process)
         self.sink.stop()
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start `python -m worker.cli ARGV` with its output in `log_path`; it dies with the demo."""
+    with log_path.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", *argv],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
 
 
 def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str], None] = print) -> DemoStack:
@@ -123,34 +151,36 @@ def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str],
         port=0, maildir=str(maildir), refuse_share=RefuseShare(temporary=0.08, permanent=0.04), keep=500
     )
     say(f"  local SMTP server: 127.0.0.1:{sink.port} (refuses 8% with 450, 4% with 550; Maildir {maildir})")
+    started: list[subprocess.Popen[bytes]] = []
     try:
         with connect(url) as conn:
             _ensure_senders(conn, box, sink.port)
             conn.commit()
         worker_log = settings.home / "demo-worker.log"
+        tracker_port = _free_port()
+        settings = replace(settings, base_url=f"http://127.0.0.1:{tracker_port}")
         env = {
             **os.environ,
             "MAILROOM_HOME": str(settings.home),
             "MAILROOM_DATABASE_URL": url,
             "MAILROOM_SECRET_KEY": key,
+            "MAILROOM_BASE_URL": settings.base_url,
             "MAILROOM_RETRY_BASE_SECONDS": "5",
             "MAILROOM_RETRY_CAP_SECONDS": "60",
         }
-        with worker_log.open("ab") as out:
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "worker.cli", "worker", "--concurrency", str(concurrency)],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
+        worker = _spawn(["worker", "--concurrency", str(concurrency)], env, worker_log)
+        started.append(worker)
         say(f"  worker: pid {worker.pid}, log {worker_log}")
+        tracker_log = settings.home / "demo-tracker.log"
+        tracker = _spawn(["tracker", "--port", str(tracker_port)], env, tracker_log)
+        say(f"  tracker: {settings.base_url} (opens, clicks, one-click unsubscribe), log {tracker_log}")
     except BaseException:
+        for process in started:
+            _terminate(process)
         sink.stop()
         raise
     feed = Feed(url, settings, random.Random(), SOURCES)
-    return DemoStack(settings, url, sink, worker, worker_log, feed)
+    return DemoStack(settings, url, sink, worker, worker_log, feed, tracker)
 
 
 def run_headless(settings: Settings, rounds: int = 20, timeout: float = 60.0) -> int:

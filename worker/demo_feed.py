@@ -69,11 +69,86 @@ def app_receipt(conn: psycopg.Connection[Any], settings: Settings, rng: random.R
             to_name=f"{who.first} {who.last}",
             subject=f"Your receipt for invoice {rng.randint(10000, 99999)}",
             text=f"Hello {who.first},\n\nThank you for your payment.\n",
-            campaign_id=rng.choice([None, "receipts"]),
         ),
         settings=settings,
     )
     return "receipt"
+
+
+NEWSLETTER_HTML = """<html><body><p>Hello {first},</p>
+<p>Our <a href="https://shop.example.com/winter-sale">winter sale</a> starts today, and the
+<a href="https://blog.example.com/how-we-pack">blog</a> shows how we pack your orders.</p>
+</body></html>"""
+
+
+def newsletter(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+    """Marketing sends a campaign email: tracked opens and clicks, one-click unsubscribe headers."""
+    who = person(rng)
+    enqueue(
+        conn,
+        EmailRequest(
+            to=who.email,
+            to_name=f"{who.first} {who.last}",
+            subject="Winter sale: 20% off everything on your desk",
+            text=f"Hello {who.first},\n\nOur winter sale starts today: https://shop.example.com/winter-sale\n",
+            html=NEWSLETTER_HTML.format(first=who.first),
+            campaign_id="winter-sale",
+        ),
+        settings=settings,
+    )
+    return "newsletter"
+
+
+RECENT_TRACKED = """
+SELECT e.tracking_token, e.unsubscribe_token,
+       (SELECT l.token FROM mailroom.tracked_links l WHERE l.email_id = e.id ORDER BY l.position LIMIT 1) AS link
+FROM mailroom.email_queue e
+WHERE e.status = 'sent' AND e.campaign_id = 'winter-sale' AND e.sent_at > now() - interval '1 hour'
+ORDER BY e.sent_at DESC LIMIT 20
+"""
+
+
+def readers(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+    """Recipients of the newsletter open it, click, and now and then unsubscribe, through the tracker."""
+    import urllib.error
+    import urllib.request
+
+    from worker.tracking import CLICK_PATH, OPEN_PATH, UNSUBSCRIBE_PATH
+
+    rows = conn.execute(RECENT_TRACKED).fetchall()
+    if not rows:
+        return "reader (nothing sent yet)"
+    row = rng.choice(rows)
+    roll = rng.random()
+    if roll < 0.05 and row["unsubscribe_token"] is not None:
+        path, data, what = (
+            UNSUBSCRIBE_PATH.format(token=row["unsubscribe_token"]),
+            b"List-Unsubscribe=One-Click",
+            "unsubscribe",
+        )
+    elif roll < 0.35 and row["link"] is not None:
+        path, data, what = CLICK_PATH.format(token=row["link"]), None, "click"
+    elif row["tracking_token"] is not None:
+        path, data, what = OPEN_PATH.format(token=row["tracking_token"]), None, "open"
+    else:
+        return "reader (untracked)"
+    # The demo's own tracker on loopback (settings.base_url is checked to be http(s) before any use).
+    url = settings.base_url + path
+    request = urllib.request.Request(url, data=data, method="POST" if data else "GET")  # noqa: S310
+
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # a click answers with a redirect to a site that does not exist: do not follow it
+
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        opener.open(request, timeout=2).close()
+    except urllib.error.HTTPError as exc:
+        if exc.code != 302:
+            raise ValueError(f"tracker answered {exc.code} to a {what}") from None
+    except OSError as exc:
+        raise ValueError(f"tracker unreachable: {exc}") from None
+    return what
 
 
 def lifecycle_signup(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
@@ -169,7 +244,15 @@ def signature_round(conn: psycopg.Connection[Any], settings: Settings, rng: rand
 
 Source = Callable[[psycopg.Connection[Any], Settings, random.Random], str]
 
-SOURCES: tuple[Source, ...] = (app_receipt, lifecycle_signup, order_events, signature_round)
+SOURCES: tuple[Source, ...] = (
+    app_receipt,
+    lifecycle_signup,
+    order_events,
+    signature_round,
+    newsletter,
+    readers,
+    readers,
+)
 
 BACKLOG = """
 SELECT
