@@ -314,6 +314,7 @@ Index(
     unsubscribe_list.c.campaign_id,
     postgresql_where=text("campaign_id IS NOT NULL"),
 )
+Index("unsubscribe_list_unsubscribed_at_idx", unsubscribe_list.c.unsubscribed_at)
 
 tracked_links = Table(
     "tracked_links",

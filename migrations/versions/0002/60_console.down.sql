@@ -1,0 +1,3 @@
+DROP INDEX IF EXISTS mailroom.unsubscribe_list_unsubscribed_at_idx;
+DROP TRIGGER IF EXISTS click_events_notify ON mailroom.click_events;
+DROP TRIGGER IF EXISTS open_events_notify ON mailroom.open_events;

@@ -1,0 +1,10 @@
+-- The console's Overview (issue 4, with issue 7's opens, clicks and unsubscribes per hour).
+-- Opens and clicks reach the console like every other change: one notification per statement (the
+-- tracker writes its events in group-committed batches, so a flood costs one notification a batch).
+CREATE TRIGGER open_events_notify AFTER INSERT ON mailroom.open_events
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+CREATE TRIGGER click_events_notify AFTER INSERT ON mailroom.click_events
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+-- Unsubscribes of the last 24 hours without reading the whole (never pruned) list.
+CREATE INDEX unsubscribe_list_unsubscribed_at_idx ON mailroom.unsubscribe_list (unsubscribed_at);
