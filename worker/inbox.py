@@ -36,6 +36,9 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "order_cancelled": ("customer_email", "customer_name", "order_number", "total", "currency"),
 }
 OPTIONAL_FIELDS = ("locale", "reason", "items")
+# Amounts (and quantity times unit price) stay below this: a typo of many digits is an error, not an email.
+MAX_AMOUNT = Decimal(10) ** 12
+MAX_QUANTITY = 1_000_000
 DEFAULT_CONSUMER = "mailroom"
 
 _RECORD = """
@@ -75,6 +78,8 @@ def _amount(field: str, value: object) -> Decimal:
         raise ValidationError(field, f"{value!r} is not a decimal amount") from None
     if not amount.is_finite() or amount < 0:
         raise ValidationError(field, "must be a finite amount of zero or more")
+    if amount >= MAX_AMOUNT:
+        raise ValidationError(field, f"must be less than {MAX_AMOUNT:,}")
     return amount
 
 
@@ -101,11 +106,13 @@ def _items(payload: Mapping[str, Any], currency: str, locale: str | None) -> lis
         if not isinstance(name, str) or not name.strip():
             raise ValidationError(f"{where}.name", "must be a non-empty string")
         quantity = item.get("quantity", 1)
-        if isinstance(quantity, bool) or not isinstance(quantity, int) or quantity < 1:
-            raise ValidationError(f"{where}.quantity", "must be a whole number of at least 1")
+        if isinstance(quantity, bool) or not isinstance(quantity, int) or not 1 <= quantity <= MAX_QUANTITY:
+            raise ValidationError(f"{where}.quantity", f"must be a whole number from 1 to {MAX_QUANTITY:,}")
         line: dict[str, Any] = {"name": name.strip(), "quantity": quantity, "line_total": None}
         if item.get("unit_price") is not None:
             price = _amount(f"{where}.unit_price", item["unit_price"])
+            if price * quantity >= MAX_AMOUNT:
+                raise ValidationError(f"{where}.unit_price", f"times quantity is {MAX_AMOUNT:,} or more")
             line["line_total"] = format_money(price * quantity, currency, locale)
         items.append(line)
     return items
@@ -139,12 +146,38 @@ def template_data(event_type: str, payload: Mapping[str, Any]) -> tuple[str, str
         raise ValidationError("payload.reason", "must be a string")
     data = {
         "customer_name": name,
-        "order_number": _text(payload, "order_number", 100),
+        # The order number is part of the subject: no line breaks or other control characters.
+        "order_number": check_header_text("payload.order_number", _text(payload, "order_number", 100)),
         "items": _items(payload, currency, locale),
         "total": format_money(_amount("payload.total", payload["total"]), currency, locale),
         "reason": reason or None,
     }
     return email, name, locale, data
+
+
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def payload_json(payload: Mapping[str, Any]) -> str:
+    """The payload as the JSON text the inbox stores; what PostgreSQL's jsonb cannot hold is a `ValidationError`."""
+    try:
+        text = json.dumps(payload, allow_nan=False)
+    except ValueError:
+        raise ValidationError(
+            "payload", "holds NaN or an infinite number (e.g. 1e400), which JSON cannot store"
+        ) from None
+    except TypeError as exc:
+        raise ValidationError("payload", f"cannot be written as JSON: {exc}") from None
+    if _has_nul(payload):
+        raise ValidationError("payload", "holds a NUL character (\\u0000), which PostgreSQL cannot store")
+    return text
 
 
 def _check_key(field: str, value: object) -> str:
@@ -178,9 +211,10 @@ def ingest_event(
     _check_key("message_id", message_id)
     _check_key("consumer", consumer)
     recipient, name, locale, data = template_data(event_type, payload)
+    stored = payload_json(payload)
     settings = settings or Settings.from_env()
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        got = cur.execute(_RECORD, (message_id, consumer, event_type, json.dumps(payload))).fetchone()
+        got = cur.execute(_RECORD, (message_id, consumer, event_type, stored)).fetchone()
         assert got is not None
         inserted, email_id, first_type = bool(got[0]), got[1], got[2]
         if not inserted:

@@ -137,6 +137,54 @@ def test_bad_events_are_rejected_with_nothing_stored(
         assert counts(conn) == (0, 0)
 
 
+# Values a JSON parser accepts but PostgreSQL or the money formatting cannot take: each used to end
+# `mailroom ingest` with a traceback (and stop the rest of the stream) instead of a clear error.
+UNSTORABLE: list[tuple[dict[str, Any], str]] = [
+    (placed(note=float("inf")), "payload"),
+    (placed(note=float("nan")), "payload"),
+    (placed(note="a\x00b"), "payload"),
+    (placed(items=[{"name": "x", "quantity": 1, "unit_price": "1e999999"}]), "payload.items[0].unit_price"),
+    (placed(items=[{"name": "x", "quantity": 1, "unit_price": float("nan")}]), "payload.items[0].unit_price"),
+    (placed(items=[{"name": "x", "quantity": 10**25}]), "payload.items[0].quantity"),
+    (placed(total="1e20"), "payload.total"),
+    (placed(order_number="A-1\nBcc: x@example.com"), "payload.order_number"),
+]
+
+
+def test_values_the_database_cannot_store_are_rejected_with_nothing_stored(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    for payload, field in UNSTORABLE:
+        with pytest.raises(ValidationError) as caught:
+            ingest_event(conn, "m-bad", "shop", "order_placed", payload, settings=settings)
+        assert caught.value.field == field, payload
+        conn.commit()
+        assert counts(conn) == (0, 0)
+
+
+def test_ingest_cli_goes_on_after_a_line_with_an_infinite_number(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+
+    from worker.cli import main
+
+    good = {"message_id": "m-1", "type": "order_placed", "payload": placed()}
+    # 1e400 is a valid JSON number that Python reads as infinity, which jsonb refuses.
+    bad = json.dumps({**good, "message_id": "m-0"}).replace(
+        '"currency": "eur"', '"currency": "eur", "note": 1e400'
+    )
+    monkeypatch.setattr(sys, "stdin", io.StringIO(bad + "\n" + json.dumps(good) + "\n"))
+    assert main(["ingest"]) == 1
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert results[0]["line"] == 1 and results[0]["field"] == "payload" and "infinite" in results[0]["error"]
+    assert results[1]["line"] == 2 and results[1]["duplicate"] is False
+    assert counts(conn) == (1, 1)
+
+
 def test_event_in_callers_transaction_rolls_back_with_it(
     conn: psycopg.Connection[Any], settings: Settings
 ) -> None:
