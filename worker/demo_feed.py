@@ -242,11 +242,59 @@ def signature_round(conn: psycopg.Connection[Any], settings: Settings, rng: rand
     return "reminder run"
 
 
+ZONES = [
+    "America/New_York",
+    "Europe/London",
+    "Europe/Paris",
+    "Asia/Kathmandu",
+    "Asia/Tokyo",
+    "Australia/Lord_Howe",
+    "Pacific/Kiritimati",
+    "Pacific/Pago_Pago",
+    "America/Sao_Paulo",
+]
+
+
+def birthdays(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+    """HR adds a person whose birthday is today, or in the next few days, in their own time zone.
+
+    Where it is already past the birthday time locally, the email is due at once (the local day has not
+    ended); elsewhere it waits for the morning, and the console's Schedule shows it coming.
+    """
+    from datetime import UTC, datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    from worker.birthdays import add_person
+
+    who = person(rng)
+    zone = rng.choice(ZONES)
+    local_today = datetime.now(UTC).astimezone(ZoneInfo(zone)).date()
+    day = local_today + timedelta(days=rng.choice([0, 0, 0, 1, 2]))
+    years = rng.randint(20, 60)
+    born = (
+        day.replace(year=day.year - years)
+        if (day.month, day.day) != (2, 29)
+        else day - timedelta(days=365 * years)
+    )
+    add_person(
+        conn,
+        email=who.email,
+        first_name=who.first,
+        last_name=who.last,
+        date_of_birth=born,
+        time_zone=zone,
+        locale=rng.choice(["en", "en", "fr"]),
+        settings=settings,
+    )
+    return "person"
+
+
 Source = Callable[[psycopg.Connection[Any], Settings, random.Random], str]
 
 SOURCES: tuple[Source, ...] = (
     app_receipt,
     lifecycle_signup,
+    birthdays,
     order_events,
     signature_round,
     newsletter,
@@ -258,7 +306,9 @@ BACKLOG = """
 SELECT
     (SELECT count(*) FROM mailroom.email_queue
       WHERE (status = 'pending' AND retry_count = 0 AND scheduled_for <= now()) OR status = 'assigned')
-  + (SELECT count(*) FROM mailroom.tokens WHERE mailed_at IS NULL AND expires_at > now()) AS backlog
+  + (SELECT count(*) FROM mailroom.tokens
+      WHERE mailed_at IS NULL AND mail_skipped_reason IS NULL AND expires_at > now())
+  + (SELECT count(*) FROM mailroom.events WHERE status IN ('pending', 'processing') AND due_at <= now()) AS backlog
 """
 
 
