@@ -89,6 +89,7 @@ class Settings:
     health_max_pending: int = 10_000
     health_max_oldest_pending_seconds: float = 3600.0
     health_max_idle_seconds: float = 900.0
+    health_idle_grace_seconds: float = 60.0  # the idle check counts email due for longer than this
     signing_key: str | None = None
     reminder_interval_seconds: float = 24 * 3600.0
     # lifecycle tokens live this long; birthday email goes out at this local time (HH:MM) in each person's zone
@@ -126,6 +127,7 @@ class Settings:
             health_max_pending=_int("MAILROOM_HEALTH_MAX_PENDING", 10_000, minimum=1),
             health_max_oldest_pending_seconds=_float("MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS", 3600.0),
             health_max_idle_seconds=_float("MAILROOM_HEALTH_MAX_IDLE_SECONDS", 900.0),
+            health_idle_grace_seconds=_float("MAILROOM_HEALTH_IDLE_GRACE_SECONDS", 60.0),
             signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
             reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
             token_ttl_seconds=_float("MAILROOM_TOKEN_TTL_SECONDS", 900.0, minimum=1.0),

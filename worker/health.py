@@ -2,8 +2,10 @@
 
 Three checks, each with a configurable threshold: the backlog (email due now, pending or being
 sent) is larger than `health_max_pending`; the oldest due email has waited longer than
-`health_max_oldest_pending_seconds`; nothing was sent for `health_max_idle_seconds` while email is
-due. Every figure comes from indexes over the active sets and one probe of the sent-email index.
+`health_max_oldest_pending_seconds`; nothing was sent for `health_max_idle_seconds` while email has
+been due (or in a worker's hands) for longer than `health_idle_grace_seconds`. The grace keeps a quiet
+queue from raising an alarm the moment a new email arrives: the worker gets that long to send it.
+Every figure comes from indexes over the active sets and one probe of the sent-email index.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ SELECT coalesce(%(now)s, now()) AS now,
        (SELECT count(*) FROM mailroom.email_queue WHERE status = 'assigned') AS assigned,
        (SELECT min(scheduled_for) FROM mailroom.email_queue
         WHERE status = 'pending' AND scheduled_for <= coalesce(%(now)s, now())) AS oldest_due,
-       (SELECT max(sent_at) FROM mailroom.email_queue WHERE status = 'sent') AS last_sent_at
+       (SELECT max(sent_at) FROM mailroom.email_queue WHERE status = 'sent') AS last_sent_at,
+       EXISTS (SELECT 1 FROM mailroom.email_queue
+               WHERE status = 'pending'
+                 AND scheduled_for <= coalesce(%(now)s, now()) - make_interval(secs => %(grace)s))
+       OR EXISTS (SELECT 1 FROM mailroom.email_queue
+                  WHERE status = 'assigned'
+                    AND assigned_at <= coalesce(%(now)s, now()) - make_interval(secs => %(grace)s))
+           AS waiting_past_grace
 """
 
 
@@ -70,7 +79,7 @@ def check_health(
 ) -> HealthReport:
     """Measure the queue against the thresholds in `settings`; `now` defaults to the database's clock."""
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(_FIGURES, {"now": now}).fetchone()
+        row = cur.execute(_FIGURES, {"now": now, "grace": settings.health_idle_grace_seconds}).fetchone()
     assert row is not None
     clock: datetime = row["now"]
     pending = int(row["due"]) + int(row["assigned"])
@@ -86,6 +95,7 @@ def check_health(
             "max_pending": settings.health_max_pending,
             "max_oldest_pending_seconds": settings.health_max_oldest_pending_seconds,
             "max_idle_seconds": settings.health_max_idle_seconds,
+            "idle_grace_seconds": settings.health_idle_grace_seconds,
         },
     )
     if pending > settings.health_max_pending:
@@ -99,10 +109,13 @@ def check_health(
             f" {_duration(settings.health_max_oldest_pending_seconds)} (MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS);"
             " is a worker running?"
         )
-    if pending and (since_send is None or since_send > settings.health_max_idle_seconds):
-        when = "ever" if since_send is None else f"in {_duration(since_send)}"
+    idle = since_send is None or since_send > settings.health_max_idle_seconds
+    if pending and row["waiting_past_grace"] and idle:
+        # After retention archived every sent email there is no sending time on record at all.
+        when = "(no sent email on record)" if since_send is None else f"in {_duration(since_send)}"
         report.reasons.append(
-            f"nothing was sent {when} while {pending} emails are pending"
+            f"nothing was sent {when} while {pending} emails are pending, some for over"
+            f" {_duration(settings.health_idle_grace_seconds)}"
             f" (MAILROOM_HEALTH_MAX_IDLE_SECONDS is {_duration(settings.health_max_idle_seconds)}); the worker may be down"
         )
     return report

@@ -78,13 +78,38 @@ def test_silence_while_email_is_pending_is_unhealthy(
     )
     conn.commit()
     assert check_health(conn, settings).ok  # scheduled for tomorrow: not pending yet
-    pending(conn, settings, 1)
+    pending(conn, settings, 1, waited="2 minutes")
     report = check_health(conn, settings)
     assert len(report.reasons) == 1 and report.reasons[0].startswith(
-        "nothing was sent in 20 min while 1 emails"
+        "nothing was sent in 20 min while 1 emails are pending, some for over 1 min"
     )
     sent(conn, settings, "5 minutes")
     assert check_health(conn, settings).ok
+
+
+def test_fresh_email_after_a_quiet_spell_gets_the_grace_before_it_counts(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    sent(conn, settings, "3 hours")
+    [fresh] = pending(conn, settings, 1, waited="10 seconds")
+    report = check_health(conn, settings)
+    assert report.ok and report.pending == 1 and report.thresholds["idle_grace_seconds"] == 60
+    # Past the grace (the database clock moved on), or with a shorter grace, the silence counts.
+    db_now = conn.execute("SELECT now() AS now").fetchone()
+    assert db_now is not None
+    later = check_health(conn, settings, now=db_now["now"] + timedelta(seconds=55))
+    assert len(later.reasons) == 1 and later.reasons[0].startswith("nothing was sent in 3.0 h")
+    assert not check_health(conn, replace(settings, health_idle_grace_seconds=5)).ok
+    # An email in a worker's hands for longer than the grace counts too; a fresh claim does not.
+    conn.execute(
+        "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 't', lease_token = gen_random_uuid(),"
+        " lease_expires_at = now() + interval '1 hour' WHERE id = %s",
+        (fresh,),
+    )
+    conn.commit()
+    assert check_health(conn, settings).ok
+    later = check_health(conn, settings, now=db_now["now"] + timedelta(minutes=2))
+    assert len(later.reasons) == 1 and "the worker may be down" in later.reasons[0]
 
 
 def test_clock_can_be_given(conn: psycopg.Connection[Any], settings: Settings) -> None:

@@ -14,7 +14,9 @@ Check the email queue and exit non-zero, saying why, when:
   - more email is pending (due now or being sent) than MAILROOM_HEALTH_MAX_PENDING (default 10000),
   - the oldest pending email has waited longer than MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS
     (default 3600),
-  - nothing was sent for MAILROOM_HEALTH_MAX_IDLE_SECONDS (default 900) while email is pending,
+  - nothing was sent for MAILROOM_HEALTH_MAX_IDLE_SECONDS (default 900) while email has been
+    pending for longer than MAILROOM_HEALTH_IDLE_GRACE_SECONDS (default 60): a fresh email after a
+    quiet spell gets that long to go out before it counts,
   - or the database cannot be reached.
 Exit status: 0 healthy, 1 unhealthy. Suitable for monitoring probes."""
 
