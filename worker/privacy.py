@@ -6,8 +6,11 @@ people rows. Erase replaces the address with a fresh `erased-…@erased.invalid`
 content, IP addresses and user agents in one transaction, so counts, timestamps and statuses stay;
 the archive files are rewritten just before it commits (should the commit fail, erasing again
 finishes the job). Signatures are kept unchanged: they are signed evidence, and rewriting
-them would break their chain (the report says how many were kept). The address is added to no list
-unless `suppress` asks for it.
+them would break their chain (the report says how many were kept). So are the expected-signer rows
+and reminder logs of the documents the address signed (status and completion stay true); `docs
+verify` still passes and `privacy export` still lists them. The signer rows of documents it had not
+signed are anonymised, and reminders skip them. The address is added to no list unless `suppress`
+asks for it.
 """
 
 from __future__ import annotations
@@ -113,6 +116,10 @@ def export_address(
                 archived.append({"archive_file": path.name, **record})
     result["archived_emails"] = archived
     return result
+
+
+class ErasureInFlight(ValidationError):
+    """The address has email in a worker's hands: erasing now would race with its send."""
 
 
 @dataclass
@@ -254,7 +261,8 @@ def erase_address(
 ) -> ErasureReport:
     """Anonymise `address` in every table and archive file, in one transaction; see the module docstring.
 
-    Email not yet sent to the address is cancelled (nothing is sent to an erased person). With
+    Email not yet sent to the address is cancelled (nothing is sent to an erased person); email a
+    worker is sending at this moment makes the erasure fail with `ErasureInFlight`, changing nothing. With
     `suppress`, the address stays on (or is added to) the unsubscribe list with source `privacy`.
     """
     addr = normalise(address)
@@ -279,6 +287,21 @@ def erase_address(
             " WHERE lower(recipient_email) = %(addr)s AND status = 'pending'",
             params,
         ).rowcount
+        # An email a worker is sending right now would come back after the commit with the address
+        # in its SMTP response and bounce entry, or return to the queue with erased content. Such an
+        # erasure is refused (nothing changed): the send takes seconds, a dead worker's lease minutes.
+        busy = cur.execute(
+            "SELECT count(*) AS n, max(lease_expires_at) AS until FROM mailroom.email_queue"
+            " WHERE lower(recipient_email) = %(addr)s AND status = 'assigned'",
+            params,
+        ).fetchone()
+        assert busy is not None
+        if busy["n"]:
+            raise ErasureInFlight(
+                "email",
+                f"{busy['n']} email(s) to {report.address_masked} are being sent right now; erase again"
+                f" once they are done (at the latest when their lease ends, {busy['until']:%Y-%m-%d %H:%M:%S %Z})",
+            )
         params["ids"] = [
             r["id"]
             for r in cur.execute(

@@ -7,7 +7,8 @@ suppressed, cancelled) into the log row, so the delivery engine knows nothing of
 
 A signer reminded less than the configured interval ago (`MAILROOM_REMINDER_INTERVAL_SECONDS`) is
 refused with the reason; reminders that failed or were cancelled do not count, since nobody got
-them. Addresses on the bounce list are skipped too: the worker would suppress the email anyway.
+them. Addresses on the bounce list are skipped too: the worker would suppress the email anyway. So
+are signers whose address a privacy erasure replaced (`…@erased.invalid`): nobody is there to remind.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from worker.config import Settings
 from worker.documents import REMINDER_TEMPLATE, Document, get_document
 from worker.masking import mask_address
 from worker.outbox import EmailRequest, enqueue
+from worker.privacy import ERASED_DOMAIN
 from worker.validation import ValidationError
 
 log = logging.getLogger("mailroom.reminders")
@@ -81,6 +83,8 @@ def _interval(settings: Settings, interval: timedelta | None) -> float:
 
 
 def _refusal(row: dict[str, Any], interval_seconds: float) -> str | None:
+    if row["email"].endswith("@" + ERASED_DOMAIN):
+        return "the address was erased by a privacy request"
     if row["bounce_type"] is not None:
         return f"address is on the bounce list ({row['bounce_type']})"
     if row["reminded_at"] is not None:

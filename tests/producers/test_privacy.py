@@ -239,3 +239,61 @@ def test_privacy_cli_export_erase_round_trip(
     again = json.loads(capsys.readouterr().out)
     assert again["emails"] == [] and again["archived_emails"] == [] and again["send_logs"] == []
     assert main(["privacy", "export", "not-an-address"]) == 2
+
+
+def test_erase_keeps_signatures_verifiable_and_exported_and_stops_reminders_to_the_erased_signer(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    from worker.signatures import add_document, expect_signer, send_reminders, sign_document, verify_chain
+
+    directory = archive_directory(settings)
+    for doc in ("handbook", "policy"):
+        add_document(conn, doc, title=doc.title())
+        for who, name in ((ADA, "Ada"), (BOB, "Bob")):
+            expect_signer(conn, doc, who, name=name, settings=settings)
+        conn.commit()
+    for who in (ADA, BOB):
+        sign_document(conn, "handbook", who, settings=settings)
+        conn.commit()
+    report = erase_address(conn, ADA, archive_dir=directory)
+    conn.commit()
+    assert report.kept_signatures == 1
+    # Signed evidence is untouched: every signature and link still verifies, and export still shows it.
+    chain = verify_chain(conn, "handbook", settings=settings)
+    assert chain.ok and chain.checked == 2, chain.summary()
+    [signature] = export_address(conn, ADA, directory)["signatures"]
+    assert signature["doc_id"] == "handbook" and json.loads(signature["payload"])["signer"] == ADA
+    # Ada had not signed the policy: her signer row is anonymised, and a reminder run mails only Bob.
+    result = send_reminders(conn, "policy", settings=settings)
+    conn.commit()
+    assert result.queued == 1
+    assert list(result.skipped.values()) == ["the address was erased by a privacy request"]
+    queued = conn.execute("SELECT recipient_email FROM mailroom.email_queue").fetchall()
+    assert queued == [{"recipient_email": BOB}]
+
+
+def test_erase_is_refused_with_nothing_changed_while_an_email_to_the_address_is_being_sent(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    from worker.privacy import ErasureInFlight
+
+    waiting, sending = (
+        enqueue(conn, EmailRequest(to=ADA, subject=s, text="x"), settings=settings) for s in ("Later", "Now")
+    )
+    conn.execute(
+        "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'w', lease_token = gen_random_uuid(),"
+        " lease_expires_at = now() + interval '5 minutes' WHERE id = %s",
+        (sending,),
+    )
+    conn.commit()
+    before = conn.execute("SELECT * FROM mailroom.email_queue ORDER BY id").fetchall()
+    with pytest.raises(ErasureInFlight) as caught:
+        erase_address(conn, ADA)
+    assert "being sent right now" in str(caught.value) and ADA not in str(caught.value)
+    assert conn.execute("SELECT * FROM mailroom.email_queue ORDER BY id").fetchall() == before
+    # The worker gives the email back (or its lease ends): now the erasure goes through.
+    conn.execute("UPDATE mailroom.email_queue SET status = 'pending' WHERE id = %s", (sending,))
+    conn.commit()
+    report = erase_address(conn, ADA)
+    conn.commit()
+    assert report.cancelled == 2 and waiting != sending

@@ -21,8 +21,11 @@ Anonymise EMAIL everywhere, in one transaction, archive files included: the addr
 erased-<random>@erased.invalid; names, subjects, bodies, template data, IP addresses and user agents
 are cleared. Counts, timestamps and statuses stay. Email not yet sent to it is cancelled. Signatures
 are kept unchanged (signed evidence; rewriting them would break the chain), and so are the signers
-of documents they signed. The address is put on no list unless --suppress is given, which keeps it
-(or puts it) on the unsubscribe list with source 'privacy'."""
+of documents they signed and those documents' reminder logs: `docs verify` still passes and
+`privacy export` still lists them. Signer rows of documents not yet signed are anonymised and get no
+more reminders. While a worker is sending email to the address the erasure is refused (exit
+status 2, nothing changed): run it again once that send is done. The address is put on no list unless --suppress is given, which keeps it (or puts
+it) on the unsubscribe list with source 'privacy'."""
 
 
 def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
