@@ -1,4 +1,5 @@
-"""Bulk enqueue throughput: `python bench/enqueue.py [N] [JOBS]` prints emails/s for `mailroom enqueue` on N lines.
+"""Bulk enqueue throughput: `python -m bench.enqueue [N] [JOBS] [transactional|marketing]` prints emails/s for
+`mailroom enqueue` on N lines.
 
 Uses MAILROOM_DATABASE_URL when set, else a throwaway embedded PostgreSQL. The figure
 includes JSON parsing, validation, and COPY into the queue (what an operator's bulk load pays).
@@ -23,8 +24,10 @@ from worker.db import upgrade
 from worker.embedded import EmbeddedPostgres
 
 
-def make_file(path: Path, n: int) -> None:
-    """Write N realistic JSON lines: distinct recipients, a campaign, one in ten with an idempotency key."""
+def make_file(path: Path, n: int, kind: str = "transactional") -> None:
+    """Write N realistic JSON lines: distinct recipients, grouped under a campaign id, one in ten with an
+    idempotency key. `transactional` lines are shipping notices (no tracking, no unsubscribe headers);
+    `marketing` lines are newsletter email (tracking token, unsubscribe token and List-Unsubscribe headers)."""
     with path.open("w", encoding="utf-8") as out:
         for i in range(n):
             line = {
@@ -33,6 +36,7 @@ def make_file(path: Path, n: int) -> None:
                 "subject": f"Your order #{100000 + i} has shipped",
                 "text": f"Hello Customer {i},\n\nYour order #{100000 + i} is on its way.\n",
                 "campaign_id": "shipping",
+                "transactional": kind == "transactional",
             }
             if i % 10 == 0:
                 line["idempotency_key"] = f"order-{i}"
@@ -43,6 +47,9 @@ def main() -> None:
     """Run the benchmark and print its figures."""
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
     jobs = sys.argv[2] if len(sys.argv) > 2 else "2"
+    kind = sys.argv[3] if len(sys.argv) > 3 else "transactional"
+    if kind not in ("transactional", "marketing"):
+        sys.exit("usage: python -m bench.enqueue [N] [JOBS] [transactional|marketing]")
     work = Path(tempfile.mkdtemp(prefix="mailroom-bench-"))
     server = None
     try:
@@ -53,7 +60,7 @@ def main() -> None:
             os.environ["MAILROOM_DATABASE_URL"] = url
         upgrade(url)
         data = work / "mail.jsonl"
-        make_file(data, n)
+        make_file(data, n, kind)
         started = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             code = mailroom(["enqueue", str(data), "--jobs", jobs])
@@ -62,7 +69,7 @@ def main() -> None:
             row = conn.execute("SELECT count(*) FROM mailroom.email_queue").fetchone()
         stored = row[0] if row else 0
         print(
-            f"enqueue: {n} lines, exit {code}, {stored} rows stored, {elapsed:.2f} s, {n / elapsed:,.0f} emails/s (jobs {jobs})"
+            f"enqueue: {n} {kind} lines, exit {code}, {stored} rows stored, {elapsed:.2f} s, {n / elapsed:,.0f} emails/s (jobs {jobs})"
         )
     finally:
         if server is not None:
