@@ -41,9 +41,10 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
          WHERE status = 'pending' AND scheduled_for <= %(now)s) AS oldest_due
 """
 
-# Retrying email has no index of its own: counted exactly only while pending email is under the cap.
+# Retrying email has its own partial index (email_queue_retrying_idx): counted there, up to the cap.
 RETRYING_COUNT = """
-SELECT count(*) AS retrying FROM mailroom.email_queue WHERE status = 'pending' AND retry_count > 0
+SELECT count(*) AS retrying FROM (SELECT 1 FROM mailroom.email_queue
+       WHERE status = 'pending' AND retry_count > 0 LIMIT %(cap)s) s
 """
 
 # About 1% of the queue's pages, scaled up: the estimate shown once pending email passes the cap.
@@ -66,6 +67,28 @@ FROM mailroom.send_logs
 WHERE attempted_at > %(now)s::timestamptz - interval '1 hour' AND attempted_at <= %(now)s
 GROUP BY 1
 """
+
+# Opens, clicks and unsubscribes in each of the last 24 hours (bins end at `now`). The event tables
+# are partitioned by month: the time range prunes them to this month's partition (and last month's
+# on the first day); the unsubscribe list is read through its unsubscribed_at index.
+TRACKING_PER_HOUR = """
+SELECT 'opens' AS kind, date_bin('1 hour', occurred_at, %(now)s::timestamptz) AS hour, count(*) AS n
+FROM mailroom.open_events
+WHERE occurred_at >= %(now)s::timestamptz - interval '24 hours' AND occurred_at < %(now)s
+GROUP BY 2
+UNION ALL
+SELECT 'clicks', date_bin('1 hour', occurred_at, %(now)s::timestamptz), count(*)
+FROM mailroom.click_events
+WHERE occurred_at >= %(now)s::timestamptz - interval '24 hours' AND occurred_at < %(now)s
+GROUP BY 2
+UNION ALL
+SELECT 'unsubscribes', date_bin('1 hour', unsubscribed_at, %(now)s::timestamptz), count(*)
+FROM mailroom.unsubscribe_list
+WHERE unsubscribed_at >= %(now)s::timestamptz - interval '24 hours' AND unsubscribed_at < %(now)s
+GROUP BY 2
+"""
+
+TRACKING_KINDS = ("opens", "clicks", "unsubscribes")
 
 SENDERS = """
 SELECT s.id, s.name, s.status, s.status_reason, s.daily_limit, s.warmup_stage, s.warmup_limit,
@@ -108,10 +131,11 @@ LIMIT 200
 
 # --- Failures -------------------------------------------------------------------------------
 
-# Keyset pages over the failed partial index (finished_at DESC, id DESC).
+# The Failures screen lists failed email (newest failure first) and then retrying email (next attempt
+# first); each part is a keyset page over its own partial index, keyed by (kind, sort_at, id).
 FAILED_PAGE = """
 SELECT id, recipient_email, subject, last_error, retry_count, max_retries, next_retry_at,
-       finished_at, scheduled_for, status
+       finished_at, scheduled_for, status, 'failed' AS kind, finished_at AS sort_at
 FROM mailroom.email_queue
 WHERE status = 'failed'
   AND (%(after_at)s::timestamptz IS NULL OR (finished_at, id) < (%(after_at)s, %(after_id)s))
@@ -121,10 +145,10 @@ ORDER BY finished_at DESC, id DESC
 LIMIT %(limit)s
 """
 
-# Retrying email is pending with attempts behind it: walked in due order over the pending index.
+# Retrying email is pending with attempts behind it: walked in due order over email_queue_retrying_idx.
 RETRYING_PAGE = """
 SELECT id, recipient_email, subject, last_error, retry_count, max_retries, next_retry_at,
-       finished_at, scheduled_for, status
+       finished_at, scheduled_for, status, 'retrying' AS kind, scheduled_for AS sort_at
 FROM mailroom.email_queue
 WHERE status = 'pending' AND retry_count > 0
   AND (%(after_at)s::timestamptz IS NULL OR (scheduled_for, id) > (%(after_at)s, %(after_id)s))
@@ -132,6 +156,14 @@ WHERE status = 'pending' AND retry_count > 0
        OR last_error ILIKE %(pattern)s)
 ORDER BY scheduled_for, id
 LIMIT %(limit)s
+"""
+
+# How many of each the Failures screen's title reports, each stopping at the cap (shown as "N+").
+FAILURE_COUNTS = """
+SELECT (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
+         WHERE status = 'failed' LIMIT %(cap)s) s) AS failed,
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
+         WHERE status = 'pending' AND retry_count > 0 LIMIT %(cap)s) s) AS retrying
 """
 
 EMAIL_DETAIL = """
@@ -254,6 +286,13 @@ class Overview:
     senders: list[Row]
     documents: list[Row]
     latest_failures: list[Row]
+    # Opens, clicks and unsubscribes per hour over the last 24 hours, oldest hour first.
+    tracking: dict[str, list[int]] = field(default_factory=dict)
+
+
+# Where a Failures page starts: after this (kind, sort_at, id), kind being 'failed' or 'retrying'.
+FailureKey = tuple[str, datetime, int]
+FAILURE_KINDS = ("all", "failed", "retrying")
 
 
 @dataclass
@@ -271,6 +310,20 @@ def like_pattern(text: str | None) -> str | None:
         return None
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def _keyset(after: FailureKey | None, pattern: str | None, limit: int) -> dict[str, Any]:
+    return {
+        "after_at": after[1] if after else None,
+        "after_id": after[2] if after else None,
+        "pattern": pattern,
+        "limit": limit,
+    }
+
+
+def failure_key(row: Row) -> FailureKey:
+    """The key a Failures page following `row` starts after."""
+    return (str(row["kind"]), row["sort_at"], int(row["id"]))
 
 
 class ConsoleData:
@@ -322,7 +375,9 @@ class ConsoleData:
             depth.update((await self.fetch(PENDING_SAMPLE, {"now": now}))[0])
             depth["estimated"] = {"pending", "due_now", "scheduled_later", "retrying"}
         else:
-            depth.update((await self.fetch(RETRYING_COUNT))[0])
+            depth.update((await self.fetch(RETRYING_COUNT, {"cap": self.exact_limit + 1}))[0])
+            if depth["retrying"] > self.exact_limit:
+                depth["capped"].add("retrying")
         minutes = await self.fetch(SENT_PER_MINUTE, {"now": now})
         per_minute = [0.0] * 60
         for row in minutes:
@@ -336,8 +391,18 @@ class ConsoleData:
             failed_last_hour=sum(int(r["failed"]) for r in minutes),
             senders=await self.senders(now),
             documents=await self.documents(limit=8),
-            latest_failures=(await self.failures("failed", None, limit=8)).rows,
+            latest_failures=(await self.failures("failed", None, limit=8, counts=False)).rows,
+            tracking=await self.tracking(now),
         )
+
+    async def tracking(self, now: datetime) -> dict[str, list[int]]:
+        """Opens, clicks and unsubscribes in each of the 24 hours before `now`, oldest first."""
+        hours: dict[str, list[int]] = {kind: [0] * 24 for kind in TRACKING_KINDS}
+        for row in await self.fetch(TRACKING_PER_HOUR, {"now": now}):
+            ago = round((now - row["hour"]).total_seconds() / 3600)  # 1 for the last hour ... 24
+            if 1 <= ago <= 24:
+                hours[str(row["kind"])][24 - ago] = int(row["n"])
+        return hours
 
     async def senders(self, now: datetime) -> list[Row]:
         """Every sender account with the UTC day of `now`'s usage."""
@@ -354,24 +419,32 @@ class ConsoleData:
     async def failures(
         self,
         kind: str,
-        after: tuple[datetime, int] | None,
+        after: FailureKey | None,
         *,
         text: str | None = None,
         limit: int | None = None,
+        counts: bool = True,
     ) -> Page:
-        """A page of failed (newest first) or retrying (next due first) email after the key `after`."""
-        query = FAILED_PAGE if kind == "failed" else RETRYING_PAGE
+        """A page of email after the key `after`: failed (newest failure first), then retrying (next due first).
+
+        `kind` is 'all', 'failed' or 'retrying'. The retrying part is read only once the failed part
+        runs out, so a page costs two index walks of at most a page each, at 100 or 100,000 failures.
+        """
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"unknown kind of failure list: {kind!r}")
         limit = limit or self.page_size
-        rows = await self.fetch(
-            query,
-            {
-                "after_at": after[0] if after else None,
-                "after_id": after[1] if after else None,
-                "pattern": like_pattern(text),
-                "limit": limit + 1,
-            },
-        )
-        return Page(rows=rows[:limit], more=len(rows) > limit)
+        pattern = like_pattern(text)
+        after_kind = after[0] if after else None
+        rows: list[Row] = []
+        if kind in ("all", "failed") and after_kind in (None, "failed"):
+            rows = await self.fetch(FAILED_PAGE, _keyset(after, pattern, limit + 1))
+        if kind in ("all", "retrying") and len(rows) <= limit:
+            start = after if after_kind == "retrying" else None
+            rows += await self.fetch(RETRYING_PAGE, _keyset(start, pattern, limit + 1 - len(rows)))
+        extra: dict[str, Any] = {}
+        if counts:
+            extra["counts"] = (await self.fetch(FAILURE_COUNTS, {"cap": self.exact_limit + 1}))[0]
+        return Page(rows=rows[:limit], more=len(rows) > limit, extra=extra)
 
     async def email_detail(self, email_id: int) -> tuple[Row | None, list[Row]]:
         """One email and every attempt in its send log."""

@@ -209,6 +209,12 @@ Index(
 Index("email_queue_lease_idx", email_queue.c.lease_expires_at, postgresql_where=text("status = 'assigned'"))
 Index("email_queue_failed_idx", email_queue.c.finished_at.desc(), postgresql_where=text("status = 'failed'"))
 Index(
+    "email_queue_retrying_idx",
+    email_queue.c.scheduled_for,
+    email_queue.c.id,
+    postgresql_where=text("status = 'pending' AND retry_count > 0"),
+)
+Index(
     "email_queue_suppressed_idx",
     email_queue.c.finished_at.desc(),
     postgresql_where=text("status = 'suppressed'"),

@@ -1,8 +1,7 @@
-"""Failures: failed and retrying email, a keyset page at a time; retry, cancel, and each email's history."""
+"""Failures: failed and retrying email in one list, a keyset page at a time; retry, cancel, each email's history."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -10,19 +9,22 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
 
-from console.queries import Page
+from console.queries import FAILURE_KINDS, FailureKey, Page, failure_key
 from console.screens.base import DataScreen, fill_table, selected_key
 from console.screens.detail import EmailDetailScreen
-from console.widgets.cells import ago, masked, one_line, until
+from console.widgets.cells import ago, masked, one_line, status_cell, until
 from console.widgets.dialogs import ConfirmScreen
 
-KINDS = ("failed", "retrying")
+SHOWING = {"all": "Failed and retrying email", "failed": "Failed email", "retrying": "Retrying email"}
 
 
 class FailuresScreen(DataScreen):
-    """Every failed and retrying email, newest failure first, never loaded all at once."""
+    """Every failed email (newest failure first), then every retrying one (next attempt first), a page at a time.
+
+    `t` narrows the list to failed or retrying email and back. `r` retries a failed email; a retrying
+    one is already on its way (the worker's retry takes failed email only), which `r` says.
+    """
 
     MODE = "failures"
     TITLE = "Failures"
@@ -34,19 +36,20 @@ class FailuresScreen(DataScreen):
         Binding("space", "mark", "Mark"),
         Binding("R", "retry_many", "Retry marked/all"),
         Binding("c", "cancel", "Cancel"),
-        Binding("t", "toggle_kind", "Failed/retrying"),
-        Binding("right_square_bracket", "page(1)", "Next page"),
-        Binding("left_square_bracket", "page(-1)", "Prev page"),
+        Binding("t", "toggle_kind", "Show"),
+        Binding("right_square_bracket", "page(1)", "Next page", show=False),
+        Binding("left_square_bracket", "page(-1)", "Prev page", show=False),
         *DataScreen.BINDINGS,
     ]
 
     def __init__(self) -> None:
         super().__init__()
-        self.kind = "failed"
-        self.marked: set[int] = set()
+        self.kind = "all"
+        # Marked emails and whether each was failed or retrying when marked (R retries the failed ones).
+        self.marked: dict[int, str] = {}
         # Keys of the pages before the one shown; the shown page starts after `self.after`.
-        self.after: tuple[datetime, int] | None = None
-        self.previous: list[tuple[datetime, int] | None] = []
+        self.after: FailureKey | None = None
+        self.previous: list[FailureKey | None] = []
         self.page: Page = Page(rows=[], more=False)
 
     def compose(self) -> ComposeResult:
@@ -60,11 +63,12 @@ class FailuresScreen(DataScreen):
         table = self.query_one("#failures", DataTable)
         table.add_column(" ", key="mark", width=1)
         table.add_column("ID", key="id")
+        table.add_column("Status", key="status")
         table.add_column("Recipient", key="recipient")
         table.add_column("Subject", key="subject")
         table.add_column("Error", key="error")
         table.add_column("Tries", key="tries")
-        table.add_column("Next retry" if self.kind == "retrying" else "Failed", key="when")
+        table.add_column("Failed/next", key="when")
 
     async def fetch(self) -> Page:
         """The current page."""
@@ -76,16 +80,23 @@ class FailuresScreen(DataScreen):
         self.page = data
         now = self.console.clock()
         # Subject and error share what the fixed columns leave, so Tries and the time stay in view.
-        room = max(24, self.app.size.width - 62)
+        room = max(20, self.app.size.width - 76)
         subject_width, error_width = room * 2 // 5, room - room * 2 // 5
         table = self.query_one("#failures", DataTable)
         number = len(self.previous) + 1
-        more = ", more follow" if data.more else ""
+        more = ", ] next" if data.more else ""
+        back = ", [ back" if self.previous else ""
         marked = f", {len(self.marked)} marked" if self.marked else ""
-        table.border_title = self.subtitle(
-            f"{self.kind.capitalize()} email, page {number} ({len(data.rows)} shown{more}{marked})"
+        counts = data.extra.get("counts", {})
+        limit = self.console.data.exact_limit
+        total = ", ".join(
+            f"{limit:,}+ {k}" if int(counts[k]) > limit else f"{int(counts[k]):,} {k}"
+            for k in ("failed", "retrying")
+            if k in counts and self.kind in ("all", k)
         )
-        table.columns[ColumnKey("when")].label = Text("Next retry" if self.kind == "retrying" else "Failed")
+        table.border_title = self.subtitle(
+            f"{SHOWING[self.kind]} ({total}): page {number}{more}{back}{marked}"
+        )
         fill_table(
             table,
             (
@@ -94,12 +105,13 @@ class FailuresScreen(DataScreen):
                     (
                         Text("●", style="bold magenta") if int(r["id"]) in self.marked else "",
                         Text(str(r["id"]), justify="right"),
+                        status_cell(str(r["kind"])),
                         masked(r["recipient_email"]),
                         one_line(r["subject"], subject_width),
                         one_line(r["last_error"], error_width),
                         f"{r['retry_count']}/{r['max_retries']}",
-                        until(r["next_retry_at"] or r["scheduled_for"], now)
-                        if self.kind == "retrying"
+                        Text(until(r["scheduled_for"], now), style="yellow")
+                        if r["kind"] == "retrying"
                         else ago(r["finished_at"], now),
                     ),
                 )
@@ -111,6 +123,9 @@ class FailuresScreen(DataScreen):
         key = selected_key(self.query_one("#failures", DataTable))
         return int(key) if key is not None else None
 
+    def _row(self, email_id: int) -> dict[str, Any] | None:
+        return next((r for r in self.page.rows if int(r["id"]) == email_id), None)
+
     def filter_changed(self) -> None:
         """A new filter starts at the first page."""
         self.after, self.previous = None, []
@@ -119,18 +134,16 @@ class FailuresScreen(DataScreen):
     # --- navigation ---------------------------------------------------------------------
 
     def action_toggle_kind(self) -> None:
-        """Switch between failed and retrying email."""
-        self.kind = KINDS[(KINDS.index(self.kind) + 1) % len(KINDS)]
-        self.after, self.previous, self.marked = None, [], set()
+        """Show failed and retrying email, only failed, only retrying, then both again."""
+        self.kind = FAILURE_KINDS[(FAILURE_KINDS.index(self.kind) + 1) % len(FAILURE_KINDS)]
+        self.after, self.previous, self.marked = None, [], {}
         self.reload()
 
     def action_page(self, step: int) -> None:
         """Next or previous page by key, never by offset."""
         if step > 0 and self.page.more and self.page.rows:
-            last = self.page.rows[-1]
-            key = last["finished_at"] if self.kind == "failed" else last["scheduled_for"]
             self.previous.append(self.after)
-            self.after = (key, int(last["id"]))
+            self.after = failure_key(self.page.rows[-1])
         elif step < 0 and self.previous:
             self.after = self.previous.pop()
         else:
@@ -153,9 +166,11 @@ class FailuresScreen(DataScreen):
     def action_mark(self) -> None:
         """Mark or unmark the selected email for R / c."""
         email_id = self._selected()
-        if email_id is None:
+        row = self._row(email_id) if email_id is not None else None
+        if email_id is None or row is None:
             return
-        self.marked ^= {email_id}
+        if self.marked.pop(email_id, None) is None:
+            self.marked[email_id] = str(row["kind"])
         table = self.query_one("#failures", DataTable)
         table.update_cell(
             str(email_id), "mark", Text("●", style="bold magenta") if email_id in self.marked else ""
@@ -163,28 +178,47 @@ class FailuresScreen(DataScreen):
         table.action_cursor_down()
 
     def action_retry(self) -> None:
-        """Retry the selected email now."""
+        """Retry the selected failed email now; a retrying one is already on its way."""
         from worker.queue import retry
 
         email_id = self._selected()
-        if email_id is None:
+        row = self._row(email_id) if email_id is not None else None
+        if email_id is None or row is None:
+            self.console.say("no email selected", severity="warning")
+            return
+        if row["kind"] == "retrying":
+            when = until(row["scheduled_for"], self.console.clock())
+            self.console.say(
+                f"email {email_id} is already being retried (next attempt {when}); r retries failed email",
+                severity="warning",
+            )
             return
         self.console.perform(lambda conn: retry(conn, [email_id]).summary("retried"), what="retry")
 
     @work(group="confirm")
     async def action_retry_many(self) -> None:
-        """Retry the marked emails, or every failed email when none is marked (asks first)."""
+        """Retry the marked failed emails, or every failed email when none is marked (asks first)."""
         from worker.queue import retry, retry_all_failed
 
-        ids = sorted(self.marked)
+        ids = sorted(i for i, kind in self.marked.items() if kind == "failed")
+        retrying = len(self.marked) - len(ids)
+        aside = (
+            f" ({retrying} marked email(s) already being retried are left as they are.)" if retrying else ""
+        )
+        if self.marked and not ids:
+            self.console.say(
+                f"the {retrying} marked email(s) are already being retried; R retries failed email",
+                severity="warning",
+            )
+            return
         question = (
-            f"Retry the {len(ids)} marked email(s)?"
+            f"Retry the {len(ids)} marked failed email(s)?{aside}"
             if ids
             else "Retry EVERY failed email? They all go back to the queue with a fresh retry budget."
         )
         if not await self.app.push_screen_wait(ConfirmScreen(question, confirm="Retry")):
             return
-        self.marked = set()
+        self.marked = {}
         if ids:
             self.console.perform(lambda conn: retry(conn, ids).summary("retried"), what="retry")
         else:
@@ -197,6 +231,7 @@ class FailuresScreen(DataScreen):
 
         ids = sorted(self.marked) or ([e] if (e := self._selected()) is not None else [])
         if not ids:
+            self.console.say("no email selected", severity="warning")
             return
         question = f"Cancel {len(ids)} email(s)? They will not be sent." + (
             f" (email {ids[0]})" if len(ids) == 1 else ""
@@ -205,5 +240,6 @@ class FailuresScreen(DataScreen):
             ConfirmScreen(question, confirm="Cancel email", destructive=True)
         ):
             return
-        self.marked -= set(ids)
+        for email_id in ids:
+            self.marked.pop(email_id, None)
         self.console.perform(lambda conn: cancel(conn, ids).summary("cancelled"), what="cancel")

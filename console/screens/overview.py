@@ -1,4 +1,5 @@
-"""Overview: queue depth, the last hour's sending, sender accounts, signatures and the latest failures."""
+"""Overview: queue depth, the last hour's sending, sender accounts, opens, clicks and unsubscribes per hour,
+signatures and the latest failures."""
 
 from __future__ import annotations
 
@@ -10,9 +11,21 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Sparkline, Static
 
-from console.queries import Overview
+from console.queries import TRACKING_KINDS, Overview
 from console.screens.base import DataScreen, fill_table
-from console.widgets.cells import ago, approximately, duration, masked, one_line, progress, status_cell, usage
+from console.widgets.cells import (
+    ago,
+    approximately,
+    duration,
+    masked,
+    one_line,
+    progress,
+    spark,
+    status_cell,
+    usage,
+)
+
+TRACKING_STYLES = {"opens": "cyan", "clicks": "green", "unsubscribes": "yellow"}
 
 
 class OverviewScreen(DataScreen):
@@ -21,7 +34,17 @@ class OverviewScreen(DataScreen):
     MODE = "overview"
     TITLE = "Overview"
     TABLES = frozenset(
-        {"email_queue", "send_logs", "sender_accounts", "documents", "expected_signers", "signatures"}
+        {
+            "email_queue",
+            "send_logs",
+            "sender_accounts",
+            "documents",
+            "expected_signers",
+            "signatures",
+            "open_events",
+            "click_events",
+            "unsubscribe_list",
+        }
     )
 
     def compose(self) -> ComposeResult:
@@ -34,6 +57,7 @@ class OverviewScreen(DataScreen):
                     yield Sparkline([0.0] * 60, id="sent-sparkline")
                     yield Static(id="rates")
             yield DataTable(id="ov-senders", classes="panel", cursor_type="row", show_cursor=False)
+            yield Static(id="tracking", classes="panel")
             with Horizontal(classes="row"):
                 yield Static(id="documents", classes="panel")
                 yield DataTable(id="ov-failures", classes="panel", cursor_type="row", show_cursor=False)
@@ -43,6 +67,7 @@ class OverviewScreen(DataScreen):
         """Titles and columns."""
         self.query_one("#depth").border_title = "Queue"
         self.query_one("#throughput").border_title = "Sent per minute, last hour"
+        self.query_one("#tracking").border_title = "Opens, clicks and unsubscribes per hour"
         self.query_one("#documents").border_title = "Signatures"
         senders = self.query_one("#ov-senders", DataTable)
         senders.border_title = "Sender accounts"
@@ -92,6 +117,7 @@ class OverviewScreen(DataScreen):
                 for s in senders
             ),
         )
+        self.query_one("#tracking", Static).update(_tracking(data, 2 if self.app.size.width >= 100 else 1))
         self.query_one("#documents", Static).update(_documents(documents))
         fill_table(
             self.query_one("#ov-failures", DataTable),
@@ -135,6 +161,31 @@ def _depth_table(data: Overview, now: Any) -> Table:
     ]
     for label, value, style in rows:
         table.add_row(label, Text(value, style=style))
+    return table
+
+
+def _tracking(data: Overview, cell_width: int) -> Table:
+    """One line per kind: a sparkline of the last 24 hours, the last hour's count and the day's."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    hours = 24 * cell_width
+    table.add_row(
+        "",
+        Text("24h ago".ljust(hours - 3) + "now", style="dim"),
+        Text("last hour", style="dim"),
+        Text("24 hours", style="dim"),
+    )
+    for kind in TRACKING_KINDS:
+        values = data.tracking.get(kind, [0] * 24)
+        table.add_row(
+            kind,
+            spark(values, TRACKING_STYLES[kind], cell_width),
+            Text(f"{values[-1]:,}", style="bold" if values[-1] else ""),
+            f"{sum(values):,}",
+        )
     return table
 
 

@@ -16,6 +16,7 @@ STATUS_STYLES = {
     "suspended": "bold red",
     "provisioned": "cyan",
     "failed": "red",
+    "retrying": "yellow",
     "pending": "default",
     "missed": "yellow",
 }
@@ -94,6 +95,25 @@ def progress(done: int, total: int, width: int = 12) -> Text:
     text.append("█" * filled, style="green" if total and done >= total else "cyan")
     text.append("░" * (width - filled), style="bright_black")
     text.append(f" {done}/{total}")
+    return text
+
+
+SPARK_LEVELS = "▁▂▃▄▅▆▇█"
+
+
+def spark(values: list[int], style: str = "cyan", cell_width: int = 1) -> Text:
+    """A one-line sparkline, one block (`cell_width` wide) per value, scaled to the largest value.
+
+    Zero is a dim baseline, so an hour with no events is visibly empty rather than missing.
+    """
+    top = max(values, default=0)
+    text = Text()
+    for value in values:
+        if value <= 0 or top <= 0:
+            text.append("▁" * cell_width, style="bright_black")
+            continue
+        level = max(1, round(value / top * len(SPARK_LEVELS)))
+        text.append(SPARK_LEVELS[level - 1] * cell_width, style=style)
     return text
 
 

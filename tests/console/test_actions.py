@@ -79,6 +79,9 @@ async def test_space_marks_and_R_retries_the_marked_after_confirmation(
     assert email_status(seeded_url, 1012, 1011, 1010) == {1012: "pending", 1011: "pending", 1010: "failed"}
 
 
+RETRYING = ["2001", "2002", "2003", "2004"]
+
+
 async def test_R_without_marks_retries_every_failed_email(
     seeded_url: str, make_console: Callable[..., MailroomConsole]
 ) -> None:
@@ -86,10 +89,82 @@ async def test_R_without_marks_retries_every_failed_email(
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(app, pilot, "2")
         await pilot.press("R", "y")
+        # The failed email went back to the queue with a fresh budget; the retrying email stays listed.
         assert await app.wait_until_shown(
-            lambda: noticed(app, "retried 12 email(s)")() and row_keys(app, "failures") == [], WAIT
+            lambda: noticed(app, "retried 12 email(s)")() and row_keys(app, "failures") == RETRYING, WAIT
         )
     assert set(email_status(seeded_url, *range(1001, 1013)).values()) == {"pending"}
+
+
+async def test_failed_and_retrying_email_share_one_list_paged_by_key(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.data.page_size = 5
+        await open_screen(app, pilot, "2")
+        pages = [row_keys(app, "failures")]
+        for _ in range(3):
+            before = app.refreshes
+            await pilot.press("right_square_bracket")
+            assert await app.wait_until_shown(lambda before=before: app.refreshes > before, WAIT)
+            pages.append(row_keys(app, "failures"))
+        assert pages == [
+            ["1012", "1011", "1010", "1009", "1008"],
+            ["1007", "1006", "1005", "1004", "1003"],
+            ["1002", "1001", "2001", "2002", "2003"],
+            ["2004"],
+        ]
+        table = app.screen.query_one("#failures", DataTable)
+        assert [str(table.get_row(k)[2]) for k in ("2004",)] == ["retrying"]
+        assert "12 failed, 4 retrying" in str(table.border_title)
+        before = app.refreshes
+        await pilot.press("left_square_bracket")
+        assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+        assert row_keys(app, "failures") == pages[2]
+        assert str(table.get_row("1001")[2]) == "failed"
+
+
+async def test_r_on_a_retrying_email_says_it_is_already_being_retried(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        table = app.screen.query_one("#failures", DataTable)
+        table.move_cursor(row=table.get_row_index("2002"))
+        await pilot.press("r")
+        assert await app.wait_until_shown(
+            noticed(app, "email 2002 is already being retried (next attempt in 14m)"), WAIT
+        )
+    with psycopg.connect(seeded_url) as conn:
+        row = conn.execute("SELECT status, retry_count FROM mailroom.email_queue WHERE id = 2002").fetchone()
+    assert row == ("pending", 2)
+
+
+async def test_R_retries_only_the_marked_failed_email_and_c_cancels_a_retrying_one(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        table = app.screen.query_one("#failures", DataTable)
+        await pilot.press("space")  # 1012, failed
+        table.move_cursor(row=table.get_row_index("2001"))
+        await pilot.press("space", "R")  # 2001, retrying
+        assert isinstance(app.screen, ConfirmScreen)
+        assert (
+            "Retry the 1 marked failed email(s)? (1 marked email(s) already being retried"
+            in app.screen.question
+        )
+        await pilot.press("y")
+        assert await app.wait_until_shown(noticed(app, "retried 1 email(s)"), WAIT)
+        assert await app.wait_until_shown(lambda: "1012" not in row_keys(app, "failures"), WAIT)
+        table = app.screen.query_one("#failures", DataTable)
+        table.move_cursor(row=table.get_row_index("2001"))
+        await pilot.press("c", "y")
+        assert await app.wait_until_shown(noticed(app, "cancelled 1 email(s)"), WAIT)
+    assert email_status(seeded_url, 1012, 2001) == {1012: "pending", 2001: "cancelled"}
 
 
 async def test_c_cancels_only_after_confirmation(
@@ -138,12 +213,12 @@ async def test_filter_and_pages_bound_the_failures_table(
         assert row_keys(app, "failures") == ["1007", "1006", "1005", "1004", "1003"]
         await pilot.press("slash", *"spam", "enter")
         assert await app.wait_until_shown(lambda: row_keys(app, "failures") == ["1009", "1005", "1001"], WAIT)
-        await pilot.press("t")
+        await pilot.press("t", "t")  # all -> failed -> retrying
         assert await app.wait_until_shown(lambda: row_keys(app, "failures") == [], WAIT)
         await pilot.press("slash", "escape")
-        assert await app.wait_until_shown(
-            lambda: row_keys(app, "failures") == ["2001", "2002", "2003", "2004"], WAIT
-        )
+        assert await app.wait_until_shown(lambda: row_keys(app, "failures") == RETRYING, WAIT)
+        await pilot.press("t")  # -> all again: failed first
+        assert await app.wait_until_shown(lambda: row_keys(app, "failures")[0] == "1012", WAIT)
 
 
 async def test_senders_pause_resume_and_suspend_with_confirmation(

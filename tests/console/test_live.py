@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 
 import psycopg
-from textual.widgets import DataTable
+from rich.console import Console
+from textual.widgets import DataTable, Static
 
 from console.app import MailroomConsole
 from console.live import ALL_TABLES, Coalescer
+from tests.console.seed import FROZEN_NOW
 from tests.console.test_actions import WAIT, open_screen, row_keys
 
 
@@ -45,6 +48,54 @@ async def test_a_new_failure_reaches_the_failures_screen_without_a_keypress(
                 "WHERE id = 4001"
             )
         assert await app.wait_until_shown(lambda: "4001" in row_keys(app, "failures"), 1.0)
+
+
+def tracking_counts(app: MailroomConsole) -> dict[str, tuple[int, int]]:
+    """The Overview's tracking panel as drawn: kind -> (last hour, last 24 hours)."""
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(app.screen.query_one("#tracking", Static).content)
+    counts = {}
+    for line in console.export_text().splitlines():
+        words = line.split()
+        if words and words[0] in ("opens", "clicks", "unsubscribes"):
+            counts[words[0]] = (int(words[-2].replace(",", "")), int(words[-1].replace(",", "")))
+    return counts
+
+
+async def test_opens_clicks_and_unsubscribes_from_another_connection_reach_the_overview_within_one_second(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)):
+        assert await app.wait_until_shown(lambda: app.live_state == "live" and app.refreshes > 0, WAIT)
+        before = tracking_counts(app)
+        assert before == {"opens": (33, 462), "clicks": (7, 89), "unsubscribes": (0, 6)}
+        # One commit at a time, each waited for on its own: every table must wake the console by itself.
+        steps = [
+            (
+                "INSERT INTO mailroom.open_events (occurred_at, email_id, user_agent)"
+                " SELECT %(now)s - make_interval(mins => g), 3001, 'Mozilla/5.0' FROM generate_series(1, 5) g",
+                {"opens": (38, 467), "clicks": (7, 89), "unsubscribes": (0, 6)},
+            ),
+            (
+                "INSERT INTO mailroom.click_events (occurred_at, email_id, link_token, url)"
+                " SELECT %(now)s - interval '3 minutes', 3001, gen_random_uuid(), 'https://shop.example/'"
+                " FROM generate_series(1, 2)",
+                {"opens": (38, 467), "clicks": (9, 91), "unsubscribes": (0, 6)},
+            ),
+            (  # the second one is older than a day: not counted
+                "INSERT INTO mailroom.unsubscribe_list (email, source, unsubscribed_at)"
+                " VALUES ('new@example.com', 'one_click', %(now)s - interval '10 minutes'),"
+                "        ('old@example.com', 'link', %(now)s - interval '25 hours')",
+                {"opens": (38, 467), "clicks": (9, 91), "unsubscribes": (1, 7)},
+            ),
+        ]
+        with psycopg.connect(seeded_url, autocommit=True) as other:
+            for statement, expected in steps:
+                other.execute(statement, {"now": FROZEN_NOW})
+                committed = time.monotonic()
+                assert await app.wait_until_shown(lambda e=expected: tracking_counts(app) == e, 1.0), expected
+                assert time.monotonic() - committed < 1.0
 
 
 async def test_after_the_listen_connection_drops_it_reconnects_and_refreshes_everything(

@@ -8,3 +8,8 @@ CREATE TRIGGER click_events_notify AFTER INSERT ON mailroom.click_events
 
 -- Unsubscribes of the last 24 hours without reading the whole (never pruned) list.
 CREATE INDEX unsubscribe_list_unsubscribed_at_idx ON mailroom.unsubscribe_list (unsubscribed_at);
+
+-- Retrying email (pending with attempts behind it) is usually a small share of a large pending set:
+-- the Failures screen pages it and the Overview counts it without walking every pending email.
+CREATE INDEX email_queue_retrying_idx ON mailroom.email_queue (scheduled_for, id)
+    WHERE status = 'pending' AND retry_count > 0;
