@@ -258,7 +258,9 @@ class ChainReport:
         )
 
 
-def _row_problems(row: dict[str, Any], expected_prev: str | None, key: SigningKey) -> list[str]:
+def _row_problems(
+    row: dict[str, Any], document: Document, expected_prev: str | None, key: SigningKey
+) -> list[str]:
     problems: list[str] = []
     payload: str = row["payload"]
     try:
@@ -294,6 +296,10 @@ def _row_problems(row: dict[str, Any], expected_prev: str | None, key: SigningKe
     for name, value in stored.items():
         if name in fields and fields[name] != value:
             problems.append(f"payload {name} {fields[name]!r} differs from the stored {value!r}")
+    # The signer acknowledged the file with this checksum; the document row must still name that file.
+    for name, value in (("checksum", document.checksum), ("checksum_algorithm", document.checksum_algorithm)):
+        if name in fields and fields[name] != value:
+            problems.append(f"signed {name} {fields[name]!r} differs from the document's {value!r}")
     if sha256_hex(payload) != row["payload_hash"]:
         problems.append("payload_hash is not the SHA-256 of the payload")
     if not key.verify(payload.encode("utf-8"), row["signature"]):
@@ -316,8 +322,11 @@ def verify_chain(
     settings: Settings | None = None,
     key: SigningKey | None = None,
 ) -> ChainReport:
-    """Check every signature of `doc_id` (payload, hash, Ed25519 signature) and every link, in chain order."""
-    get_document(conn, doc_id)
+    """Check every signature of `doc_id` (payload, hash, Ed25519 signature) and every link, in chain order.
+
+    A signature whose signed checksum is no longer the document's is broken too: it acknowledged another file.
+    """
+    document = get_document(conn, doc_id)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(SELECT_CHAIN, (doc_id,)).fetchall()
     if not rows:
@@ -326,7 +335,7 @@ def verify_chain(
     broken: list[BrokenSignature] = []
     expected_prev: str | None = None
     for row in rows:
-        problems = _row_problems(row, expected_prev, key)
+        problems = _row_problems(row, document, expected_prev, key)
         if problems:
             broken.append(BrokenSignature(int(row["id"]), row["signer_email"], tuple(problems)))
         expected_prev = link_hash(row["payload_hash"], row["signature"])

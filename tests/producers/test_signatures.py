@@ -325,3 +325,21 @@ def test_checksum_command_exit_status_follows_the_match(
     doc.write_text("terms v2")
     assert main(["docs", "checksum", "terms", "--file", str(doc)]) == 1
     assert "does NOT match" in capsys.readouterr().out
+
+
+def test_verify_fails_when_the_documents_checksum_no_longer_is_the_signed_one(
+    conn: Conn, settings: Settings
+) -> None:
+    add_document(conn, "policy", checksum="a" * 64)
+    for who in ("ada", "bob"):
+        sign_document(conn, "policy", f"{who}@example.com", settings=settings)
+    conn.commit()
+    assert verify_chain(conn, "policy", settings=settings).ok
+    # Swapping the document's file behind the signers' backs: they acknowledged the other one.
+    conn.execute("UPDATE mailroom.documents SET checksum = %s WHERE doc_id = 'policy'", ("b" * 64,))
+    conn.commit()
+    report = verify_chain(conn, "policy", settings=settings)
+    assert not report.ok and len(report.broken) == 2
+    assert report.first_broken is not None and report.first_broken.reasons == (
+        f"signed checksum {'a' * 64!r} differs from the document's {'b' * 64!r}",
+    )
