@@ -5,7 +5,9 @@ Sent email older than `archive_after_days` is written to one gzip JSON-lines fil
 temporary name, synced and renamed, then read back; only the ids found in the complete file are
 deleted from the queue. A run killed at any instant therefore loses nothing: either the file was not
 renamed (the next run writes it again) or it is complete (the next run merges the day's remaining
-rows into it, skipping ids it already holds, and deletes them). Every step reports how many rows it
+rows into it, skipping emails it already holds, and deletes them). An email is "already held" only
+when the file's record has the same id and creation time: a file of another database (or of this one
+before a reset) holding other emails under the same ids stops its day with an error, deleting nothing. Every step reports how many rows it
 touched.
 """
 
@@ -164,7 +166,7 @@ GROUP BY 1 ORDER BY 1
 """
 # The database writes each record: every column of the email, and the tracked links that go with it.
 _DAY_ROWS = """
-SELECT q.id, (to_jsonb(q) || jsonb_build_object('tracked_links', coalesce(
+SELECT q.id, q.created_at, (to_jsonb(q) || jsonb_build_object('tracked_links', coalesce(
            (SELECT jsonb_agg(to_jsonb(l) - 'email_id' ORDER BY l.position)
             FROM mailroom.tracked_links l WHERE l.email_id = q.id), '[]'::jsonb)))::text
 FROM mailroom.email_queue q
@@ -172,6 +174,14 @@ WHERE q.status = 'sent' AND q.sent_at >= %(start)s AND q.sent_at < %(end)s AND q
 ORDER BY q.id
 """
 _DELETE_ARCHIVED = "DELETE FROM mailroom.email_queue WHERE id = ANY(%s) AND status = 'sent'"
+
+
+def _created_at(record: dict[str, Any]) -> datetime | None:
+    value = record.get("created_at")
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def _day_start(day: date) -> datetime:
@@ -192,22 +202,33 @@ def archive_day(
 
     def lines() -> Iterator[str]:
         nonlocal written
-        seen: set[int] = set()
+        # id -> created_at of each email the file already holds (None when the record lacks it).
+        seen: dict[int, datetime | None] = {}
         if path.exists():
             for email_id, line in read_archive(path):
                 if email_id not in seen:
-                    seen.add(email_id)
+                    seen[email_id] = _created_at(json.loads(line))
                     yield line
         params = {"start": _day_start(day), "end": _day_start(day) + timedelta(days=1), "cutoff": cutoff}
         with conn.transaction(), conn.cursor(name="mailroom_archive_day", row_factory=tuple_row) as cur:
             cur.itersize = 2000
             cur.execute(_DAY_ROWS, params)
-            for email_id, record in cur:
-                wanted.append(int(email_id))
-                if email_id not in seen:
-                    seen.add(email_id)
+            for email_id, created_at, record in cur:
+                if email_id in seen:
+                    # The same id in the file must be the same email (created_at never changes). If it
+                    # is not, the file came from another database (or one since reset): deleting this
+                    # email on the strength of that record would lose it.
+                    if seen[email_id] != created_at:
+                        raise ArchiveError(
+                            f"{path} holds an email {email_id} created at {seen[email_id]}, but the database's"
+                            f" email {email_id} was created at {created_at}: the file belongs to another"
+                            " database; move it aside to archive that day again"
+                        )
+                else:
+                    seen[email_id] = created_at
                     written += 1
                     yield record + "\n"
+                wanted.append(int(email_id))
 
     write_archive_atomically(path, lines(), (lambda: checkpoint("written", day)) if checkpoint else None)
     # Read back what is on disk now: only what the complete file holds may leave the database.

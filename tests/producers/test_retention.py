@@ -325,3 +325,25 @@ def test_unwritable_archive_directory_is_reported_and_nothing_deleted(
         "create_partitions",
         "drop_partitions",
     ]
+
+
+def test_archive_file_of_another_database_stops_its_day_and_deletes_nothing(
+    db_url: str, conn: psycopg.Connection[Any], settings: Settings, old_mail: dict[str, Any]
+) -> None:
+    # A file left by another database (or by this one before a reset) holds other emails under the
+    # same ids. Merging into it used to skip this database's emails as "already archived" and delete them.
+    directory = archive_directory(settings)
+    directory.mkdir(parents=True)
+    day = old_mail["days"][1]
+    foreign = [
+        json.dumps({"id": i, "created_at": "2020-01-01T00:00:00+00:00", "subject": "someone else's"}) + "\n"
+        for i in old_mail["old"][day]
+    ]
+    path = archive_path(directory, day)
+    path.write_bytes(gzip.compress("".join(foreign).encode()))
+    before = path.read_bytes()
+    report = maintain(db_url, settings)
+    assert len(report.errors) == 1 and "belongs to another database" in report.errors[0]
+    assert set(old_mail["old"][day]) <= queue_ids(conn)
+    assert path.read_bytes() == before
+    assert {s.name: s.rows for s in report.steps}["archive_sent"] == 4
