@@ -31,7 +31,13 @@ import psycopg
 from psycopg.rows import dict_row
 
 from worker.masking import mask_address
-from worker.retention import ARCHIVE_NAME, MAINTENANCE_LOCK_KEY, read_archive, write_archive_atomically
+from worker.retention import (
+    ARCHIVE_NAME,
+    MAINTENANCE_LOCK_KEY,
+    directory_lock,
+    read_archive,
+    write_archive_atomically,
+)
 from worker.validation import ValidationError, check_header_text
 
 log = logging.getLogger(__name__)
@@ -160,6 +166,15 @@ def _anonymise_record(record: dict[str, Any], replacement: str, pattern: re.Patt
 
 
 def _erase_archives(directory: Path | None, addr: str, replacement: str, report: ErasureReport) -> None:
+    if directory is None or not directory.is_dir():
+        return
+    # Listed and rewritten under the directory's lock: no other database's maintenance replaces a file
+    # between our read and our rename.
+    with directory_lock(directory, wait=True):
+        _rewrite_archives(directory, addr, replacement, report)
+
+
+def _rewrite_archives(directory: Path, addr: str, replacement: str, report: ErasureReport) -> None:
     pattern = re.compile(re.escape(addr), re.IGNORECASE)
     for path in _archive_files(directory):
         lines: list[str] = []

@@ -13,11 +13,13 @@ touched.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -29,6 +31,9 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from worker.config import Settings
+
+if sys.platform != "win32":
+    import fcntl
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +120,32 @@ def archived_records(directory: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
         if ARCHIVE_NAME.match(path.name):
             for _, line in read_archive(path):
                 yield path, json.loads(line)
+
+
+@contextlib.contextmanager
+def directory_lock(directory: Path, *, wait: bool) -> Iterator[None]:
+    """Hold an exclusive lock on the archive directory: one process rewrites its files at a time.
+
+    Processes of one database already take turns through the maintenance advisory lock; this lock
+    also covers several databases (or installs) configured with the same directory, whose runs
+    would otherwise replace each other's files. Without `wait`, a held lock is an `ArchiveError`.
+    On Windows (no `flock`) nothing is locked.
+    """
+    if sys.platform == "win32":
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise ArchiveError(
+                f"{directory} is being written by another process (the maintenance of another database"
+                " using the same directory?); the next run archives this day"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _open_private(path: Path) -> int:
@@ -272,7 +303,8 @@ def archive_sent(
     for day, _ in days:
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            written, deleted = archive_day(conn, directory, day, cutoff, checkpoint)
+            with directory_lock(directory, wait=False):
+                written, deleted = archive_day(conn, directory, day, cutoff, checkpoint)
         except (ArchiveError, OSError) as exc:
             report.errors.append(f"archive_sent {day}: {exc}")
             log.error("maintenance: archive of %s failed, nothing of it deleted: %s", day, exc)

@@ -347,3 +347,25 @@ def test_archive_file_of_another_database_stops_its_day_and_deletes_nothing(
     assert set(old_mail["old"][day]) <= queue_ids(conn)
     assert path.read_bytes() == before
     assert {s.name: s.rows for s in report.steps}["archive_sent"] == 4
+
+
+def test_archive_directory_locked_by_another_process_is_left_alone(
+    db_url: str, conn: psycopg.Connection[Any], settings: Settings, old_mail: dict[str, Any]
+) -> None:
+    import fcntl
+
+    # Another database's maintenance (same directory, so not kept out by this database's advisory
+    # lock) is rewriting files: writing ours now could replace its file after it deleted its rows.
+    directory = archive_directory(settings)
+    directory.mkdir(parents=True)
+    holder = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        before = queue_ids(conn)
+        report = maintain(db_url, settings)
+        assert len(report.errors) == 3 and all("being written by another process" in e for e in report.errors)
+        assert queue_ids(conn) == before and not list(directory.iterdir())
+    finally:
+        os.close(holder)
+    assert not maintain(db_url, settings).errors
+    assert queue_ids(conn) == {old_mail["recent"], old_mail["pending"]}
