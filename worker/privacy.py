@@ -21,6 +21,7 @@ import logging
 import re
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -44,6 +45,14 @@ log = logging.getLogger(__name__)
 
 ERASED = "[erased]"
 ERASED_DOMAIN = "erased.invalid"
+# What an erased inbox event keeps of its payload: the order, not the person.
+ORDER_KEYS = ("order_number", "items", "total", "currency", "locale", "reason")
+
+
+def address_pattern(addr: str) -> str:
+    """A regular expression (Python's and PostgreSQL's) for the address, also with `@` written `%40` as in URLs."""
+    local, _, domain = addr.rpartition("@")
+    return f"{re.escape(local)}(@|%40){re.escape(domain)}"
 
 
 def normalise(address: str) -> str:
@@ -101,9 +110,15 @@ def _is_for(line: str, addr: str) -> dict[str, Any] | None:
 
 
 def export_address(
-    conn: psycopg.Connection[Any], address: str, archive_dir: Path | None = None
+    conn: psycopg.Connection[Any],
+    address: str,
+    archive_dir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Everything stored about `address`, table by table, plus its archived emails; JSON-ready with `jsonable`."""
+    """Everything stored about `address`, table by table, plus its archived emails; JSON-ready with `jsonable`.
+
+    `progress` is called with (files done, files) as the archive files are scanned.
+    """
     addr = normalise(address)
     result: dict[str, Any] = {"address": addr}
     with conn.cursor(row_factory=dict_row) as cur:
@@ -115,11 +130,14 @@ def export_address(
                 params["ids"] = [row["id"] for row in rows]
             result[name] = rows
     archived: list[dict[str, Any]] = []
-    for path in _archive_files(archive_dir):
+    files = _archive_files(archive_dir)
+    for done, path in enumerate(files, start=1):
         for _, line in read_archive(path):
             record = _is_for(line, addr)
             if record is not None:
                 archived.append({"archive_file": path.name, **record})
+        if progress:
+            progress(done, len(files))
     result["archived_emails"] = archived
     return result
 
@@ -160,23 +178,43 @@ def _anonymise_record(record: dict[str, Any], replacement: str, pattern: re.Patt
     for key in ("last_error", "suppression_reason"):
         if isinstance(erased.get(key), str):
             erased[key] = pattern.sub(replacement, erased[key])
+    if isinstance(erased.get("tracked_links"), list):
+        erased["tracked_links"] = [
+            {**link, "url": pattern.sub(replacement, link["url"])}
+            if isinstance(link, dict) and isinstance(link.get("url"), str)
+            else link
+            for link in erased["tracked_links"]
+        ]
     if erased.get("error_details") is not None:
         erased["error_details"] = json.loads(pattern.sub(replacement, json.dumps(erased["error_details"])))
     return erased
 
 
-def _erase_archives(directory: Path | None, addr: str, replacement: str, report: ErasureReport) -> None:
+def _erase_archives(
+    directory: Path | None,
+    addr: str,
+    replacement: str,
+    report: ErasureReport,
+    progress: Callable[[int, int], None] | None,
+) -> None:
     if directory is None or not directory.is_dir():
         return
     # Listed and rewritten under the directory's lock: no other database's maintenance replaces a file
     # between our read and our rename.
     with directory_lock(directory, wait=True):
-        _rewrite_archives(directory, addr, replacement, report)
+        _rewrite_archives(directory, addr, replacement, report, progress)
 
 
-def _rewrite_archives(directory: Path, addr: str, replacement: str, report: ErasureReport) -> None:
-    pattern = re.compile(re.escape(addr), re.IGNORECASE)
-    for path in _archive_files(directory):
+def _rewrite_archives(
+    directory: Path,
+    addr: str,
+    replacement: str,
+    report: ErasureReport,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    pattern = re.compile(address_pattern(addr), re.IGNORECASE)
+    files = _archive_files(directory)
+    for done, path in enumerate(files, start=1):
         lines: list[str] = []
         changed = 0
         for _, line in read_archive(path):
@@ -189,6 +227,8 @@ def _rewrite_archives(directory: Path, addr: str, replacement: str, report: Eras
             write_archive_atomically(path, iter(lines))
             report.archive_files.append(path.name)
             report.rows["archived_emails"] = report.rows.get("archived_emails", 0) + changed
+        if progress:
+            progress(done, len(files))
 
 
 # Each statement: (report key, SQL). %(addr)s is the address, %(anon)s its replacement, %(re)s a
@@ -210,12 +250,19 @@ _ERASURES: tuple[tuple[str, str], ...] = (
            WHERE email_id = ANY(%(ids)s) OR lower(recipient_email) = %(addr)s""",
     ),
     (
+        "tracked_links",
+        """UPDATE mailroom.tracked_links SET url = regexp_replace(url, %(re)s, %(anon)s, 'gi')
+           WHERE email_id = ANY(%(ids)s) AND url ~* %(re)s""",
+    ),
+    (
         "open_events",
         "UPDATE mailroom.open_events SET ip_address = NULL, user_agent = NULL WHERE email_id = ANY(%(ids)s)",
     ),
     (
         "click_events",
-        "UPDATE mailroom.click_events SET ip_address = NULL, user_agent = NULL WHERE email_id = ANY(%(ids)s)",
+        """UPDATE mailroom.click_events SET ip_address = NULL, user_agent = NULL,
+               url = regexp_replace(url, %(re)s, %(anon)s, 'gi')
+           WHERE email_id = ANY(%(ids)s)""",
     ),
     (
         "bounce_list",
@@ -231,8 +278,13 @@ _ERASURES: tuple[tuple[str, str], ...] = (
     ),
     (
         "inbox",
+        # Only the order's details stay; any other field the producer sent may be personal.
         """UPDATE mailroom.inbox
-           SET payload = payload || jsonb_build_object('customer_email', %(anon)s::text, 'customer_name', %(erased)s::text)
+           SET payload = regexp_replace(
+                   (coalesce((SELECT jsonb_object_agg(key, value) FROM jsonb_each(payload)
+                              WHERE key = ANY(%(order_keys)s)), '{}'::jsonb)
+                    || jsonb_build_object('customer_email', %(anon)s::text, 'customer_name', %(erased)s::text))::text,
+                   %(re)s, %(anon)s, 'gi')::jsonb
            WHERE lower(payload->>'customer_email') = %(addr)s""",
     ),
     # A signer of a document they have not signed; a signed one keeps its signer beside the signature.
@@ -273,18 +325,20 @@ def erase_address(
     *,
     suppress: bool = False,
     archive_dir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ErasureReport:
     """Anonymise `address` in every table and archive file, in one transaction; see the module docstring.
 
     Email not yet sent to the address is cancelled (nothing is sent to an erased person); email a
     worker is sending at this moment makes the erasure fail with `ErasureInFlight`, changing nothing. With
     `suppress`, the address stays on (or is added to) the unsubscribe list with source `privacy`.
+    `progress` is called with (files done, files) as the archive files are scanned.
     """
     addr = normalise(address)
     anon_local = f"erased-{secrets.token_hex(8)}"
     replacement = f"{anon_local}@{ERASED_DOMAIN}"
     report = ErasureReport(address_masked=mask_address(addr), replacement=replacement, suppressed=suppress)
-    pattern = re.escape(addr)  # also a PostgreSQL regular expression: only punctuation is escaped
+    pattern = address_pattern(addr)  # also a PostgreSQL regular expression
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         # Maintenance rewrites archive files too: wait for a running one, keep it out until we commit.
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_KEY,))
@@ -296,6 +350,7 @@ def erase_address(
             "erased": ERASED,
             "re": pattern,
             "suppress": suppress,
+            "order_keys": list(ORDER_KEYS),
         }
         report.cancelled = cur.execute(
             "UPDATE mailroom.email_queue SET status = 'cancelled'"
@@ -335,7 +390,7 @@ def erase_address(
             "SELECT count(*) AS n FROM mailroom.signatures WHERE signer_email = %(addr)s", params
         )
         report.kept_signatures = int(row.fetchone()["n"])  # type: ignore[index]
-        _erase_archives(archive_dir, addr, replacement, report)
+        _erase_archives(archive_dir, addr, replacement, report, progress)
     log.info(
         "privacy: erased %s as %s: %d row(s), %d pending email(s) cancelled, %d signature(s) kept",
         report.address_masked,

@@ -227,6 +227,7 @@ def test_privacy_cli_export_erase_round_trip(
 
     out_file = tmp_path / "ada.json"
     assert main(["privacy", "export", ADA, "--output", str(out_file)]) == 0
+    assert "privacy: searched 1/1 archive files" in capsys.readouterr().err
     exported = json.loads(out_file.read_text(encoding="utf-8"))
     assert len(exported["emails"]) == 3 and oct(out_file.stat().st_mode & 0o777) == "0o600"
     capsys.readouterr()
@@ -297,3 +298,48 @@ def test_erase_is_refused_with_nothing_changed_while_an_email_to_the_address_is_
     report = erase_address(conn, ADA)
     conn.commit()
     assert report.cancelled == 2 and waiting != sending
+
+
+def test_erase_reaches_the_address_in_link_urls_and_unknown_payload_fields(
+    db_url: str, conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    directory = archive_directory(settings)
+    links = ("https://shop.example/u?email=ada%40example.com", "https://shop.example/p/ada@example.com")
+    old = sent_email(conn, settings, datetime.now(UTC) - timedelta(days=200), to=ADA)
+    recent = sent_email(conn, settings, datetime.now(UTC) - timedelta(days=1), to=ADA)
+    for email_id in (old, recent):
+        for position, url in enumerate(links):
+            conn.execute(
+                "INSERT INTO mailroom.tracked_links (email_id, position, url) VALUES (%s, %s, %s)",
+                (email_id, position, url),
+            )
+    conn.execute(
+        "INSERT INTO mailroom.click_events (email_id, link_token, url)"
+        " SELECT email_id, token, url FROM mailroom.tracked_links WHERE email_id = %s",
+        (recent,),
+    )
+    # A producer may send more than the template needs: here a shipping address and a contact.
+    extra = {"shipping_address": "12 Analytical Row, London", "contact": {"email": "Ada@Example.com"}}
+    ingest_event(conn, "m-ada", "shop", "order_placed", placed(ADA, **extra), settings=settings)
+    conn.commit()
+    with psycopg.connect(db_url, autocommit=True) as maintenance:
+        run_maintenance(maintenance, settings)
+    assert archived_ids(directory) == [old]
+
+    erase_address(conn, ADA, archive_dir=directory)
+    conn.commit()
+    everything = text_of_everything(conn).lower()
+    for line in (line for path in directory.glob("emails-*.jsonl.gz") for _, line in read_archive(path)):
+        everything += line.lower()
+    for trace in ("ada@example.com", "ada%40example.com", "analytical row"):
+        assert trace not in everything, trace
+    [inbox] = conn.execute("SELECT payload FROM mailroom.inbox").fetchall()
+    assert set(inbox["payload"]) == {
+        "customer_email",
+        "customer_name",
+        "order_number",
+        "items",
+        "total",
+        "currency",
+    }
+    assert inbox["payload"]["order_number"] == "A-1001"

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from worker.config import ConfigError, Settings
@@ -28,6 +29,16 @@ status 2, nothing changed): run it again once that send is done. The address is 
 it) on the unsubscribe list with source 'privacy'."""
 
 
+def _progress(verb: str) -> Callable[[int, int], None]:
+    """Report the archive scan on stderr about twenty times, whatever the number of files."""
+
+    def report(done: int, total: int) -> None:
+        if done == total or done % max(1, total // 20) == 0:
+            print(f"privacy: {verb} {done}/{total} archive files", file=sys.stderr, flush=True)
+
+    return report
+
+
 def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
     """Run an export or an erasure."""
     from worker.db import connect, database_url
@@ -38,7 +49,7 @@ def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
     directory = archive_directory(settings)
     if args.privacy_command == "export":
         with connect(database_url(settings)) as conn:
-            data = export_address(conn, address, directory)
+            data = export_address(conn, address, directory, progress=_progress("searched"))
         text = json.dumps(data, default=jsonable, indent=2, ensure_ascii=False) + "\n"
         if args.output in (None, "-"):
             sys.stdout.write(text)
@@ -60,7 +71,9 @@ def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
             print("nothing changed", file=sys.stderr)
             return 1
     with connect(database_url(settings)) as conn:
-        report = erase_address(conn, address, suppress=args.suppress, archive_dir=directory)
+        report = erase_address(
+            conn, address, suppress=args.suppress, archive_dir=directory, progress=_progress("searched")
+        )
     if args.json:
         print(
             json.dumps(
