@@ -189,8 +189,8 @@ class MailroomConsole(App[int]):
     async def _perform(self, action: Action, what: str) -> None:
         try:
             text = await asyncio.to_thread(self._in_transaction, action)
-        except (psycopg.Error, LookupError, ValueError, RuntimeError) as exc:
-            self.say(f"{what} failed: {exc}", severity="error")
+        except Exception as exc:  # every failure is the operator's to see, never a silently dead worker
+            self.say(f"{what} failed: {_first_line(exc)}", severity="error")
         else:
             self.say(text)
         self.request_refresh()
@@ -218,6 +218,11 @@ class MailroomConsole(App[int]):
         yield SystemCommand("Help", "Every key of this screen (?)", self.action_help)
         yield SystemCommand("Refresh", "Reload this screen now", self.request_refresh)
         yield SystemCommand("Quit", "Leave the console (q)", self.exit)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _switcher(app: MailroomConsole, mode: str) -> Callable[[], None]:

@@ -114,6 +114,7 @@ LEFT JOIN LATERAL (
     JOIN mailroom.expected_signers x ON x.doc_id = g.doc_id AND x.email = g.signer_email
     WHERE g.doc_id = d.doc_id
 ) s ON true
+WHERE (%(pattern)s::text IS NULL OR d.doc_id ILIKE %(pattern)s OR d.title ILIKE %(pattern)s)
 ORDER BY (e.expected - coalesce(s.signed, 0)) > 0 DESC, d.created_at DESC, d.doc_id
 LIMIT %(limit)s
 """
@@ -174,7 +175,7 @@ FROM mailroom.email_queue WHERE id = %(id)s
 
 # One index probe per partition on (email_id, attempted_at).
 SEND_HISTORY = """
-SELECT l.attempted_at, l.attempt, l.outcome, l.smtp_code, l.enhanced_code, l.response, l.duration_ms,
+SELECT l.id, l.attempted_at, l.attempt, l.outcome, l.smtp_code, l.enhanced_code, l.response, l.duration_ms,
        s.name AS sender
 FROM mailroom.send_logs l
 LEFT JOIN mailroom.sender_accounts s ON s.id = l.sender_account_id
@@ -210,6 +211,8 @@ SELECT e.id, e.event_type, e.status, e.due_at, e.local_due_at, e.time_zone, p.fi
 FROM mailroom.events e
 JOIN mailroom.people p ON p.id = e.person_id
 WHERE e.status = 'pending' AND e.due_at <= %(now)s::timestamptz + interval '24 hours'
+  AND (%(pattern)s::text IS NULL OR p.first_name || ' ' || p.last_name ILIKE %(pattern)s
+       OR e.time_zone ILIKE %(pattern)s)
 ORDER BY e.due_at, e.id
 LIMIT %(limit)s
 """
@@ -220,6 +223,8 @@ SELECT e.id, e.event_type, e.status, e.due_at, e.local_due_at, e.time_zone, p.fi
 FROM mailroom.events e
 JOIN mailroom.people p ON p.id = e.person_id
 WHERE e.status IN ('missed', 'failed') AND e.updated_at > %(now)s::timestamptz - interval '30 days'
+  AND (%(pattern)s::text IS NULL OR p.first_name || ' ' || p.last_name ILIKE %(pattern)s
+       OR e.time_zone ILIKE %(pattern)s)
 ORDER BY e.updated_at DESC, e.id
 LIMIT %(limit)s
 """
@@ -242,7 +247,7 @@ PENDING_BY_CAMPAIGN = """
 SELECT campaign_id, count(*) AS n, count(*) FILTER (WHERE scheduled_for <= %(now)s) AS due,
        min(scheduled_for) AS oldest
 FROM mailroom.email_queue
-WHERE status = 'pending'
+WHERE status = 'pending' AND (%(pattern)s::text IS NULL OR campaign_id ILIKE %(pattern)s)
 GROUP BY campaign_id
 ORDER BY count(*) DESC, campaign_id NULLS LAST
 LIMIT 50
@@ -262,7 +267,7 @@ SAMPLED_BY_CAMPAIGN = """
 SELECT campaign_id, count(*) * 100 AS n, count(*) FILTER (WHERE scheduled_for <= %(now)s) * 100 AS due,
        min(scheduled_for) AS oldest
 FROM mailroom.email_queue TABLESAMPLE SYSTEM (1) REPEATABLE (7)
-WHERE status = 'pending'
+WHERE status = 'pending' AND (%(pattern)s::text IS NULL OR campaign_id ILIKE %(pattern)s)
 GROUP BY campaign_id
 ORDER BY count(*) DESC, campaign_id NULLS LAST
 LIMIT 50
@@ -365,7 +370,7 @@ class ConsoleData:
                     self._conn = None
         raise AssertionError("unreachable")
 
-    async def overview(self, now: datetime) -> Overview:
+    async def overview(self, now: datetime, *, text: str | None = None) -> Overview:
         """Queue depth, the last hour's sending, senders, signature completion and the latest failures."""
         depth = (await self.fetch(QUEUE_DEPTH, {"now": now, "cap": self.exact_limit + 1}))[0]
         # Counts that stopped at the cap are shown as "N+"; pending ones are then estimated from a sample.
@@ -390,7 +395,7 @@ class ConsoleData:
             attempts_last_hour=sum(int(r["attempts"]) for r in minutes),
             failed_last_hour=sum(int(r["failed"]) for r in minutes),
             senders=await self.senders(now),
-            documents=await self.documents(limit=8),
+            documents=await self.documents(limit=8, text=text),
             latest_failures=(await self.failures("failed", None, limit=8, counts=False)).rows,
             tracking=await self.tracking(now),
         )
@@ -408,9 +413,9 @@ class ConsoleData:
         """Every sender account with the UTC day of `now`'s usage."""
         return await self.fetch(SENDERS, {"now": now})
 
-    async def documents(self, limit: int = 200) -> list[Row]:
-        """Documents with expected and signed counts, incomplete ones first."""
-        return await self.fetch(DOCUMENTS, {"limit": limit})
+    async def documents(self, limit: int = 200, *, text: str | None = None) -> list[Row]:
+        """Documents with expected and signed counts, incomplete ones first, optionally matching a text."""
+        return await self.fetch(DOCUMENTS, {"limit": limit, "pattern": like_pattern(text)})
 
     async def missing_signers(self, doc_id: str) -> list[Row]:
         """Expected signers of one document who have not signed yet."""
@@ -463,20 +468,24 @@ class ConsoleData:
         counts = {str(r["status"]): int(r["n"]) for r in await self.fetch(ACCOUNT_COUNTS, {"cap": cap})}
         return Page(rows=rows[:limit], more=len(rows) > limit, extra={"counts": counts})
 
-    async def schedule(self, now: datetime, limit: int = PAGE_SIZE) -> tuple[list[Row], list[Row]]:
+    async def schedule(
+        self, now: datetime, limit: int | None = None, *, text: str | None = None
+    ) -> tuple[list[Row], list[Row]]:
         """Events due in the next 24 hours (and overdue ones), and the last month's missed and failed events."""
-        due = await self.fetch(EVENTS_DUE, {"now": now, "limit": limit})
-        trouble = await self.fetch(EVENTS_TROUBLE, {"now": now, "limit": limit})
+        params = {"now": now, "limit": limit or self.page_size, "pattern": like_pattern(text)}
+        due = await self.fetch(EVENTS_DUE, params)
+        trouble = await self.fetch(EVENTS_TROUBLE, params)
         return due, trouble
 
-    async def queue(self, now: datetime) -> tuple[list[Row], list[Row], bool]:
-        """Pending email by priority and by campaign, and whether the counts are sampled estimates."""
+    async def queue(self, now: datetime, *, text: str | None = None) -> tuple[list[Row], list[Row], bool]:
+        """Pending email by priority and by campaign (optionally matching a text), and whether they are estimates."""
         capped = await self.fetch(PENDING_CAPPED, {"cap": self.exact_limit + 1})
         estimated = int(capped[0]["n"]) > self.exact_limit
         by_priority = await self.fetch(
             SAMPLED_BY_PRIORITY if estimated else PENDING_BY_PRIORITY, {"now": now}
         )
         by_campaign = await self.fetch(
-            SAMPLED_BY_CAMPAIGN if estimated else PENDING_BY_CAMPAIGN, {"now": now}
+            SAMPLED_BY_CAMPAIGN if estimated else PENDING_BY_CAMPAIGN,
+            {"now": now, "pattern": like_pattern(text)},
         )
         return by_priority, by_campaign, estimated

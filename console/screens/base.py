@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-import psycopg
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
@@ -19,6 +18,9 @@ from console.widgets.header import ConsoleHeader
 
 if TYPE_CHECKING:
     from console.app import MailroomConsole
+
+# Terminals narrower than this get the compact footer.
+COMPACT_BELOW = 100
 
 
 class DataScreen(Screen[None]):
@@ -47,7 +49,12 @@ class DataScreen(Screen[None]):
     def compose_footer(self) -> ComposeResult:
         """The (hidden) filter input and the key footer every screen ends with."""
         yield Input(placeholder="filter: Enter applies, Escape clears", id="filter", classes="hidden")
-        yield Footer()
+        yield Footer(compact=self.app.size.width < COMPACT_BELOW)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """A narrow terminal gets the compact footer, so every key still fits on one line."""
+        for footer in self.query(Footer):
+            footer.compact = event.size.width < COMPACT_BELOW
 
     def on_screen_resume(self) -> None:
         """Fresh data whenever the screen is shown."""
@@ -63,10 +70,11 @@ class DataScreen(Screen[None]):
     async def _load(self) -> None:
         try:
             data = await self.fetch()
-        except psycopg.Error as exc:
+            self.show(data)
+        except Exception as exc:  # shown, not swallowed: a failed refresh leaves the last data on screen
             self.console.say(f"refresh failed: {exc}".splitlines()[0], severity="error")
+            await self.console.wake_waiters()
             return
-        self.show(data)
         await self.console.data_shown()
 
     async def fetch(self) -> Any:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.table import Table
 from rich.text import Text
@@ -13,7 +14,10 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from console.live import ALL_TABLES
+from console.screens.base import fill_table
 from console.widgets.cells import ago, masked, one_line, status_cell
+from console.widgets.header import ConsoleHeader
 
 if TYPE_CHECKING:
     from console.app import MailroomConsole
@@ -22,9 +26,10 @@ OUTCOME_STYLES = {"sent": "green", "transient": "yellow", "local_error": "yellow
 
 
 class EmailDetailScreen(Screen[None]):
-    """Pushed from Failures with Enter; Escape returns."""
+    """Pushed from Failures with Enter; Escape returns. Kept live like the screen it came from."""
 
     TITLE = "Email"
+    TABLES = frozenset({"email_queue", "send_logs"})
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,backspace", "app.pop_screen", "Back")]
 
     def __init__(self, email_id: int) -> None:
@@ -32,7 +37,8 @@ class EmailDetailScreen(Screen[None]):
         self.email_id = email_id
 
     def compose(self) -> ComposeResult:
-        """Fields above, attempts below."""
+        """The console's header, the email's fields, then its attempts."""
+        yield ConsoleHeader("failures")
         yield Static(id="email-fields", classes="panel")
         yield DataTable(id="history", cursor_type="row", zebra_stripes=True)
         yield Footer()
@@ -45,10 +51,30 @@ class EmailDetailScreen(Screen[None]):
         table.add_columns("When (UTC)", "Try", "Outcome", "Code", "Sender", "ms", "Response")
         self._load()
 
+    def reload(self, tables: Iterable[str] = (ALL_TABLES,)) -> None:
+        """Reload when the email or the send log changed (the worker retried it, an operator cancelled it)."""
+        changed = set(tables)
+        if ALL_TABLES in changed or changed & self.TABLES:
+            self._load()
+
     @work(exclusive=True, group="detail", exit_on_error=False)
     async def _load(self) -> None:
         app = cast("MailroomConsole", self.app)
-        email, history = await app.data.email_detail(self.email_id)
+        try:
+            email, history = await app.data.email_detail(self.email_id)
+        except Exception as exc:  # shown, not swallowed
+            app.say(f"email {self.email_id}: {exc}".splitlines()[0], severity="error")
+            self.query_one("#email-fields", Static).update(
+                Text(f"email {self.email_id} could not be read (see the notification)", style="red")
+            )
+            await app.wake_waiters()
+            return
+        self._show(app, email, history)
+        await app.data_shown()
+
+    def _show(
+        self, app: MailroomConsole, email: dict[str, Any] | None, history: list[dict[str, Any]]
+    ) -> None:
         now = app.clock()
         fields = self.query_one("#email-fields", Static)
         if email is None:
@@ -72,17 +98,20 @@ class EmailDetailScreen(Screen[None]):
             grid.add_row(label, value)
         fields.update(grid)
         table = self.query_one("#history", DataTable)
-        table.clear()
-        for row in history:
-            code = " ".join(str(x) for x in (row["smtp_code"], row["enhanced_code"]) if x)
-            table.add_row(
-                row["attempted_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
-                str(row["attempt"]),
-                Text(str(row["outcome"]), style=OUTCOME_STYLES.get(str(row["outcome"]), "red")),
-                code or "-",
-                row["sender"] or "-",
-                "" if row["duration_ms"] is None else str(row["duration_ms"]),
-                one_line(row["response"], 60),
-            )
-        if not history:
-            table.border_subtitle = "no attempts yet"
+        table.border_subtitle = "" if history else "no attempts yet"
+        fill_table(
+            table, ((f"{row['id']}:{row['attempted_at'].isoformat()}", _attempt(row)) for row in history)
+        )
+
+
+def _attempt(row: dict[str, Any]) -> tuple[Any, ...]:
+    code = " ".join(str(x) for x in (row["smtp_code"], row["enhanced_code"]) if x)
+    return (
+        row["attempted_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        str(row["attempt"]),
+        Text(str(row["outcome"]), style=OUTCOME_STYLES.get(str(row["outcome"]), "red")),
+        code or "-",
+        row["sender"] or "-",
+        "" if row["duration_ms"] is None else str(row["duration_ms"]),
+        one_line(row["response"], 60),
+    )

@@ -16,6 +16,7 @@ from console.screens.detail import EmailDetailScreen
 from console.widgets.cells import ago, masked, one_line, status_cell, until
 from console.widgets.dialogs import ConfirmScreen
 
+WIDE = 100
 SHOWING = {"all": "Failed and retrying email", "failed": "Failed email", "retrying": "Retrying email"}
 
 
@@ -36,7 +37,7 @@ class FailuresScreen(DataScreen):
         Binding("space", "mark", "Mark"),
         Binding("R", "retry_many", "Retry marked/all"),
         Binding("c", "cancel", "Cancel"),
-        Binding("t", "toggle_kind", "Show"),
+        Binding("t", "toggle_kind", "Failed/retrying"),
         Binding("right_square_bracket", "page(1)", "Next page", show=False),
         Binding("left_square_bracket", "page(-1)", "Prev page", show=False),
         *DataScreen.BINDINGS,
@@ -51,6 +52,7 @@ class FailuresScreen(DataScreen):
         self.after: FailureKey | None = None
         self.previous: list[FailureKey | None] = []
         self.page: Page = Page(rows=[], more=False)
+        self.with_subject = True
 
     def compose(self) -> ComposeResult:
         """One table of emails."""
@@ -61,14 +63,17 @@ class FailuresScreen(DataScreen):
     def on_mount(self) -> None:
         """Columns."""
         table = self.query_one("#failures", DataTable)
+        # Below 100 columns the subject gives way to the error (Enter shows both in full).
+        self.with_subject = self.app.size.width >= WIDE
         table.add_column(" ", key="mark", width=1)
         table.add_column("ID", key="id")
         table.add_column("Status", key="status")
         table.add_column("Recipient", key="recipient")
-        table.add_column("Subject", key="subject")
+        if self.with_subject:
+            table.add_column("Subject", key="subject")
         table.add_column("Error", key="error")
         table.add_column("Tries", key="tries")
-        table.add_column("Failed/next", key="when")
+        table.add_column("When", key="when")
 
     async def fetch(self) -> Page:
         """The current page."""
@@ -80,8 +85,9 @@ class FailuresScreen(DataScreen):
         self.page = data
         now = self.console.clock()
         # Subject and error share what the fixed columns leave, so Tries and the time stay in view.
-        room = max(20, self.app.size.width - 76)
-        subject_width, error_width = room * 2 // 5, room - room * 2 // 5
+        room = max(12, self.app.size.width - (67 if self.with_subject else 64))
+        subject_width = room * 2 // 5 if self.with_subject else 0
+        error_width = room - subject_width
         table = self.query_one("#failures", DataTable)
         number = len(self.previous) + 1
         more = ", ] next" if data.more else ""
@@ -107,7 +113,7 @@ class FailuresScreen(DataScreen):
                         Text(str(r["id"]), justify="right"),
                         status_cell(str(r["kind"])),
                         masked(r["recipient_email"]),
-                        one_line(r["subject"], subject_width),
+                        *([one_line(r["subject"], subject_width)] if self.with_subject else []),
                         one_line(r["last_error"], error_width),
                         f"{r['retry_count']}/{r['max_retries']}",
                         Text(until(r["scheduled_for"], now), style="yellow")

@@ -78,7 +78,7 @@ class OverviewScreen(DataScreen):
 
     async def fetch(self) -> Overview:
         """One round of overview queries."""
-        return await self.console.data.overview(self.console.clock())
+        return await self.console.data.overview(self.console.clock(), text=self.filter_text)
 
     def show(self, data: Any) -> None:
         """Fill every panel."""
@@ -97,7 +97,7 @@ class OverviewScreen(DataScreen):
         bar_width = 10 if self.app.size.width >= 100 else 4
         needle = (self.filter_text or "").lower()
         senders = [s for s in data.senders if needle in str(s["name"]).lower()]
-        documents = [d for d in data.documents if needle in f"{d['doc_id']} {d['title']}".lower()]
+        documents = data.documents  # filtered by the query: the top few of every match, not of all
         self.query_one("#ov-senders", DataTable).border_title = self.subtitle("Sender accounts")
         fill_table(
             self.query_one("#ov-senders", DataTable),

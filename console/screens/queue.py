@@ -35,16 +35,12 @@ class QueueScreen(DataScreen):
 
     async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
         """Pending counts by priority and by campaign."""
-        return await self.console.data.queue(self.console.clock())
+        return await self.console.data.queue(self.console.clock(), text=self.filter_text)
 
     def show(self, data: Any) -> None:
         """Both tables."""
         by_priority, by_campaign, estimated = data
         now = self.console.clock()
-        if self.filter_text:
-            by_campaign = [
-                r for r in by_campaign if self.filter_text.lower() in str(r["campaign_id"]).lower()
-            ]
 
         def cells(label: str, r: dict[str, Any]) -> tuple[Any, ...]:
             oldest = r["oldest"]

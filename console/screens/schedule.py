@@ -36,18 +36,11 @@ class ScheduleScreen(DataScreen):
 
     async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Due and troubled events."""
-        return await self.console.data.schedule(self.console.clock())
-
-    def _keep(self, row: dict[str, Any]) -> bool:
-        if not self.filter_text:
-            return True
-        return (
-            self.filter_text.lower() in f"{row['first_name']} {row['last_name']} {row['time_zone']}".lower()
-        )
+        return await self.console.data.schedule(self.console.clock(), text=self.filter_text)
 
     def show(self, data: Any) -> None:
         """Both tables, keyed by event id."""
-        due, trouble = ([r for r in rows if self._keep(r)] for rows in data)
+        due, trouble = data
         now = self.console.clock()
         due_table = self.query_one("#due", DataTable)
         due_table.border_title = self.subtitle(f"Due in the next 24 hours ({len(due)})")
@@ -69,7 +62,7 @@ class ScheduleScreen(DataScreen):
             ),
         )
         trouble_table = self.query_one("#trouble", DataTable)
-        trouble_table.border_title = f"Missed and failed, last 30 days ({len(trouble)})"
+        trouble_table.border_title = self.subtitle(f"Missed and failed, last 30 days ({len(trouble)})")
         fill_table(
             trouble_table,
             (

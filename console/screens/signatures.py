@@ -44,10 +44,7 @@ class SignaturesScreen(DataScreen):
 
     async def fetch(self) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]]]:
         """Documents, then the missing signers of the selected (or first) document."""
-        documents = await self.console.data.documents()
-        if self.filter_text:
-            needle = self.filter_text.lower()
-            documents = [d for d in documents if needle in f"{d['doc_id']} {d['title']}".lower()]
+        documents = await self.console.data.documents(text=self.filter_text)
         current = selected_key(self.query_one("#documents", DataTable))
         ids = [str(d["doc_id"]) for d in documents]
         doc_id = current if current in ids else (ids[0] if ids else None)
