@@ -8,6 +8,7 @@ workers may run it and no token is mailed twice or skipped.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -88,7 +89,11 @@ ORDER BY id
 LIMIT %(limit)s
 """
 
-FIND_ACCOUNT = "SELECT id FROM mailroom.accounts WHERE email = %(who)s OR login = %(who)s ORDER BY id LIMIT 1"
+# A login may look like an address: the account whose email it is wins over one whose login it is.
+FIND_ACCOUNT = """
+SELECT id FROM mailroom.accounts WHERE email = %(email)s OR login = %(who)s
+ORDER BY email = %(email)s DESC NULLS LAST, id LIMIT 1
+"""
 
 SUSPEND = """
 UPDATE mailroom.accounts SET status = 'suspended'
@@ -177,11 +182,14 @@ def list_accounts(
 
 
 def find_account(conn: psycopg.Connection[Any], who: str) -> int:
-    """The id of the account with this email address or login; a clear error when there is none."""
+    """The id of the account with this email address or login (the email first); a clear error when none."""
+    who = who.strip()
+    try:
+        email: str | None = normalise_address("email", who) if "@" in who else None
+    except ValidationError:
+        email = None
     with conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(FIND_ACCOUNT, {"who": who.strip()}).fetchone()
-        if row is None and "@" in who:
-            row = cur.execute(FIND_ACCOUNT, {"who": normalise_address("email", who)}).fetchone()
+        row = cur.execute(FIND_ACCOUNT, {"who": who, "email": email}).fetchone()
     if row is None:
         raise ValidationError("account", f"no account with email or login {who!r}")
     return int(row[0])
@@ -241,21 +249,33 @@ def request_recovery(conn: psycopg.Connection[Any], account_id: int, settings: S
 # Consuming tokens
 # ---------------------------------------------------------------------------
 
-_SELECT_FOR_CONSUME = """
-SELECT t.id, t.action, t.account_id, t.expires_at, t.consumed_at, a.status, a.email
+# Found by the SHA-256 of the secret: the plain secret is not kept once the token was mailed.
+SELECT_BY_HASH = """
+SELECT t.id, t.action, t.account_id, t.expires_at, t.consumed_at, t.failed_attempts,
+       t.failed_attempts >= mailroom.token_max_attempts() AS locked, a.status, a.email
 FROM mailroom.tokens t JOIN mailroom.accounts a ON a.id = t.account_id
+WHERE t.secret_hash = %(hash)s
+FOR UPDATE OF t, a
 """
-TOKEN_BY_SECRET = _SELECT_FOR_CONSUME + "WHERE t.secret = %(secret)s FOR UPDATE OF t, a"
-# Codes are short, so one account may (rarely) hold two tokens with the same code: the usable one wins.
-TOKEN_BY_CODE = (
-    _SELECT_FOR_CONSUME
-    + """WHERE a.email = %(email)s AND t.code = %(code)s
-ORDER BY (t.consumed_at IS NULL AND t.expires_at > %(now)s) DESC, t.id DESC
-LIMIT 1
-FOR UPDATE OF t, a"""
-)
+# All the account's tokens (for the action), each with whether the code matches: the comparison is made
+# in SQL over every one of them, so the code never comes back and the work does not depend on a match.
+# An unknown address and a wrong code give the same answer.
+TOKENS_BY_CODE = """
+SELECT t.id, t.action, t.account_id, t.expires_at, t.consumed_at, t.failed_attempts,
+       t.failed_attempts >= mailroom.token_max_attempts() AS locked, a.status, a.email,
+       t.code = %(code)s AS matches
+FROM mailroom.tokens t JOIN mailroom.accounts a ON a.id = t.account_id
+WHERE a.email = %(email)s AND (%(action)s::text IS NULL OR t.action = %(action)s)
+ORDER BY t.id DESC
+FOR UPDATE OF t, a
+"""
+COUNT_WRONG_CODE = """
+UPDATE mailroom.tokens SET failed_attempts = failed_attempts + 1 WHERE id = ANY(%s)
+RETURNING failed_attempts >= mailroom.token_max_attempts() AS locked
+"""
 CONSUME = "UPDATE mailroom.tokens SET consumed_at = %(now)s WHERE id = %(id)s AND consumed_at IS NULL"
 STATUS_AFTER = "SELECT status FROM mailroom.accounts WHERE id = %s"
+MAX_ATTEMPTS = "SELECT mailroom.token_max_attempts() AS n"
 
 # What each action needs the account to be when its token is consumed (and when it is mailed).
 _NEEDS = {"activation": "provisioned", "password_recovery": "active"}
@@ -274,40 +294,100 @@ def consume_token(
 
     With `email`, a secret of another account's token is refused; with `action`, a token for another
     action is. Consuming an activation token activates the account (a trigger does it). Every refusal is
-    a `TokenError` and changes nothing. `now` (default: the clock) decides expiry.
+    a `TokenError` and changes nothing, except that a wrong code is counted against each usable token of
+    the account: after `mailroom.token_max_attempts()` (5) wrong codes a token is locked, and neither its
+    code nor its link works any more. `now` (default: the clock) decides expiry.
+
+    The outcome is committed before this returns or raises (a refusal the caller rolled back would leave
+    a wrong code uncounted), so it must not be called inside another transaction: on a connection that is
+    not in autocommit mode, commit or roll back first.
     """
+    if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise RuntimeError("consume_token commits its outcome: call it outside any open transaction")
     now = now or datetime.now(UTC)
     address = normalise_address("email", email) if email is not None else None
-    with conn.cursor(row_factory=dict_row) as cur:
+    if secret is not None:
+        if isinstance(secret, str):
+            if not _HEX_SECRET.match(secret.strip()):
+                raise TokenError("a secret is 64 hexadecimal digits")
+            secret = bytes.fromhex(secret.strip())
+        digest = hashlib.sha256(secret).digest()
+    elif code is not None and address is not None:
+        if not _CODE.match(code.strip()):
+            raise TokenError("a code is 5 digits")
+    else:
+        raise TokenError("give the token's secret, or its code and the account's email")
+    # Returned, not raised, inside the block: the block commits what it did (a counted wrong code) first.
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         if secret is not None:
-            if isinstance(secret, str):
-                if not _HEX_SECRET.match(secret.strip()):
-                    raise TokenError("a secret is 64 hexadecimal digits")
-                secret = bytes.fromhex(secret.strip())
-            row = cur.execute(TOKEN_BY_SECRET, {"secret": secret}).fetchone()
-            if row is not None and address is not None and row["email"] != address:
-                raise TokenError("this token belongs to another account")
-        elif code is not None and address is not None:
-            if not _CODE.match(code.strip()):
-                raise TokenError("a code is 5 digits")
-            row = cur.execute(TOKEN_BY_CODE, {"email": address, "code": code.strip(), "now": now}).fetchone()
+            row = cur.execute(SELECT_BY_HASH, {"hash": digest}).fetchone()
+            outcome = _by_secret(row, address, action, now)
         else:
-            raise TokenError("give the token's secret, or its code and the account's email")
-        if row is None:
-            raise TokenError("no such token" if code is None else f"no token with this code for {email}")
-        if action is not None and row["action"] != action:
-            raise TokenError(f"this is a {row['action']} token, not a {action} token")
-        if row["consumed_at"] is not None:
-            raise TokenError(f"this token was already used at {_stamp(row['consumed_at'])}")
-        if row["expires_at"] <= now:
-            raise TokenError(f"this token expired at {_stamp(row['expires_at'])}; ask for a new one")
-        needed = _NEEDS[row["action"]]
-        if row["status"] != needed:
-            raise TokenError(f"the account is {row['status']}; a {row['action']} token needs it {needed}")
-        cur.execute(CONSUME, {"id": row["id"], "now": now})
-        after = cur.execute(STATUS_AFTER, (row["account_id"],)).fetchone()
+            assert code is not None
+            assert address is not None
+            rows = cur.execute(
+                TOKENS_BY_CODE, {"email": address, "code": code.strip(), "action": action}
+            ).fetchall()
+            outcome = _by_code(cur, rows, address, now)
+        if isinstance(outcome, dict):
+            cur.execute(CONSUME, {"id": outcome["id"], "now": now})
+            after = cur.execute(STATUS_AFTER, (outcome["account_id"],)).fetchone()
+    if isinstance(outcome, TokenError):
+        raise outcome
     assert after is not None
-    return ConsumedToken(int(row["id"]), int(row["account_id"]), str(row["action"]), str(after["status"]))
+    return ConsumedToken(
+        int(outcome["id"]), int(outcome["account_id"]), str(outcome["action"]), str(after["status"])
+    )
+
+
+def _refusal(row: dict[str, Any], now: datetime) -> TokenError | None:
+    """Why this token cannot be consumed now, or None."""
+    if row["consumed_at"] is not None:
+        return TokenError(f"this token was already used at {_stamp(row['consumed_at'])}")
+    if row["expires_at"] <= now:
+        return TokenError(f"this token expired at {_stamp(row['expires_at'])}; ask for a new one")
+    if row["locked"]:
+        return TokenError(
+            f"this token was locked after {row['failed_attempts']} wrong codes; ask for a new one"
+        )
+    needed = _NEEDS[row["action"]]
+    if row["status"] != needed:
+        return TokenError(f"the account is {row['status']}; a {row['action']} token needs it {needed}")
+    return None
+
+
+def _by_secret(
+    row: dict[str, Any] | None, address: str | None, action: str | None, now: datetime
+) -> dict[str, Any] | TokenError:
+    if row is None:
+        return TokenError("no such token")
+    if address is not None and row["email"] != address:
+        return TokenError("this token belongs to another account")
+    if action is not None and row["action"] != action:
+        return TokenError(f"this is a {row['action']} token, not a {action} token")
+    return _refusal(row, now) or row
+
+
+def _by_code(
+    cur: psycopg.Cursor[dict[str, Any]], rows: list[dict[str, Any]], address: str, now: datetime
+) -> dict[str, Any] | TokenError:
+    usable = [r for r in rows if r["consumed_at"] is None and r["expires_at"] > now and not r["locked"]]
+    right = next((r for r in usable if r["matches"]), None)
+    if right is not None:
+        return _refusal(right, now) or right  # the account may be in the wrong state
+    # A wrong code counts against every usable token of the account, whatever else it matched.
+    locked_now = False
+    if usable:
+        cur.execute(COUNT_WRONG_CODE, ([r["id"] for r in usable],))
+        locked_now = any(r["locked"] for r in cur.fetchall())
+    old = next((r for r in rows if r["matches"]), None)
+    if old is not None:
+        return _refusal(old, now) or TokenError("this token can no longer be used")
+    if locked_now or any(r["locked"] and r["consumed_at"] is None and r["expires_at"] > now for r in rows):
+        limit = cur.execute(MAX_ATTEMPTS).fetchone()
+        attempts = limit["n"] if limit else "too many"
+        return TokenError(f"this token was locked after {attempts} wrong codes; ask for a new one")
+    return TokenError(f"no token with this code for {address}")
 
 
 def _stamp(moment: datetime) -> str:
@@ -324,7 +404,7 @@ LOCK_CURSOR = "SELECT last_seq FROM mailroom.jobs WHERE name = %s FOR UPDATE"
 
 PENDING_TOKENS = """
 SELECT t.id, t.action, t.secret, t.code, t.expires_at, t.consumed_at,
-       a.id AS account_id, a.email, a.login, a.locale, a.status
+       t.failed_attempts >= mailroom.token_max_attempts() AS locked, a.id AS account_id, a.email, a.login, a.locale, a.status
 FROM mailroom.tokens t JOIN mailroom.accounts a ON a.id = t.account_id
 WHERE t.mailed_at IS NULL AND t.mail_skipped_reason IS NULL
 ORDER BY t.id
@@ -332,13 +412,13 @@ LIMIT %s
 """
 
 MARK_MAILED = """
-UPDATE mailroom.tokens t SET mailed_at = %(now)s, email_id = m.email_id
+UPDATE mailroom.tokens t SET mailed_at = %(now)s, email_id = m.email_id, secret = NULL
 FROM unnest(%(ids)s::bigint[], %(emails)s::bigint[]) AS m(id, email_id)
 WHERE t.id = m.id
 """
 
 MARK_SKIPPED = """
-UPDATE mailroom.tokens t SET mail_skipped_reason = m.reason
+UPDATE mailroom.tokens t SET mail_skipped_reason = m.reason, secret = NULL
 FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
 WHERE t.id = m.id
 """
@@ -368,6 +448,8 @@ def _skip_reason(row: dict[str, Any], now: datetime) -> str | None:
         return "already consumed"
     if row["expires_at"] <= now:
         return "expired before it was mailed"
+    if row["locked"]:
+        return "locked after too many wrong codes"
     needed = _NEEDS[row["action"]]
     if row["status"] != needed:
         return f"account is {row['status']}, not {needed}"
@@ -405,8 +487,10 @@ async def mail_tokens(
 ) -> MailerPass:
     """Mail up to `limit` new tokens in one transaction that also records them and advances the cursor.
 
-    Expired or consumed tokens, and tokens whose account is not in the state their action needs (an
+    Expired, consumed or locked tokens, and tokens whose account is not in the state their action needs (an
     activation for a provisioned account, a recovery for an active one), are marked skipped with the reason.
+    The mailer is the one reader of a token's plain secret: it builds the link from it and forgets it in the
+    same transaction (mailed or skipped alike); the token is found later by the secret's SHA-256.
     """
     now = now or datetime.now(UTC)
     mailed: dict[int, int] = {}

@@ -422,7 +422,8 @@ tokens = Table(
     metadata,
     Column("id", BigInteger, Identity(always=True), nullable=False),
     Column("action", Text, nullable=False),
-    Column("secret", BYTEA, nullable=False, server_default=text("mailroom.random_secret()")),
+    # 0002: the plain secret is kept only until the mailer handled the token; it is found by secret_hash
+    Column("secret", BYTEA, server_default=text("mailroom.random_secret()")),
     Column("code", Text, nullable=False, server_default=text("mailroom.random_code()")),
     Column(
         "account_id",
@@ -447,8 +448,16 @@ tokens = Table(
     Column("email_id", BigInteger),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("mail_skipped_reason", Text),  # 0002: why the mailer did not mail it (expired, account state)
+    Column("secret_hash", BYTEA, nullable=False),  # 0002: SHA-256 of the secret (set by trigger)
+    Column("failed_attempts", Integer, nullable=False, server_default=text("0")),  # 0002: wrong codes
     PrimaryKeyConstraint("id", name="tokens_pkey"),
-    UniqueConstraint("secret", name="tokens_secret_key"),
+    UniqueConstraint("secret_hash", name="tokens_secret_hash_key"),
+    CheckConstraint("octet_length(secret_hash) = 32", name="tokens_secret_hash_check"),
+    CheckConstraint(
+        "(secret IS NULL) = (mailed_at IS NOT NULL OR mail_skipped_reason IS NOT NULL)",
+        name="tokens_secret_until_handled_check",
+    ),
+    CheckConstraint("failed_attempts >= 0", name="tokens_failed_attempts_check"),
     CheckConstraint("action IN ('activation', 'password_recovery')", name="tokens_action_check"),
     CheckConstraint("octet_length(secret) = 32", name="tokens_secret_check"),
     CheckConstraint("code ~ '^[0-9]{5}$'", name="tokens_code_check"),

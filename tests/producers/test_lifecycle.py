@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import threading
 from collections import Counter
@@ -89,6 +90,7 @@ def test_activation_suspension_and_unsuspension_keep_their_timestamps(conn: Conn
     account_id = create_account(conn, "ada@example.com", "ada", settings=settings)
     conn.commit()
     [token] = _tokens(conn, account_id)
+    conn.commit()
     done = consume_token(conn, code=token["code"], email="ada@example.com")
     conn.commit()
     active = _account(conn, account_id)
@@ -127,6 +129,7 @@ def test_consuming_a_bad_token_fails_clearly_and_changes_nothing(conn: Conn, set
     bob = create_account(conn, "bob@example.com", "bob", settings=settings)
     conn.commit()
     [ada_token], [bob_token] = _tokens(conn, ada), _tokens(conn, bob)
+    conn.commit()
     later = datetime.now(UTC) + timedelta(minutes=16)
 
     with pytest.raises(TokenError, match="expired at"):
@@ -138,9 +141,9 @@ def test_consuming_a_bad_token_fails_clearly_and_changes_nothing(conn: Conn, set
         consume_token(conn, code=wrong_code, email="ada@example.com")
     with pytest.raises(TokenError, match="not a password_recovery token"):
         consume_token(conn, secret=ada_token["secret"], action="password_recovery")
-    conn.rollback()
     assert _account(conn, ada)["status"] == "provisioned"
     assert _tokens(conn, ada)[0]["consumed_at"] is None
+    conn.commit()
 
     consume_token(conn, secret=ada_token["secret"])
     conn.commit()
@@ -160,8 +163,10 @@ def test_consuming_a_bad_token_fails_clearly_and_changes_nothing(conn: Conn, set
     conn.commit()
     with pytest.raises(TokenError, match="the account is suspended"):
         consume_token(conn, secret=bob_token["secret"])
-    conn.rollback()
     assert _tokens(conn, bob)[0]["consumed_at"] is None
+    # A token is consumed in a transaction of its own (a refused code must stay counted).
+    with pytest.raises(RuntimeError, match="outside any open transaction"):
+        consume_token(conn, secret=bob_token["secret"])
 
 
 def test_password_recovery_is_only_for_active_accounts(conn: Conn, settings: Settings) -> None:
@@ -169,7 +174,9 @@ def test_password_recovery_is_only_for_active_accounts(conn: Conn, settings: Set
     conn.commit()
     with pytest.raises(ValidationError, match="is provisioned: only active accounts recover"):
         request_recovery(conn, account_id, settings)
-    consume_token(conn, secret=_tokens(conn, account_id)[0]["secret"])
+    [token] = _tokens(conn, account_id)
+    conn.commit()
+    consume_token(conn, secret=token["secret"])
     token_id = request_recovery(conn, account_id, settings)
     conn.commit()
     assert [t["action"] for t in _tokens(conn, account_id)] == ["activation", "password_recovery"]
@@ -198,13 +205,16 @@ async def test_mailer_mails_new_tokens_once_and_skips_expired_and_wrong_state(
     bob = create_account(conn, "bob@example.com", "bob", settings=settings)
     carol = create_account(conn, "carol@example.com", "carol", settings=settings)
     suspend_accounts(conn, [bob])
-    consume_token(conn, secret=_tokens(conn, carol)[0]["secret"])
+    [carol_token] = _tokens(conn, carol)
+    conn.commit()
+    consume_token(conn, secret=carol_token["secret"])
     recovery = request_recovery(conn, carol, settings)
     suspend_accounts(conn, [carol])  # recovery requested, then the account was suspended
     conn.commit()
 
-    mailed, skipped = await _mail_all(db_url, settings)
     [ada_token] = _tokens(conn, ada)
+    conn.commit()
+    mailed, skipped = await _mail_all(db_url, settings)
     assert set(mailed) == {ada_token["id"]}
     assert skipped == {
         _tokens(conn, bob)[0]["id"]: "account is suspended, not provisioned",
@@ -217,6 +227,10 @@ async def test_mailer_mails_new_tokens_once_and_skips_expired_and_wrong_state(
     assert ada_token["code"] in email["text_body"]
     assert f"https://app.example.com/activate?token={ada_token['secret'].hex()}" in email["text_body"]
     assert _tokens(conn, ada)[0]["mailed_at"] is not None and _tokens(conn, ada)[0]["email_id"] == email["id"]
+    # Mailed or skipped, no token keeps its plain secret; the link still works through the secret's hash.
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.tokens WHERE secret IS NOT NULL").fetchone() == {
+        "n": 0
+    }
     job = conn.execute("SELECT last_seq FROM mailroom.jobs WHERE name = 'lifecycle_mailer'").fetchone()
     assert job == {"last_seq": max([*mailed, *skipped])}
     assert await _mail_all(db_url, settings) == ({}, {})
@@ -325,3 +339,121 @@ async def test_new_account_to_activation_end_to_end(
     recovered = smtp_sink.messages_to("ada@example.com")[-1]
     assert recovered.message["Subject"] == "Reset your password, ada"
     assert "/recover?token=" in recovered.message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+
+
+def _attempts(conn: Conn, account_id: int) -> list[int]:
+    rows = _tokens(conn, account_id)
+    conn.commit()
+    return [t["failed_attempts"] for t in rows]
+
+
+def test_five_wrong_codes_lock_the_token_and_the_sixth_guess_fails_even_when_right(
+    conn: Conn, settings: Settings
+) -> None:
+    ada = create_account(conn, "ada@example.com", "ada", settings=settings)
+    bob = create_account(conn, "bob@example.com", "bob", settings=settings)
+    conn.commit()
+    [token] = _tokens(conn, ada)
+    conn.commit()
+    wrong = [f"{(int(token['code']) + n) % 100000:05d}" for n in range(1, 6)]
+    # An unknown address and a wrong code get the same answer (nothing says which part was wrong).
+    with pytest.raises(TokenError, match=r"^token: no token with this code for nobody@example\.com$"):
+        consume_token(conn, code=wrong[0], email="nobody@example.com")
+    for n, guess in enumerate(wrong[:4], start=1):
+        with pytest.raises(TokenError, match=r"^token: no token with this code for ada@example\.com$"):
+            consume_token(conn, code=guess, email="ada@example.com")
+        assert _attempts(conn, ada) == [n]  # committed by consume_token itself
+    with pytest.raises(TokenError, match="locked after 5 wrong codes; ask for a new one"):
+        consume_token(conn, code=wrong[4], email="ada@example.com")
+    # The sixth guess is the right code, and fails exactly like a wrong one; the link is dead too.
+    with pytest.raises(
+        TokenError, match=r"^token: this token was locked after 5 wrong codes; ask for a new one$"
+    ):
+        consume_token(conn, code=token["code"], email="ada@example.com")
+    with pytest.raises(TokenError, match="locked after 5 wrong codes"):
+        consume_token(conn, secret=token["secret"])
+    # Nothing else changed: the account is still provisioned, the token unused, Bob's token untouched.
+    assert _account(conn, ada)["status"] == "provisioned" and _account(conn, ada)["activated_at"] is None
+    assert [t["consumed_at"] for t in _tokens(conn, ada)] == [None]
+    assert _attempts(conn, ada) == [5] and _attempts(conn, bob) == [0]
+    # The database holds the line for every writer: a locked token is not consumed, its count not reset.
+    with pytest.raises(psycopg.errors.CheckViolation, match="locked after 5 wrong codes"):
+        conn.execute("UPDATE mailroom.tokens SET consumed_at = now() WHERE id = %s", (token["id"],))
+    conn.rollback()
+    with pytest.raises(psycopg.errors.CheckViolation, match="cannot forget its wrong codes"):
+        conn.execute("UPDATE mailroom.tokens SET failed_attempts = 0 WHERE id = %s", (token["id"],))
+    conn.rollback()
+    # The remedy: a new token, with its own five tries.
+    resend_activation(conn, [ada], settings)
+    conn.commit()
+    fresh = _tokens(conn, ada)[-1]
+    conn.commit()
+    assert consume_token(conn, code=fresh["code"], email="ada@example.com").account_status == "active"
+
+
+async def test_the_mailer_skips_a_locked_token(db_url: str, conn: Conn, settings: Settings) -> None:
+    ada = create_account(conn, "ada@example.com", "ada", settings=settings)
+    conn.commit()
+    [token] = _tokens(conn, ada)
+    conn.commit()
+    for n in range(1, 6):
+        with pytest.raises(TokenError):
+            consume_token(conn, code=f"{(int(token['code']) + n) % 100000:05d}", email="ada@example.com")
+    mailed, skipped = await _mail_all(db_url, settings)
+    assert mailed == {} and skipped == {token["id"]: "locked after too many wrong codes"}
+
+
+async def test_only_the_mailer_reads_a_plain_secret_and_the_link_works_by_its_hash(
+    db_url: str, conn: Conn, settings: Settings
+) -> None:
+    ada = create_account(conn, "ada@example.com", "ada", settings=settings)
+    conn.commit()
+    [before] = _tokens(conn, ada)
+    assert before["secret_hash"] == hashlib.sha256(before["secret"]).digest()
+    # Until the mailer handled it, no writer may forget the secret or change it.
+    with pytest.raises(psycopg.errors.CheckViolation, match="tokens_secret_until_handled_check"):
+        conn.execute("UPDATE mailroom.tokens SET secret = NULL WHERE id = %s", (before["id"],))
+    conn.rollback()
+    with pytest.raises(psycopg.errors.CheckViolation, match="cannot change its secret"):
+        conn.execute(
+            "UPDATE mailroom.tokens SET secret = mailroom.random_secret() WHERE id = %s", (before["id"],)
+        )
+    conn.rollback()
+
+    mailed, _ = await _mail_all(db_url, settings)
+    [after] = _tokens(conn, ada)
+    email = conn.execute(
+        "SELECT text_body FROM mailroom.email_queue WHERE id = %s", (mailed[after["id"]],)
+    ).fetchone()
+    conn.commit()
+    assert after["secret"] is None and after["secret_hash"] == before["secret_hash"]
+    assert email is not None
+    match = re.search(r"/activate\?token=([0-9a-f]{64})", email["text_body"])
+    assert match is not None and bytes.fromhex(match.group(1)) == before["secret"]
+    # The link from the email activates the account, though the database no longer holds its secret.
+    assert consume_token(conn, secret=match.group(1), action="activation").account_status == "active"
+
+
+def test_upgrading_keeps_mailed_links_working_and_forgets_their_secrets(empty_db_url: str) -> None:
+    from worker import db
+
+    db.upgrade(empty_db_url, "0001")
+    with psycopg.connect(empty_db_url, row_factory=dict_row) as old:
+        old.execute(
+            "INSERT INTO mailroom.accounts (email, login) VALUES ('a@example.com', 'a'), ('b@example.com', 'b')"
+        )
+        old.execute("UPDATE mailroom.tokens SET mailed_at = now() WHERE account_id = 1")
+        secrets = {
+            r["account_id"]: r["secret"]
+            for r in old.execute("SELECT account_id, secret FROM mailroom.tokens")
+        }
+        old.commit()
+    db.upgrade(empty_db_url)
+    with psycopg.connect(empty_db_url, row_factory=dict_row) as new:
+        rows = {r["account_id"]: r for r in new.execute("SELECT * FROM mailroom.tokens").fetchall()}
+        new.commit()
+        assert rows[1]["secret"] is None and rows[2]["secret"] == secrets[2]  # b's token is not mailed yet
+        assert {r["secret_hash"] for r in rows.values()} == {
+            hashlib.sha256(s).digest() for s in secrets.values()
+        }
+        assert consume_token(new, secret=secrets[1]).account_status == "active"

@@ -90,3 +90,35 @@ def test_people_and_events_commands(
     code, out, _ = run(capsys, "people", "delete", person_id)
     assert code == 0
     assert conn.execute("SELECT count(*) AS n FROM mailroom.events").fetchone() == {"n": 0}
+
+
+def test_wrong_codes_through_the_cli_stay_counted_and_lock_the_token(
+    cli_env: dict[str, str], conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The CLI rolls back on every error: the count survives only because consuming commits its outcome.
+    assert run(capsys, "accounts", "create", "ada@example.com", "ada")[0] == 0
+    token = conn.execute("SELECT code FROM mailroom.tokens").fetchone()
+    assert token is not None
+    conn.rollback()
+    for n in range(1, 6):
+        guess = f"{(int(token['code']) + n) % 100000:05d}"
+        code, _, err = run(capsys, "accounts", "activate", "--code", guess, "--email", "ada@example.com")
+        assert code == 2 and err.startswith("error: token: ")
+    code, _, err = run(capsys, "accounts", "activate", "--code", token["code"], "--email", "ada@example.com")
+    assert code == 2 and "locked after 5 wrong codes; ask for a new one" in err
+    assert conn.execute("SELECT status FROM mailroom.accounts").fetchone() == {"status": "provisioned"}
+    assert conn.execute("SELECT failed_attempts FROM mailroom.tokens").fetchone() == {"failed_attempts": 5}
+
+
+def test_an_account_is_found_by_its_email_before_another_ones_login(
+    cli_env: dict[str, str], conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Bob's login is Ada's address: `suspend ada@example.com` means Ada, whoever was created first.
+    assert run(capsys, "accounts", "create", "bob@example.com", "ada@example.com")[0] == 0
+    assert run(capsys, "accounts", "create", "ada@example.com", "ada")[0] == 0
+    assert run(capsys, "accounts", "suspend", "ada@example.com")[0] == 0
+    rows = conn.execute("SELECT login, status FROM mailroom.accounts ORDER BY id").fetchall()
+    assert rows == [
+        {"login": "ada@example.com", "status": "provisioned"},
+        {"login": "ada", "status": "suspended"},
+    ]

@@ -21,6 +21,17 @@ DROP TABLE IF EXISTS mailroom.time_zone_names;
 
 DROP TRIGGER IF EXISTS tokens_before_update ON mailroom.tokens;
 DROP FUNCTION IF EXISTS mailroom.tokens_before_update();
+DROP TRIGGER IF EXISTS tokens_before_insert ON mailroom.tokens;
+DROP FUNCTION IF EXISTS mailroom.tokens_before_insert();
+DROP FUNCTION IF EXISTS mailroom.token_max_attempts();
+ALTER TABLE mailroom.tokens DROP COLUMN IF EXISTS failed_attempts;
+-- Forgotten secrets cannot come back: those tokens get a fresh random secret, so their old links stop
+-- working (revision 0001 finds tokens by the plain secret only).
+ALTER TABLE mailroom.tokens DROP CONSTRAINT IF EXISTS tokens_secret_until_handled_check;
+UPDATE mailroom.tokens SET secret = mailroom.random_secret() WHERE secret IS NULL;
+ALTER TABLE mailroom.tokens ALTER COLUMN secret SET NOT NULL;
+ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_secret_key UNIQUE (secret);
+ALTER TABLE mailroom.tokens DROP COLUMN IF EXISTS secret_hash;
 DROP TRIGGER IF EXISTS tokens_notify_mailer ON mailroom.tokens;
 DROP FUNCTION IF EXISTS mailroom.tokens_notify_mailer();
 DROP INDEX IF EXISTS mailroom.tokens_to_mail_idx;

@@ -52,14 +52,58 @@ DROP INDEX mailroom.tokens_unmailed_idx;
 CREATE INDEX tokens_to_mail_idx ON mailroom.tokens (id)
     WHERE mailed_at IS NULL AND mail_skipped_reason IS NULL;
 
--- A token is consumed once, before it expires, and never changes what it is for: enforced for every writer.
+-- Secrets at rest: a token is found by the SHA-256 of its secret. The plain secret is kept only until the
+-- mailer has handled the token (it builds the link from it once, in the transaction that records the token
+-- as mailed or skipped, and forgets it there); the CHECK holds every writer to that. Existing tokens get
+-- their hash before their handled secrets are forgotten, so links already mailed keep working.
+ALTER TABLE mailroom.tokens ADD COLUMN secret_hash bytea;
+ALTER TABLE mailroom.tokens ALTER COLUMN secret DROP NOT NULL;
+UPDATE mailroom.tokens
+SET secret_hash = sha256(secret),
+    secret = CASE WHEN mailed_at IS NULL AND mail_skipped_reason IS NULL THEN secret END;
+ALTER TABLE mailroom.tokens ALTER COLUMN secret_hash SET NOT NULL;
+ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_secret_hash_key UNIQUE (secret_hash);
+ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_secret_hash_check CHECK (octet_length(secret_hash) = 32);
+ALTER TABLE mailroom.tokens ADD CONSTRAINT tokens_secret_until_handled_check
+    CHECK ((secret IS NULL) = (mailed_at IS NOT NULL OR mail_skipped_reason IS NOT NULL));
+-- The hash is unique; a second index holding the plain secrets is not wanted.
+ALTER TABLE mailroom.tokens DROP CONSTRAINT tokens_secret_key;
+
+-- Guessing: 100,000 codes are few, so every wrong code given for an account counts against its usable
+-- tokens, and a token with `mailroom.token_max_attempts()` wrong codes is locked (neither its code nor its
+-- link works any more; a new token must be issued).
+ALTER TABLE mailroom.tokens ADD COLUMN failed_attempts integer NOT NULL DEFAULT 0
+    CONSTRAINT tokens_failed_attempts_check CHECK (failed_attempts >= 0);
+
+CREATE FUNCTION mailroom.token_max_attempts() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT 5
+$$;
+
+CREATE FUNCTION mailroom.tokens_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.secret IS NULL THEN
+        RAISE EXCEPTION 'a new token needs its secret' USING ERRCODE = 'not_null_violation';
+    END IF;
+    NEW.secret_hash := sha256(NEW.secret);
+    NEW.failed_attempts := 0;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER tokens_before_insert BEFORE INSERT ON mailroom.tokens
+    FOR EACH ROW EXECUTE FUNCTION mailroom.tokens_before_insert();
+
+-- A token is consumed once, before it expires and while it is not locked; it never changes what it is for,
+-- its secret can only be forgotten, and its wrong codes only counted up: enforced for every writer.
 CREATE FUNCTION mailroom.tokens_before_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.secret IS DISTINCT FROM OLD.secret OR NEW.code IS DISTINCT FROM OLD.code
+    IF NEW.secret_hash IS DISTINCT FROM OLD.secret_hash OR NEW.code IS DISTINCT FROM OLD.code
        OR NEW.account_id IS DISTINCT FROM OLD.account_id OR NEW.action IS DISTINCT FROM OLD.action
-       OR NEW.expires_at IS DISTINCT FROM OLD.expires_at THEN
+       OR NEW.expires_at IS DISTINCT FROM OLD.expires_at
+       OR (NEW.secret IS DISTINCT FROM OLD.secret AND NEW.secret IS NOT NULL) THEN
         RAISE EXCEPTION 'token % cannot change its secret, code, account, action or expiry', OLD.id
             USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.failed_attempts < OLD.failed_attempts THEN
+        RAISE EXCEPTION 'token % cannot forget its wrong codes', OLD.id USING ERRCODE = 'check_violation';
     END IF;
     IF OLD.consumed_at IS NOT NULL AND NEW.consumed_at IS DISTINCT FROM OLD.consumed_at THEN
         RAISE EXCEPTION 'token % was already consumed at %', OLD.id, OLD.consumed_at
@@ -67,6 +111,11 @@ BEGIN
     END IF;
     IF OLD.consumed_at IS NULL AND NEW.consumed_at >= OLD.expires_at THEN
         RAISE EXCEPTION 'token % expired at %', OLD.id, OLD.expires_at USING ERRCODE = 'check_violation';
+    END IF;
+    IF OLD.consumed_at IS NULL AND NEW.consumed_at IS NOT NULL
+       AND OLD.failed_attempts >= mailroom.token_max_attempts() THEN
+        RAISE EXCEPTION 'token % was locked after % wrong codes', OLD.id, OLD.failed_attempts
+            USING ERRCODE = 'check_violation';
     END IF;
     RETURN NEW;
 END $$;
