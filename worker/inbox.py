@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -21,7 +22,7 @@ from psycopg.rows import tuple_row
 
 from worker.config import Settings
 from worker.masking import mask_address
-from worker.outbox import EmailRequest, enqueue
+from worker.outbox import EmailRequest, enqueue, load_catalog
 from worker.validation import ValidationError, check_header_text
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "order_cancelled": ("customer_email", "customer_name", "order_number", "total", "currency"),
 }
 OPTIONAL_FIELDS = ("locale", "reason", "items")
+_LOCALE = re.compile(r"^[a-z]{2}(-[A-Z]{2})?$")
 # Amounts (and quantity times unit price) stay below this: a typo of many digits is an error, not an email.
 MAX_AMOUNT = Decimal(10) ** 12
 MAX_QUANTITY = 1_000_000
@@ -81,6 +83,19 @@ def _amount(field: str, value: object) -> Decimal:
     if amount >= MAX_AMOUNT:
         raise ValidationError(field, f"must be less than {MAX_AMOUNT:,}")
     return amount
+
+
+def _locale(value: object) -> str | None:
+    """Shops write `fr_FR`, `fr-fr` or `FR`: each becomes the catalog's form (`fr-FR`, `fr`)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValidationError("payload.locale", "must be a string such as 'en' or 'fr-CA'")
+    language, _, region = value.strip().replace("_", "-").partition("-")
+    locale = f"{language.lower()}-{region.upper()}" if region else language.lower()
+    if not _LOCALE.match(locale):
+        raise ValidationError("payload.locale", f"{value!r} is not a locale such as 'en' or 'fr-CA'")
+    return locale
 
 
 def format_money(amount: Decimal, currency: str, locale: str | None) -> str:
@@ -135,9 +150,7 @@ def template_data(event_type: str, payload: Mapping[str, Any]) -> tuple[str, str
         )
     email = _text(payload, "customer_email", 254)
     name = check_header_text("payload.customer_name", _text(payload, "customer_name", 255))
-    locale = payload.get("locale")
-    if locale is not None and not isinstance(locale, str):
-        raise ValidationError("payload.locale", "must be a string such as 'en' or 'fr'")
+    locale = _locale(payload.get("locale"))
     currency = _text(payload, "currency", 3).upper()
     if not currency.isalpha() or len(currency) != 3:
         raise ValidationError("payload.currency", "must be a three-letter ISO 4217 code such as EUR")
@@ -206,7 +219,8 @@ def ingest_event(
     Runs in a transaction of its own, or in a savepoint of the caller's open transaction (which then
     decides when it commits). A repeated (message_id, consumer) stores no second email and returns
     the first one's id. An unknown type or a payload missing a field its template needs raises
-    `ValidationError` and stores nothing.
+    `ValidationError` and stores nothing. A locale no template is written in falls back to the default
+    locale; a malformed one is an error.
     """
     _check_key("message_id", message_id)
     _check_key("consumer", consumer)
@@ -228,6 +242,13 @@ def ingest_event(
                 )
             assert email_id is not None
             return IngestResult(int(email_id), duplicate=True)
+        if locale is not None:
+            # A language no template is written in gets the default one: an order email in English
+            # beats none at all (rejecting it would leave the customer without their confirmation).
+            known = load_catalog(conn, settings).locales
+            if locale not in known and locale.split("-")[0] not in known:
+                log.info("inbox: no %s templates; message %s gets the default locale", locale, message_id)
+                locale = None
         email_id = enqueue(
             conn,
             EmailRequest(

@@ -121,7 +121,7 @@ BAD_EVENTS: list[tuple[str, dict[str, Any], str]] = [
     ("order_placed", placed(email="not an address"), "to"),
     ("order_placed", placed(customer_name="Ada\r\nBcc: x@example.com"), "payload.customer_name"),
     ("order_placed", placed(currency="euro"), "payload.currency"),
-    ("order_placed", placed(locale="xx"), "locale"),
+    ("order_placed", placed(locale="français"), "payload.locale"),
 ]
 
 
@@ -135,6 +135,23 @@ def test_bad_events_are_rejected_with_nothing_stored(
         assert caught.value.field == field, (event_type, payload)
         conn.commit()
         assert counts(conn) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("locale", "subject"),
+    [
+        ("pt-BR", "Your order A-1001 is confirmed"),  # no Portuguese templates: the default, not a rejection
+        ("xx", "Your order A-1001 is confirmed"),
+        ("fr_FR", "Votre commande A-1001 est confirmée"),  # as shops write it
+        ("FR-fr", "Votre commande A-1001 est confirmée"),
+    ],
+)
+def test_unknown_or_shop_written_locale_still_gets_its_email(
+    conn: psycopg.Connection[Any], settings: Settings, locale: str, subject: str
+) -> None:
+    ingest_event(conn, "m-1", "shop", "order_placed", placed(locale=locale), settings=settings)
+    email = conn.execute("SELECT subject FROM mailroom.email_queue").fetchone()
+    assert email == {"subject": subject}
 
 
 # Values a JSON parser accepts but PostgreSQL or the money formatting cannot take: each used to end
