@@ -9,7 +9,9 @@ The scheduler claims due events with SKIP LOCKED (marking them processing and mo
 then finishes each in its own transaction: the email is enqueued with the idempotency key
 (person, event type, local date), the event is completed only if its version is still the claimed one, and
 next year's event is scheduled. A stale completion (the person changed or was deleted meanwhile) rolls back
-with its email: it is dropped, and the rescheduled event is sent at its new time instead. An event whose
+with its email: it is dropped, and the rescheduled event is sent at its new time instead (or, when the change
+moved a birthday that had already come due to another day, that event stands closed as missed or cancelled,
+with the reason: never silently gone). An event whose
 person's local day has already ended when it is finished (the scheduler was down) is marked missed, never
 sent a day late.
 """

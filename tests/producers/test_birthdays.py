@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -11,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.birthdays import (
@@ -388,3 +390,126 @@ async def test_birthday_producer_in_the_worker_sends_a_birthday_due_today(
         await task
     assert smtp_sink.messages_to("ada@example.com")[0].message["Subject"] == "Happy birthday, Ada!"
     assert [e["status"] for e in _events(conn, person)] == ["completed", "pending"]
+
+
+def _move(conn: Conn, people: list[UUID], zone: str, now: datetime) -> None:
+    """Change the time zone of `people` in one statement (the trigger reschedules at `now`) and commit."""
+    conn.execute("SELECT set_config('mailroom.now', %s, true)", (now.isoformat(),))
+    conn.execute("UPDATE mailroom.people SET time_zone = %s WHERE id = ANY(%s)", (zone, people))
+    conn.commit()
+
+
+def _emails_by_key(conn: Conn) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT idempotency_key, count(*) AS n FROM mailroom.email_queue GROUP BY idempotency_key"
+    ).fetchall()
+    conn.commit()
+    return {r["idempotency_key"]: r["n"] for r in rows}
+
+
+async def _run_like_the_producer(db_url: str, settings: Settings, now: datetime) -> Any:
+    """Call the scheduler again at once while it handled something, as the worker calls a producer."""
+    total: dict[str, list[UUID]] = {"sent": [], "missed": [], "stale": []}
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as aconn:
+        while (done := await run_scheduler(aconn, settings, now=now)).handled:
+            for outcome in total:
+                total[outcome] += getattr(done, outcome)
+    return total
+
+
+async def test_dropped_stale_completions_are_never_lost_the_rescheduled_events_go_out(
+    db_url: str, conn: Conn, settings: Settings
+) -> None:
+    added = datetime(2026, 6, 1, tzinfo=UTC)
+    people = [_add(conn, settings, f"P{i}", date(1990, 6, 15), "Europe/London", added) for i in range(40)]
+    conn.commit()
+    at_nine_london = datetime(2026, 6, 15, 8, 30, tzinfo=UTC)  # 09:30 in London, 04:30 in New York
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as aconn:
+        claims = await claim_due(aconn, now=at_nine_london)
+        assert len(claims) == 40
+        for claim in claims[:20]:
+            assert await finish_event(aconn, claim, settings, now=at_nine_london) == "sent"
+        # Everyone moves to New York while the other half is in this scheduler's hands.
+        _move(conn, people, "America/New_York", at_nine_london)
+        for claim in claims[20:]:
+            assert await finish_event(aconn, claim, settings, now=at_nine_london) == "stale"
+    late = {c.person_id for c in claims[20:]}
+    # Dropped, not lost: each stale event stands pending at 09:00 New York time the same day ...
+    for person in late:
+        event = _pending(conn, person)
+        assert (
+            event["local_due_at"] == datetime(2026, 6, 15, 9, 0) and event["time_zone"] == "America/New_York"
+        )
+    conn.commit()
+    assert (await _run_like_the_producer(db_url, settings, at_nine_london))["sent"] == []
+    # ... and goes out when that comes: every person gets exactly one email for the day, none twice.
+    done = await _run_like_the_producer(db_url, settings, datetime(2026, 6, 15, 13, 0, tzinfo=UTC))
+    assert {e for e in done["sent"]} == {c.id for c in claims[20:]} and done["stale"] == []
+    assert _emails_by_key(conn) == {f"birthday:{p}:2026-06-15": 1 for p in people}
+    for person in people:
+        assert [(e["status"], e["local_due_at"].date()) for e in _events(conn, person)] == [
+            ("completed", date(2026, 6, 15)),
+            ("pending", date(2027, 6, 15)),
+        ]
+
+
+async def test_racing_schedulers_and_zone_changes_lose_no_birthday_and_send_none_twice(
+    db_url: str, conn: Conn, settings: Settings
+) -> None:
+    added = datetime(2026, 6, 1, tzinfo=UTC)
+    people = [_add(conn, settings, f"R{i}", date(1990, 6, 15), "Europe/London", added) for i in range(200)]
+    conn.commit()
+    now = datetime(2026, 6, 15, 8, 30, tzinfo=UTC)
+
+    def move_everyone() -> None:
+        # Zone changes in small transactions while the schedulers run: some land before a claim, some
+        # between a claim and its completion (stale), some after it (next year's event moves).
+        with psycopg.connect(db_url, row_factory=dict_row) as mover:
+            for i in range(0, len(people), 5):
+                _move(mover, people[i : i + 5], "America/New_York", now)
+
+    moving = asyncio.to_thread(move_everyone)
+    await asyncio.gather(moving, *(_drain(db_url, settings, now) for _ in range(3)))
+    await asyncio.gather(
+        *(_drain(db_url, settings, datetime(2026, 6, 15, 13, 0, tzinfo=UTC)) for _ in range(3))
+    )
+    assert _emails_by_key(conn) == {f"birthday:{p}:2026-06-15": 1 for p in people}
+    rows = conn.execute("SELECT status, local_due_at::date AS day FROM mailroom.events").fetchall()
+    statuses = Counter((r["status"], r["day"]) for r in rows)
+    assert statuses == {("completed", date(2026, 6, 15)): 200, ("pending", date(2027, 6, 15)): 200}
+
+
+async def test_a_zone_change_after_the_birthday_came_due_marks_it_missed_never_silently_dropped(
+    db_url: str, conn: Conn, settings: Settings
+) -> None:
+    added = datetime(2026, 6, 1, tzinfo=UTC)
+    claimed = _add(conn, settings, "Claimed", date(1990, 6, 15), "Europe/London", added)
+    overdue = _add(conn, settings, "Overdue", date(1990, 6, 15), "Europe/London", added)
+    reborn = _add(conn, settings, "Reborn", date(1990, 6, 15), "Europe/London", added)
+    conn.commit()
+    noon = datetime(2026, 6, 15, 12, tzinfo=UTC)  # 13:00 in London; already 16 June 02:00 in Kiritimati
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as aconn:
+        [claim] = [c for c in await claim_due(aconn, now=noon, limit=3) if c.person_id == claimed]
+        # Both move where the birthday's local day has ended: by the catch-up rule it is missed, on record.
+        _move(conn, [claimed, overdue], "Pacific/Kiritimati", noon)
+        assert await finish_event(aconn, claim, settings, now=noon) == "stale"
+    for person in (claimed, overdue):
+        [missed, following] = _events(conn, person)
+        assert missed["status"] == "missed" and missed["local_due_at"] == datetime(2026, 6, 15, 9, 0)
+        assert "time zone changed to Pacific/Kiritimati" in missed["failure_reason"]
+        assert "local day 2026-06-15 had ended" in missed["failure_reason"]
+        assert following["status"] == "pending" and following["local_due_at"] == datetime(2027, 6, 15, 9, 0)
+        assert following["time_zone"] == "Pacific/Kiritimati"
+    # A date of birth corrected after the birthday came due: that day was not their birthday (cancelled,
+    # on record); should the old date come back, the day is scheduled again.
+    update_person(conn, reborn, {"date_of_birth": date(1990, 6, 20)}, settings=settings, now=noon)
+    conn.commit()
+    [cancelled, moved] = _events(conn, reborn)
+    assert cancelled["status"] == "cancelled" and "date of birth changed" in cancelled["failure_reason"]
+    assert moved["status"] == "pending" and moved["local_due_at"] == datetime(2026, 6, 20, 9, 0)
+    update_person(conn, reborn, {"date_of_birth": date(1990, 6, 15)}, settings=settings, now=noon)
+    conn.commit()
+    assert _pending(conn, reborn)["local_due_at"] == datetime(2026, 6, 15, 9, 0)
+    conn.commit()
+    done = await _run_like_the_producer(db_url, settings, noon)
+    assert len(done["sent"]) == 1 and _emails_by_key(conn) == {f"birthday:{reborn}:2026-06-15": 1}

@@ -282,12 +282,54 @@ CREATE TRIGGER people_after_insert AFTER INSERT ON mailroom.people
 
 -- A new time zone or date of birth reschedules the person's pending (or in-flight) event in the same
 -- transaction. The event's version moves on, so a scheduler that claimed it before the change finds its
--- completion stale and drops it (the rescheduled event is sent at its new time instead).
+-- completion stale and drops it; nothing is lost by that:
+--  * an event that is not yet due, or whose local day is still the birthday after the change, is moved in
+--    place (same id, pending) and is sent at its new time;
+--  * an event that already came due and that the change moves to another day is not moved but closed, with
+--    the reason: `missed` when the new zone's local day of the birthday has ended (the catch-up rule), or
+--    `cancelled` when the date of birth changed (it was not their birthday); the next one is scheduled.
 CREATE FUNCTION mailroom.people_after_update() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     at timestamptz := mailroom.clock();
     send_time time := mailroom.birthday_time();
+    closed uuid[];
 BEGIN
+    WITH changed AS (
+        SELECT n.id, n.date_of_birth, n.time_zone, n.date_of_birth IS DISTINCT FROM o.date_of_birth AS born
+        FROM new_people n JOIN old_people o ON o.id = n.id
+        WHERE n.time_zone IS DISTINCT FROM o.time_zone OR n.date_of_birth IS DISTINCT FROM o.date_of_birth
+    ), next AS (
+        SELECT c.id, c.time_zone, c.born, b.day
+        FROM changed c
+        CROSS JOIN LATERAL (
+            SELECT max(e.local_due_at)::date AS last_day FROM mailroom.events e
+            WHERE e.person_id = c.id AND e.event_type = 'birthday'
+              AND e.status IN ('completed', 'missed', 'failed')
+        ) h
+        CROSS JOIN LATERAL (
+            SELECT mailroom.next_birthday(c.date_of_birth,
+                                          greatest((at AT TIME ZONE c.time_zone)::date, h.last_day + 1)) AS day
+        ) b
+    ), closing AS (
+        UPDATE mailroom.events e
+        SET status = CASE WHEN x.born THEN 'cancelled' ELSE 'missed' END,
+            failure_reason = CASE
+                WHEN x.born THEN format('the date of birth changed after the birthday of %s came due',
+                                        e.local_due_at::date)
+                ELSE format('the time zone changed to %s after it came due; the local day %s had ended there',
+                            x.time_zone, e.local_due_at::date)
+            END,
+            -- a cancelled birthday frees its key: should the old date of birth come back, it is scheduled again
+            idempotency_key = CASE WHEN x.born THEN e.idempotency_key || ':cancelled:' || e.id::text
+                                   ELSE e.idempotency_key END,
+            version = e.version + 1
+        FROM next x
+        WHERE e.person_id = x.id AND e.event_type = 'birthday' AND e.status IN ('pending', 'processing')
+          AND e.due_at <= at AND x.day <> e.local_due_at::date
+        RETURNING e.person_id
+    )
+    SELECT array_agg(person_id) INTO closed FROM closing;
+
     WITH changed AS (
         SELECT n.id, n.date_of_birth, n.time_zone
         FROM new_people n JOIN old_people o ON o.id = n.id
@@ -311,6 +353,10 @@ BEGIN
         status = 'pending', version = e.version + 1
     FROM next x
     WHERE e.person_id = x.id AND e.event_type = 'birthday' AND e.status IN ('pending', 'processing');
+
+    IF closed IS NOT NULL THEN
+        PERFORM mailroom.schedule_birthdays(closed, at, send_time);
+    END IF;
     PERFORM pg_notify('mailroom_events', 'people');
     RETURN NULL;
 END $$;
