@@ -122,3 +122,21 @@ def test_an_account_is_found_by_its_email_before_another_ones_login(
         {"login": "ada@example.com", "status": "provisioned"},
         {"login": "ada", "status": "suspended"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("accounts", "list", "--limit", "-1"), "'-1' is not a whole number of 1 or more"),
+        (("people", "list", "--limit", "0"), "'0' is not a whole number of 1 or more"),
+        (("events", "upcoming", "--hours", "inf"), "'inf' is not a number of hours above 0"),
+        (("events", "upcoming", "--hours", "nan"), "'nan' is not a number of hours above 0"),
+        (("events", "upcoming", "--hours", "-2"), "'-2' is not a number of hours above 0"),
+    ],
+)
+def test_bad_limits_and_hours_are_usage_errors_not_tracebacks(
+    cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    assert exited.value.code == 2 and message in capsys.readouterr().err

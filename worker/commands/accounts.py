@@ -17,6 +17,17 @@ service; unsuspending returns it to active, or to provisioned if it was never ac
 after MAILROOM_TOKEN_TTL_SECONDS (default 900)."""
 
 
+def positive_count(text: str) -> int:
+    """argparse type: a whole number of 1 or more (a clear usage error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
 def cmd_accounts(args: argparse.Namespace, settings: Settings) -> int:
     """Dispatch `mailroom accounts ACTION`."""
     from worker import lifecycle
@@ -97,7 +108,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     create.add_argument("--locale", default="en", help="language of its emails, e.g. en, fr (default en)")
     lst = actions.add_parser("list", help="list accounts")
     lst.add_argument("--status", choices=("provisioned", "active", "suspended"), help="only this status")
-    lst.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
+    lst.add_argument("--limit", type=positive_count, default=1000, help="at most this many (default 1000)")
     lst.add_argument("--json", action="store_true", help="machine-readable output")
     for name, text in (
         ("suspend", "suspend accounts"),

@@ -9,8 +9,11 @@ import uuid
 from datetime import date
 from typing import Any
 
+from worker.commands.accounts import positive_count as _count
 from worker.config import Settings
 from worker.validation import ValidationError
+
+MAX_HOURS = 24 * 366 * 10  # events upcoming looks at most ten years ahead
 
 DESCRIPTION = """\
 People whose birthday gets an email at MAILROOM_BIRTHDAY_LOCAL_TIME (default 09:00) in their own time
@@ -27,6 +30,16 @@ def _date(text: str) -> date:
         return date.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date like 1990-05-17") from None
+
+
+def _hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= MAX_HOURS:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours above 0 and up to {MAX_HOURS}")
+    return value
 
 
 def _uuid(text: str) -> uuid.UUID:
@@ -116,8 +129,6 @@ def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
     from worker.birthdays import upcoming_events
     from worker.db import connect, database_url
 
-    if args.hours <= 0:
-        raise ValidationError("hours", "must be more than 0")
     with connect(database_url(settings)) as conn:
         events = upcoming_events(conn, hours=args.hours, limit=args.limit)
     if args.json:
@@ -162,7 +173,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--version", type=int, help="apply only if the person is still at this version (from list)"
     )
     lst = actions.add_parser("list", help="list people")
-    lst.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
+    lst.add_argument("--limit", type=_count, default=1000, help="at most this many (default 1000)")
     lst.add_argument("--json", action="store_true", help="machine-readable output")
     delete = actions.add_parser("delete", help="delete a person and their events")
     delete.add_argument("id", type=_uuid, metavar="ID")
@@ -176,7 +187,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     e_actions = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     upcoming = e_actions.add_parser("upcoming", help="pending events due soon")
-    upcoming.add_argument("--hours", type=float, default=24.0, help="look this far ahead (default 24)")
-    upcoming.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
+    upcoming.add_argument("--hours", type=_hours, default=24.0, help="look this far ahead (default 24)")
+    upcoming.add_argument("--limit", type=_count, default=1000, help="at most this many (default 1000)")
     upcoming.add_argument("--json", action="store_true", help="machine-readable output")
     events.set_defaults(handler=cmd_events)
