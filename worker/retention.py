@@ -367,19 +367,68 @@ def ensure_partitions(
                     step.rows += 1
                     step.details.append(f"would create {name}")
             continue
-        try:
-            with conn.transaction():
-                row = conn.execute(
-                    "SELECT mailroom.ensure_month_partitions(%s, %s, %s)", (parent, this_month, months)
-                ).fetchone()
-        except psycopg.Error as exc:
-            report.errors.append(f"create_partitions {parent}: {exc}")
-            log.error("maintenance: cannot create partitions of %s: %s", parent, exc)
-            continue
-        created = int(_first(row))
+        created = 0
+        # One month at a time: a month that cannot be made does not keep the later ones from being made.
+        for i in range(months):
+            month = _month(this_month, i)
+            try:
+                with conn.transaction():
+                    made, moved = _create_partition(conn, parent, month)
+            except psycopg.Error as exc:
+                report.errors.append(f"create_partitions {parent} {month:%Y-%m}: {exc}")
+                log.error(
+                    "maintenance: cannot create the %s partition of %s: %s", f"{month:%Y-%m}", parent, exc
+                )
+                continue
+            created += made
+            if moved:
+                step.details.append(f"{parent}_{month:%Y_%m}: {moved} row(s) moved in from {parent}_default")
         step.rows += created
         step.details.append(f"{parent}: {created} partition(s) created")
     return step
+
+
+def _create_partition(conn: psycopg.Connection[Any], parent: str, month: date) -> tuple[bool, int]:
+    """Create one monthly partition in the caller's transaction; return (created, rows moved into it).
+
+    Rows of that month may already sit in the default partition (maintenance did not run for longer
+    than the months made ahead, and the tracker or the worker went on writing). PostgreSQL refuses
+    to create a partition over them, so they are moved into a new table that is then attached.
+    """
+    name = f"{parent}_{month:%Y_%m}"
+    if _first(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"mailroom.{name}",)).fetchone()):
+        return False, 0
+    conn.execute("SET LOCAL lock_timeout = '10s'")
+    start, end = _day_start(month), _day_start(_month(month, 1))
+    default = sql.Identifier("mailroom", f"{parent}_default")
+    column = sql.Identifier(PARTITIONED[parent])
+    stray = conn.execute(
+        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} >= %s AND {} < %s)").format(
+            default, column, column
+        ),
+        (start, end),
+    ).fetchone()
+    if not _first(stray):
+        conn.execute("SELECT mailroom.ensure_month_partitions(%s, %s, 1)", (parent, month))
+        return True, 0
+    table, parent_table = sql.Identifier("mailroom", name), sql.Identifier("mailroom", parent)
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
+            table, parent_table
+        )
+    )
+    moved = conn.execute(
+        sql.SQL(
+            "WITH moved AS (DELETE FROM {d} WHERE {c} >= %s AND {c} < %s RETURNING *) INSERT INTO {t} SELECT * FROM moved"
+        ).format(d=default, c=column, t=table),
+        (start, end),
+    ).rowcount
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
+            parent_table, table, sql.Literal(start), sql.Literal(end)
+        )
+    )
+    return True, moved
 
 
 _PARTITIONS = """

@@ -17,7 +17,8 @@ Run every maintenance step once (the worker also runs them by itself, hourly by 
                      then deleted from the queue
   purge_inbox        inbox rows older than MAILROOM_INBOX_RETENTION_DAYS (default 30)
   create_partitions  monthly send_logs / open_events / click_events partitions through
-                     MAILROOM_PARTITIONS_AHEAD_MONTHS (default 3) ahead
+                     MAILROOM_PARTITIONS_AHEAD_MONTHS (default 3) ahead; rows of such a month
+                     already in the default partition are moved into the new one
   drop_partitions    partitions that ended more than MAILROOM_LOG_RETENTION_MONTHS (default 24) ago
 Each step reports how many rows it touched. Interrupting a run loses nothing: the next run
 completes it. The exit status is 1 when a step reported an error."""
