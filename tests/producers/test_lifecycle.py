@@ -296,7 +296,7 @@ async def test_racing_mailers_mail_every_token_exactly_once(db_url: str, setting
     await asyncio.wait_for(racing, timeout=90)
 
     with psycopg.connect(db_url, row_factory=dict_row) as check:
-        tokens = check.execute("SELECT id, mailed_at, email_id FROM mailroom.tokens").fetchall()
+        tokens = check.execute("SELECT id, mailed_at, email_id, secret FROM mailroom.tokens").fetchall()
         emails = check.execute(
             "SELECT count(*) AS n, count(DISTINCT reference_id) AS d FROM mailroom.email_queue"
         ).fetchone()
@@ -304,6 +304,7 @@ async def test_racing_mailers_mail_every_token_exactly_once(db_url: str, setting
     assert sorted(mailed) == sorted(t["id"] for t in tokens)  # every token handed out once, by one mailer
     assert all(t["mailed_at"] is not None and t["email_id"] is not None for t in tokens)
     assert emails == {"n": total, "d": total}
+    assert all(t["secret"] is None for t in tokens)  # each mailer forgot the secrets it mailed
 
 
 async def test_new_account_to_activation_end_to_end(
@@ -457,3 +458,29 @@ def test_upgrading_keeps_mailed_links_working_and_forgets_their_secrets(empty_db
             hashlib.sha256(s).digest() for s in secrets.values()
         }
         assert consume_token(new, secret=secrets[1]).account_status == "active"
+
+
+def test_parallel_wrong_guesses_cannot_outrun_the_count(db_url: str, conn: Conn, settings: Settings) -> None:
+    ada = create_account(conn, "ada@example.com", "ada", settings=settings)
+    conn.commit()
+    [token] = _tokens(conn, ada)
+    conn.commit()
+    refusals: list[str] = []
+
+    def guess(n: int) -> None:
+        with psycopg.connect(db_url, autocommit=True) as own:
+            try:
+                consume_token(own, code=f"{(int(token['code']) + n) % 100000:05d}", email="ada@example.com")
+            except TokenError as exc:
+                refusals.append(str(exc))
+
+    threads = [threading.Thread(target=guess, args=(n,)) for n in range(1, 21)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # The token's row lock serialises the guesses: exactly five were counted, the rest found it locked.
+    assert len(refusals) == 20 and _attempts(conn, ada) == [5]
+    assert sum("locked after 5 wrong codes" in r for r in refusals) == 16
+    with pytest.raises(TokenError, match="locked after 5 wrong codes"):
+        consume_token(conn, code=token["code"], email="ada@example.com")
