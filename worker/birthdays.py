@@ -464,7 +464,10 @@ async def finish_event(
                 raise _Stale  # rolls back the email with the completion
             await cur.execute(SCHEDULE, {"ids": [event.person_id], "now": now, "time": send_time(settings)})
     except _Stale:
-        log.info("birthday event %s changed since it was claimed; dropped (it stands rescheduled)", event.id)
+        log.info(
+            "birthday event %s changed since it was claimed; dropped (rescheduled, or closed with a reason)",
+            event.id,
+        )
         return "stale"
     if outcome != "sent":
         log.info("birthday event %s for %s %s: %s", event.id, mask_address(person["email"]), outcome, reason)
