@@ -12,9 +12,10 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from functools import cache
 from typing import Any
 
 import psycopg
@@ -23,6 +24,7 @@ from psycopg.rows import tuple_row
 from worker.config import Settings
 from worker.masking import mask_address
 from worker.outbox import EmailRequest, enqueue, load_catalog
+from worker.templates import builtin_templates
 from worker.validation import ValidationError, check_header_text
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,16 @@ def _locale(value: object) -> str | None:
     if not _LOCALE.match(locale):
         raise ValidationError("payload.locale", f"{value!r} is not a locale such as 'en' or 'fr-CA'")
     return locale
+
+
+def _known_locale(locale: str, known: Set[str]) -> bool:
+    return locale in known or locale.split("-")[0] in known
+
+
+@cache
+def _builtin_locales() -> frozenset[str]:
+    """Locales of the templates shipped with Mailroom: known without asking the database."""
+    return frozenset(t.locale for t in builtin_templates())
 
 
 def format_money(amount: Decimal, currency: str, locale: str | None) -> str:
@@ -242,13 +254,16 @@ def ingest_event(
                 )
             assert email_id is not None
             return IngestResult(int(email_id), duplicate=True)
-        if locale is not None:
-            # A language no template is written in gets the default one: an order email in English
-            # beats none at all (rejecting it would leave the customer without their confirmation).
-            known = load_catalog(conn, settings).locales
-            if locale not in known and locale.split("-")[0] not in known:
-                log.info("inbox: no %s templates; message %s gets the default locale", locale, message_id)
-                locale = None
+        # A language no template is written in gets the default one: an order email in English beats
+        # none at all (rejecting it would leave the customer without their confirmation). The shipped
+        # templates' locales are known without a query; only others ask the database's catalog.
+        if (
+            locale is not None
+            and not _known_locale(locale, _builtin_locales())
+            and not _known_locale(locale, load_catalog(conn, settings).locales)
+        ):
+            log.info("inbox: no %s templates; message %s gets the default locale", locale, message_id)
+            locale = None
         email_id = enqueue(
             conn,
             EmailRequest(
