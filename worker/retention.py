@@ -7,7 +7,11 @@ deleted from the queue. A run killed at any instant therefore loses nothing: eit
 renamed (the next run writes it again) or it is complete (the next run merges the day's remaining
 rows into it, skipping emails it already holds, and deletes them). An email is "already held" only
 when the file's record has the same id and creation time: a file of another database (or of this one
-before a reset) holding other emails under the same ids stops its day with an error, deleting nothing. Every step reports how many rows it
+before a reset) holding other emails under the same ids stops its day with an error, deleting nothing.
+Files are rewritten under an exclusive `flock` of the archive directory (privacy erasures rewrite
+them too), so two databases configured with one directory never replace each other's files.
+Partitions are made one month at a time; rows of a month that already sit in the default partition
+are moved into the month's new partition. Every step reports how many rows it
 touched.
 """
 
