@@ -208,6 +208,8 @@ def payload_json(payload: Mapping[str, Any]) -> str:
 def _check_key(field: str, value: object) -> str:
     if not isinstance(value, str) or not 1 <= len(value) <= 255:
         raise ValidationError(field, "must be a string of 1 to 255 characters")
+    if "\x00" in value:
+        raise ValidationError(field, "holds a NUL character (\\u0000), which PostgreSQL cannot store")
     return value
 
 

@@ -179,6 +179,17 @@ def test_values_the_database_cannot_store_are_rejected_with_nothing_stored(
         assert counts(conn) == (0, 0)
 
 
+def test_keys_with_a_nul_character_are_rejected_with_nothing_stored(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    for message_id, consumer, field in (("m\x001", "shop", "message_id"), ("m-1", "sh\x00op", "consumer")):
+        with pytest.raises(ValidationError) as caught:
+            ingest_event(conn, message_id, consumer, "order_placed", placed(), settings=settings)
+        assert caught.value.field == field
+        conn.commit()
+        assert counts(conn) == (0, 0)
+
+
 def test_ingest_cli_goes_on_after_a_line_with_an_infinite_number(
     cli_env: dict[str, str],
     conn: psycopg.Connection[Any],
