@@ -27,10 +27,10 @@ class AccountsScreen(DataScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "suspend", "Suspend"),
         Binding("u", "unsuspend", "Unsuspend"),
-        Binding("a", "resend", "Resend activation"),
-        Binding("f", "cycle_status", "Status filter"),
-        Binding("right_square_bracket", "page(1)", "Next page"),
-        Binding("left_square_bracket", "page(-1)", "Prev page"),
+        Binding("a", "resend", "Resend", tooltip="Resend activation to the selected provisioned account"),
+        Binding("f", "cycle_status", "Status", tooltip="Show all, provisioned, active or suspended accounts"),
+        Binding("right_square_bracket", "page(1)", "Next page", show=False),
+        Binding("left_square_bracket", "page(-1)", "Prev page", show=False),
         *DataScreen.BINDINGS,
     ]
 
@@ -40,6 +40,7 @@ class AccountsScreen(DataScreen):
         self.after: int | None = None
         self.previous: list[int | None] = []
         self.page = Page(rows=[], more=False)
+        self.with_locale = True
 
     def compose(self) -> ComposeResult:
         """One table."""
@@ -49,8 +50,10 @@ class AccountsScreen(DataScreen):
 
     def on_mount(self) -> None:
         """Columns."""
+        # Below 100 columns the locale gives way, so the rest fits without scrolling sideways.
+        self.with_locale = self.app.size.width >= 100
         self.query_one("#accounts", DataTable).add_columns(
-            "ID", "Email", "Login", "Status", "Since", "Activated", "Locale"
+            "ID", "Email", "Login", "Status", "Since", "Activated", *(["Locale"] if self.with_locale else [])
         )
 
     async def fetch(self) -> Page:
@@ -71,7 +74,11 @@ class AccountsScreen(DataScreen):
         )
         table = self.query_one("#accounts", DataTable)
         which = self.status or "all"
-        table.border_title = self.subtitle(f"Accounts: {which}, page {len(self.previous) + 1}  ({summary})")
+        more = ", ] next" if data.more else ""
+        back = ", [ back" if self.previous else ""
+        table.border_title = self.subtitle(
+            f"Accounts: {which}, page {len(self.previous) + 1}{more}{back}  ({summary})"
+        )
         fill_table(
             table,
             (
@@ -84,7 +91,7 @@ class AccountsScreen(DataScreen):
                         status_cell(str(r["status"])),
                         ago(r["status_changed_at"], now),
                         ago(r["activated_at"], now),
-                        r["locale"],
+                        *([r["locale"]] if self.with_locale else []),
                     ),
                 )
                 for r in data.rows
@@ -114,6 +121,8 @@ class AccountsScreen(DataScreen):
 
     def _selected(self) -> list[int]:
         key = selected_key(self.query_one("#accounts", DataTable))
+        if key is None:
+            self.console.say("no account selected", severity="warning")
         return [] if key is None else [int(key)]
 
     def action_suspend(self) -> None:

@@ -31,7 +31,9 @@ class DataScreen(Screen[None]):
     TABLES: ClassVar[frozenset[str]] = frozenset()
     # Actions that change the database: hidden in read-only mode.
     MUTATING: ClassVar[frozenset[str]] = frozenset()
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("slash", "filter", "Filter")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "Filter", tooltip="Filter (Enter applies, escape clears)")
+    ]
 
     def __init__(self) -> None:
         super().__init__()
@@ -49,12 +51,15 @@ class DataScreen(Screen[None]):
     def compose_footer(self) -> ComposeResult:
         """The (hidden) filter input and the key footer every screen ends with."""
         yield Input(placeholder="filter: Enter applies, Escape clears", id="filter", classes="hidden")
-        yield Footer(compact=self.app.size.width < COMPACT_BELOW)
+        narrow = self.app.size.width < COMPACT_BELOW
+        yield Footer(compact=narrow, show_command_palette=not narrow)
 
     def on_resize(self, event: events.Resize) -> None:
-        """A narrow terminal gets the compact footer, so every key still fits on one line."""
+        """A narrow terminal gets the compact footer without ^p (help lists it), so every key fits."""
+        narrow = event.size.width < COMPACT_BELOW
         for footer in self.query(Footer):
-            footer.compact = event.size.width < COMPACT_BELOW
+            footer.compact = narrow
+            footer.show_command_palette = not narrow
 
     def on_screen_resume(self) -> None:
         """Fresh data whenever the screen is shown."""

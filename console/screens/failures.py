@@ -32,12 +32,17 @@ class FailuresScreen(DataScreen):
     TABLES = frozenset({"email_queue", "send_logs"})
     MUTATING = frozenset({"retry", "retry_many", "cancel", "mark"})
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "detail", "Detail"),
-        Binding("r", "retry", "Retry"),
-        Binding("space", "mark", "Mark"),
-        Binding("R", "retry_many", "Retry marked/all"),
-        Binding("c", "cancel", "Cancel"),
-        Binding("t", "toggle_kind", "Failed/retrying"),
+        Binding("enter", "detail", "Detail", tooltip="Open the email with its send-log history"),
+        Binding("r", "retry", "Retry", tooltip="Retry the selected failed email"),
+        Binding("space", "mark", "Mark", tooltip="Mark or unmark the selected email for R and c"),
+        Binding(
+            "R",
+            "retry_many",
+            "Retry many",
+            tooltip="Retry marked failed email, or all failed (asks)",
+        ),
+        Binding("c", "cancel", "Cancel", tooltip="Cancel the marked email, or the selected one (asks)"),
+        Binding("t", "toggle_kind", "Show", tooltip="Show all, only failed, or only retrying email"),
         Binding("right_square_bracket", "page(1)", "Next page", show=False),
         Binding("left_square_bracket", "page(-1)", "Prev page", show=False),
         *DataScreen.BINDINGS,

@@ -7,12 +7,13 @@ from typing import Any
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Sparkline, Static
 
 from console.queries import TRACKING_KINDS, Overview
-from console.screens.base import DataScreen, fill_table
+from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
 from console.widgets.cells import (
     ago,
     approximately,
@@ -58,13 +59,14 @@ class OverviewScreen(DataScreen):
                     yield Static(id="rates")
             yield DataTable(id="ov-senders", classes="panel", cursor_type="row", show_cursor=False)
             yield Static(id="tracking", classes="panel")
-            with Horizontal(classes="row"):
+            with Horizontal(id="bottom-row", classes="row"):
                 yield Static(id="documents", classes="panel")
                 yield DataTable(id="ov-failures", classes="panel", cursor_type="row", show_cursor=False)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
         """Titles and columns."""
+        self._arrange(self.app.size.width)
         self.query_one("#depth").border_title = "Queue"
         self.query_one("#throughput").border_title = "Sent per minute, last hour"
         self.query_one("#tracking").border_title = "Opens, clicks and unsubscribes per hour"
@@ -75,6 +77,13 @@ class OverviewScreen(DataScreen):
         failures = self.query_one("#ov-failures", DataTable)
         failures.border_title = "Latest failures"
         failures.add_columns("Recipient", "Error", "Failed")
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Signatures beside the latest failures when wide, above them when narrow."""
+        self._arrange(event.size.width)
+
+    def _arrange(self, width: int) -> None:
+        self.query_one("#bottom-row").set_class(width < COMPACT_BELOW, "-narrow")
 
     async def fetch(self) -> Overview:
         """One round of overview queries."""
@@ -126,7 +135,7 @@ class OverviewScreen(DataScreen):
                     str(f["id"]),
                     (
                         masked(f["recipient_email"]),
-                        one_line(f["last_error"], max(12, self.app.size.width // 2 - 38)),
+                        one_line(f["last_error"], _error_width(self.app.size.width)),
                         ago(f["finished_at"], now),
                     ),
                 )
@@ -162,6 +171,11 @@ def _depth_table(data: Overview, now: Any) -> Table:
     for label, value, style in rows:
         table.add_row(label, Text(value, style=style))
     return table
+
+
+def _error_width(width: int) -> int:
+    """Room for the error in the latest failures: half the screen when wide, nearly all of it when not."""
+    return max(12, width - 42) if width < COMPACT_BELOW else max(12, width // 2 - 38)
 
 
 def _tracking(data: Overview, cell_width: int) -> Table:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import DataTable
 
-from console.screens.base import DataScreen, fill_table
+from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
 from console.widgets.cells import approximately, duration
 
 
@@ -29,9 +30,17 @@ class QueueScreen(DataScreen):
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
-        """Columns."""
+        """Columns; side by side when the terminal is wide, one above the other when it is not."""
+        self._arrange(self.app.size.width)
         self.query_one("#by-priority", DataTable).add_columns("Priority", "Pending", "Due now", "Oldest")
         self.query_one("#by-campaign", DataTable).add_columns("Campaign", "Pending", "Due now", "Oldest")
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Re-arrange the two tables for the new width (the footer is DataScreen's own handler's)."""
+        self._arrange(event.size.width)
+
+    def _arrange(self, width: int) -> None:
+        self.query_one("#queue-tables").set_class(width < COMPACT_BELOW, "-narrow")
 
     async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
         """Pending counts by priority and by campaign."""

@@ -28,6 +28,8 @@ class SendersScreen(DataScreen):
         Binding("u", "resume", "Resume"),
         *DataScreen.BINDINGS,
     ]
+    # Whether the terminal was wide enough for every column when the screen was mounted.
+    wide = True
 
     def compose(self) -> ComposeResult:
         """One table."""
@@ -38,9 +40,14 @@ class SendersScreen(DataScreen):
     def on_mount(self) -> None:
         """Columns."""
         table = self.query_one("#senders", DataTable)
-        table.add_columns(
-            "Sender", "Status", "Sent today", "Bounces", "Errors", "Warm-up", "Last used", "Reason"
-        )
+        # Below 100 columns: short headings, a shorter bar, and no reason column (the status says most).
+        self.wide = self.app.size.width >= 100
+        if self.wide:
+            table.add_columns(
+                "Sender", "Status", "Sent today", "Bounces", "Errors", "Warm-up", "Last used", "Reason"
+            )
+        else:
+            table.add_columns("Sender", "Status", "Sent today", "Bnc", "Err", "Warm-up", "Last used")
 
     async def fetch(self) -> list[dict[str, Any]]:
         """Every sender account (there are few)."""
@@ -64,14 +71,12 @@ class SendersScreen(DataScreen):
                     (
                         s["name"],
                         status_cell(str(s["status"])),
-                        usage(int(s["sent_today"]), int(s["effective_limit"]), 12),
+                        usage(int(s["sent_today"]), int(s["effective_limit"]), 12 if self.wide else 6),
                         Text(str(s["bounces_today"]), justify="right"),
                         Text(str(s["errors_today"]), justify="right"),
-                        f"stage {s['warmup_stage']} ({s['warmup_limit']}/day)"
-                        if s["warmup_stage"]
-                        else "done",
+                        _warmup(s, self.wide),
                         ago(s["last_used_at"], now),
-                        one_line(s["status_reason"], 40),
+                        *([one_line(s["status_reason"], 40)] if self.wide else []),
                     ),
                 )
                 for s in rows
@@ -95,12 +100,15 @@ class SendersScreen(DataScreen):
         """Stop sending through the selected account until resumed."""
         if (name := self._selected()) is not None:
             self._set(name, "paused", "paused")
+        else:
+            self.console.say("no sender account selected", severity="warning")
 
     @work(group="confirm")
     async def action_suspend(self) -> None:
         """Take the selected account out of service (asks first)."""
         name = self._selected()
         if name is None:
+            self.console.say("no sender account selected", severity="warning")
             return
         question = f"Suspend sender account {name}? Nothing is sent through it until it is resumed."
         if await self.app.push_screen_wait(ConfirmScreen(question, confirm="Suspend", destructive=True)):
@@ -110,3 +118,12 @@ class SendersScreen(DataScreen):
         """Send through the selected account again."""
         if (name := self._selected()) is not None:
             self._set(name, "active", "resumed")
+        else:
+            self.console.say("no sender account selected", severity="warning")
+
+
+def _warmup(sender: dict[str, Any], wide: bool) -> str:
+    if not sender["warmup_stage"]:
+        return "done"
+    stage = f"stage {sender['warmup_stage']}"
+    return f"{stage} ({sender['warmup_limit']}/day)" if wide else stage

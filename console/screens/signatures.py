@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import psycopg
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -104,6 +103,7 @@ class SignaturesScreen(DataScreen):
         """Mail every missing signer of the selected document (asks first, saying how many)."""
         doc_id = selected_key(self.query_one("#documents", DataTable))
         if doc_id is None:
+            self.console.say("no document selected", severity="warning")
             return
         from worker.signatures import reminder_candidates, send_reminders
 
@@ -112,8 +112,8 @@ class SignaturesScreen(DataScreen):
             count = int(
                 await self.console.ask(lambda conn: reminder_candidates(conn, doc_id, settings=settings))
             )
-        except (ValueError, psycopg.Error) as exc:
-            self.console.say(f"reminders failed: {exc}", severity="error")
+        except Exception as exc:  # shown, not swallowed
+            self.console.say(f"reminders failed: {exc}".splitlines()[0], severity="error")
             return
         if count == 0:
             self.console.say(f"no reminders to send for {doc_id}", severity="warning")

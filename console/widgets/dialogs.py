@@ -80,7 +80,8 @@ class HelpScreen(ModalScreen[None]):
                     continue
                 keys = ", ".join(_key_name(k) for k in binding.key.split(","))
                 note = " (disabled: read-only)" if read_only and binding.action in mutating else ""
-                self.entries.append((keys, f"{binding.description}{note}"))
+                # The footer shows the short description; help the longer tooltip when there is one.
+                self.entries.append((keys, f"{binding.tooltip or binding.description}{note}"))
                 table.add_row(*self.entries[-1])
             table.add_row("", "")
         with Vertical(id="help"):

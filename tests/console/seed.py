@@ -160,18 +160,18 @@ VALUES ('00000000-0000-4000-9000-000000000001', '00000000-0000-4000-8000-0000000
         'Europe/London', 'seed:failed', 'template birthday/en missing')
 """
 
-# Opens, clicks and unsubscribes over the 24 hours before the frozen clock: a day's curve peaking in the
-# evening, every event inside its hour (h hours ago minus 1..59 minutes).
+# Opens, clicks and unsubscribes over the 24 hours before the frozen clock: a day's curve peaking ten
+# hours ago, every event inside its hour (h hours ago minus 1..59 minutes).
 TRACKING = """
 INSERT INTO mailroom.open_events (occurred_at, email_id, campaign_id, user_agent)
 SELECT %(now)s - make_interval(hours => h, mins => k), 3000 + k, 'spring-sale', 'Mozilla/5.0'
 FROM generate_series(0, 23) h
-CROSS JOIN LATERAL generate_series(1, 3 + (abs(14 - h) * 5) %% 40) k;
+CROSS JOIN LATERAL generate_series(1, 4 + 2 * greatest(0, 12 - abs(h - 10))) k;
 INSERT INTO mailroom.click_events (occurred_at, email_id, link_token, url, campaign_id, user_agent)
 SELECT %(now)s - make_interval(hours => h, mins => 2 * k), 3000 + k, gen_random_uuid(),
        'https://shop.example/spring', 'spring-sale', 'Mozilla/5.0'
 FROM generate_series(0, 23) h
-CROSS JOIN LATERAL generate_series(1, (abs(14 - h) * 5) %% 40 / 4) k;
+CROSS JOIN LATERAL generate_series(1, greatest(0, 12 - abs(h - 10)) / 2) k;
 INSERT INTO mailroom.unsubscribe_list (email, source, campaign_id, unsubscribed_at)
 SELECT 'left' || h || '@example.net', 'one_click', 'spring-sale', %(now)s - make_interval(hours => h, mins => 30)
 FROM unnest(ARRAY[1, 2, 6, 13, 14, 22]) h;

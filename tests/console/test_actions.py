@@ -277,7 +277,9 @@ async def test_help_lists_every_key_of_the_screen(
         assert isinstance(app.screen, HelpScreen)
         text = " ".join(f"{keys} {description}" for keys, description in app.screen.entries)
         for expected in (
-            "R Retry marked/all",
+            "R Retry marked failed email, or all failed (asks)",
+            "t Show all, only failed, or only retrying email",
+            "] Next page",
             "c Cancel",
             "space Mark",
             "/ Filter",
