@@ -346,3 +346,17 @@ async def test_ingested_order_email_is_delivered(
     assert message["Subject"] == "Your order A-1001 is complete"
     body = message.get_body(("plain",))
     assert body is not None and "Hello Ada Lovelace," in body.get_content()
+
+
+def test_ingest_cli_rejects_a_line_that_is_not_utf8_and_goes_on(
+    cli_env: dict[str, str], conn: psycopg.Connection[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.cli import main
+
+    good = json.dumps({"message_id": "m-1", "type": "order_placed", "payload": placed()}).encode()
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"message_id": "\xff"}\n' + good + b"\n")
+    assert main(["ingest", str(path)]) == 1
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert results[0] == {"line": 1, "error": "line: not valid UTF-8 (at column 17)", "field": "line"}
+    assert results[1]["duplicate"] is False and counts(conn) == (1, 1)

@@ -29,7 +29,9 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from worker.validation import ValidationError
 
     try:
-        handle: IO[str] = sys.stdin if args.path == "-" else open(args.path, encoding="utf-8")  # noqa: SIM115
+        handle: IO[str] = (
+            sys.stdin if args.path == "-" else open(args.path, encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
+        )
     except OSError as exc:
         raise ConfigError(f"cannot read {args.path}: {exc.strerror}") from None
     counts = {"new": 0, "duplicate": 0, "rejected": 0}
@@ -40,6 +42,11 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                 continue
             result: dict[str, Any] = {"line": number}
             try:
+                try:
+                    # Undecodable bytes arrive as lone surrogates (files, and stdin in most locales).
+                    line.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ValidationError("line", f"not valid UTF-8 (at column {exc.start + 1})") from None
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
