@@ -125,7 +125,7 @@ async def test_failed_and_retrying_email_share_one_list_paged_by_key(
         assert str(table.get_row("1001")[2]) == "failed"
 
 
-async def test_r_on_a_retrying_email_says_it_is_already_being_retried(
+async def test_retrying_email_is_left_to_the_worker_by_r_and_R_but_c_cancels_it(
     seeded_url: str, make_console: Callable[..., MailroomConsole]
 ) -> None:
     app = make_console(seeded_url)
@@ -137,18 +137,7 @@ async def test_r_on_a_retrying_email_says_it_is_already_being_retried(
         assert await app.wait_until_shown(
             noticed(app, "email 2002 is already being retried (next attempt in 14m)"), WAIT
         )
-    with psycopg.connect(seeded_url) as conn:
-        row = conn.execute("SELECT status, retry_count FROM mailroom.email_queue WHERE id = 2002").fetchone()
-    assert row == ("pending", 2)
-
-
-async def test_R_retries_only_the_marked_failed_email_and_c_cancels_a_retrying_one(
-    seeded_url: str, make_console: Callable[..., MailroomConsole]
-) -> None:
-    app = make_console(seeded_url)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await open_screen(app, pilot, "2")
-        table = app.screen.query_one("#failures", DataTable)
+        table.move_cursor(row=0)
         await pilot.press("space")  # 1012, failed
         table.move_cursor(row=table.get_row_index("2001"))
         await pilot.press("space", "R")  # 2001, retrying
@@ -165,6 +154,9 @@ async def test_R_retries_only_the_marked_failed_email_and_c_cancels_a_retrying_o
         await pilot.press("c", "y")
         assert await app.wait_until_shown(noticed(app, "cancelled 1 email(s)"), WAIT)
     assert email_status(seeded_url, 1012, 2001) == {1012: "pending", 2001: "cancelled"}
+    with psycopg.connect(seeded_url) as conn:
+        row = conn.execute("SELECT status, retry_count FROM mailroom.email_queue WHERE id = 2002").fetchone()
+    assert row == ("pending", 2)  # r left it alone: the worker retries it on schedule
 
 
 async def test_c_cancels_only_after_confirmation(
