@@ -341,7 +341,10 @@ def erase_address(
     pattern = address_pattern(addr)  # also a PostgreSQL regular expression
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         # Maintenance rewrites archive files too: wait for a running one, keep it out until we commit.
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_KEY,))
+        got = cur.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (MAINTENANCE_LOCK_KEY,)).fetchone()
+        if not (got and got["got"]):
+            log.info("privacy: waiting for the running maintenance (archiving) to finish")
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_KEY,))
         params: dict[str, Any] = {
             "addr": addr,
             "anon": replacement,

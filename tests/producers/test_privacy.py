@@ -343,3 +343,45 @@ def test_erase_reaches_the_address_in_link_urls_and_unknown_payload_fields(
         "currency",
     }
     assert inbox["payload"]["order_number"] == "A-1001"
+
+
+def test_erase_waits_for_a_running_maintenance_and_says_so(
+    db_url: str, conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    import logging
+    import threading
+
+    from worker.retention import MAINTENANCE_LOCK_KEY
+
+    enqueue(conn, EmailRequest(to=ADA, subject="Later", text="x"), settings=settings)
+    conn.commit()
+    waiting = threading.Event()
+
+    class Waiting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting for the running maintenance" in record.getMessage():
+                waiting.set()
+
+    handler = Waiting()
+    logger = logging.getLogger("worker.privacy")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    done: list[int] = []
+    try:
+        with psycopg.connect(db_url, autocommit=True) as maintenance:
+            maintenance.execute("SELECT pg_advisory_lock(%s)", (MAINTENANCE_LOCK_KEY,))
+
+            def erase() -> None:
+                with psycopg.connect(db_url) as own:
+                    done.append(erase_address(own, ADA).cancelled)
+
+            thread = threading.Thread(target=erase)
+            thread.start()
+            assert waiting.wait(timeout=30)
+            assert not done  # still waiting: the archive files are the maintenance's until it ends
+            maintenance.execute("SELECT pg_advisory_unlock(%s)", (MAINTENANCE_LOCK_KEY,))
+            thread.join(timeout=30)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    assert done == [1]
