@@ -8,11 +8,14 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-# One statement, each part on an index that starts with campaign_id.
+# One statement, each part on an index that starts with campaign_id. Sent email that retention has
+# archived and deleted from the queue is still counted, through `archived_emails`.
 CAMPAIGN_STATS = """
+WITH archived AS (SELECT count(*) AS n FROM mailroom.archived_emails WHERE campaign_id = %(c)s)
 SELECT
-    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s) AS emails,
-    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s AND status = 'sent') AS sent,
+    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s) + (SELECT n FROM archived) AS emails,
+    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s AND status = 'sent')
+      + (SELECT n FROM archived) AS sent,
     (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s AND status = 'failed') AS failed,
     (SELECT count(*) FROM mailroom.email_queue
       WHERE campaign_id = %(c)s AND status = 'failed' AND error_details ->> 'outcome' = 'bounced') AS bounced,

@@ -366,6 +366,7 @@ class Worker:
                 try:
                     envelope = build_message(email, sender.from_email, sender.from_name)
                     if sender.dkim is not None:
+                        # Inline on the event loop on purpose (~1 ms a message): see worker.dkim.
                         envelope = sign_envelope(envelope, sender.dkim)
                 except (TypeError, ValueError, AttributeError) as exc:
                     # A row written around the API (a header that is not text, say): fail this email only.

@@ -340,6 +340,29 @@ tracked_links = Table(
     CheckConstraint("url ~* '^https?://'", name="tracked_links_url_check"),
 )
 
+# Revision 0002 (tracking): what outlives a sent email that retention deletes (filled by a trigger).
+archived_emails = Table(
+    "archived_emails",
+    metadata,
+    Column("email_id", BigInteger, nullable=False),
+    Column("sent_at", DateTime(timezone=True), nullable=False),
+    Column("campaign_id", Text),
+    Column("unsubscribe_token", UUID(as_uuid=True)),
+    PrimaryKeyConstraint("email_id", name="archived_emails_pkey"),
+)
+Index(
+    "archived_emails_unsubscribe_token_idx",
+    archived_emails.c.unsubscribe_token,
+    unique=True,
+    postgresql_where=text("unsubscribe_token IS NOT NULL"),
+)
+Index(
+    "archived_emails_campaign_idx",
+    archived_emails.c.campaign_id,
+    postgresql_where=text("campaign_id IS NOT NULL"),
+)
+Index("archived_emails_sent_at_idx", archived_emails.c.sent_at, postgresql_using="brin")
+
 open_events = Table(
     "open_events",
     metadata,

@@ -14,6 +14,7 @@ import contextlib
 import html
 import ipaddress
 import logging
+import re
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -39,6 +40,7 @@ NO_CACHE = {
 }
 _COMMON = {"Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex, nofollow"}
 MAX_USER_AGENT = 1000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 # Events are written in batches (see `EventWriter`); unknown tokens simply join to nothing.
 RECORD_OPENS = """
@@ -58,23 +60,44 @@ JOIN mailroom.email_queue q ON q.id = l.email_id
 
 LINK_DESTINATION = "SELECT url FROM mailroom.tracked_links WHERE token = %s"
 
-FIND_UNSUBSCRIBE = """
-SELECT recipient_email, EXISTS (SELECT 1 FROM mailroom.unsubscribe_list u WHERE u.email = lower(q.recipient_email))
-FROM mailroom.email_queue q WHERE unsubscribe_token = %(token)s AND NOT transactional
+# The email an unsubscribe token belongs to: a queued one, or one retention has archived and deleted
+# (its recipient then comes from its send log, kept MAILROOM_LOG_RETENTION_MONTHS). Transactional
+# email has no token that counts.
+_TARGET = """
+WITH target AS (
+    (SELECT id, lower(recipient_email) AS email, campaign_id, recipient_email AS shown
+     FROM mailroom.email_queue WHERE unsubscribe_token = %(token)s AND NOT transactional)
+    UNION ALL
+    (SELECT s.email_id, lower(s.recipient_email), s.campaign_id, s.recipient_email
+     FROM mailroom.archived_emails a
+     CROSS JOIN LATERAL (
+         SELECT email_id, recipient_email, campaign_id FROM mailroom.send_logs
+         WHERE email_id = a.email_id AND outcome = 'sent' ORDER BY attempted_at DESC LIMIT 1
+     ) s
+     WHERE a.unsubscribe_token = %(token)s)
+    LIMIT 1
+)
 """
 
+FIND_UNSUBSCRIBE = (
+    _TARGET  # noqa: S608 -- constant SQL text joined; values are parameters
+    + """
+SELECT shown, EXISTS (SELECT 1 FROM mailroom.unsubscribe_list u WHERE u.email = t.email) FROM target t
+"""
+)
+
 # Immediate and idempotent: the address is on the list when this statement commits.
-UNSUBSCRIBE = """
-WITH e AS (
-    SELECT id, lower(recipient_email) AS email, campaign_id
-    FROM mailroom.email_queue WHERE unsubscribe_token = %(token)s AND NOT transactional
-), added AS (
+UNSUBSCRIBE = (
+    _TARGET  # noqa: S608 -- constant SQL text joined; values are parameters
+    + """
+, added AS (
     INSERT INTO mailroom.unsubscribe_list (email, reason, source, campaign_id, email_id, user_agent, ip_address)
-    SELECT email, %(reason)s, %(source)s, campaign_id, id, %(ua)s, %(ip)s::inet FROM e
+    SELECT email, %(reason)s, %(source)s, campaign_id, id, %(ua)s, %(ip)s::inet FROM target
     ON CONFLICT (email) DO NOTHING
 )
-SELECT count(*) FROM e
+SELECT count(*) FROM target
 """
+)
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 # One event: (token, time, ip, user agent).
@@ -120,7 +143,7 @@ class EventWriter:
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 self._queued[statement] = batch + self._queued[statement]
                 raise
-            except psycopg.Error as exc:
+            except Exception as exc:  # the writer task must outlive any one bad batch
                 # Not the database being away: trying again would fail the same way. Say so loudly.
                 log.error("dropped %d tracking event(s): %s", len(batch), str(exc)[:300])
 
@@ -184,7 +207,16 @@ def _client(request: web.Request) -> tuple[str | None, str | None]:
     with contextlib.suppress(ValueError):
         ip = str(ipaddress.ip_address(request.remote or ""))
     agent = request.headers.get("User-Agent")
-    return ip, agent[:MAX_USER_AGENT] if agent else None
+    if not agent:
+        return ip, None
+    # Header bytes that are not UTF-8 arrive as lone surrogates, which PostgreSQL text cannot hold:
+    # they become U+FFFD, and control characters go.
+    agent = agent[:MAX_USER_AGENT]
+    try:
+        agent = agent.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:
+        agent = agent.encode("utf-8", "replace").decode("utf-8")
+    return ip, _CONTROL.sub("", agent) or None
 
 
 def _page(title: str, body: str, status: int = 200) -> web.Response:
@@ -216,9 +248,14 @@ async def click(request: web.Request) -> web.Response:
         if url is not None and request.method == "GET":
             request.app[WRITER].add(RECORD_CLICKS, (token, datetime.now(UTC), *_client(request)))
     # The stored destination was checked at enqueue and by the database; check it again all the same.
-    if url is None or not url.lower().startswith(("http://", "https://")):
-        return _page("Link not found", "<p>This link is not valid or has expired.</p>", status=404)
-    raise web.HTTPFound(location=url, headers={"Cache-Control": "no-store", **_COMMON})
+    if url is not None and url.lower().startswith(("http://", "https://")):
+        try:
+            redirect = web.HTTPFound(location=url, headers={"Cache-Control": "no-store", **_COMMON})
+        except ValueError:  # stored before enqueue checked what a redirect can carry
+            log.warning("link %s has a destination no redirect can carry", token)
+        else:
+            raise redirect
+    return _page("Link not found", "<p>This link is not valid or has expired.</p>", status=404)
 
 
 async def unsubscribe_page(request: web.Request) -> web.Response:
@@ -244,20 +281,41 @@ async def unsubscribe_page(request: web.Request) -> web.Response:
     return _page("Unsubscribe", f"<p>Stop sending these emails to {who}?</p>{form}")
 
 
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+async def _one_click(request: web.Request) -> tuple[bool, bool]:
+    """(the body asks for RFC 8058 one-click, it came from our confirmation page's button).
+
+    RFC 8058 names two encodings; a body that is exactly `List-Unsubscribe=One-Click` under any
+    other (or no) content type is honoured too, since refusing it would ignore someone's request.
+    A body over the size limit is a 413.
+    """
+    key, _, value = ONE_CLICK.partition("=")
+    if request.content_type in _FORM_TYPES:
+        try:
+            form = await request.post()
+        except web.HTTPRequestEntityTooLarge:
+            raise
+        except (ValueError, web.HTTPException):
+            return False, False
+        return form.get(key) == value, form.get("confirm") == "page"
+    return (await request.read()).strip() == ONE_CLICK.encode("ascii"), False
+
+
 async def unsubscribe(request: web.Request) -> web.Response:
-    """POST /u/{token} with `List-Unsubscribe=One-Click` (form-encoded or multipart): unsubscribe now, 200."""
+    """POST /u/{token} with `List-Unsubscribe=One-Click` (form-encoded or multipart): unsubscribe now, 200.
+
+    No cookie, session or second step is asked for (RFC 8058 §3.2), and the answer is never a redirect.
+    """
     token = _token(request)
-    try:
-        form = await request.post()
-    except (ValueError, web.HTTPException):
-        form = None
-    if form is None or form.get(ONE_CLICK.partition("=")[0]) != ONE_CLICK.partition("=")[2]:
+    one_click, from_page = await _one_click(request)
+    if not one_click:
         return web.Response(
             text=f"expected a form body with {ONE_CLICK}\n", status=400, headers={**NO_CACHE, **_COMMON}
         )
     found = 0
     if token is not None:
-        from_page = form.get("confirm") == "page"
         ip, agent = _client(request)
         params = {
             "token": token,
@@ -271,7 +329,7 @@ async def unsubscribe(request: web.Request) -> web.Response:
         found = int(row[0]) if row else 0
     if not found:
         return _page("Link not found", "<p>This unsubscribe link is not valid.</p>", status=404)
-    log.info("unsubscribed via %s", "page" if form.get("confirm") == "page" else "one-click")
+    log.info("unsubscribed via %s", "page" if from_page else "one-click")
     return _page("Unsubscribed", "<p>You will get no more of these emails.</p>")
 
 
@@ -293,8 +351,15 @@ async def _database_errors(request: web.Request, handler: Any) -> web.StreamResp
     return response
 
 
-def make_app(url: str, settings: Settings, *, pool_size: int = 10) -> web.Application:
-    """The tracker's application; its connection pool opens with the app and closes with it."""
+def make_app(
+    url: str, settings: Settings, *, pool_size: int = 10, pool_timeout: float = 5.0
+) -> web.Application:
+    """The tracker's application; its connection pool opens with the app and closes with it.
+
+    The tracker starts, and keeps answering, while PostgreSQL is unreachable: pixels are still
+    served (their events wait in memory), and what needs the database is a 503 after at most
+    `pool_timeout` seconds, so a provider's one-click POST is retried instead of hanging.
+    """
     app = web.Application(client_max_size=64 * 1024, middlewares=[_database_errors])
 
     async def pool_context(app: web.Application) -> AsyncIterator[None]:
@@ -303,9 +368,10 @@ def make_app(url: str, settings: Settings, *, pool_size: int = 10) -> web.Applic
             min_size=1,
             max_size=pool_size,
             open=False,
+            timeout=pool_timeout,
             kwargs={"autocommit": True, "options": "-c synchronous_commit=off"},
         )
-        await pool.open(wait=True, timeout=30)
+        await pool.open(wait=False)
         writer = EventWriter(pool)
         app[POOL], app[WRITER], app[LINKS] = pool, writer, LinkCache()
         task = asyncio.create_task(writer.run(), name="tracking-events")

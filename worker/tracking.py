@@ -11,9 +11,12 @@ import functools
 import html as html_lib
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from html.entities import html5 as _ENTITIES
+from urllib.parse import urljoin, urlsplit
+
+from yarl import URL
 
 from worker.config import ConfigError, Settings
 
@@ -25,11 +28,20 @@ UNSUBSCRIBE_PATH = "/u/{token}"
 ONE_CLICK = "List-Unsubscribe=One-Click"
 MAX_LINK_CHARS = 4096
 
-# `<a ... href=VALUE`: VALUE double-quoted, single-quoted or bare. Only anchors are rewritten
-# (not images, stylesheets or forms): a click is someone following a link.
-_ANCHOR_HREF = re.compile(
-    r"""(<a\b[^>]*?\shref\s*=\s*)(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+))""", re.IGNORECASE
-)
+# Anchor and base start tags are read attribute by attribute, left to right, as the HTML tokenizer
+# does, so that a quoted value may hold `>` or text that looks like an attribute (`title="see
+# href=..."`) and an unquoted value runs to white space or `>`. Names and unquoted values are
+# possessive (`++`) and the scan never goes back over text it has read, so malformed or hostile
+# markup costs linear time. Only anchors are rewritten (not images, stylesheets or forms): a click
+# is someone following a link; `<base href>` is what relative links resolve against.
+_TAG_START = re.compile(r"<(a|base)(?=[\s/>])", re.IGNORECASE)
+_NAME = r"[^\s\"'>/=]++"
+_SEPARATOR = r"""(?:[\s/]+|(?<=["']))"""  # HTML lets an attribute follow a quoted value directly
+_ATTRIBUTE = re.compile(rf"""{_SEPARATOR}({_NAME})(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]++)))?""")
+_TAG_END = re.compile(r"[\s/]*>")
+# Character references as the HTML tokenizer decodes them inside an attribute value.
+_CHAR_REF = re.compile(r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|([A-Za-z][A-Za-z0-9]*)(;?))")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
 # Browsers drop tab and newline anywhere in a URL; anything else below 0x21 makes it unusable here.
 _URL_NOISE = re.compile(r"[\t\n\r]")
@@ -80,37 +92,116 @@ def wants_tracking(
     return not transactional and campaign_id is not None and settings.track_campaigns
 
 
-def trackable_url(raw: str) -> str | None:
-    """The destination of an href as a browser would follow it, if it is an absolute http(s) URL; else None."""
-    url = _URL_NOISE.sub("", html_lib.unescape(raw)).strip()
-    if not url or len(url) > MAX_LINK_CHARS or _URL_FORBIDDEN.search(url):
+def attribute_value(raw: str) -> str:
+    """An attribute value as the HTML tokenizer reads it: character references decoded.
+
+    Unlike `html.unescape`, a named reference without its `;` is left alone when what follows it
+    is `=` or a letter or digit (HTML's rule for attributes), so `?a=1&region=eu` stays as written
+    instead of becoming `?a=1®ion=eu`.
+    """
+    if "&" not in raw:
+        return raw
+
+    def decode(match: re.Match[str]) -> str:
+        name, semicolon = match.group(1), match.group(2)
+        text = match.group(0)
+        if name is None:  # numeric
+            return html_lib.unescape(text)
+        if semicolon:
+            return _ENTITIES.get(name + ";", text)
+        following = match.string[match.end() : match.end() + 1]
+        if name in _ENTITIES and following != "=":  # a legacy name, e.g. `&amp`
+            return _ENTITIES[name]
+        return text
+
+    return _CHAR_REF.sub(decode, raw)
+
+
+def trackable_url(raw: str, base: str | None = None) -> str | None:
+    """The destination of an href as a browser would follow it, if it is an absolute http(s) URL; else None.
+
+    `raw` is the attribute as written (character references not yet decoded); a relative one
+    resolves against `base` (the document's `<base href>`) when there is one.
+    """
+    url = _URL_NOISE.sub("", attribute_value(raw)).strip()
+    if base is not None and url and not url.startswith("#") and not _SCHEME.match(url):
+        url = urljoin(base, url)
+    # A backslash is a slash to browsers but not to every URL parser: `https://evil\@good` must
+    # never mean two hosts, so such a link stays as written (untracked).
+    if not url or len(url) > MAX_LINK_CHARS or _URL_FORBIDDEN.search(url) or "\\" in url:
         return None
     try:
         parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range
+        URL(url)  # what the tracker's redirect is built with: it must accept the destination
     except ValueError:
         return None
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc or not parts.hostname:
         return None
-    # urlsplit also accepts `http:\\host`; the database (and every browser) wants the `//` form.
+    # urlsplit also accepts `http:host`; the database (and every browser) wants the `//` form.
     if not url.lower().startswith(("http://", "https://")):
         return None
     return url
 
 
-def rewrite_links(html: str, base_url: str) -> tuple[str, tuple[tuple[uuid.UUID, str], ...]]:
-    """Point every http(s) anchor at the tracker; return the new HTML and (token, destination) per link."""
-    links: list[tuple[uuid.UUID, str]] = []
+@dataclass(frozen=True)
+class _Tag:
+    name: str  # "a" or "base", lower-cased
+    start: int
+    end: int
+    attributes: dict[str, re.Match[str]]  # by lower-cased name; the first of a name wins, as in HTML
 
-    def replace(match: re.Match[str]) -> str:
-        raw = next(g for g in match.groups()[1:] if g is not None)
-        url = trackable_url(raw)
+
+def _tags(html: str) -> Iterator[_Tag]:
+    """Every complete `<a>` and `<base>` start tag, in document order."""
+    at = 0
+    while (found := _TAG_START.search(html, at)) is not None:
+        attributes: dict[str, re.Match[str]] = {}
+        at = found.end()
+        while (attribute := _ATTRIBUTE.match(html, at)) is not None:
+            attributes.setdefault(attribute.group(1).lower(), attribute)
+            at = attribute.end()
+        end = _TAG_END.match(html, at)
+        if end is not None:  # else not a tag we can read: the scan goes on from where it stopped
+            at = end.end()
+            yield _Tag(found.group(1).lower(), found.start(), at, attributes)
+
+
+def _href(tag: _Tag) -> re.Match[str] | None:
+    """The tag's href attribute when it has a value."""
+    href = tag.attributes.get("href")
+    return href if href is not None and (href.lastindex or 0) >= 2 else None
+
+
+def rewrite_links(html: str, base_url: str) -> tuple[str, tuple[tuple[uuid.UUID, str], ...]]:
+    """Point every http(s) anchor at the tracker; return the new HTML and (token, destination) per link.
+
+    Relative links resolve against the document's first `<base href>` when it is an http(s) URL.
+    """
+    tags = list(_tags(html))
+    base = None
+    for tag in tags:
+        if tag.name == "base" and (href := _href(tag)) is not None:
+            base = trackable_url(href.group(href.lastindex or 0))
+            break
+    links: list[tuple[uuid.UUID, str]] = []
+    out: list[str] = []
+    done = 0
+    for tag in tags:
+        href = _href(tag) if tag.name == "a" else None
+        if href is None:
+            continue
+        value = href.lastindex or 0  # the group that matched: 2 double-quoted, 3 single-quoted, 4 bare
+        url = trackable_url(href.group(value), base)
         if url is None:
-            return match.group(0)
+            continue
         token = uuid.uuid4()
         links.append((token, url))
-        return f'{match.group(1)}"{base_url}{CLICK_PATH.format(token=token)}"'
-
-    return _ANCHOR_HREF.sub(replace, html), tuple(links)
+        quoted = 1 if value < 4 else 0
+        out += (html[done : href.start(value) - quoted], f'"{base_url}{CLICK_PATH.format(token=token)}"')
+        done = href.end(value) + quoted
+    out.append(html[done:])
+    return "".join(out), tuple(links)
 
 
 def add_pixel(html: str, base_url: str, token: uuid.UUID) -> str:
@@ -127,11 +218,19 @@ def add_pixel(html: str, base_url: str, token: uuid.UUID) -> str:
 
 
 def unsubscribe_headers(token: uuid.UUID, settings: Settings) -> dict[str, str]:
-    """RFC 2369 `List-Unsubscribe` (HTTPS, and mailto when configured) and RFC 8058 `List-Unsubscribe-Post`."""
+    """RFC 2369 `List-Unsubscribe` (the tracker's URL, and mailto when configured) and RFC 8058 `List-Unsubscribe-Post`.
+
+    RFC 8058 §3.1: `List-Unsubscribe-Post` is only for a `List-Unsubscribe` that carries an HTTPS
+    URI, so with a plain-http base URL (a development setup) it is left out and receivers fall back
+    to showing the link.
+    """
     targets = [f"<{settings.base_url}{UNSUBSCRIBE_PATH.format(token=token)}>"]
     if settings.unsubscribe_mailto:
         targets.append(f"<mailto:{settings.unsubscribe_mailto}?subject=unsubscribe%20{token}>")
-    return {"List-Unsubscribe": ", ".join(targets), "List-Unsubscribe-Post": ONE_CLICK}
+    headers = {"List-Unsubscribe": ", ".join(targets)}
+    if settings.base_url.lower().startswith("https://"):
+        headers["List-Unsubscribe-Post"] = ONE_CLICK
+    return headers
 
 
 def apply(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -21,6 +22,11 @@ CAMPAIGN_HTML = (
     '<a href="/relative">rel</a> <a href="#top">top</a>'
     "</body></html>"
 )
+
+
+def https(settings: Settings) -> Settings:
+    """The settings with a public HTTPS base URL, as in production (RFC 8058 needs one)."""
+    return replace(settings, base_url="https://t.example.org")
 
 
 def enqueue_one(db_url: str, settings: Settings, **fields: Any) -> int:
@@ -53,9 +59,11 @@ def scalar(db_url: str, query: str, *params: Any) -> Any:
 
 
 @asynccontextmanager
-async def running_tracker(db_url: str, settings: Settings) -> AsyncIterator[TestServer]:
+async def running_tracker(
+    db_url: str, settings: Settings, pool_timeout: float = 5.0
+) -> AsyncIterator[TestServer]:
     """The tracker application served on a real local port."""
-    server = TestServer(make_app(db_url, settings, pool_size=8))
+    server = TestServer(make_app(db_url, settings, pool_size=8, pool_timeout=pool_timeout))
     await server.start_server()
     try:
         yield server

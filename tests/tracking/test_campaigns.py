@@ -66,3 +66,36 @@ def test_cli_stats_of_an_unknown_campaign_is_an_error(
 ) -> None:
     assert main(["campaigns", "stats", "nope"]) == 1
     assert "no email belongs to campaign 'nope'" in capsys.readouterr().err
+
+
+def test_deleting_sent_email_keeps_its_unsubscribe_token_and_campaign_only(
+    db_url: str, settings: Settings
+) -> None:
+    bulk = enqueue_one(db_url, settings, to="a@example.com")
+    receipt = enqueue_one(
+        db_url, settings, to="b@example.com", transactional=True
+    )  # a campaign, but transactional
+    queued = enqueue_one(db_url, settings, to="c@example.com")  # never sent
+    with psycopg.connect(db_url) as conn:
+        for email_id in (bulk, receipt):
+            _finish(conn, email_id, "sent")
+            conn.execute(
+                "INSERT INTO mailroom.send_logs (email_id, recipient_email, campaign_id, attempt, outcome)"
+                " SELECT id, recipient_email, campaign_id, 1, 'sent' FROM mailroom.email_queue WHERE id = %s",
+                (email_id,),
+            )
+        # An email archived long ago whose send log has since been dropped: nothing to find it by.
+        conn.execute(
+            "INSERT INTO mailroom.archived_emails VALUES (999999, now() - interval '800 days', 'old', gen_random_uuid())"
+        )
+        token = conn.execute(
+            "SELECT unsubscribe_token FROM mailroom.email_queue WHERE id = %s", (bulk,)
+        ).fetchone()
+        conn.execute("DELETE FROM mailroom.email_queue WHERE id = ANY(%s)", ([bulk, receipt, queued],))
+        kept = conn.execute(
+            "SELECT email_id, campaign_id, unsubscribe_token FROM mailroom.archived_emails ORDER BY email_id"
+        ).fetchall()
+        stats = campaign_stats(conn, "spring")
+    assert token is not None and token[0] is not None
+    assert kept == [(bulk, "spring", token[0]), (receipt, "spring", None)]
+    assert (stats.emails, stats.sent, stats.queued) == (2, 2, 0)

@@ -21,7 +21,7 @@ from dkim.canonicalization import Relaxed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.tracking import enqueue_one
+from tests.tracking import enqueue_one, https
 from tests.worker.helpers import run_until_drained
 from worker.cli import main
 from worker.config import Settings
@@ -139,7 +139,7 @@ async def test_worker_signs_what_it_sends_with_the_sender_key(
         ).fetchone()
     assert stored is not None and stored[:2] == ("example.org", "mail2026")
     assert b"PRIVATE KEY" not in bytes(stored[2])  # encrypted at rest
-    enqueue_one(db_url, settings)  # a campaign email: List-Unsubscribe headers, tracked HTML
+    enqueue_one(db_url, https(settings))  # a campaign email: List-Unsubscribe headers, tracked HTML
     enqueue_one(db_url, settings, campaign_id=None, to="ada@example.com")  # transactional
     fast = replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
     assert await run_until_drained(db_url, fast) == 2
@@ -148,7 +148,7 @@ async def test_worker_signs_what_it_sends_with_the_sender_key(
         assert received.content.startswith(b"DKIM-Signature:")
         assert dkimpy.verify(received.content, dnsfunc=_dns(pem)) is True
     campaign = next(m for m in smtp_sink.messages if m.message["List-Unsubscribe-Post"])
-    assert campaign.message["List-Unsubscribe"].startswith("<http://localhost:8025/u/")
+    assert campaign.message["List-Unsubscribe"].startswith("<https://t.example.org/u/")
 
 
 def test_bad_dkim_input_is_refused_and_nothing_is_stored(db_url: str, settings: Settings, pem: bytes) -> None:

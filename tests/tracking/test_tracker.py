@@ -10,6 +10,7 @@ import uuid
 import aiohttp
 import psycopg
 from aiohttp.test_utils import TestServer
+from psycopg import sql
 
 from tests.tracking import email_row, enqueue_one, running_tracker, scalar
 from worker.config import Settings
@@ -230,3 +231,144 @@ async def test_flood_of_ten_thousand_requests_is_answered_without_error(
     assert scalar(db_url, "SELECT count(*) FROM mailroom.click_events") == 2_000
     assert _unsubscribed(db_url) == []
     print(f"10,000 tracker requests in {elapsed:.2f}s ({10_000 / elapsed:,.0f}/s)")
+
+
+async def _raw_request(server: TestServer, request: bytes) -> bytes:
+    """Send bytes no HTTP client library would (a header that is not UTF-8); return the status line."""
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await reader.readline()
+    finally:
+        writer.close()
+
+
+async def test_a_user_agent_that_is_not_utf8_is_kept_and_stops_nothing(
+    db_url: str, settings: Settings
+) -> None:
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    agent = b"Mozilla/5.0 (caf\xe9; \xff\xfe)"  # Latin-1 and stray bytes, as old clients send
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        pixel = f"/o/{row['tracking_token']}.gif".encode()
+        status = await _raw_request(
+            server, b"GET " + pixel + b" HTTP/1.1\r\nHost: t\r\nUser-Agent: " + agent + b"\r\n\r\n"
+        )
+        assert status.startswith(b"HTTP/1.1 200")
+        # The event writer is still alive: a later open is recorded too.
+        async with http.get(server.make_url(pixel.decode()), headers={"User-Agent": "Reader/2"}) as resp:
+            assert resp.status == 200
+        body = b"List-Unsubscribe=One-Click"
+        status = await _raw_request(
+            server,
+            f"POST /u/{row['unsubscribe_token']} HTTP/1.1\r\nHost: t\r\n".encode()
+            + b"Content-Type: application/x-www-form-urlencoded\r\nUser-Agent: "
+            + agent
+            + f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body,
+        )
+        assert status.startswith(b"HTTP/1.1 200")
+    with psycopg.connect(db_url) as conn:
+        agents = [r[0] for r in conn.execute("SELECT user_agent FROM mailroom.open_events ORDER BY id")]
+        listed = conn.execute("SELECT email, user_agent FROM mailroom.unsubscribe_list").fetchall()
+    assert agents == ["Mozilla/5.0 (caf\ufffd; \ufffd\ufffd)", "Reader/2"]
+    assert listed == [("reader@example.com", "Mozilla/5.0 (caf\ufffd; \ufffd\ufffd)")]
+
+
+def _set_database_reachable(db_url: str, reachable: bool) -> None:
+    """Refuse (and cut) or allow again connections to this test's own database: PostgreSQL 'down' for the tracker."""
+    name = str(psycopg.conninfo.conninfo_to_dict(db_url)["dbname"])
+    admin = psycopg.conninfo.make_conninfo(db_url, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
+                sql.Identifier(name), sql.SQL("true" if reachable else "false")
+            )
+        )
+        if not reachable:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+
+
+async def test_database_down_is_a_quick_503_and_the_tracker_recovers(db_url: str, settings: Settings) -> None:
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    click = CLICK.findall(row["html_body"])[0]
+    unsubscribe = f"/u/{row['unsubscribe_token']}"
+    one_click = {"List-Unsubscribe": "One-Click"}
+    _set_database_reachable(db_url, False)
+    try:
+        # The tracker starts without its database; what needs it is a 503 within the pool timeout.
+        async with (
+            running_tracker(db_url, settings, pool_timeout=0.5) as server,
+            aiohttp.ClientSession() as http,
+        ):
+            async with http.get(server.make_url(f"/o/{row['tracking_token']}.gif")) as resp:
+                assert resp.status == 200 and await resp.read() == PIXEL  # the open waits in memory
+
+            async def status(method: str, path: str) -> tuple[int, str | None]:
+                async with http.request(
+                    method, server.make_url(path), data=one_click, allow_redirects=False
+                ) as resp:
+                    return resp.status, resp.headers.get("Retry-After")
+
+            answers = await asyncio.gather(
+                status("GET", click),
+                status("GET", unsubscribe),
+                status("POST", unsubscribe),
+                status("GET", "/healthz"),
+            )
+            assert answers == [(503, "30")] * 4
+            _set_database_reachable(db_url, True)
+            # The pool reconnects on its own (with back-off): wait for health, bounded.
+            for _ in range(40):
+                if (await status("GET", "/healthz"))[0] == 200:
+                    break
+            assert await status("GET", click) == (302, None)
+            assert await status("POST", unsubscribe) == (200, None)
+    finally:
+        _set_database_reachable(db_url, True)
+    # The open taken while PostgreSQL was away is written (at the latest when the tracker stops).
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.open_events") == 1
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.click_events") == 1
+    assert _unsubscribed(db_url) == [("reader@example.com", "one_click")]
+
+
+async def test_a_stored_destination_no_redirect_can_carry_is_a_404(db_url: str, settings: Settings) -> None:
+    email_id = enqueue_one(db_url, settings)
+    token = uuid.uuid4()
+    with psycopg.connect(db_url) as conn:  # written around the API: the database only checks the scheme
+        conn.execute(
+            "INSERT INTO mailroom.tracked_links (token, email_id, position, url) VALUES (%s, %s, 99, %s)",
+            (token, email_id, "https://evil.example\\@good.example/"),
+        )
+    async with (
+        running_tracker(db_url, settings) as server,
+        aiohttp.ClientSession() as http,
+        http.get(server.make_url(f"/c/{token}"), allow_redirects=False) as resp,
+    ):
+        assert (resp.status, resp.headers.get("Location")) == (404, None)
+
+
+async def test_one_click_body_under_another_content_type_is_honoured_and_a_huge_one_is_413(
+    db_url: str, settings: Settings
+) -> None:
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    path = f"/u/{row['unsubscribe_token']}"
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        huge = b"List-Unsubscribe=One-Click&pad=" + b"x" * 1_000_000
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        async with http.post(server.make_url(path), data=huge, headers=form) as resp:
+            assert resp.status == 413
+        assert _unsubscribed(db_url) == []
+        for content_type in ("text/plain", "application/octet-stream"):
+            async with http.post(
+                server.make_url(path),
+                data=b"List-Unsubscribe=One-Click\r\n",
+                headers={"Content-Type": content_type},
+            ) as resp:
+                assert resp.status == 200, content_type
+                assert "Location" not in resp.headers
+        async with http.post(
+            server.make_url(path), data=b"unsubscribe me", headers={"Content-Type": "text/plain"}
+        ) as resp:
+            assert resp.status == 400
+    assert _unsubscribed(db_url) == [("reader@example.com", "one_click")]

@@ -8,3 +8,38 @@ CREATE UNIQUE INDEX email_queue_unsubscribe_token_idx ON mailroom.email_queue (u
 -- `mailroom campaigns stats` counts a campaign's unsubscribes without scanning the whole list.
 CREATE INDEX unsubscribe_list_campaign_idx ON mailroom.unsubscribe_list (campaign_id)
     WHERE campaign_id IS NOT NULL;
+
+-- What outlives a sent email that retention archives and deletes: its unsubscribe token (a link in
+-- a 100-day-old newsletter must still unsubscribe) and its campaign (so `campaigns stats` still
+-- counts it as sent). No address is copied here: the tracker finds the recipient in the email's
+-- send log, which privacy erasure already anonymises, so a link works as long as that log is kept
+-- (MAILROOM_LOG_RETENTION_MONTHS). Rows are written by the delete itself (any delete of a sent
+-- email, whoever runs it), and rows whose send logs are gone are pruned at the same time.
+CREATE TABLE mailroom.archived_emails (
+    email_id            bigint PRIMARY KEY,
+    sent_at             timestamptz NOT NULL,
+    campaign_id         text,
+    unsubscribe_token   uuid
+);
+CREATE UNIQUE INDEX archived_emails_unsubscribe_token_idx ON mailroom.archived_emails (unsubscribe_token)
+    WHERE unsubscribe_token IS NOT NULL;
+CREATE INDEX archived_emails_campaign_idx ON mailroom.archived_emails (campaign_id)
+    WHERE campaign_id IS NOT NULL;
+CREATE INDEX archived_emails_sent_at_idx ON mailroom.archived_emails USING brin (sent_at);
+
+CREATE FUNCTION mailroom.email_queue_keep_archived() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO mailroom.archived_emails (email_id, sent_at, campaign_id, unsubscribe_token)
+    SELECT id, sent_at, campaign_id, CASE WHEN NOT transactional THEN unsubscribe_token END
+    FROM old_rows
+    WHERE status = 'sent' AND (campaign_id IS NOT NULL OR (unsubscribe_token IS NOT NULL AND NOT transactional))
+    ON CONFLICT DO NOTHING;
+    -- A day of margin: an email's sent log is written in the transaction that sets its sent_at.
+    DELETE FROM mailroom.archived_emails
+    WHERE sent_at < (SELECT min(attempted_at) FROM mailroom.send_logs) - interval '1 day';
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER email_queue_keep_archived AFTER DELETE ON mailroom.email_queue
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_keep_archived();
