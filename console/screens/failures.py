@@ -88,6 +88,9 @@ class FailuresScreen(DataScreen):
         """Rows keyed by email id; marks survive refreshes."""
         assert isinstance(data, Page)
         self.page = data
+        for r in data.rows:  # a marked email may have moved on (retrying ran out and failed, or the reverse)
+            if int(r["id"]) in self.marked:
+                self.marked[int(r["id"])] = str(r["kind"])
         now = self.console.clock()
         # Subject and error share what the fixed columns leave, so Tries and the time stay in view.
         room = max(12, self.app.size.width - (67 if self.with_subject else 64))

@@ -159,6 +159,30 @@ async def test_retrying_email_is_left_to_the_worker_by_r_and_R_but_c_cancels_it(
     assert row == ("pending", 2)  # r left it alone: the worker retries it on schedule
 
 
+async def test_a_marked_email_that_fails_meanwhile_is_retried_by_R(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        table = app.screen.query_one("#failures", DataTable)
+        table.move_cursor(row=table.get_row_index("2001"))
+        await pilot.press("space")
+        with psycopg.connect(seeded_url) as other:  # the worker gives up on it
+            other.execute(
+                "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'w',"
+                " lease_token = gen_random_uuid(), lease_expires_at = now() + interval '5 minutes' WHERE id = 2001"
+            )
+            other.execute("UPDATE mailroom.email_queue SET status = 'failed' WHERE id = 2001")
+        assert await app.wait_until_shown(lambda: str(table.get_row("2001")[2]) == "failed", WAIT)
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "Retry the 1 marked failed email(s)?" in app.screen.question
+        await pilot.press("y")
+        assert await app.wait_until_shown(noticed(app, "retried 1 email(s)"), WAIT)
+    assert email_status(seeded_url, 2001) == {2001: "pending"}
+
+
 async def test_c_cancels_only_after_confirmation(
     seeded_url: str, make_console: Callable[..., MailroomConsole]
 ) -> None:
