@@ -34,7 +34,7 @@ import base64
 import hashlib
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from cryptography.hazmat.primitives import hashes, serialization
@@ -77,7 +77,7 @@ class DkimKey:
 
     domain: str
     selector: str
-    private_key: bytes
+    private_key: bytes = field(repr=False)  # never in a log line or a traceback's locals
 
     @cached_property
     def _rsa_key(self) -> rsa.RSAPrivateKey:

@@ -39,6 +39,14 @@ NO_CACHE = {
     "Expires": "0",
 }
 _COMMON = {"Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex, nofollow"}
+# Pages: nothing but their own inline style, posting only back here, never framed (a framed
+# confirmation button could be clicked by someone who did not mean to).
+_PAGE = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self';"
+    " frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+}
 MAX_USER_AGENT = 1000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -227,7 +235,9 @@ def _page(title: str, body: str, status: int = 200) -> web.Response:
         '<body style="font-family:sans-serif;max-width:36em;margin:3em auto;padding:0 1em">'
         f"<h1>{html.escape(title)}</h1>{body}</body></html>"
     )
-    return web.Response(text=text, status=status, content_type="text/html", headers={**NO_CACHE, **_COMMON})
+    return web.Response(
+        text=text, status=status, content_type="text/html", headers={**NO_CACHE, **_COMMON, **_PAGE}
+    )
 
 
 async def open_pixel(request: web.Request) -> web.Response:

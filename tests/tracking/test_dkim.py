@@ -438,3 +438,9 @@ def test_any_header_and_body_shape_verifies_with_dkimpy_and_tampering_breaks_it(
     # From is oversigned: one more at the bottom of the header block is never covered.
     assert dkimpy.verify(head + b"\r\nFrom: tampered!\r\n\r\n" + rest, dnsfunc=dns) is False
     assert dkimpy.verify(signed + b"tampered!\r\n", dnsfunc=dns) is False
+
+
+def test_a_key_never_shows_its_private_part(key: DkimKey) -> None:
+    # A sender (and its key) can end up in a log line or an error report: the PEM must not.
+    assert "PRIVATE KEY" not in repr(key) and "PRIVATE KEY" not in str(key)
+    assert "example.org" in repr(key) and "mail2026" in repr(key)

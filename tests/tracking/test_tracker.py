@@ -148,6 +148,9 @@ async def test_get_shows_a_confirmation_page_and_never_unsubscribes(db_url: str,
             async with http.get(server.make_url(path), allow_redirects=False) as resp:
                 page = await resp.text()
                 assert resp.status == 200
+                # The confirm button cannot be framed by another site and clicked unawares.
+                assert resp.headers["X-Frame-Options"] == "DENY"
+                assert "frame-ancestors 'none'" in resp.headers["Content-Security-Policy"]
         assert _unsubscribed(db_url) == []
         assert 'method="post"' in page and f'action="{path}"' in page
         assert 'name="List-Unsubscribe" value="One-Click"' in page
