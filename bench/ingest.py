@@ -1,10 +1,10 @@
 """Inbox throughput: `python -m bench.ingest [N]` prints order events/s through `worker.inbox.ingest_event`.
 
-Three runs over N distinct `order_placed` events (each renders its email from the template and
-enqueues it): one transaction per event (what `mailroom ingest` does), all N in one transaction
-(a savepoint per event), and N replays of events already recorded (duplicates: one upsert each,
-no email). Uses MAILROOM_DATABASE_URL when set (inbox and queue emptied), else a throwaway
-embedded PostgreSQL.
+Four runs over N distinct `order_placed` events (each renders its email from the template and
+enqueues it): one transaction per event (what `mailroom ingest` does), N replays of events already
+recorded (duplicates: one upsert each, no email), all N in one transaction (a savepoint per event),
+and transactions of 200 events. Uses MAILROOM_DATABASE_URL when set (inbox and queue emptied), else
+a throwaway embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import psycopg
 from bench.common import database
 from worker.config import Settings
 from worker.inbox import ingest_event
+
+BATCH = 200
 
 
 def events(n: int) -> list[tuple[str, dict[str, Any]]]:
@@ -93,6 +95,13 @@ def main() -> None:
                 for message_id, payload in batch:
                     ingest_event(conn, message_id, "shop", "order_placed", payload, settings=settings)
 
+        def batches() -> None:
+            with psycopg.connect(url) as conn:
+                for start in range(0, n, BATCH):
+                    with conn.transaction():
+                        for message_id, payload in batch[start : start + BATCH]:
+                            ingest_event(conn, message_id, "shop", "order_placed", payload, settings=settings)
+
         reset(url)
         timed("one transaction per event", n, one_per_transaction)
         assert count(url) == (n, n)
@@ -100,6 +109,9 @@ def main() -> None:
         assert count(url) == (n, n), "a replay must create nothing"
         reset(url)
         timed("all in one transaction", n, one_transaction)
+        assert count(url) == (n, n)
+        reset(url)
+        timed(f"transactions of {BATCH} events", n, batches)
         assert count(url) == (n, n)
         print(f"ingest: stored {n} inbox rows and {n} emails per run; replays stored none", flush=True)
     shutil.rmtree(home, ignore_errors=True)
