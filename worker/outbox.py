@@ -71,10 +71,15 @@ COLUMNS = (
 # A prepared row is COLUMNS followed by one more item: the email's tracked links, (token, url) each.
 LINKS = len(COLUMNS)
 _COLUMN_LIST = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
-INSERT_ONE = sql.SQL(
-    "INSERT INTO mailroom.email_queue ({columns}) VALUES ({values})"
-    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
-).format(columns=_COLUMN_LIST, values=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS))
+# Composed once into plain text: a Composed statement is rendered again on every execute.
+INSERT_ONE = (
+    sql.SQL(
+        "INSERT INTO mailroom.email_queue ({columns}) VALUES ({values})"
+        " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+    )
+    .format(columns=_COLUMN_LIST, values=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS))
+    .as_string(None)
+)
 SELECT_BY_KEY = "SELECT id FROM mailroom.email_queue WHERE idempotency_key = %s"
 INSERT_LINKS = """
 INSERT INTO mailroom.tracked_links (token, email_id, position, url)
