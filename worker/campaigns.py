@@ -8,31 +8,49 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-# One statement, each part on an index that starts with campaign_id. Sent email that retention has
-# archived and deleted from the queue is still counted, through `archived_emails`.
+# One statement: one pass over the campaign's queued emails (index on campaign_id), one over its
+# archived ones, and the event tables and unsubscribe list by their campaign indexes. Sent email
+# that retention has archived and deleted from the queue is still counted, through `archived_emails`.
 CAMPAIGN_STATS = """
-WITH archived AS (SELECT count(*) AS n FROM mailroom.archived_emails WHERE campaign_id = %(c)s)
+WITH q AS (
+    SELECT count(*) AS emails,
+           count(*) FILTER (WHERE status = 'sent') AS sent,
+           count(*) FILTER (WHERE status = 'sent' AND track_opens) AS sent_with_pixel,
+           count(*) FILTER (WHERE status = 'sent' AND track_clicks) AS sent_with_links,
+           count(*) FILTER (WHERE status = 'failed') AS failed,
+           count(*) FILTER (WHERE status = 'failed' AND error_details ->> 'outcome' = 'bounced') AS bounced,
+           count(*) FILTER (WHERE status = 'suppressed') AS suppressed,
+           count(*) FILTER (WHERE status IN ('pending', 'assigned')) AS queued
+    FROM mailroom.email_queue WHERE campaign_id = %(c)s
+), a AS (
+    SELECT count(*) AS sent,
+           count(*) FILTER (WHERE track_opens) AS sent_with_pixel,
+           count(*) FILTER (WHERE track_clicks) AS sent_with_links
+    FROM mailroom.archived_emails WHERE campaign_id = %(c)s
+)
 SELECT
-    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s) + (SELECT n FROM archived) AS emails,
-    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s AND status = 'sent')
-      + (SELECT n FROM archived) AS sent,
-    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s AND status = 'failed') AS failed,
-    (SELECT count(*) FROM mailroom.email_queue
-      WHERE campaign_id = %(c)s AND status = 'failed' AND error_details ->> 'outcome' = 'bounced') AS bounced,
-    (SELECT count(*) FROM mailroom.email_queue WHERE campaign_id = %(c)s AND status = 'suppressed') AS suppressed,
-    (SELECT count(*) FROM mailroom.email_queue
-      WHERE campaign_id = %(c)s AND status IN ('pending', 'assigned')) AS queued,
+    q.emails + a.sent AS emails,
+    q.sent + a.sent AS sent,
+    q.failed, q.bounced, q.suppressed, q.queued,
+    q.sent_with_pixel + a.sent_with_pixel AS sent_with_pixel,
+    q.sent_with_links + a.sent_with_links AS sent_with_links,
     (SELECT count(DISTINCT email_id) FROM mailroom.open_events WHERE campaign_id = %(c)s) AS opened,
     (SELECT count(*) FROM mailroom.open_events WHERE campaign_id = %(c)s) AS opens,
     (SELECT count(DISTINCT email_id) FROM mailroom.click_events WHERE campaign_id = %(c)s) AS clicked,
     (SELECT count(*) FROM mailroom.click_events WHERE campaign_id = %(c)s) AS clicks,
     (SELECT count(*) FROM mailroom.unsubscribe_list WHERE campaign_id = %(c)s) AS unsubscribed
+FROM q, a
 """
 
 
 @dataclass(frozen=True)
 class CampaignStats:
-    """Counts for one campaign; opened and clicked count emails (unique), opens and clicks count events."""
+    """Counts for one campaign; opened and clicked count emails (unique), opens and clicks count events.
+
+    `sent_with_pixel` and `sent_with_links` count the sent emails that could report an open or a
+    click at all: open and click rates are taken over those, so untracked email (`track: false`,
+    a text-only body, MAILROOM_TRACK_CAMPAIGNS off) neither lowers them nor shows as 0 %.
+    """
 
     campaign_id: str
     emails: int
@@ -41,6 +59,8 @@ class CampaignStats:
     bounced: int
     suppressed: int
     queued: int
+    sent_with_pixel: int
+    sent_with_links: int
     opened: int
     opens: int
     clicked: int
@@ -48,7 +68,8 @@ class CampaignStats:
     unsubscribed: int
 
     def rates(self) -> dict[str, float | None]:
-        """Failure and bounce rates over finished attempts; the rest over emails sent. None when undefined."""
+        """Failure and bounce rates over finished attempts; opens and clicks over the sent emails that
+        carried a pixel or tracked links; unsubscribes over emails sent. None when undefined."""
         attempted = self.sent + self.failed
 
         def ratio(part: int, whole: int) -> float | None:
@@ -57,8 +78,8 @@ class CampaignStats:
         return {
             "failed": ratio(self.failed, attempted),
             "bounced": ratio(self.bounced, attempted),
-            "opened": ratio(self.opened, self.sent),
-            "clicked": ratio(self.clicked, self.sent),
+            "opened": ratio(self.opened, self.sent_with_pixel),
+            "clicked": ratio(self.clicked, self.sent_with_links),
             "unsubscribed": ratio(self.unsubscribed, self.sent),
         }
 
@@ -93,7 +114,9 @@ def format_stats(stats: CampaignStats) -> str:
         f"{'opened':<14}{stats.opened:>8} {pct('opened')}  ({stats.opens} opens)",
         f"{'clicked':<14}{stats.clicked:>8} {pct('clicked')}  ({stats.clicks} clicks)",
         f"{'unsubscribed':<14}{stats.unsubscribed:>8} {pct('unsubscribed')}",
-        "failed and bounced are rates of finished attempts; opened, clicked and unsubscribed of emails sent.",
+        "failed and bounced are rates of finished attempts; unsubscribed of emails sent; opened and clicked",
+        f"of the sent emails with an open pixel ({stats.sent_with_pixel}) or tracked links "
+        f"({stats.sent_with_links}): a blank rate means none was tracked.",
         "Opens are approximate: image blocking hides some, and privacy proxies (Apple Mail Privacy "
         "Protection) and link scanners add others.",
     ]

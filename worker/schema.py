@@ -348,6 +348,8 @@ archived_emails = Table(
     Column("sent_at", DateTime(timezone=True), nullable=False),
     Column("campaign_id", Text),
     Column("unsubscribe_token", UUID(as_uuid=True)),
+    Column("track_opens", Boolean, nullable=False),
+    Column("track_clicks", Boolean, nullable=False),
     PrimaryKeyConstraint("email_id", name="archived_emails_pkey"),
 )
 Index(

@@ -86,7 +86,7 @@ def test_deleting_sent_email_keeps_its_unsubscribe_token_and_campaign_only(
             )
         # An email archived long ago whose send log has since been dropped: nothing to find it by.
         conn.execute(
-            "INSERT INTO mailroom.archived_emails VALUES (999999, now() - interval '800 days', 'old', gen_random_uuid())"
+            "INSERT INTO mailroom.archived_emails VALUES (999999, now() - interval '800 days', 'old', gen_random_uuid(), true, true)"
         )
         token = conn.execute(
             "SELECT unsubscribe_token FROM mailroom.email_queue WHERE id = %s", (bulk,)
@@ -99,3 +99,24 @@ def test_deleting_sent_email_keeps_its_unsubscribe_token_and_campaign_only(
     assert token is not None and token[0] is not None
     assert kept == [(bulk, "spring", token[0]), (receipt, "spring", None)]
     assert (stats.emails, stats.sent, stats.queued) == (2, 2, 0)
+
+
+def test_open_and_click_rates_count_only_email_that_could_report_them(
+    db_url: str, settings: Settings
+) -> None:
+    tracked = [enqueue_one(db_url, settings, to=f"t{i}@example.com") for i in range(2)]
+    untracked = [enqueue_one(db_url, settings, to=f"u{i}@example.com", track=False) for i in range(2)]
+    quiet = enqueue_one(db_url, settings, to="q@example.com", campaign_id="quiet", track=False)
+    with psycopg.connect(db_url) as conn:
+        for email_id in [*tracked, *untracked, quiet]:
+            _finish(conn, email_id, "sent")
+        conn.execute(
+            "INSERT INTO mailroom.open_events (email_id, campaign_id) VALUES (%s, 'spring')", (tracked[0],)
+        )
+        spring, untracked_campaign = campaign_stats(conn, "spring"), campaign_stats(conn, "quiet")
+    assert (spring.sent, spring.sent_with_pixel, spring.sent_with_links) == (4, 2, 2)
+    # One open among the two emails that had a pixel: 50 %, not 25 % of everything sent.
+    assert spring.rates()["opened"] == 0.5 and spring.rates()["clicked"] == 0.0
+    # A campaign nobody tracked has no open rate, rather than 0 %.
+    assert untracked_campaign.rates()["opened"] is None and untracked_campaign.rates()["clicked"] is None
+    assert re.search(r"^opened\s+0\s+\(0 opens\)$", format_stats(untracked_campaign), re.MULTILINE)

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         help="sent, failed, bounced, opened, clicked and unsubscribed counts and rates",
         description="Counts and rates for the emails enqueued with campaign_id CAMPAIGN. Opened and clicked "
         "count emails with at least one open or click (each event is also counted). Failure and bounce "
-        "rates are over finished attempts (sent + failed); open, click and unsubscribe rates over emails sent.",
+        "rates are over finished attempts (sent + failed); open and click rates over the sent emails that "
+        "carried an open pixel or tracked links (blank when none did); unsubscribe rate over emails sent.",
     )
     stats.add_argument("campaign", metavar="CAMPAIGN", help="the campaign_id given at enqueue")
     stats.add_argument("--json", action="store_true", help="machine-readable output")

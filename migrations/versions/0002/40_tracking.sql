@@ -10,16 +10,19 @@ CREATE INDEX unsubscribe_list_campaign_idx ON mailroom.unsubscribe_list (campaig
     WHERE campaign_id IS NOT NULL;
 
 -- What outlives a sent email that retention archives and deletes: its unsubscribe token (a link in
--- a 100-day-old newsletter must still unsubscribe) and its campaign (so `campaigns stats` still
--- counts it as sent). No address is copied here: the tracker finds the recipient in the email's
--- send log, which privacy erasure already anonymises, so a link works as long as that log is kept
--- (MAILROOM_LOG_RETENTION_MONTHS). Rows are written by the delete itself (any delete of a sent
--- email, whoever runs it), and rows whose send logs are gone are pruned at the same time.
+-- a 100-day-old newsletter must still unsubscribe), its campaign and whether it carried a pixel or
+-- tracked links (so `campaigns stats` still counts it). No address is copied here: the tracker
+-- finds the recipient in the email's send log, which privacy erasure already anonymises, so a link
+-- works as long as that log is kept (MAILROOM_LOG_RETENTION_MONTHS). Rows are written by the delete
+-- itself (any delete of a sent email, whoever runs it), and rows whose send logs are gone are
+-- pruned at the same time.
 CREATE TABLE mailroom.archived_emails (
     email_id            bigint PRIMARY KEY,
     sent_at             timestamptz NOT NULL,
     campaign_id         text,
-    unsubscribe_token   uuid
+    unsubscribe_token   uuid,
+    track_opens         boolean NOT NULL,
+    track_clicks        boolean NOT NULL
 );
 CREATE UNIQUE INDEX archived_emails_unsubscribe_token_idx ON mailroom.archived_emails (unsubscribe_token)
     WHERE unsubscribe_token IS NOT NULL;
@@ -29,8 +32,10 @@ CREATE INDEX archived_emails_sent_at_idx ON mailroom.archived_emails USING brin 
 
 CREATE FUNCTION mailroom.email_queue_keep_archived() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO mailroom.archived_emails (email_id, sent_at, campaign_id, unsubscribe_token)
-    SELECT id, sent_at, campaign_id, CASE WHEN NOT transactional THEN unsubscribe_token END
+    INSERT INTO mailroom.archived_emails
+        (email_id, sent_at, campaign_id, unsubscribe_token, track_opens, track_clicks)
+    SELECT id, sent_at, campaign_id, CASE WHEN NOT transactional THEN unsubscribe_token END,
+           track_opens, track_clicks
     FROM old_rows
     WHERE status = 'sent' AND (campaign_id IS NOT NULL OR (unsubscribe_token IS NOT NULL AND NOT transactional))
     ON CONFLICT DO NOTHING;
