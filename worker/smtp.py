@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiosmtplib
 
@@ -24,7 +24,7 @@ class SmtpAccount:
     port: int
     security: str  # none, starttls, tls
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)  # never in a log line or a traceback
     timeout: float = 30.0
 
 
