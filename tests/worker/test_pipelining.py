@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -148,3 +149,33 @@ async def test_a_drop_mid_pipeline_is_retried_by_the_worker(
             " ON e.id = email_id WHERE e.recipient_email = 'u0@example.com' ORDER BY attempt"
         ).fetchall()
     assert first == [("transient", None), ("sent", 250)]
+
+
+async def test_replies_arriving_together_in_one_read_are_each_parsed_in_order() -> None:
+    """A server that answers MAIL, RCPT and DATA in a single write (multi-line reply included)."""
+    wire: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"220 scripted\r\n")
+        await reader.readline()  # EHLO
+        writer.write(b"250-scripted\r\n250-PIPELINING\r\n250 HELP\r\n")
+        wire.append(await reader.readuntil(b"DATA\r\n"))
+        writer.write(b"250-2.1.0 sender\r\n250 2.1.0 OK\r\n250 2.1.5 OK\r\n354 go ahead\r\n")
+        wire.append(await reader.readuntil(b"\r\n.\r\n"))
+        writer.write(b"250 2.0.0 queued\r\n")
+        await reader.readline()  # QUIT
+        writer.write(b"221 bye\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    connection = SmtpConnection(SmtpAccount(1, "127.0.0.1", port, "none", None, None, 5.0))
+    try:
+        attempt = await connection.send(_envelope("a@example.com"))
+    finally:
+        await connection.close()
+        server.close()
+        await server.wait_closed()
+    assert (attempt.reply.code, attempt.reply.text) == (250, "2.0.0 queued")
+    assert wire[0] == b"MAIL FROM:<noreply@example.org>\r\nRCPT TO:<a@example.com>\r\nDATA\r\n"
+    assert wire[1] == BODY.replace(b"\r\n.", b"\r\n..") + b".\r\n"
