@@ -247,8 +247,13 @@ class SinkHandler:
         refuse_share: RefuseShare | None = None,
         script: Script | None = None,
         keep: int | None = None,
+        pipelining: bool = True,
     ) -> None:
-        """``keep`` bounds the messages held in memory (None: all); wait_for() counts every message."""
+        """``keep`` bounds the messages held in memory (None: all); wait_for() counts every message.
+
+        ``pipelining`` advertises PIPELINING (RFC 2920) in the EHLO reply; aiosmtpd reads commands one
+        line at a time, so it answers pipelined commands in order either way.
+        """
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         self.script = script if script is not None else Script()
@@ -262,6 +267,8 @@ class SinkHandler:
         self._messages: deque[ReceivedMessage] = deque(maxlen=keep)
         self._received = 0
         self._waiters: list[_Waiter] = []
+        self.pipelining = pipelining
+        self._pipelined_reads = 0
 
     # ---- what tests and the CLI read -------------------------------------------------------------
 
@@ -282,6 +289,12 @@ class SinkHandler:
         with self._cond:
             return self._received
 
+    @property
+    def pipelined_reads(self) -> int:
+        """How many single reads from a client held both a MAIL and a RCPT command (a pipelining client)."""
+        with self._cond:
+            return self._pipelined_reads
+
     def messages_to(self, address: str) -> list[ReceivedMessage]:
         """The accepted messages with ``address`` among their envelope recipients."""
         wanted = _normalise(address)
@@ -292,6 +305,7 @@ class SinkHandler:
         with self._cond:
             self._messages.clear()
             self._received = 0
+            self._pipelined_reads = 0
         self.script.clear()
 
     def wait_for_sync(self, count: int = 1, timeout: float = DEFAULT_WAIT_TIMEOUT) -> bool:
@@ -323,6 +337,15 @@ class SinkHandler:
                 self._waiters.remove(waiter)
 
     # ---- aiosmtpd hooks --------------------------------------------------------------------------
+
+    async def handle_EHLO(
+        self, server: SMTP, session: Session, envelope: Envelope, hostname: str, responses: list[str]
+    ) -> list[str]:
+        """aiosmtpd's EHLO reply, with PIPELINING before the last line when enabled."""
+        session.host_name = hostname  # aiosmtpd leaves this to a handler that has this hook
+        if self.pipelining:
+            responses.insert(len(responses) - 1, "250-PIPELINING")
+        return responses
 
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list[str]
@@ -413,6 +436,11 @@ class SinkHandler:
             await _drop_connection(server)
         return reply.line
 
+    def _note_read(self, data: bytes) -> None:
+        if data.startswith(b"MAIL ") and b"\r\nRCPT " in data:
+            with self._cond:
+                self._pipelined_reads += 1
+
     def _store(self, message: ReceivedMessage) -> None:
         with self._cond:
             self._messages.append(message)
@@ -478,10 +506,15 @@ class _SinkSMTP(SMTP):
     def __init__(self, handler: SinkHandler, connections: _Connections, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._connections = connections
+        self._handler_for_reads = handler
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._handler_for_reads._note_read(data)
+        super().data_received(data)
 
     def connection_lost(self, error: Exception | None) -> None:
         try:

@@ -8,9 +8,11 @@ import time
 from dataclasses import dataclass, field
 
 import aiosmtplib
+from aiosmtplib.response import SMTPResponse
 
 from worker.classify import Reply, clean_reply
 from worker.message import Envelope
+from worker.pipelining import CLOSING, PipeliningProtocol, enable_pipelining
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +136,7 @@ class SmtpConnection:
 
 
 async def _transaction(client: aiosmtplib.SMTP, envelope: Envelope) -> Reply:
-    """MAIL, RCPT and DATA for one message and one recipient.
+    """MAIL, RCPT and DATA for one message and one recipient: pipelined when the server allows it.
 
     aiosmtplib's `sendmail` re-parses both addresses with `email.utils.parseaddr` on every
     message (a quarter of the worker's CPU); these addresses were validated and normalised
@@ -143,11 +145,53 @@ async def _transaction(client: aiosmtplib.SMTP, envelope: Envelope) -> Reply:
     for address in (envelope.sender, envelope.recipient):
         if not address.isascii() or any(c in address for c in "<>\r\n "):
             raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {address!r}", envelope.sender)
-    response = await client.execute_command(b"MAIL", b"FROM:<" + envelope.sender.encode("ascii") + b">")
+    mail = b"FROM:<" + envelope.sender.encode("ascii") + b">"
+    rcpt = b"TO:<" + envelope.recipient.encode("ascii") + b">"
+    protocol = enable_pipelining(client)
+    if protocol is not None:
+        return await _pipelined(client, protocol, envelope, mail, rcpt)
+    response = await client.execute_command(b"MAIL", mail)
     if response.code != 250:
         raise aiosmtplib.SMTPSenderRefused(response.code, response.message, envelope.sender)
-    response = await client.execute_command(b"RCPT", b"TO:<" + envelope.recipient.encode("ascii") + b">")
+    response = await client.execute_command(b"RCPT", rcpt)
     if response.code not in (250, 251):
         raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, envelope.recipient)
     response = await client.data(envelope.content)
     return clean_reply(response.code, response.message, "data")
+
+
+async def _pipelined(
+    client: aiosmtplib.SMTP, protocol: PipeliningProtocol, envelope: Envelope, mail: bytes, rcpt: bytes
+) -> Reply:
+    """RFC 2920: MAIL, RCPT and DATA in one write, their three replies, then the body and its reply.
+
+    Raises the same errors as the command-by-command path, so `SmtpConnection._send` treats a
+    refusal the same way: every reply is read before raising, so RSET finds the session in step.
+    """
+    try:
+        replies = await protocol.execute_pipeline((b"MAIL " + mail, b"RCPT " + rcpt, b"DATA"), client.timeout)
+        if replies[-1].code == CLOSING:
+            client.close()  # as aiosmtplib does after a 421 to a single command
+        if replies[0].code != 250:
+            _refused_data(client, replies)
+            raise aiosmtplib.SMTPSenderRefused(replies[0].code, replies[0].message, envelope.sender)
+        if replies[1].code not in (250, 251):
+            _refused_data(client, replies)
+            raise aiosmtplib.SMTPRecipientRefused(replies[1].code, replies[1].message, envelope.recipient)
+        if replies[2].code != 354:
+            raise aiosmtplib.SMTPDataError(replies[2].code, replies[2].message)
+        response = await protocol.send_body(envelope.content, client.timeout)
+    except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPTimeoutError):
+        client.close()  # a lost or late reply leaves the session out of step, as in aiosmtplib
+        raise
+    if response.code == CLOSING:
+        client.close()
+    if response.code != 250:
+        raise aiosmtplib.SMTPDataError(response.code, response.message)
+    return clean_reply(response.code, response.message, "data")
+
+
+def _refused_data(client: aiosmtplib.SMTP, replies: list[SMTPResponse]) -> None:
+    """MAIL or RCPT was refused yet DATA got 354: the server now expects a body, so hang up instead."""
+    if len(replies) == 3 and replies[2].code == 354:
+        client.close()

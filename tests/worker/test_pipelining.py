@@ -1,0 +1,181 @@
+"""SMTP PIPELINING (RFC 2920) in the delivery connection, against the real aiosmtpd sink."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+
+import psycopg
+import pytest
+
+from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
+from worker.config import Settings
+from worker.message import Envelope
+from worker.sink import Drop, RunningSink, SinkHandler
+from worker.smtp import SmtpAccount, SmtpConnection
+
+BODY = b"Subject: Hello\r\n\r\nfirst line\r\n.starts with a dot\r\n..two dots\r\n.\r\nlast\r\n"
+
+
+@pytest.fixture
+def fast_settings(settings: Settings) -> Settings:
+    """Short retries and leases so tests run in seconds."""
+    return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
+
+
+def _connection(sink: RunningSink, timeout: float = 5.0) -> SmtpConnection:
+    return SmtpConnection(SmtpAccount(1, "127.0.0.1", sink.port, "none", None, None, timeout))
+
+
+def _envelope(recipient: str) -> Envelope:
+    return Envelope("noreply@example.org", recipient, f"<{recipient}>", BODY)
+
+
+async def test_a_server_advertising_pipelining_gets_mail_rcpt_and_data_in_one_write(
+    smtp_sink: RunningSink,
+) -> None:
+    connection = _connection(smtp_sink)
+    try:
+        first = await connection.send(_envelope("a@example.com"))
+        second = await connection.send(_envelope("b@example.com"))
+    finally:
+        await connection.close()
+    assert (first.reply.code, second.reply.code) == (250, 250)
+    assert smtp_sink.handler.pipelined_reads == 2
+    received = smtp_sink.messages
+    assert [m.rcpt_tos for m in received] == [("a@example.com",), ("b@example.com",)]
+    assert len({m.peer for m in received}) == 1  # one connection for both
+    # Dot-stuffed on the wire, un-stuffed by the server: the body arrives as it was built.
+    assert received[0].content == BODY
+
+
+async def test_a_server_without_pipelining_gets_one_command_at_a_time(
+    smtp_sink_factory: Callable[..., RunningSink],
+) -> None:
+    sink = smtp_sink_factory(handler=SinkHandler(pipelining=False))
+    sink.on_rcpt("bad@example.com", "550 5.1.1 User unknown")
+    connection = _connection(sink)
+    try:
+        refused = await connection.send(_envelope("bad@example.com"))
+        sent = await connection.send(_envelope("a@example.com"))
+    finally:
+        await connection.close()
+    assert (refused.reply.code, refused.reply.phase) == (550, "rcpt")
+    assert sent.reply.code == 250
+    assert sink.handler.pipelined_reads == 0
+    assert sink.messages[0].content == BODY
+
+
+async def test_refused_recipients_leave_the_pipelined_connection_usable(smtp_sink: RunningSink) -> None:
+    smtp_sink.on_rcpt("gone@example.com", "550 5.1.1 User unknown")
+    smtp_sink.on_rcpt("busy@example.com", "450 4.2.1 Mailbox busy")
+    connection = _connection(smtp_sink)
+    try:
+        gone = await connection.send(_envelope("gone@example.com"))
+        busy = await connection.send(_envelope("busy@example.com"))
+        sent = await connection.send(_envelope("a@example.com"))
+    finally:
+        await connection.close()
+    assert (gone.reply.code, gone.reply.text, gone.reply.phase) == (550, "5.1.1 User unknown", "rcpt")
+    assert (busy.reply.code, busy.reply.text, busy.reply.phase) == (450, "4.2.1 Mailbox busy", "rcpt")
+    assert sent.reply.code == 250
+    assert smtp_sink.handler.pipelined_reads == 3
+    assert [m.rcpt_tos for m in smtp_sink.messages] == [("a@example.com",)]
+
+
+async def test_a_refused_sender_is_reported_at_mail_and_the_next_replies_stay_in_step(
+    smtp_sink_factory: Callable[..., RunningSink],
+) -> None:
+    sink = smtp_sink_factory(auth=("mailer", "secret"))  # MAIL without AUTH gets 530
+    connection = _connection(sink)
+    try:
+        first = await connection.send(_envelope("a@example.com"))
+        second = await connection.send(_envelope("b@example.com"))
+    finally:
+        await connection.close()
+    expected = (530, "5.7.0 Authentication required", "mail")
+    assert (first.reply.code, first.reply.text, first.reply.phase) == expected
+    assert (second.reply.code, second.reply.text, second.reply.phase) == expected
+    assert sink.handler.pipelined_reads == 2
+    assert sink.messages == []
+
+
+async def test_421_at_rcpt_drops_the_connection_and_the_next_email_uses_a_new_one(
+    smtp_sink: RunningSink,
+) -> None:
+    smtp_sink.on_rcpt("closing@example.com", "421 4.3.2 Shutting down")
+    connection = _connection(smtp_sink)
+    try:
+        await connection.send(_envelope("before@example.com"))
+        closing = await connection.send(_envelope("closing@example.com"))
+        dropped = connection._client is None
+        after = await connection.send(_envelope("after@example.com"))
+    finally:
+        await connection.close()
+    assert (closing.reply.code, closing.reply.phase) == (421, "rcpt")
+    assert dropped
+    assert after.reply.code == 250
+    before_peer, after_peer = (m.peer for m in smtp_sink.messages)
+    assert before_peer != after_peer
+
+
+async def test_a_drop_mid_pipeline_is_a_transient_failure_and_the_next_email_reconnects(
+    smtp_sink: RunningSink,
+) -> None:
+    smtp_sink.on_rcpt("dropped@example.com", Drop())
+    connection = _connection(smtp_sink)
+    try:
+        dropped = await connection.send(_envelope("dropped@example.com"))
+        after = await connection.send(_envelope("after@example.com"))
+    finally:
+        await connection.close()
+    assert dropped.reply.code is None and "Disconnected" in dropped.reply.text
+    assert after.reply.code == 250
+
+
+async def test_a_drop_mid_pipeline_is_retried_by_the_worker(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_rcpt("u0@example.com", Drop(), "250 OK")
+    enqueue_many(db_url, 2)
+    await run_until_drained(db_url, fast_settings, rounds=4)
+    assert statuses(db_url) == {"sent": 2}
+    assert smtp_sink.handler.pipelined_reads >= 3
+    with psycopg.connect(db_url) as conn:
+        first = conn.execute(
+            "SELECT outcome, smtp_code FROM mailroom.send_logs JOIN mailroom.email_queue e"
+            " ON e.id = email_id WHERE e.recipient_email = 'u0@example.com' ORDER BY attempt"
+        ).fetchall()
+    assert first == [("transient", None), ("sent", 250)]
+
+
+async def test_replies_arriving_together_in_one_read_are_each_parsed_in_order() -> None:
+    """A server that answers MAIL, RCPT and DATA in a single write (multi-line reply included)."""
+    wire: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"220 scripted\r\n")
+        await reader.readline()  # EHLO
+        writer.write(b"250-scripted\r\n250-PIPELINING\r\n250 HELP\r\n")
+        wire.append(await reader.readuntil(b"DATA\r\n"))
+        writer.write(b"250-2.1.0 sender\r\n250 2.1.0 OK\r\n250 2.1.5 OK\r\n354 go ahead\r\n")
+        wire.append(await reader.readuntil(b"\r\n.\r\n"))
+        writer.write(b"250 2.0.0 queued\r\n")
+        await reader.readline()  # QUIT
+        writer.write(b"221 bye\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    connection = SmtpConnection(SmtpAccount(1, "127.0.0.1", port, "none", None, None, 5.0))
+    try:
+        attempt = await connection.send(_envelope("a@example.com"))
+    finally:
+        await connection.close()
+        server.close()
+        await server.wait_closed()
+    assert (attempt.reply.code, attempt.reply.text) == (250, "2.0.0 queued")
+    assert wire[0] == b"MAIL FROM:<noreply@example.org>\r\nRCPT TO:<a@example.com>\r\nDATA\r\n"
+    assert wire[1] == BODY.replace(b"\r\n.", b"\r\n..") + b".\r\n"

@@ -1,0 +1,109 @@
+"""SMTP PIPELINING (RFC 2920) on top of aiosmtplib: several commands in one write, one reply read per command.
+
+aiosmtplib's ``SMTPProtocol`` reads exactly one reply per command: while a parsed reply waits to be
+picked up it drops incoming data, and a second reply already in its buffer is never parsed. The
+subclass here keeps buffering during a pipelined exchange and parses each further reply from the
+buffer before waiting for more data; outside a pipelined exchange it behaves exactly like its parent.
+Timeouts apply to each reply, as in aiosmtplib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aiosmtplib import SMTP, SMTPServerDisconnected
+from aiosmtplib.protocol import (
+    COMMAND_INJECTION_REGEX,
+    MAX_RESPONSE_LENGTH,
+    PERIOD_REGEX,
+    SMTPProtocol,
+    normalize_message_line_endings,
+)
+from aiosmtplib.response import SMTPResponse
+
+CLOSING = 421
+"""The server is closing the channel: no reply follows this one."""
+
+
+class PipeliningProtocol(SMTPProtocol):
+    """``SMTPProtocol`` that can read the replies to several commands written at once."""
+
+    _pipelining = False
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._response_waiter
+        if self._pipelining and waiter is not None and waiter.done():
+            # A reply is parsed and not yet picked up: keep the next ones instead of dropping them.
+            self._buffer.extend(data)
+            if len(self._buffer) > MAX_RESPONSE_LENGTH * 4:
+                del self._buffer[:]
+                self.close_transport()
+            return
+        super().data_received(data)
+
+    def close_transport(self) -> None:
+        """Hang up (a server flooding replies); the pending read then fails as a lost connection."""
+        if self.transport is not None:
+            self.transport.close()
+
+    async def _next_response(self, timeout: float | None) -> SMTPResponse:  # noqa: ASYNC109
+        """The next reply: from the buffer when a whole one is there already, else as it arrives."""
+        self._response_pending = True
+        waiter = self._response_waiter
+        if waiter is not None and not waiter.done() and self._buffer:
+            try:
+                parsed = self._read_response_from_buffer()
+            except Exception as exc:  # the same malformed-reply errors the parent sets on its waiter
+                self._set_response_exception(waiter, exc)
+            else:
+                if parsed is not None:
+                    waiter.set_result(parsed)
+        return await self.read_response(timeout=timeout)
+
+    async def execute_pipeline(self, commands: Sequence[bytes], timeout: float | None) -> list[SMTPResponse]:  # noqa: ASYNC109
+        """Write ``commands`` (without CRLF) in one write and read one reply each, in order.
+
+        Stops early after a 421 reply (the server is closing the channel), so the list may be shorter
+        than ``commands``. Raises like ``execute_command`` for a lost connection or a timeout.
+        """
+        for command in commands:
+            if COMMAND_INJECTION_REGEX.search(command):
+                raise ValueError("Command arg contains a prohibited control character")
+        if self._command_lock is None:
+            raise SMTPServerDisconnected("Server not connected")
+        async with self._command_lock:
+            self._response_pending = True
+            self._pipelining = True
+            try:
+                self.write(b"".join(command + b"\r\n" for command in commands))
+                responses: list[SMTPResponse] = []
+                for _ in commands:
+                    response = await self._next_response(timeout)
+                    responses.append(response)
+                    if response.code == CLOSING:
+                        break
+                return responses
+            finally:
+                self._pipelining = False
+
+    async def send_body(self, message: bytes, timeout: float | None) -> SMTPResponse:  # noqa: ASYNC109
+        """After a 354 reply to DATA: the message, dot-stuffed as aiosmtplib's DATA does, and its reply."""
+        if self._command_lock is None:
+            raise SMTPServerDisconnected("Server not connected")
+        message = PERIOD_REGEX.sub(b"..", normalize_message_line_endings(message)) + b".\r\n"
+        async with self._command_lock:
+            self._response_pending = True
+            self.write(message)
+            return await self.read_response(timeout=timeout)
+
+
+def enable_pipelining(client: SMTP) -> PipeliningProtocol | None:
+    """The client's protocol, able to pipeline, when its server advertised PIPELINING (after EHLO)."""
+    protocol = client.protocol
+    if protocol is None or not client.supports_extension("pipelining"):
+        return None
+    if type(protocol) is SMTPProtocol:
+        # aiosmtplib builds its protocol inside connect() with no hook to choose the class; the
+        # subclass adds no state of its own beyond a class-level default, so switching is safe.
+        protocol.__class__ = PipeliningProtocol
+    return protocol if isinstance(protocol, PipeliningProtocol) else None
