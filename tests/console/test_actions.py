@@ -199,6 +199,26 @@ async def test_c_cancels_only_after_confirmation(
     assert email_status(seeded_url, 1012) == {1012: "cancelled"}
 
 
+async def test_a_confirmation_holds_the_screen_until_answered(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    app = make_console(seeded_url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "2")
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        # Number keys, help and quit must not act behind an open question.
+        await pilot.press("3", "question_mark", "q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.is_running
+        await pilot.press("n")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert app.current_mode == "failures"
+    assert email_status(seeded_url, 1012) == {1012: "failed"}
+
+
 async def test_enter_opens_the_email_with_its_send_log_history(
     seeded_url: str, make_console: Callable[..., MailroomConsole]
 ) -> None:
