@@ -10,6 +10,7 @@ DROP FUNCTION IF EXISTS mailroom.people_bump_version();
 DROP FUNCTION IF EXISTS mailroom.schedule_birthdays(uuid[], timestamptz, time, integer, integer);
 ALTER TABLE mailroom.events ALTER COLUMN id SET DEFAULT gen_random_uuid();
 DROP FUNCTION IF EXISTS mailroom.new_event_id();
+DROP FUNCTION IF EXISTS mailroom.next_birthday_of(uuid, date, text, timestamptz);
 DROP FUNCTION IF EXISTS mailroom.local_instant(date, time, text);
 DROP FUNCTION IF EXISTS mailroom.next_birthday(date, date);
 DROP FUNCTION IF EXISTS mailroom.birthday_in(date, integer);

@@ -187,6 +187,17 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT (day + send_time) AT TIME ZONE zone
 $$;
 
+-- One person's next birthday day in their zone from `at`, never on or before a birthday already
+-- completed, missed or failed (a history day ends the search there). The per-person paths use it; the
+-- full pass over everyone computes the same thing with a hashed join instead.
+CREATE FUNCTION mailroom.next_birthday_of(person uuid, dob date, zone text, at timestamptz) RETURNS date
+LANGUAGE sql STABLE AS $$
+    SELECT mailroom.next_birthday(dob, greatest((at AT TIME ZONE zone)::date,
+        (SELECT max(e.local_due_at)::date FROM mailroom.events e
+         WHERE e.person_id = person AND e.event_type = 'birthday'
+           AND e.status IN ('completed', 'missed', 'failed')) + 1))
+$$;
+
 -- Event ids in time order where the server has uuidv7() (PostgreSQL 18 and later): the primary key then
 -- grows at its right edge instead of splitting random pages, which matters at millions of events.
 DO $$
@@ -237,15 +248,7 @@ BEGIN
                'birthday:' || p.id::text || ':' || b.day::text
         FROM unnest(person_ids) AS u(id)
         JOIN mailroom.people p ON p.id = u.id
-        CROSS JOIN LATERAL (
-            SELECT max(e.local_due_at)::date AS last_day FROM mailroom.events e
-            WHERE e.person_id = p.id AND e.event_type = 'birthday'
-              AND e.status IN ('completed', 'missed', 'failed')
-        ) h
-        CROSS JOIN LATERAL (
-            SELECT mailroom.next_birthday(p.date_of_birth,
-                                          greatest((at AT TIME ZONE p.time_zone)::date, h.last_day + 1)) AS day
-        ) b
+        CROSS JOIN LATERAL (SELECT mailroom.next_birthday_of(p.id, p.date_of_birth, p.time_zone, at) AS day) b
         CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, p.time_zone) AS due_at) d
         WHERE NOT EXISTS (SELECT 1 FROM mailroom.events e
                           WHERE e.person_id = p.id AND e.event_type = 'birthday'
@@ -301,15 +304,7 @@ BEGIN
     ), next AS (
         SELECT c.id, c.time_zone, c.born, b.day
         FROM changed c
-        CROSS JOIN LATERAL (
-            SELECT max(e.local_due_at)::date AS last_day FROM mailroom.events e
-            WHERE e.person_id = c.id AND e.event_type = 'birthday'
-              AND e.status IN ('completed', 'missed', 'failed')
-        ) h
-        CROSS JOIN LATERAL (
-            SELECT mailroom.next_birthday(c.date_of_birth,
-                                          greatest((at AT TIME ZONE c.time_zone)::date, h.last_day + 1)) AS day
-        ) b
+        CROSS JOIN LATERAL (SELECT mailroom.next_birthday_of(c.id, c.date_of_birth, c.time_zone, at) AS day) b
     ), closing AS (
         UPDATE mailroom.events e
         SET status = CASE WHEN x.born THEN 'cancelled' ELSE 'missed' END,
@@ -337,15 +332,7 @@ BEGIN
     ), next AS (
         SELECT c.id, c.time_zone, b.day, mailroom.local_instant(b.day, send_time, c.time_zone) AS due_at
         FROM changed c
-        CROSS JOIN LATERAL (
-            SELECT max(e.local_due_at)::date AS last_day FROM mailroom.events e
-            WHERE e.person_id = c.id AND e.event_type = 'birthday'
-              AND e.status IN ('completed', 'missed', 'failed')
-        ) h
-        CROSS JOIN LATERAL (
-            SELECT mailroom.next_birthday(c.date_of_birth,
-                                          greatest((at AT TIME ZONE c.time_zone)::date, h.last_day + 1)) AS day
-        ) b
+        CROSS JOIN LATERAL (SELECT mailroom.next_birthday_of(c.id, c.date_of_birth, c.time_zone, at) AS day) b
     )
     UPDATE mailroom.events e
     SET due_at = x.due_at, local_due_at = x.due_at AT TIME ZONE x.time_zone, time_zone = x.time_zone,
