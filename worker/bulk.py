@@ -21,7 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from worker.config import Settings
-from worker.outbox import CopyRow, copy_row, insert_copy_rows, parse_line, prepare
+from worker.outbox import CopyRow, copy_row, decode_line, insert_copy_rows, prepare_json
 from worker.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.validation import ValidationError
 
@@ -62,7 +62,7 @@ def prepare_chunk(lines: list[tuple[int, str]]) -> Batch:
     for number, text in lines:
         try:
             accepted.append(
-                (number, copy_row(prepare(parse_line(text), _catalog, _settings, created_by="cli")))
+                (number, copy_row(prepare_json(decode_line(text), _catalog, _settings, created_by="cli")))
             )
         except ValidationError as exc:
             rejected.append((number, json.dumps({"line": number, "error": str(exc), "field": exc.field})))
