@@ -10,7 +10,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -28,6 +28,7 @@ from worker.listen import Listener, Waker
 from worker.masking import mask_address
 from worker.message import build_message
 from worker.producers import Producer, registered
+from worker.recording import Sent, SentRecorder
 from worker.senders import ELIGIBLE_SENDERS, RELEASE_QUOTA, RESERVE
 from worker.smtp import Attempt, SmtpAccount, SmtpConnection
 
@@ -127,6 +128,7 @@ class Worker:
         self.listener = Listener(listen_url or url, ("mailroom_queue",), self.waker, routes)
         self.stopping = asyncio.Event()
         self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+        self.recorder: SentRecorder | None = None
         self._tokens: set[uuid.UUID] = set()
         self._senders: list[Sender] = []
         self._senders_at = 0.0
@@ -146,7 +148,7 @@ class Worker:
         self.pool = AsyncConnectionPool(
             self.url,
             min_size=1,
-            max_size=self.options.concurrency + 2 + len(self.producers),
+            max_size=self.options.concurrency + 3 + len(self.producers),
             open=False,
             check=AsyncConnectionPool.check_connection,
             # Asynchronous commit for the worker's own bookkeeping: a killed worker loses nothing (the
@@ -155,7 +157,9 @@ class Worker:
             kwargs={"autocommit": True, "options": "-c synchronous_commit=off"},
         )
         await self.pool.open(wait=True, timeout=30)
+        self.recorder = SentRecorder(self.pool, self.options.owner, self._record_retry_seconds())
         background = [
+            asyncio.create_task(self.recorder.run(), name="record"),
             asyncio.create_task(self.listener.run(), name="listen"),
             asyncio.create_task(self._renew_leases(), name="renew"),
             asyncio.create_task(self._rescue_loop(), name="rescue"),
@@ -288,9 +292,15 @@ class Worker:
         except BaseException:
             # Cancelled after the grace period, or failed: hand back whatever this claim still holds,
             # and the quota of every email that was not recorded as having used it.
-            with contextlib.suppress(psycopg.Error):
-                await asyncio.shield(self._release(token, [e["id"] for e in assigned]))
-                await asyncio.shield(self._refund(quota))
+            # Each step on its own: a journal that cannot be applied must not keep the unsent ones claimed.
+            steps: list[Callable[[], Awaitable[None]]] = [
+                lambda: self._apply_journal(token),
+                lambda: self._release(token, [e["id"] for e in assigned]),
+                lambda: self._refund(quota),
+            ]
+            for step in steps:
+                with contextlib.suppress(psycopg.Error):
+                    await asyncio.shield(step())
             raise
         finally:
             self._tokens.discard(token)
@@ -388,6 +398,7 @@ class Worker:
                     break
         finally:
             await db.give_back()
+        await self._apply_journal(token)
         if pending:
             await self._release(token, [e["id"] for e in pending])
         # Once per batch, not per email: the sender row is also what quota reservations lock.
@@ -423,16 +434,37 @@ class Worker:
             )
         return _Outcome(email["id"], outcome, verdict, attempt, retry_at, message_id)
 
+    def _record_retry_seconds(self) -> float:
+        """How long recording an attempt keeps retrying a lost database before the claim is given up."""
+        return max(self.settings.lease_seconds, 5.0)
+
     async def _record(
         self, db: _Borrowed, sender: Sender, token: uuid.UUID, outcome: _Outcome, email: dict[str, Any]
     ) -> bool:
         """Commit the attempt before the next message goes out on this connection; False if the lease was lost.
 
         So a killed worker leaves at most one message per connection sent but not recorded.
-        A sent email is one statement (one round trip); failures also update lists and counters.
+        A sent email goes to the group commit of every slot's sends; a failure is one transaction
+        that also updates lists and counters.
         """
         reply = outcome.attempt.reply
         sender_id = sender.account.sender_id
+        if outcome.outcome == "sent":
+            assert self.recorder is not None
+            sent = Sent(
+                outcome.email_id,
+                token,
+                sender_id,
+                reply.code,
+                reply.enhanced,
+                reply.text or "(no text)",
+                outcome.attempt.duration_ms,
+                outcome.message_id,
+            )
+            held = await self.recorder.record(sent)
+            if held:
+                self.sent += 1
+            return held
         statements: list[tuple[str, dict[str, Any]]] = [
             (
                 q.COMPLETE,
@@ -467,30 +499,29 @@ class Worker:
                     },
                 )
             )
-        if outcome.outcome != "sent":
-            statements.append((q.COUNT_USAGE, {"sender": sender_id, "bounces": int(bounced), "errors": 1}))
-        deadline = time.monotonic() + max(self.settings.lease_seconds, 5.0)
+        statements.append((q.COUNT_USAGE, {"sender": sender_id, "bounces": int(bounced), "errors": 1}))
+        deadline = time.monotonic() + self._record_retry_seconds()
         while True:
             try:
                 conn = await db.get()
-                if len(statements) == 1:  # the common case, a sent email: one round trip
+                async with conn.transaction():
                     held = await (await conn.execute(*statements[0])).fetchone() is not None
-                else:
-                    async with conn.transaction():
-                        held = await (await conn.execute(*statements[0])).fetchone() is not None
-                        if held:  # lists and counters change only for an attempt this worker still owned
-                            for statement, params in statements[1:]:
-                                await conn.execute(statement, params)
-                break
+                    if held:  # lists and counters change only for an attempt this worker still owned
+                        for statement, params in statements[1:]:
+                            await conn.execute(statement, params)
+                return held
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if time.monotonic() > deadline:
                     raise
                 log.warning("recording email %s failed (%s); retrying", email["id"], exc)
                 await db.give_back()
                 await asyncio.sleep(0.5)
-        if held and outcome.outcome == "sent":
-            self.sent += 1
-        return held
+
+    async def _apply_journal(self, token: uuid.UUID) -> None:
+        """Move this claim's journalled sends into the queue and the attempt log (one statement)."""
+        assert self.pool is not None
+        async with self.pool.connection() as conn:
+            await conn.execute(q.APPLY_SENT, {"tokens": [token]})
 
     async def _release(self, token: uuid.UUID, ids: list[int]) -> None:
         assert self.pool is not None
@@ -652,6 +683,9 @@ class Worker:
                 async with self.pool.connection() as conn:
                     cur = await conn.execute(q.RESCUE_EXPIRED)
                     rescued = await cur.fetchall()
+                    # Journal rows of a claim that lost its emails: kept a whole lease period longer than
+                    # any live claim could need them.
+                    await conn.execute(q.FORGET_ORPHANED_JOURNAL, {"age": 2 * self.settings.lease_seconds})
                 if rescued:
                     log.warning("returned %d email(s) with expired leases to the queue", len(rescued))
                     self.waker.notify()

@@ -157,9 +157,51 @@ FROM done d JOIN r ON r.id = d.id
 RETURNING email_id
 """
 
+# Record accepted email in the journal (see revision 0003's sent_journal), many at once: the
+# group commit of every slot's sends. Only emails still held under the claim that sent them are
+# recorded; the ids returned are those, so a slot whose lease was lost stops sending.
+JOURNAL_SENT = """
+INSERT INTO mailroom.sent_journal (email_id, lease_token, sender_account_id, smtp_code, enhanced_code,
+                                   response, duration_ms, message_id, worker)
+SELECT r.id, r.token, r.sender, r.code, r.enhanced, left(r.response, 2000), r.duration_ms, r.message_id,
+       %(owner)s
+FROM jsonb_to_recordset(%(sent)s::jsonb)
+     AS r(id bigint, token uuid, sender bigint, code int, enhanced text, response text, duration_ms int,
+          message_id text)
+-- A subquery per row, not a join: one primary-key probe each, whatever the planner thinks of the queue's size.
+WHERE (SELECT q.lease_token FROM mailroom.email_queue q WHERE q.id = r.id AND q.status = 'assigned') = r.token
+RETURNING email_id
+"""
+
+# Move journalled sends into the queue and the attempt log, for the given claims, in one statement.
+# A journal row whose claim no longer holds its email (the lease was lost and the email handed on)
+# is dropped without touching the email: its late result never overwrites the new holder's.
+APPLY_SENT = """
+WITH j AS (
+    DELETE FROM mailroom.sent_journal WHERE lease_token = ANY(%(tokens)s::uuid[])
+    RETURNING *
+), done AS (
+    UPDATE mailroom.email_queue q
+    SET status = 'sent', sent_at = j.sent_at, message_id = coalesce(j.message_id, q.message_id),
+        sender_account_id = j.sender_account_id
+    FROM j
+    WHERE q.id = j.email_id AND q.lease_token = j.lease_token AND q.status = 'assigned'
+    RETURNING q.id, q.recipient_email, q.campaign_id, q.retry_count, j.sent_at, j.sender_account_id,
+              j.smtp_code, j.enhanced_code, j.response, j.duration_ms, j.worker
+)
+INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, campaign_id,
+                                attempt, outcome, smtp_code, enhanced_code, response, duration_ms, worker)
+SELECT sent_at, id, sender_account_id, recipient_email, campaign_id, retry_count + 1, 'sent', smtp_code,
+       enhanced_code, response, duration_ms, worker
+FROM done
+"""
+
+# Hand claimed email back. One already in the journal was sent: it stays assigned until its
+# claim's journal is applied (by the slot, or by lease rescue), never pending again.
 RELEASE = """
-UPDATE mailroom.email_queue SET status = 'pending'
-WHERE id = ANY(%(ids)s) AND lease_token = %(token)s AND status = 'assigned'
+UPDATE mailroom.email_queue q SET status = 'pending'
+WHERE q.id = ANY(%(ids)s) AND q.lease_token = %(token)s AND q.status = 'assigned'
+  AND NOT EXISTS (SELECT 1 FROM mailroom.sent_journal j WHERE j.email_id = q.id AND j.lease_token = q.lease_token)
 """
 
 RECORD_BOUNCES = """
@@ -194,15 +236,47 @@ UPDATE mailroom.email_queue SET lease_expires_at = now() + make_interval(secs =>
 WHERE status = 'assigned' AND lease_token = ANY(%(tokens)s::uuid[])
 """
 
-# Rows whose worker died: back to the queue. Only rows still under the expired lease are touched.
+# Rows whose worker died: back to the queue, except those its journal says were sent, which become
+# sent (with their attempt logged). Only rows still under the expired lease are touched.
 RESCUE_EXPIRED = """
-UPDATE mailroom.email_queue q
-SET status = 'pending', last_error = 'lease expired: worker ' || q.lease_owner || ' stopped answering'
-FROM (SELECT id FROM mailroom.email_queue
-      WHERE status = 'assigned' AND lease_expires_at < now()
-      FOR UPDATE SKIP LOCKED) expired
-WHERE q.id = expired.id AND q.status = 'assigned' AND q.lease_expires_at < now()
-RETURNING q.id
+WITH expired AS (
+    SELECT id, lease_token FROM mailroom.email_queue
+    WHERE status = 'assigned' AND lease_expires_at < now()
+    FOR UPDATE SKIP LOCKED
+), j AS (
+    DELETE FROM mailroom.sent_journal s USING expired e
+    WHERE s.email_id = e.id AND s.lease_token = e.lease_token
+    RETURNING s.*
+), moved AS (
+    UPDATE mailroom.email_queue q
+    SET status = CASE WHEN j.email_id IS NULL THEN 'pending' ELSE 'sent' END,
+        last_error = CASE WHEN j.email_id IS NULL
+                          THEN 'lease expired: worker ' || q.lease_owner || ' stopped answering'
+                          ELSE q.last_error END,
+        sent_at = j.sent_at,
+        message_id = coalesce(j.message_id, q.message_id),
+        sender_account_id = coalesce(j.sender_account_id, q.sender_account_id)
+    FROM expired e LEFT JOIN j ON j.email_id = e.id
+    WHERE q.id = e.id AND q.status = 'assigned' AND q.lease_expires_at < now()
+    RETURNING q.id, q.status, q.recipient_email, q.campaign_id, q.retry_count, j.sent_at, j.sender_account_id,
+              j.smtp_code, j.enhanced_code, j.response, j.duration_ms, j.worker
+), logged AS (
+    INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, campaign_id,
+                                    attempt, outcome, smtp_code, enhanced_code, response, duration_ms, worker)
+    SELECT sent_at, id, sender_account_id, recipient_email, campaign_id, retry_count + 1, 'sent', smtp_code,
+           enhanced_code, response, duration_ms, worker
+    FROM moved WHERE status = 'sent'
+)
+SELECT id FROM moved WHERE status = 'pending'
+"""
+
+# Journal rows nobody will apply: their claim lost its email (rescued, then handed on) while the
+# worker that wrote them was gone. Old ones only, so a live claim's rows are never touched.
+FORGET_ORPHANED_JOURNAL = """
+DELETE FROM mailroom.sent_journal s
+WHERE s.sent_at < now() - make_interval(secs => %(age)s)
+  AND NOT EXISTS (SELECT 1 FROM mailroom.email_queue q
+                  WHERE q.id = s.email_id AND q.lease_token = s.lease_token AND q.status = 'assigned')
 """
 
 NEXT_DUE = "SELECT min(scheduled_for) AS due FROM mailroom.email_queue WHERE status = 'pending'"

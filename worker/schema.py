@@ -273,6 +273,23 @@ send_logs = Table(
     postgresql_partition_by="RANGE (attempted_at)",
 )
 
+# The worker's write-ahead record of accepted email, applied to email_queue and send_logs per batch.
+sent_journal = Table(
+    "sent_journal",
+    metadata,
+    Column("email_id", BigInteger, nullable=False),
+    Column("lease_token", UUID(as_uuid=True), nullable=False),
+    Column("sender_account_id", BigInteger, nullable=False),
+    Column("sent_at", DateTime(timezone=True), nullable=False, server_default=text("clock_timestamp()")),
+    Column("smtp_code", Integer),
+    Column("enhanced_code", Text),
+    Column("response", Text, nullable=False),
+    Column("duration_ms", Integer, nullable=False),
+    Column("message_id", Text),
+    Column("worker", Text, nullable=False),
+    Index("sent_journal_token_idx", "lease_token"),
+)
+
 bounce_list = Table(
     "bounce_list",
     metadata,

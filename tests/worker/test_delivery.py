@@ -337,10 +337,17 @@ async def test_unexpected_database_error_stops_the_worker_with_that_error(
     with pytest.raises(psycopg.errors.CheckViolation, match="refused by test"):
         await asyncio.wait_for(worker.run(), timeout=30)
     assert "never retrieved" not in caplog.text
-    # Every slot handed its claim back before the worker stopped: nothing waits for a lease to expire.
-    assert statuses(db_url) == {"pending": 20}
-    # ...and the quota reserved for it: no email was recorded as sent, so none is charged.
-    assert quota_used_today(db_url) == 0
+    # What the server accepted is in the sent journal (applying it to send_logs is what failed): that
+    # stays assigned, for lease rescue to apply, never pending to be sent again. Every slot handed the
+    # rest of its claim back before the worker stopped, and its quota: only accepted email is charged.
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT count(*) FROM mailroom.sent_journal").fetchone()
+    journalled = row[0] if row else 0
+    assert journalled == len(smtp_sink.messages) > 0
+    assert statuses(db_url) == {
+        k: v for k, v in {"assigned": journalled, "pending": 20 - journalled}.items() if v
+    }
+    assert quota_used_today(db_url) == journalled
 
 
 async def test_email_that_cannot_be_built_fails_alone_and_the_worker_goes_on(

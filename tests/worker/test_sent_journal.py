@@ -1,0 +1,172 @@
+"""The sent journal: group commit of accepted email, applied per batch, and what lease rescue does with it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
+from worker import queue as q
+from worker.config import Settings
+from worker.recording import Sent, SentRecorder
+from worker.sink import RunningSink
+
+DEAD = uuid.UUID("00000000-0000-0000-0000-00000000dead")
+LIVE = uuid.UUID("00000000-0000-0000-0000-0000000011fe")
+
+
+def _claim_as(conn: psycopg.Connection[Any], ids: list[int], token: uuid.UUID, expired: bool) -> None:
+    conn.execute(
+        "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'host:1', lease_token = %s,"
+        " lease_expires_at = now() + CASE WHEN %s THEN interval '-1 second' ELSE interval '1 hour' END"
+        " WHERE id = ANY(%s)",
+        (token, expired, ids),
+    )
+
+
+def _journal(conn: psycopg.Connection[Any], ids: list[int], token: uuid.UUID, sender: int) -> list[int]:
+    sent = [
+        {
+            "id": i,
+            "token": str(token),
+            "sender": sender,
+            "code": 250,
+            "enhanced": "2.0.0",
+            "response": f"2.0.0 queued as Q{i}",
+            "duration_ms": 3,
+            "message_id": f"<{i}@test>",
+        }
+        for i in ids
+    ]
+    rows = conn.execute(q.JOURNAL_SENT, {"sent": json.dumps(sent), "owner": "host:1"}).fetchall()
+    return sorted(int(r[0]) for r in rows)
+
+
+def _sender_id(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT id FROM mailroom.sender_accounts").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_rescue_makes_journalled_email_sent_and_the_rest_pending(db_url: str, smtp_sink: RunningSink) -> None:
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 3)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sender = _sender_id(conn)
+        _claim_as(conn, ids, DEAD, expired=True)
+        # The dead worker had the first two accepted and journalled; the third was never sent.
+        assert _journal(conn, ids[:2], DEAD, sender) == ids[:2]
+        returned = [r[0] for r in conn.execute(q.RESCUE_EXPIRED).fetchall()]
+        rows = conn.execute(
+            "SELECT id, status, message_id, sent_at IS NOT NULL FROM mailroom.email_queue ORDER BY id"
+        ).fetchall()
+        logs = conn.execute(
+            "SELECT email_id, attempt, outcome, smtp_code, response, worker FROM mailroom.send_logs ORDER BY email_id"
+        ).fetchall()
+        left = conn.execute("SELECT count(*) FROM mailroom.sent_journal").fetchone()
+    assert returned == [ids[2]]
+    assert rows == [
+        (ids[0], "sent", f"<{ids[0]}@test>", True),
+        (ids[1], "sent", f"<{ids[1]}@test>", True),
+        (ids[2], "pending", None, False),
+    ]
+    assert logs == [(i, 1, "sent", 250, f"2.0.0 queued as Q{i}", "host:1") for i in ids[:2]]
+    assert left == (0,)
+
+
+def test_a_lost_claim_journals_nothing_and_never_overwrites_the_new_holder(
+    db_url: str, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 2)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sender = _sender_id(conn)
+        _claim_as(conn, ids, LIVE, expired=False)  # another worker holds both emails now
+        assert _journal(conn, ids, DEAD, sender) == []  # the old holder learns its lease is gone
+        # A journal row the old holder wrote just before losing the claim is dropped on apply.
+        conn.execute(
+            "INSERT INTO mailroom.sent_journal (email_id, lease_token, sender_account_id, response, duration_ms,"
+            " worker) VALUES (%s, %s, %s, 'late', 1, 'host:0')",
+            (ids[0], DEAD, sender),
+        )
+        conn.execute(q.APPLY_SENT, {"tokens": [DEAD]})
+        rows = conn.execute("SELECT status, lease_token FROM mailroom.email_queue ORDER BY id").fetchall()
+        logs = conn.execute("SELECT count(*) FROM mailroom.send_logs").fetchone()
+        left = conn.execute("SELECT count(*) FROM mailroom.sent_journal").fetchone()
+    assert rows == [("assigned", LIVE), ("assigned", LIVE)]
+    assert logs == (0,)
+    assert left == (0,)
+
+
+def test_orphaned_journal_rows_are_forgotten_only_when_old(db_url: str, smtp_sink: RunningSink) -> None:
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 2)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sender = _sender_id(conn)
+        _claim_as(conn, ids[:1], LIVE, expired=False)
+        insert = (
+            "INSERT INTO mailroom.sent_journal (email_id, lease_token, sender_account_id, response, duration_ms,"
+            " worker, sent_at) VALUES (%s, %s, %s, 'ok', 1, 'host:1', now() - make_interval(secs => %s))"
+        )
+        conn.execute(insert, (ids[0], LIVE, sender, 3600))  # a live claim's row, however old: kept
+        conn.execute(insert, (ids[1], DEAD, sender, 3600))  # nobody holds this email: forgotten
+        conn.execute(insert, (ids[1], DEAD, sender, 1))  # recent: kept for now
+        conn.execute(q.FORGET_ORPHANED_JOURNAL, {"age": 120})
+        left = conn.execute(
+            "SELECT email_id, lease_token FROM mailroom.sent_journal ORDER BY email_id"
+        ).fetchall()
+    assert left == [(ids[0], LIVE), (ids[1], DEAD)]
+
+
+def test_release_keeps_journalled_email_assigned(db_url: str, smtp_sink: RunningSink) -> None:
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 2)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sender = _sender_id(conn)
+        _claim_as(conn, ids, LIVE, expired=False)
+        _journal(conn, ids[:1], LIVE, sender)
+        conn.execute(q.RELEASE, {"ids": ids, "token": LIVE})
+    assert statuses(db_url) == {"assigned": 1, "pending": 1}
+
+
+async def test_slots_waiting_together_share_one_commit(db_url: str, smtp_sink: RunningSink) -> None:
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 4)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sender = _sender_id(conn)
+        _claim_as(conn, ids[:3], LIVE, expired=False)
+        _claim_as(conn, ids[3:], DEAD, expired=False)
+    async with AsyncConnectionPool(db_url, min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
+        recorder = SentRecorder(pool, "host:1", retry_seconds=5)
+        task = asyncio.create_task(recorder.run())
+        try:
+            held = await asyncio.gather(
+                *(recorder.record(Sent(i, LIVE, sender, 250, "2.0.0", "ok", 1, f"<{i}@test>")) for i in ids)
+            )
+        finally:
+            task.cancel()
+    # Four slots handed in their email before the recorder ran: one statement and one commit for all,
+    # and the one whose claim is not this token's learns it.
+    assert recorder.statements == 1
+    assert held == [True, True, True, False]
+
+
+async def test_a_drained_run_leaves_the_journal_empty_and_every_attempt_logged(
+    db_url: str, settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 120)
+    assert await run_until_drained(db_url, settings, concurrency=4) == 120
+    with psycopg.connect(db_url) as conn:
+        left = conn.execute("SELECT count(*) FROM mailroom.sent_journal").fetchone()
+        logs = conn.execute(
+            "SELECT count(*), count(DISTINCT email_id) FROM mailroom.send_logs WHERE outcome = 'sent'"
+        ).fetchone()
+    assert statuses(db_url) == {"sent": 120}
+    assert left == (0,)
+    assert logs == (120, 120)
