@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -424,9 +424,10 @@ async def enqueue_async(
     return int(got[0])
 
 
-_ALLOCATE_IDS = (
-    "SELECT nextval(pg_get_serial_sequence('mailroom.email_queue', 'id')) FROM generate_series(1, %s)"
-)
+_ID_SEQUENCE = "SELECT pg_get_serial_sequence('mailroom.email_queue', 'id')"
+# The sequence comes as a parameter, looked up once: pg_get_serial_sequence in the select list runs
+# per row and made each id cost ~6 µs of server time instead of ~0.5.
+_ALLOCATE_IDS = "SELECT nextval(%s::regclass) FROM generate_series(1, %s)"
 # CREATE TABLE AS copies no NOT NULL constraints: NULL scheduled_for is filled by the queue's insert trigger.
 _STAGING = sql.SQL(
     "CREATE TEMP TABLE IF NOT EXISTS mailroom_enqueue_staging ON COMMIT DELETE ROWS"
@@ -442,9 +443,16 @@ _RESOLVE_KEYS = (
 )
 
 
-# One prepared email for COPY: its idempotency key (or None), its row in COPY text format without the id,
-# and its tracked links as (token, url) (empty unless click tracking is on).
-CopyRow = tuple[str | None, str, tuple[tuple[Any, str], ...]]
+# One prepared email for COPY: its idempotency key (or None), its row in COPY text format without the id
+# (`COPY_COLUMNS`, then scheduled_for only when it has one), its tracked links as (token, url) (empty
+# unless click tracking is on), and whether it has a scheduled_for.
+CopyRow = tuple[str | None, str, tuple[tuple[Any, str], ...], bool]
+
+# COPY leaves scheduled_for out when an email has none: the column default (now(), the database's
+# clock) fills it, and the queue's insert trigger, which only runs for NULL scheduled_for or a status
+# other than pending, is skipped (it cost ~2.5 µs of server time per row).
+_SCHEDULED = COLUMNS.index("scheduled_for")
+COPY_COLUMNS = COLUMNS[:_SCHEDULED] + COLUMNS[_SCHEDULED + 1 :]
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 _KEY_INDEX = COLUMNS.index("idempotency_key")
@@ -487,7 +495,10 @@ _NULL = "\x01"
 
 def copy_row(row: tuple[Any, ...]) -> CopyRow:
     """Format a prepared row (from `prepare`) as COPY text once, wherever it was validated."""
-    values = row[:LINKS]
+    scheduled_for = row[_SCHEDULED]
+    values = row[:_SCHEDULED] + row[_SCHEDULED + 1 : LINKS]
+    if scheduled_for is not None:
+        values += (scheduled_for,)
     try:
         # One join and five replaces for the whole row instead of a translate per value: the same
         # text as `_copy_value` gives each value, as long as no value holds a stand-in.
@@ -507,7 +518,11 @@ def copy_row(row: tuple[Any, ...]) -> CopyRow:
         )
     except _NotPlain:
         text = None
-    if text is not None and text.count(_SEPARATOR) == LINKS - 1 and text.count(_NULL) == values.count(None):
+    if (
+        text is not None
+        and text.count(_SEPARATOR) == len(values) - 1
+        and text.count(_NULL) == values.count(None)
+    ):
         text = (
             text.replace("\\", "\\\\")
             .replace("\n", "\\n")
@@ -518,13 +533,23 @@ def copy_row(row: tuple[Any, ...]) -> CopyRow:
         )
     else:
         text = "\t".join([_copy_value(v) for v in values])
-    return row[_KEY_INDEX], text, row[LINKS]
+    return row[_KEY_INDEX], text, row[LINKS], scheduled_for is not None
+
+
+_COPY_LISTS = {
+    scheduled: sql.SQL(", ").join(
+        sql.Identifier(c) for c in (*COPY_COLUMNS, "scheduled_for")[: len(COLUMNS) - 1 + scheduled]
+    )
+    for scheduled in (False, True)
+}
 
 
 def _copy_text(
-    conn: psycopg.Connection[Any], table: sql.Composable, lines: Sequence[tuple[int, str]]
+    conn: psycopg.Connection[Any], table: sql.Composable, scheduled: bool, lines: Sequence[tuple[int, str]]
 ) -> None:
-    statement = sql.SQL("COPY {table} (id, {columns}) FROM STDIN").format(table=table, columns=_COLUMN_LIST)
+    statement = sql.SQL("COPY {table} (id, {columns}) FROM STDIN").format(
+        table=table, columns=_COPY_LISTS[scheduled]
+    )
     with conn.cursor() as cur, cur.copy(statement) as copy:
         copy.write("".join([f"{i}\t{text}\n" for i, text in lines]))
 
@@ -539,31 +564,53 @@ def _copy_links(
                 copy.write_row((token, email_id, position, url))
 
 
-def insert_copy_rows(conn: psycopg.Connection[Any], rows: Sequence[CopyRow]) -> list[int]:
+def _no_wait() -> None:
+    pass
+
+
+def insert_copy_rows(
+    conn: psycopg.Connection[Any],
+    rows: Sequence[CopyRow],
+    *,
+    allocated: Callable[[], None] = _no_wait,
+    before_keys: Callable[[], None] = _no_wait,
+) -> list[int]:
     """Store formatted rows with COPY in one transaction; return each row's email id (existing id for a repeated key).
 
     Rows without idempotency keys are copied straight into the queue; rows with keys go
     through a temporary staging table so conflicts resolve to the first email's id.
+    `allocated` runs once the ids are taken and `before_keys` before the first keyed row or
+    link is written: writers sharing a load call them to keep ids and keys in input order.
     """
     if not rows:
         return []
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        ids = [int(r[0]) for r in cur.execute(_ALLOCATE_IDS, (len(rows),)).fetchall()]
-        allocated = list(ids)
-        plain = [(i, text) for i, (key, text, _) in zip(ids, rows, strict=True) if key is None]
-        keyed = [(i, text) for i, (key, text, _) in zip(ids, rows, strict=True) if key is not None]
-        if plain:
-            _copy_text(conn, sql.Identifier("mailroom", "email_queue"), plain)
-        if keyed:
+        got = cur.execute(_ID_SEQUENCE).fetchone()
+        assert got is not None
+        ids = [int(r[0]) for r in cur.execute(_ALLOCATE_IDS, (got[0], len(rows))).fetchall()]
+        allocated()
+        allocated_ids = list(ids)
+        groups: dict[tuple[bool, bool], list[tuple[int, str]]] = {}
+        for i, (key, text, _, scheduled) in zip(ids, rows, strict=True):
+            groups.setdefault((key is not None, scheduled), []).append((i, text))
+        queue = sql.Identifier("mailroom", "email_queue")
+        for scheduled in (False, True):
+            if plain := groups.get((False, scheduled)):
+                _copy_text(conn, queue, scheduled, plain)
+        before_keys()
+        if (True, False) in groups or (True, True) in groups:
             cur.execute(_STAGING)
-            _copy_text(conn, sql.Identifier("mailroom_enqueue_staging"), keyed)
+            staging = sql.Identifier("mailroom_enqueue_staging")
+            for scheduled in (False, True):
+                if keyed := groups.get((True, scheduled)):
+                    _copy_text(conn, staging, scheduled, keyed)
             cur.execute(_FROM_STAGING)
             resolved: dict[int, int] = {int(a): int(b) for a, b in cur.execute(_RESOLVE_KEYS).fetchall()}
             ids = [resolved.get(i, i) for i in ids]
-        if any(links for _, _, links in rows):
+        if any(r[2] for r in rows):
             # Links of a repeated idempotency key are dropped with its email (its id resolved elsewhere).
             _copy_links(
-                conn, [(i, r[2]) for i, r, final in zip(allocated, rows, ids, strict=True) if i == final]
+                conn, [(i, r[2]) for i, r, final in zip(allocated_ids, rows, ids, strict=True) if i == final]
             )
     return ids
 

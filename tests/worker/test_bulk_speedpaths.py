@@ -9,12 +9,23 @@ import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
+import pytest
 from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from worker.config import Settings
-from worker.outbox import COLUMNS, LINKS, copy_row, prepare, prepare_json, request_from_json
+from worker.outbox import (
+    COLUMNS,
+    LINKS,
+    EmailRequest,
+    copy_row,
+    insert_batch,
+    prepare,
+    prepare_json,
+    request_from_json,
+)
 from worker.templates import TemplateCatalog, builtin_templates
 from worker.validation import ValidationError
 
@@ -79,15 +90,19 @@ def test_copy_row_formats_exactly_like_the_per_value_formatter(
     if odd is not None:
         values[odd[0]] = odd[1]
     links = ((uuid.uuid4(), "https://example.com/"),)
-    key, text, got_links = copy_row((*values, links))
-    assert text == "\t".join(_reference_value(v) for v in values)
+    key, text, got_links, scheduled = copy_row((*values, links))
+    # scheduled_for goes last, and only when the email has one (COPY_COLUMNS leave it out).
+    at = COLUMNS.index("scheduled_for")
+    ordered = values[:at] + values[at + 1 :] + ([] if values[at] is None else [values[at]])
+    assert text == "\t".join(_reference_value(v) for v in ordered)
+    assert scheduled is (values[at] is not None)
     assert key is values[COLUMNS.index("idempotency_key")]
     assert got_links is links
 
 
 def test_copy_row_keeps_null_distinct_from_a_literal_backslash_n() -> None:
     values: list[Any] = ["\\N", None, "\x01", "\x00", *[None] * (LINKS - 4)]
-    _, text, _ = copy_row((*values, ()))
+    _, text, _, _ = copy_row((*values, ()))
     assert text.split("\t")[:4] == ["\\\\N", "\\N", "\x01", "\x00"]
 
 
@@ -167,3 +182,71 @@ def test_prepare_json_stores_the_tokens_it_puts_in_the_headers() -> None:
     token = row[COLUMNS.index("unsubscribe_token")]
     assert isinstance(token, uuid.UUID)
     assert str(token) in row[_HEADERS]
+
+
+def _trigger_calls(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT coalesce(sum(calls), 0) AS n FROM pg_stat_xact_user_functions"
+        " WHERE schemaname = 'mailroom' AND funcname = 'email_queue_before_insert'"
+    ).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def test_bulk_copy_of_email_without_a_time_takes_the_database_clock_without_the_insert_trigger(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    conn.execute("SET track_functions = 'pl'")
+    later = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    rows = [
+        prepare(
+            EmailRequest(to=f"u{i}@example.com", subject="s", text="t", scheduled_for=when), None, settings
+        )
+        for i, when in enumerate([None, later, None])
+    ]
+    ids = insert_batch(conn, rows)
+    assert _trigger_calls(conn) == 0
+    stored = conn.execute(
+        "SELECT scheduled_for = created_at AS now, scheduled_for FROM mailroom.email_queue WHERE id = ANY(%s) ORDER BY id",
+        (ids,),
+    ).fetchall()
+    assert [(r["now"], r["scheduled_for"] if not r["now"] else None) for r in stored] == [
+        (True, None),
+        (False, later),
+        (True, None),
+    ]
+
+
+def test_bulk_copy_of_keyed_email_without_a_time_is_still_filled_by_the_trigger(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    row = prepare(
+        EmailRequest(to="a@example.com", subject="s", text="t", idempotency_key="k"), None, settings
+    )
+    [email_id] = insert_batch(conn, [row])
+    stored = conn.execute(
+        "SELECT scheduled_for = created_at AS now FROM mailroom.email_queue WHERE id = %s", (email_id,)
+    ).fetchone()
+    assert stored == {"now": True}
+
+
+def test_explicit_null_scheduled_for_is_filled_from_the_database_clock(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET track_functions = 'pl'")
+    stored = conn.execute(
+        "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, scheduled_for)"
+        " VALUES ('a@example.com', 's', 't', NULL) RETURNING scheduled_for = now() AS now"
+    ).fetchone()
+    assert stored == {"now": True}
+    assert _trigger_calls(conn) == 1
+
+
+@pytest.mark.parametrize("scheduled_for", [None, "2030-01-02T03:04:05Z"])
+def test_insert_of_an_email_that_is_not_pending_is_still_refused(
+    conn: psycopg.Connection[Any], scheduled_for: str | None
+) -> None:
+    with pytest.raises(psycopg.errors.CheckViolation, match="a new email starts pending, not sent"):
+        conn.execute(
+            "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, scheduled_for, status,"
+            " sent_at, finished_at) VALUES ('a@example.com', 's', 't', %s, 'sent', now(), now())",
+            (scheduled_for,),
+        )
