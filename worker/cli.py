@@ -16,6 +16,7 @@ from typing import IO
 
 from worker import __version__
 from worker.commands import Registrar
+from worker.commands.accounts import positive_count
 from worker.config import ConfigError, Settings
 from worker.validation import ValidationError
 
@@ -258,6 +259,25 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from worker.delivery import WorkerOptions, run_worker
 
     url = _url(settings)
+    if args.processes > 1:
+        import os
+        from functools import partial
+
+        from worker.processes import Supervisor, worker_argv
+
+        argv = partial(
+            worker_argv,
+            concurrency=args.concurrency,
+            batch_size=args.batch_size,
+            grace=args.grace,
+            drain=args.drain,
+            producers=args.producers,
+        )
+        # The children use the server this process resolved (the embedded one included).
+        env = {**os.environ, "MAILROOM_DATABASE_URL": url}
+        code = Supervisor(args.processes, argv, env, drain=args.drain).run()
+        print(f"worker: {args.processes} processes stopped", file=sys.stderr)
+        return code
     options = WorkerOptions(
         concurrency=args.concurrency,
         batch_size=args.batch_size,
@@ -418,7 +438,19 @@ def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
         "MAILROOM_LISTEN_DATABASE_URL lets the LISTEN connection bypass a transaction-pooling PgBouncer. "
         "SIGTERM/SIGINT stop claiming, let in-flight sends finish within --grace seconds and release the rest.",
     )
-    wk.add_argument("--concurrency", type=int, default=4, help="parallel SMTP connections (default 4)")
+    wk.add_argument(
+        "--concurrency",
+        type=positive_count,
+        default=4,
+        help="parallel SMTP connections per process (default 4)",
+    )
+    wk.add_argument(
+        "--processes",
+        type=positive_count,
+        default=1,
+        help="worker processes to run under this one (default 1); a Python process sends on one CPU core, so "
+        "use one per core. Only the first runs the producers; a process that dies is started again",
+    )
     wk.add_argument(
         "--batch-size", type=int, default=50, help="emails claimed per slot at a time (default 50)"
     )

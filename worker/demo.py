@@ -9,11 +9,9 @@ summary instead.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +27,7 @@ from worker.config import Settings
 from worker.crypto import SecretBox, key_file, write_key_file
 from worker.db import connect, database_url
 from worker.demo_feed import SOURCES, Feed
+from worker.processes import die_with_parent, terminate
 from worker.senders import SenderSpec, add_sender
 from worker.sink import RefuseShare, RunningSink, start_sink
 
@@ -64,16 +63,6 @@ def _ensure_senders(conn: psycopg.Connection[Any], box: SecretBox, port: int) ->
             )
 
 
-def _die_with_parent() -> None:
-    """In the worker child: get SIGTERM when the demo process dies, even by SIGKILL (Linux)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 @dataclass
 class DemoStack:
     """Everything the demo started; `stop()` stops all of it."""
@@ -103,19 +92,8 @@ class DemoStack:
             self._feeder.join(timeout=10)
         for process in (self.worker, self.tracker):
             if process is not None:
-                _terminate(process)
+                terminate(process)
         self.sink.stop()
-
-
-def _terminate(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after 15 s."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _free_port() -> int:
@@ -133,7 +111,7 @@ def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.P
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
 
 
@@ -176,7 +154,7 @@ def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str],
         say(f"  tracker: {settings.base_url} (opens, clicks, one-click unsubscribe), log {tracker_log}")
     except BaseException:
         for process in started:
-            _terminate(process)
+            terminate(process)
         sink.stop()
         raise
     feed = Feed(url, settings, random.Random(), SOURCES)

@@ -4,14 +4,17 @@ aiosmtplib's ``SMTPProtocol`` reads exactly one reply per command: while a parse
 picked up it drops incoming data, and a second reply already in its buffer is never parsed. The
 subclass here keeps buffering during a pipelined exchange and parses each further reply from the
 buffer before waiting for more data; outside a pipelined exchange it behaves exactly like its parent.
-Timeouts apply to each reply, as in aiosmtplib.
+Timeouts apply to each reply, as in aiosmtplib. Reading a reply costs less than in the parent: one
+already parsed is returned at once, and a wait uses ``asyncio.timeout`` rather than ``wait_for``
+(which adds a future and callbacks per reply: a tenth of the worker's CPU at full speed).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
-from aiosmtplib import SMTP, SMTPServerDisconnected
+from aiosmtplib import SMTP, SMTPReadTimeoutError, SMTPServerDisconnected
 from aiosmtplib.protocol import (
     COMMAND_INJECTION_REGEX,
     MAX_RESPONSE_LENGTH,
@@ -40,6 +43,25 @@ class PipeliningProtocol(SMTPProtocol):
                 self.close_transport()
             return
         super().data_received(data)
+
+    async def read_response(self, timeout: float | None = None) -> SMTPResponse:  # noqa: ASYNC109
+        """The parent's ``read_response`` (same errors, same waiter bookkeeping), with a cheaper wait."""
+        waiter = self._response_waiter
+        if waiter is None:
+            raise SMTPServerDisconnected("Connection lost")
+        self._response_pending = True
+        try:
+            if not waiter.done():
+                async with asyncio.timeout(timeout):
+                    await waiter
+            result = waiter.result()
+        except TimeoutError as exc:
+            raise SMTPReadTimeoutError("Timed out waiting for server response") from exc
+        finally:
+            self._response_pending = False
+            # As in the parent: after a disconnect there is no next waiter.
+            self._response_waiter = None if self.transport is None else self._loop.create_future()
+        return result
 
     def close_transport(self) -> None:
         """Hang up (a server flooding replies); the pending read then fails as a lost connection."""
