@@ -1,17 +1,23 @@
 """End-to-end delivery throughput against an SMTP sink on loopback, with the raw ceiling and a naive baseline.
 
-    python bench/throughput.py [N] [CONCURRENCY]
+    python -m bench.throughput [N] [CONCURRENCY]
 
 (a) raw ceiling: aiosmtplib sending pre-built bytes over CONCURRENCY connections, no database;
 (b) naive baseline: one email per transaction (claim one, build, send, update), as the references do it;
-(c) Mailroom's worker, draining N emails. Every run uses the same sink.
+(c) Mailroom's worker, one process with CONCURRENCY connections, draining N emails;
+(d) `mailroom worker --processes P` with one process per CPU core and CONCURRENCY connections in all.
+Every run uses the same sink. The worker's rates are sent emails over the span from the first attempt
+to the last in send_logs (process start-up is not delivery).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
+import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -110,6 +116,69 @@ async def mailroom_worker(url: str, n: int, concurrency: int) -> tuple[float, in
     return worker.sent / elapsed, worker.sent, samples
 
 
+def delivery_rate(url: str) -> tuple[float, int]:
+    """Sent emails per second over the span of their attempts in send_logs, and how many."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*), extract(epoch FROM max(attempted_at) - min(attempted_at))"
+            " FROM mailroom.send_logs WHERE outcome = 'sent'"
+        ).fetchone()
+    assert row is not None
+    sent, span = int(row[0]), float(row[1] or 0.0)
+    return (sent / span if span else 0.0), sent
+
+
+def _children_rss_mb(pid: int) -> list[float]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+    sizes = []
+    for child in children:
+        try:
+            with open(f"/proc/{child}/statm", encoding="ascii") as statm:
+                sizes.append(int(statm.read().split()[1]) * resource.getpagesize() / 2**20)
+        except OSError:
+            continue
+    return sizes
+
+
+def worker_processes(url: str, processes: int, concurrency: int) -> tuple[float, int, list[float]]:
+    """`mailroom worker --processes P --drain` as operators run it: its rate, sent count, child RSS samples."""
+    argv = [
+        sys.executable,
+        "-m",
+        "worker.cli",
+        "worker",
+        "--processes",
+        str(processes),
+        "--concurrency",
+        str(max(1, concurrency // processes)),
+        "--batch-size",
+        "100",
+        "--drain",
+        "--no-producers",
+    ]
+    env = {**os.environ, "MAILROOM_DATABASE_URL": url}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    samples: list[float] = []
+
+    def sample() -> None:
+        while proc.poll() is None:
+            samples.extend(_children_rss_mb(proc.pid))
+            time.sleep(1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    code = proc.wait()
+    sampler.join()
+    if code != 0:
+        sys.exit(f"mailroom worker --processes {processes} exited with {code}")
+    rate, sent = delivery_rate(url)
+    return rate, sent, samples
+
+
 def main() -> None:
     """Run all three against one sink and print the figures and ratios."""
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
@@ -126,13 +195,29 @@ def main() -> None:
         reset(url)
         add_bench_sender(url, port)
         bulk_enqueue(url, n)
-        rate, sent, samples = asyncio.run(mailroom_worker(url, n, concurrency))
-        print(f"(c) mailroom      : {rate:8,.0f} emails/s ({sent} sent)")
-        print(f"ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline")
+        _, sent, samples = asyncio.run(mailroom_worker(url, n, concurrency))
+        rate, _ = delivery_rate(url)
+        print(f"(c) mailroom, 1 process : {rate:8,.0f} emails/s ({sent} sent, {concurrency} connections)")
+        print(f"    ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline")
         print(
-            f"worker RSS over the run: first {samples[0]:.0f} MB, max {max(samples):.0f} MB,"
+            f"    worker RSS over the run: first {samples[0]:.0f} MB, max {max(samples):.0f} MB,"
             f" last {samples[-1]:.0f} MB ({len(samples)} samples)"
         )
+        processes = os.cpu_count() or 1
+        if processes > 1:
+            reset(url)
+            add_bench_sender(url, port)
+            bulk_enqueue(url, n)
+            rate, sent, child_rss = worker_processes(url, processes, concurrency)
+            print(
+                f"(d) mailroom, {processes} processes: {rate:8,.0f} emails/s ({sent} sent,"
+                f" {max(1, concurrency // processes)} connections each)"
+            )
+            print(
+                f"    ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline"
+            )
+            if child_rss:
+                print(f"    RSS per worker process: max {max(child_rss):.0f} MB ({len(child_rss)} samples)")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from worker.crypto import SecretBox, secret_box
 from worker.dkim import DkimKey, sign_envelope
 from worker.listen import Listener, Waker
 from worker.masking import mask_address
-from worker.message import build_message
+from worker.message import Envelope, build_message
 from worker.producers import Producer, registered
 from worker.recording import Sent, SentRecorder
 from worker.senders import ELIGIBLE_SENDERS, RELEASE_QUOTA, RESERVE
@@ -367,24 +367,26 @@ class Worker:
         assert self.pool is not None
         # One database connection for the whole batch: a pool checkout costs a health-check round trip.
         db = _Borrowed(self.pool)
+        # Each message is built one turn ahead, so its MAIL, RCPT and DATA can ride behind the body
+        # before it (see SmtpConnection.send).
+        upcoming = self._build(sender, pending[0]) if pending else None
         try:
             while pending:
                 if self.stopping.is_set():
                     break
                 email = pending.pop(0)
+                built = upcoming
+                upcoming = self._build(sender, pending[0]) if pending else None
                 await self._pace_sender(sender)
-                try:
-                    envelope = build_message(email, sender.from_email, sender.from_name)
-                    if sender.dkim is not None:
-                        # Inline on the event loop on purpose (~1 ms a message): see worker.dkim.
-                        envelope = sign_envelope(envelope, sender.dkim)
-                except (TypeError, ValueError, AttributeError) as exc:
+                if isinstance(built, Exception):
                     # A row written around the API (a header that is not text, say): fail this email only.
-                    attempt = Attempt(Reply(None, f"cannot build the message: {exc}", "build"), 0)
+                    attempt = Attempt(Reply(None, f"cannot build the message: {built}", "build"), 0)
                     outcome = _Outcome(email["id"], "failed", Verdict.LOCAL, attempt, None, None)
                 else:
-                    attempt = await connection.send(envelope)
-                    outcome = self._decide(email, attempt, envelope.message_id)
+                    assert built is not None
+                    next_envelope = upcoming if isinstance(upcoming, Envelope) else None
+                    attempt = await connection.send(built, next_envelope)
+                    outcome = self._decide(email, attempt, built.message_id)
                 if not await self._record(db, sender, token, outcome, email):
                     # Our lease expired and the claim went back to the queue: another worker owns the
                     # rest of this batch now, so sending it here would send it twice.
@@ -397,12 +399,25 @@ class Worker:
                     await self._suspend(sender, attempt)
                     break
         finally:
+            connection.forget_announced()  # a stop or a lost lease leaves the next one unsent
             await db.give_back()
         await self._apply_journal(token)
         if pending:
             await self._release(token, [e["id"] for e in pending])
         # Once per batch, not per email: the sender row is also what quota reservations lock.
         await self._scalar(q.TOUCH_SENDER, (sender_id,))
+
+    @staticmethod
+    def _build(sender: Sender, email: dict[str, Any]) -> Envelope | Exception:
+        """The message as it goes on the wire, or why it cannot be built."""
+        try:
+            envelope = build_message(email, sender.from_email, sender.from_name)
+            if sender.dkim is not None:
+                # Inline on the event loop on purpose (~1 ms a message): see worker.dkim.
+                envelope = sign_envelope(envelope, sender.dkim)
+        except (TypeError, ValueError, AttributeError) as exc:
+            return exc
+        return envelope
 
     def _decide(self, email: dict[str, Any], attempt: Attempt, message_id: str) -> _Outcome:
         verdict = classify(attempt.reply)

@@ -32,11 +32,17 @@ class PipeliningProtocol(SMTPProtocol):
     """``SMTPProtocol`` that can read the replies to several commands written at once."""
 
     _pipelining = False
+    # Replies owed to commands written behind a message body (the next message's MAIL, RCPT and
+    # DATA), read when that message's turn comes: see `send_body` and `read_announced`.
+    _announced = 0
 
     def data_received(self, data: bytes) -> None:
         waiter = self._response_waiter
-        if self._pipelining and waiter is not None and waiter.done():
-            # A reply is parsed and not yet picked up: keep the next ones instead of dropping them.
+        if waiter is not None and (
+            (self._pipelining and waiter.done()) or (self._announced and not self._response_pending)
+        ):
+            # A reply is parsed and not yet picked up, or replies to announced commands arrive before
+            # anyone reads them: keep them instead of dropping them.
             self._buffer.extend(data)
             if len(self._buffer) > MAX_RESPONSE_LENGTH * 4:
                 del self._buffer[:]
@@ -88,9 +94,7 @@ class PipeliningProtocol(SMTPProtocol):
         Stops early after a 421 reply (the server is closing the channel), so the list may be shorter
         than ``commands``. Raises like ``execute_command`` for a lost connection or a timeout.
         """
-        for command in commands:
-            if COMMAND_INJECTION_REGEX.search(command):
-                raise ValueError("Command arg contains a prohibited control character")
+        _check_commands(commands)
         if self._command_lock is None:
             raise SMTPServerDisconnected("Server not connected")
         async with self._command_lock:
@@ -108,15 +112,60 @@ class PipeliningProtocol(SMTPProtocol):
             finally:
                 self._pipelining = False
 
-    async def send_body(self, message: bytes, timeout: float | None) -> SMTPResponse:  # noqa: ASYNC109
-        """After a 354 reply to DATA: the message, dot-stuffed as aiosmtplib's DATA does, and its reply."""
+    async def send_body(
+        self,
+        message: bytes,
+        timeout: float | None,  # noqa: ASYNC109
+        then: Sequence[bytes] = (),
+    ) -> SMTPResponse:
+        """After a 354 reply to DATA: the message, dot-stuffed as aiosmtplib's DATA does, and its reply.
+
+        ``then`` are commands written in the same write, behind the body (RFC 2920 lets the end of
+        the data start a new group): the next message's MAIL, RCPT and DATA. Their replies are owed
+        until `read_announced` reads them.
+        """
+        _check_commands(then)
         if self._command_lock is None:
             raise SMTPServerDisconnected("Server not connected")
         message = PERIOD_REGEX.sub(b"..", normalize_message_line_endings(message)) + b".\r\n"
         async with self._command_lock:
             self._response_pending = True
-            self.write(message)
-            return await self.read_response(timeout=timeout)
+            self._pipelining = True
+            try:
+                self.write(message + b"".join(command + b"\r\n" for command in then))
+                self._announced = len(then)
+                return await self._next_response(timeout)
+            finally:
+                self._pipelining = False
+
+    @property
+    def announced(self) -> int:
+        """How many replies are owed to commands written behind the last body."""
+        return self._announced
+
+    async def read_announced(self, timeout: float | None) -> list[SMTPResponse]:  # noqa: ASYNC109
+        """The replies owed to the commands written behind the last body, in order (stops after a 421)."""
+        if self._command_lock is None:
+            raise SMTPServerDisconnected("Server not connected")
+        async with self._command_lock:
+            self._pipelining = True
+            try:
+                responses: list[SMTPResponse] = []
+                while self._announced:
+                    self._announced -= 1
+                    response = await self._next_response(timeout)
+                    responses.append(response)
+                    if response.code == CLOSING:
+                        self._announced = 0
+                return responses
+            finally:
+                self._pipelining = False
+
+
+def _check_commands(commands: Sequence[bytes]) -> None:
+    for command in commands:
+        if COMMAND_INJECTION_REGEX.search(command):
+            raise ValueError("Command arg contains a prohibited control character")
 
 
 def enable_pipelining(client: SMTP) -> PipeliningProtocol | None:

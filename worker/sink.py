@@ -269,6 +269,7 @@ class SinkHandler:
         self._waiters: list[_Waiter] = []
         self.pipelining = pipelining
         self._pipelined_reads = 0
+        self._announced_reads = 0
 
     # ---- what tests and the CLI read -------------------------------------------------------------
 
@@ -295,6 +296,12 @@ class SinkHandler:
         with self._cond:
             return self._pipelined_reads
 
+    @property
+    def announced_reads(self) -> int:
+        """How many single reads from a client held the end of a message and the next MAIL command."""
+        with self._cond:
+            return self._announced_reads
+
     def messages_to(self, address: str) -> list[ReceivedMessage]:
         """The accepted messages with ``address`` among their envelope recipients."""
         wanted = _normalise(address)
@@ -306,6 +313,7 @@ class SinkHandler:
             self._messages.clear()
             self._received = 0
             self._pipelined_reads = 0
+            self._announced_reads = 0
         self.script.clear()
 
     def wait_for_sync(self, count: int = 1, timeout: float = DEFAULT_WAIT_TIMEOUT) -> bool:
@@ -440,6 +448,9 @@ class SinkHandler:
         if data.startswith(b"MAIL ") and b"\r\nRCPT " in data:
             with self._cond:
                 self._pipelined_reads += 1
+        elif b"\r\n.\r\nMAIL " in data:
+            with self._cond:
+                self._announced_reads += 1
 
     def _store(self, message: ReceivedMessage) -> None:
         with self._cond:

@@ -50,6 +50,88 @@ async def test_a_server_advertising_pipelining_gets_mail_rcpt_and_data_in_one_wr
     assert received[0].content == BODY
 
 
+async def test_the_next_messages_commands_ride_behind_the_body(smtp_sink: RunningSink) -> None:
+    connection = _connection(smtp_sink)
+    try:
+        first = await connection.send(_envelope("a@example.com"), _envelope("b@example.com"))
+        second = await connection.send(_envelope("b@example.com"), _envelope("c@example.com"))
+        third = await connection.send(_envelope("c@example.com"))
+    finally:
+        await connection.close()
+    assert [r.reply.code for r in (first, second, third)] == [250, 250, 250]
+    # One write for the first MAIL, RCPT and DATA; every later message's went out behind a body.
+    assert smtp_sink.handler.pipelined_reads == 1
+    assert smtp_sink.handler.announced_reads == 2
+    received = smtp_sink.messages
+    assert [m.rcpt_tos for m in received] == [("a@example.com",), ("b@example.com",), ("c@example.com",)]
+    assert len({m.peer for m in received}) == 1
+    assert all(m.content == BODY for m in received)
+
+
+async def test_an_announced_refusal_is_reported_at_its_own_send_and_the_session_stays_in_step(
+    smtp_sink: RunningSink,
+) -> None:
+    smtp_sink.on_rcpt("gone@example.com", "550 5.1.1 User unknown")
+    smtp_sink.on_data("toobig@example.com", "552 5.3.4 Message too big")
+    connection = _connection(smtp_sink)
+    try:
+        a = await connection.send(_envelope("a@example.com"), _envelope("gone@example.com"))
+        gone = await connection.send(_envelope("gone@example.com"), _envelope("toobig@example.com"))
+        toobig = await connection.send(_envelope("toobig@example.com"), _envelope("b@example.com"))
+        b = await connection.send(_envelope("b@example.com"))
+    finally:
+        await connection.close()
+    assert (a.reply.code, b.reply.code) == (250, 250)
+    assert (gone.reply.code, gone.reply.text, gone.reply.phase) == (550, "5.1.1 User unknown", "rcpt")
+    assert (toobig.reply.code, toobig.reply.text, toobig.reply.phase) == (
+        552,
+        "5.3.4 Message too big",
+        "data",
+    )
+    assert [m.rcpt_tos for m in smtp_sink.messages] == [("a@example.com",), ("b@example.com",)]
+    assert len({m.peer for m in smtp_sink.messages}) == 1
+
+
+async def test_an_announced_message_that_is_not_sent_ends_the_session_without_a_message(
+    smtp_sink: RunningSink,
+) -> None:
+    connection = _connection(smtp_sink)
+    try:
+        first = await connection.send(_envelope("a@example.com"), _envelope("never@example.com"))
+        connection.forget_announced()  # the batch stopped: the server sits after 354, waiting for a body
+        after = await connection.send(_envelope("b@example.com"))
+    finally:
+        await connection.close()
+    assert (first.reply.code, after.reply.code) == (250, 250)
+    received = smtp_sink.messages
+    assert [m.rcpt_tos for m in received] == [("a@example.com",), ("b@example.com",)]
+    assert received[0].peer != received[1].peer  # hung up and started again: no empty message went out
+
+
+async def test_a_different_message_than_the_announced_one_starts_a_new_session(
+    smtp_sink: RunningSink,
+) -> None:
+    connection = _connection(smtp_sink)
+    try:
+        await connection.send(_envelope("a@example.com"), _envelope("b@example.com"))
+        other = await connection.send(_envelope("c@example.com"))
+    finally:
+        await connection.close()
+    assert other.reply.code == 250
+    assert [m.rcpt_tos for m in smtp_sink.messages] == [("a@example.com",), ("c@example.com",)]
+
+
+async def test_a_worker_batch_pipelines_each_message_behind_the_previous_body(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 30)
+    assert await run_until_drained(db_url, fast_settings) == 30
+    assert statuses(db_url) == {"sent": 30}
+    # One slot, one batch: the first message opens with MAIL, RCPT, DATA; the other 29 ride behind a body.
+    assert (smtp_sink.handler.pipelined_reads, smtp_sink.handler.announced_reads) == (1, 29)
+
+
 async def test_a_server_without_pipelining_gets_one_command_at_a_time(
     smtp_sink_factory: Callable[..., RunningSink],
 ) -> None:
