@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -157,8 +158,12 @@ class SmtpConnection:
             return clean_reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
 
 
+# What an envelope address may not hold to be written straight into MAIL FROM:<...> or RCPT TO:<...>.
+_UNSAFE = re.compile(r"[<>\r\n ]|[^\x00-\x7f]")
+
+
 def _unsafe(address: str) -> bool:
-    return not address.isascii() or any(c in address for c in "<>\r\n ")
+    return _UNSAFE.search(address) is not None
 
 
 def _envelope_commands(envelope: Envelope) -> tuple[bytes, bytes] | None:

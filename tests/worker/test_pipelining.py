@@ -8,10 +8,15 @@ from dataclasses import replace
 
 import psycopg
 import pytest
+from aiosmtplib import SMTPResponseException
+from aiosmtplib.protocol import SMTPProtocol
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
 from worker.config import Settings
 from worker.message import Envelope
+from worker.pipelining import PipeliningProtocol
 from worker.sink import Drop, RunningSink, SinkHandler
 from worker.smtp import SmtpAccount, SmtpConnection
 
@@ -261,3 +266,33 @@ async def test_replies_arriving_together_in_one_read_are_each_parsed_in_order() 
     assert (attempt.reply.code, attempt.reply.text) == (250, "2.0.0 queued")
     assert wire[0] == b"MAIL FROM:<noreply@example.org>\r\nRCPT TO:<a@example.com>\r\nDATA\r\n"
     assert wire[1] == BODY.replace(b"\r\n.", b"\r\n..") + b".\r\n"
+
+
+_reply_line = st.builds(
+    lambda code, sep, text, end: code + sep + text + end,
+    st.sampled_from([b"250", b"354", b"421", b"550", b"2x0", b"25"]),
+    st.sampled_from([b" ", b"-", b"", b"\t"]),
+    st.binary(max_size=40).filter(lambda b: b"\n" not in b),
+    st.sampled_from([b"\r\n", b"\n", b""]),
+)
+
+
+@given(st.lists(_reply_line, min_size=1, max_size=4))
+def test_the_reply_parser_shortcut_reads_exactly_what_aiosmtplib_reads(lines: list[bytes]) -> None:
+    data = b"".join(lines)
+    loop = asyncio.new_event_loop()
+    try:
+        ours, theirs = PipeliningProtocol(loop=loop), SMTPProtocol(loop=loop)
+    finally:
+        loop.close()
+    ours._buffer, theirs._buffer = bytearray(data), bytearray(data)
+    outcomes = []
+    for protocol, parse in (
+        (ours, ours._read_response_from_buffer),
+        (theirs, theirs._read_response_from_buffer),
+    ):
+        try:
+            outcomes.append((parse(), bytes(protocol._buffer)))
+        except SMTPResponseException as exc:
+            outcomes.append((exc.code, exc.message))
+    assert outcomes[0] == outcomes[1]
