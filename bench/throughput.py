@@ -188,6 +188,7 @@ def main() -> None:
         print(f"sink: {kind}; {n} emails; concurrency {concurrency}")
         ceiling = asyncio.run(raw_ceiling(port, n, concurrency))
         print(f"(a) raw ceiling   : {ceiling:8,.0f} msgs/s (aiosmtplib, pre-built bytes, no database)")
+        ceilings = [ceiling]
         reset(url)
         bulk_enqueue(url, naive_n)
         naive = asyncio.run(naive_baseline(url, port, naive_n))
@@ -198,7 +199,7 @@ def main() -> None:
         _, sent, samples = asyncio.run(mailroom_worker(url, n, concurrency))
         rate, _ = delivery_rate(url)
         print(f"(c) mailroom, 1 process : {rate:8,.0f} emails/s ({sent} sent, {concurrency} connections)")
-        print(f"    ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline")
+        results = [("(c)", rate)]
         print(
             f"    worker RSS over the run: first {samples[0]:.0f} MB, max {max(samples):.0f} MB,"
             f" last {samples[-1]:.0f} MB ({len(samples)} samples)"
@@ -213,11 +214,20 @@ def main() -> None:
                 f"(d) mailroom, {processes} processes: {rate:8,.0f} emails/s ({sent} sent,"
                 f" {max(1, concurrency // processes)} connections each)"
             )
-            print(
-                f"    ratios: {rate / ceiling:.0%} of the raw ceiling, {rate / naive:.1f}x the naive baseline"
-            )
+            results.append(("(d)", rate))
             if child_rss:
                 print(f"    RSS per worker process: max {max(child_rss):.0f} MB ({len(child_rss)} samples)")
+        # The ceiling again after the worker runs: on a shared machine it moves, and the higher of the
+        # two is the honest yardstick.
+        ceilings.append(asyncio.run(raw_ceiling(port, n, concurrency)))
+        ceiling = max(ceilings)
+        print(
+            f"(a) raw ceiling, again: {ceilings[-1]:,.0f} msgs/s; the ratios use the higher, {ceiling:,.0f}"
+        )
+        for label, result in results:
+            print(
+                f"{label} {result / ceiling:.0%} of the raw ceiling, {result / naive:.1f}x the naive baseline"
+            )
 
 
 if __name__ == "__main__":
