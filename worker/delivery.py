@@ -336,6 +336,7 @@ class Worker:
             conn.transaction(),
             conn.cursor(row_factory=dict_row) as cur,
         ):
+            await cur.execute(q.CLAIM_IN_INDEX_ORDER)
             await cur.execute(q.CLAIM, params)
             rows = await cur.fetchall()
             suppressed = [r["id"] for r in rows if r["status"] == "suppressed"]

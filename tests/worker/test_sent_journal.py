@@ -170,3 +170,30 @@ async def test_a_drained_run_leaves_the_journal_empty_and_every_attempt_logged(
     assert statuses(db_url) == {"sent": 120}
     assert left == (0,)
     assert logs == (120, 120)
+
+
+def _claim_plan(conn: psycopg.Connection[Any], sender: int, settings: str | None) -> str:
+    params = {"limit": 50, "owner": "host:1", "token": LIVE, "lease": 60, "sender": sender}
+    with conn.transaction():
+        if settings:
+            conn.execute(settings)
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + q.CLAIM, params).fetchall())
+    return plan
+
+
+def test_a_claim_reads_the_claim_index_in_order_even_before_the_queue_is_analyzed(
+    db_url: str, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        statement = "COPY mailroom.email_queue (recipient_email, subject, text_body) FROM STDIN"
+        with conn.cursor() as cur, cur.copy(statement) as copy:
+            for i in range(20_000):
+                copy.write_row((f"b{i}@example.com", f"Backlog {i}", "body"))
+        sender = _sender_id(conn)
+        # Left to its guesses the planner sorts the whole backlog on every claim...
+        assert "Sort" in _claim_plan(conn, sender, None)
+        # ...as the worker claims, it walks the claim index and stops at the batch size.
+        plan = _claim_plan(conn, sender, q.CLAIM_IN_INDEX_ORDER)
+    assert "Sort" not in plan
+    assert "email_queue_claim_idx" in plan
