@@ -7,12 +7,15 @@ A writer thread commits one batch while the next is being prepared.
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
+import multiprocessing.context
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -27,6 +30,8 @@ from worker.validation import ValidationError
 
 # Processes cost about a second to start: only an input longer than this many batches gets them.
 POOL_AFTER_BATCHES = 4
+# Connections storing batches at once when processes validate (each PostgreSQL backend uses one core).
+WRITERS = 2
 
 # (line number, JSON result text) in input order
 Results = list[tuple[int, str]]
@@ -75,6 +80,70 @@ def _chunks(lines: Iterable[tuple[int, str]], size: int) -> Iterator[list[tuple[
         yield chunk
 
 
+def _pool_context() -> multiprocessing.context.BaseContext:
+    # A fork server imports what validation needs once and forks each worker from it, instead of
+    # every spawned worker importing it again (~0.4 s of CPU each). Never a plain fork: the caller
+    # has threads and open connections.
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["worker.bulk"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+class _Turns:
+    """Lets several writers work on consecutive batches at once while ids, keys and commits keep input order.
+
+    Batch k allocates its ids after batch k-1 did, and writes keyed rows, commits and emits after
+    batch k-1 committed. After a batch fails, later batches roll back: what is committed is always
+    every batch before the first failure, as with one writer.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._allocated = 0  # batches that have their ids
+        self._committed = 0  # batches committed and emitted
+        self.failed_at: int | None = None
+        self.error: BaseException | None = None
+
+    def _wait(self, ready: Callable[[], bool], index: int) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: ready() or (self.failed_at is not None and self.failed_at < index))
+            if not ready():
+                raise _Abandoned
+
+    @contextmanager
+    def ids(self, index: int) -> Iterator[None]:
+        """Batch `index` takes its ids inside this, after batch `index` - 1 took its own."""
+        self._wait(lambda: self._allocated == index, index)
+        yield
+        with self._changed:
+            self._allocated = index + 1
+            self._changed.notify_all()
+
+    def commit(self, index: int) -> None:
+        """Wait until every batch before `index` has committed and emitted."""
+        self._wait(lambda: self._committed == index, index)
+
+    def committed(self, index: int) -> None:
+        """Batch `index` is committed and emitted: the next may follow."""
+        with self._changed:
+            self._allocated = max(self._allocated, index + 1)
+            self._committed = index + 1
+            self._changed.notify_all()
+
+    def fail(self, index: int, exc: BaseException) -> None:
+        """Batch `index` failed: later batches roll back."""
+        with self._changed:
+            if self.failed_at is None or index < self.failed_at:
+                self.failed_at, self.error = index, exc
+            self._changed.notify_all()
+
+
+class _Abandoned(Exception):
+    """An earlier batch failed, so this one is rolled back."""
+
+
 def enqueue_lines(
     url: str,
     lines: Iterable[tuple[int, str]],
@@ -86,52 +155,91 @@ def enqueue_lines(
     """Validate and store numbered JSON lines; `emit` receives each batch's results once it is committed.
 
     Each batch commits on its own, so accepted lines stay accepted whatever comes later.
-    With `jobs` > 1, inputs longer than `POOL_AFTER_BATCHES` batches are validated by that many processes.
+    With `jobs` > 1, inputs longer than `POOL_AFTER_BATCHES` batches are validated by that many
+    processes and stored by `WRITERS` connections at once (PostgreSQL then uses more than one core),
+    committed and emitted in input order.
     """
     counts = BulkCounts()
-    batches: queue.Queue[Future[Batch] | Batch | None] = queue.Queue(maxsize=jobs + 2)
+    turns = _Turns()
+    chunks = _chunks(lines, batch_size)
+    # Read a few batches ahead to know whether the input is long enough for processes.
+    ahead = list(islice(chunks, POOL_AFTER_BATCHES + 1))
+    parallel = jobs > 1 and len(ahead) > POOL_AFTER_BATCHES
+    writers = WRITERS if parallel else 1
+    inboxes: list[queue.Queue[tuple[int, Future[Batch] | Batch] | None]] = [
+        queue.Queue(maxsize=jobs + 2) for _ in range(writers)
+    ]
 
-    def writer() -> None:
+    def store(conn: psycopg.Connection[Any], index: int, item: Future[Batch] | Batch) -> None:
+        accepted, rejected = item.result() if isinstance(item, Future) else item
+        ids = insert_copy_rows(
+            conn,
+            [row for _, row in accepted],
+            ids_turn=turns.ids(index),
+            before_keys=lambda: turns.commit(index),
+        )
+        if not accepted:
+            with turns.ids(index):
+                pass
+            turns.commit(index)
+        done = rejected + [
+            (n, f'{{"line": {n}, "id": {i}}}') for (n, _), i in zip(accepted, ids, strict=True)
+        ]
+        done.sort(key=lambda result: result[0])
+        emit(done)
+        counts.accepted += len(ids)
+        counts.rejected += len(rejected)
+        turns.committed(index)
+
+    def writer(inbox: queue.Queue[tuple[int, Future[Batch] | Batch] | None]) -> None:
+        index = -1
         try:
             with psycopg.connect(url) as conn:
-                while (item := batches.get()) is not None:
-                    accepted, rejected = item.result() if isinstance(item, Future) else item
-                    ids = insert_copy_rows(conn, [row for _, row in accepted])
-                    done = rejected + [
-                        (n, f'{{"line": {n}, "id": {i}}}') for (n, _), i in zip(accepted, ids, strict=True)
-                    ]
-                    done.sort(key=lambda result: result[0])
-                    emit(done)
-                    counts.accepted += len(ids)
-                    counts.rejected += len(rejected)
+                while (got := inbox.get()) is not None:
+                    index, item = got
+                    store(conn, index, item)
+            return
+        except _Abandoned:
+            pass
         except BaseException as exc:  # surfaced to the caller below
             counts.errors.append(exc)
-            while batches.get() is not None:
-                pass
+            turns.fail(index, exc)
+        while inbox.get() is not None:  # let the reader finish putting
+            pass
 
     with psycopg.connect(url) as conn, conn.cursor(row_factory=dict_row) as cur:
         template_rows = cur.execute(SELECT_TEMPLATES).fetchall()
     _init(settings, template_rows)
-    thread = threading.Thread(target=writer, name="mailroom-bulk-writer", daemon=True)
-    thread.start()
+    threads = [
+        threading.Thread(target=writer, args=(inbox,), name=f"mailroom-bulk-writer-{n}", daemon=True)
+        for n, inbox in enumerate(inboxes)
+    ]
+    for thread in threads:
+        thread.start()
     pool: ProcessPoolExecutor | None = None
     try:
-        for index, chunk in enumerate(_chunks(lines, batch_size)):
-            if counts.errors:
+        if parallel:
+            pool = ProcessPoolExecutor(
+                max_workers=jobs,
+                mp_context=_pool_context(),
+                initializer=_init,
+                initargs=(settings, template_rows),
+            )
+        for index, chunk in enumerate(itertools.chain(ahead, chunks)):
+            if turns.failed_at is not None:
                 break
-            if index == POOL_AFTER_BATCHES and jobs > 1:
-                pool = ProcessPoolExecutor(
-                    max_workers=jobs,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init,
-                    initargs=(settings, template_rows),
-                )
-            batches.put(pool.submit(prepare_chunk, chunk) if pool is not None else prepare_chunk(chunk))
+            # The first batch is validated here while the pool's processes start.
+            item = (
+                pool.submit(prepare_chunk, chunk) if pool is not None and index > 0 else prepare_chunk(chunk)
+            )
+            inboxes[index % writers].put((index, item))
     finally:
-        batches.put(None)
-        thread.join()
+        for inbox in inboxes:
+            inbox.put(None)
+        for thread in threads:
+            thread.join()
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    if counts.errors:
-        raise counts.errors[0]
+    if turns.error is not None:
+        raise turns.error
     return counts
