@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import sql
@@ -572,23 +573,23 @@ def insert_copy_rows(
     conn: psycopg.Connection[Any],
     rows: Sequence[CopyRow],
     *,
-    allocated: Callable[[], None] = _no_wait,
+    ids_turn: AbstractContextManager[object] | None = None,
     before_keys: Callable[[], None] = _no_wait,
 ) -> list[int]:
     """Store formatted rows with COPY in one transaction; return each row's email id (existing id for a repeated key).
 
     Rows without idempotency keys are copied straight into the queue; rows with keys go
     through a temporary staging table so conflicts resolve to the first email's id.
-    `allocated` runs once the ids are taken and `before_keys` before the first keyed row or
-    link is written: writers sharing a load call them to keep ids and keys in input order.
+    The ids are taken inside `ids_turn`, and `before_keys` runs before the first keyed row or
+    link is written: writers sharing a load use them to keep ids and keys in input order.
     """
     if not rows:
         return []
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         got = cur.execute(_ID_SEQUENCE).fetchone()
         assert got is not None
-        ids = [int(r[0]) for r in cur.execute(_ALLOCATE_IDS, (got[0], len(rows))).fetchall()]
-        allocated()
+        with ids_turn or nullcontext():
+            ids = [int(r[0]) for r in cur.execute(_ALLOCATE_IDS, (got[0], len(rows))).fetchall()]
         allocated_ids = list(ids)
         groups: dict[tuple[bool, bool], list[tuple[int, str]]] = {}
         for i, (key, text, _, scheduled) in zip(ids, rows, strict=True):
@@ -620,8 +621,23 @@ def insert_batch(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]])
     return insert_copy_rows(conn, [copy_row(row) for row in rows])
 
 
+# The C scanner behind json.loads (a default decoder's), called directly for the common line.
+_SCAN_JSON: Callable[[str, int], tuple[object, int]] = cast(Any, json.JSONDecoder()).scan_once
+_JSON_SPACE = " \t\n\r"
+
+
 def decode_line(text: str) -> object:
     """Decode one JSON line; malformed JSON is a `ValidationError` on field `line`."""
+    if text[:1] == "{":
+        # An object followed by nothing but JSON white space is what json.loads would return;
+        # anything else (or any error) goes through json.loads for its exact result or message.
+        try:
+            obj, end = _SCAN_JSON(text, 0)
+        except (StopIteration, ValueError):
+            pass
+        else:
+            if not text[end:].strip(_JSON_SPACE):
+                return obj
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -25,6 +25,7 @@ from worker.outbox import (
     LINKS,
     EmailRequest,
     copy_row,
+    decode_line,
     insert_batch,
     prepare,
     prepare_json,
@@ -325,3 +326,36 @@ def test_after_a_failed_batch_later_batches_roll_back_and_earlier_ones_stay(
     assert [json.loads(text)["line"] for batch in emitted for _, text in batch] == list(range(1, 51))
     stored = conn.execute("SELECT subject FROM mailroom.email_queue ORDER BY id").fetchall()
     assert [r["subject"] for r in stored] == [f"s{i}" for i in range(1, 51)]
+
+
+def _loads_outcome(text: str) -> Any:
+    try:
+        return ("ok", json.loads(text))
+    except json.JSONDecodeError as exc:
+        return ("error", f"malformed JSON: {exc.msg} at column {exc.colno}")
+
+
+def _decode_outcome(text: str) -> Any:
+    try:
+        return ("ok", decode_line(text))
+    except ValidationError as exc:
+        return ("error", exc.message)
+
+
+_JSONISH = st.lists(
+    st.sampled_from(
+        ["{", "}", '"a"', ":", "1", ",", "[", "]", " ", "\n", "\r", "\t", "\x0b", "\u2028", "x", "\\"]
+    )
+).map("".join)
+
+
+@hyp_settings(max_examples=500, deadline=None, derandomize=CI)
+@given(
+    text=st.one_of(
+        _JSONISH,
+        st.builds(lambda obj, tail: json.dumps(obj) + tail, _ANY_JSON, _JSONISH),
+        st.text(),
+    )
+)
+def test_decode_line_gives_what_json_loads_gives(text: str) -> None:
+    assert _decode_outcome(text) == _loads_outcome(text)
