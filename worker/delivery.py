@@ -35,6 +35,10 @@ from worker.smtp import Attempt, SmtpAccount, SmtpConnection
 log = logging.getLogger("mailroom.worker")
 
 
+# Every worker connection: autocommit, and asynchronous commit for the worker's own bookkeeping.
+_SESSION: dict[str, Any] = {"autocommit": True, "options": "-c synchronous_commit=off"}
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     """How one worker process runs."""
@@ -154,10 +158,12 @@ class Worker:
             # Asynchronous commit for the worker's own bookkeeping: a killed worker loses nothing (the
             # server has every commit); only a crash of PostgreSQL itself can forget the last few hundred
             # milliseconds, and then those emails are sent again (delivery is at-least-once anyway).
-            kwargs={"autocommit": True, "options": "-c synchronous_commit=off"},
+            kwargs=_SESSION,
         )
         await self.pool.open(wait=True, timeout=30)
-        self.recorder = SentRecorder(self.pool, self.options.owner, self._record_retry_seconds())
+        self.recorder = SentRecorder(
+            self._connect_for_recording, self.options.owner, self._record_retry_seconds()
+        )
         background = [
             asyncio.create_task(self.recorder.run(), name="record"),
             asyncio.create_task(self.listener.run(), name="listen"),
@@ -449,6 +455,10 @@ class Worker:
                 outcome,
             )
         return _Outcome(email["id"], outcome, verdict, attempt, retry_at, message_id)
+
+    async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
+        """The sent journal's own connection, set up like the pool's."""
+        return await psycopg.AsyncConnection.connect(self.url, **_SESSION)
 
     def _record_retry_seconds(self) -> float:
         """How long recording an attempt keeps retrying a lost database before the claim is given up."""

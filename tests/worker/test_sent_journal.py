@@ -8,7 +8,6 @@ import uuid
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
 from worker import queue as q
@@ -141,15 +140,19 @@ async def test_slots_waiting_together_share_one_commit(db_url: str, smtp_sink: R
         sender = _sender_id(conn)
         _claim_as(conn, ids[:3], LIVE, expired=False)
         _claim_as(conn, ids[3:], DEAD, expired=False)
-    async with AsyncConnectionPool(db_url, min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
-        recorder = SentRecorder(pool, "host:1", retry_seconds=5)
-        task = asyncio.create_task(recorder.run())
-        try:
-            held = await asyncio.gather(
-                *(recorder.record(Sent(i, LIVE, sender, 250, "2.0.0", "ok", 1, f"<{i}@test>")) for i in ids)
-            )
-        finally:
-            task.cancel()
+
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(db_url, autocommit=True)
+
+    recorder = SentRecorder(connect, "host:1", retry_seconds=5)
+    task = asyncio.create_task(recorder.run())
+    try:
+        held = await asyncio.gather(
+            *(recorder.record(Sent(i, LIVE, sender, 250, "2.0.0", "ok", 1, f"<{i}@test>")) for i in ids)
+        )
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
     # Four slots handed in their email before the recorder ran: one statement and one commit for all,
     # and the one whose claim is not this token's learns it.
     assert recorder.statements == 1
@@ -197,3 +200,42 @@ def test_a_claim_reads_the_claim_index_in_order_even_before_the_queue_is_analyze
         plan = _claim_plan(conn, sender, q.CLAIM_IN_INDEX_ORDER)
     assert "Sort" not in plan
     assert "email_queue_claim_idx" in plan
+
+
+async def test_a_refused_journal_write_reaches_every_waiting_slot_as_that_error(
+    db_url: str, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 2)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sender = _sender_id(conn)
+        _claim_as(conn, ids, LIVE, expired=False)
+        conn.execute(
+            "CREATE FUNCTION mailroom.test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'journal refused by test' USING ERRCODE = 'check_violation'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER test_refuse BEFORE INSERT ON mailroom.sent_journal FOR EACH ROW"
+            " EXECUTE FUNCTION mailroom.test_refuse()"
+        )
+
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(db_url, autocommit=True)
+
+    recorder = SentRecorder(connect, "host:1", retry_seconds=5)
+    task = asyncio.create_task(recorder.run())
+    try:
+        outcomes = await asyncio.gather(
+            *(recorder.record(Sent(i, LIVE, sender, 250, "2.0.0", "ok", 1, None)) for i in ids),
+            return_exceptions=True,
+        )
+        # The recorder goes on: once the table takes rows again, the next write succeeds.
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("DROP TRIGGER test_refuse ON mailroom.sent_journal")
+        again = await recorder.record(Sent(ids[0], LIVE, sender, 250, "2.0.0", "ok", 1, None))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert all(isinstance(o, psycopg.errors.CheckViolation) for o in outcomes)
+    assert "journal refused by test" in str(outcomes[0])
+    assert again is True
