@@ -185,7 +185,8 @@ def enqueue_lines(
         done = rejected + [
             (n, f'{{"line": {n}, "id": {i}}}') for (n, _), i in zip(accepted, ids, strict=True)
         ]
-        done.sort(key=lambda result: result[0])
+        if rejected:  # accepted lines are in input order already
+            done.sort(key=lambda result: result[0])
         emit(done)
         counts.accepted += len(ids)
         counts.rejected += len(rejected)

@@ -311,10 +311,15 @@ def _prepare_fields(
             continue
         if "\x00" in content:
             raise ValidationError(label, "contains a NUL character")
-        try:
-            size = len(content.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise ValidationError(label, "contains an unpaired surrogate (not valid Unicode text)") from None
+        if content.isascii():  # one byte a character and no surrogates, known without encoding
+            size = len(content)
+        else:
+            try:
+                size = len(content.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise ValidationError(
+                    label, "contains an unpaired surrogate (not valid Unicode text)"
+                ) from None
         if label in ("text", "html"):
             body_bytes += size
     if body_bytes > settings.max_body_bytes:
