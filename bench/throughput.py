@@ -99,7 +99,11 @@ def rss_mb() -> float:
 async def mailroom_worker(url: str, n: int, concurrency: int) -> tuple[float, int, list[float]]:
     """Emails/s for a draining worker, how many it sent, and its RSS sampled every 2 s."""
     settings = Settings(database_url=url)
-    worker = Worker(url, settings, WorkerOptions(concurrency=concurrency, batch_size=100, drain=True))
+    worker = Worker(
+        url,
+        settings,
+        WorkerOptions(concurrency=concurrency, batch_size=int(os.environ.get("BATCH", "100")), drain=True),
+    )
     samples: list[float] = []
 
     async def sample() -> None:
@@ -156,7 +160,7 @@ def worker_processes(url: str, processes: int, concurrency: int) -> tuple[float,
         "--concurrency",
         str(max(1, concurrency // processes)),
         "--batch-size",
-        "100",
+        os.environ.get("BATCH", "100"),
         "--drain",
         "--no-producers",
     ]

@@ -96,7 +96,9 @@ class PipeliningProtocol(SMTPProtocol):
                 self._set_response_exception(waiter, exc)
             else:
                 if parsed is not None:
-                    waiter.set_result(parsed)
+                    # Already here: no waiter round (the pending one stays for the next reply).
+                    self._response_pending = False
+                    return parsed
         return await self.read_response(timeout=timeout)
 
     async def execute_pipeline(self, commands: Sequence[bytes], timeout: float | None) -> list[SMTPResponse]:  # noqa: ASYNC109
