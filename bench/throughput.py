@@ -102,7 +102,7 @@ async def mailroom_worker(url: str, n: int, concurrency: int) -> tuple[float, in
     worker = Worker(
         url,
         settings,
-        WorkerOptions(concurrency=concurrency, batch_size=int(os.environ.get("BATCH", "100")), drain=True),
+        WorkerOptions(concurrency=concurrency, drain=True),
     )
     samples: list[float] = []
 
@@ -159,8 +159,6 @@ def worker_processes(url: str, processes: int, concurrency: int) -> tuple[float,
         str(processes),
         "--concurrency",
         str(max(1, concurrency // processes)),
-        "--batch-size",
-        os.environ.get("BATCH", "100"),
         "--drain",
         "--no-producers",
     ]

@@ -452,7 +452,11 @@ def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
         "use one per core. Only the first runs the producers; a process that dies is started again",
     )
     wk.add_argument(
-        "--batch-size", type=int, default=50, help="emails claimed per slot at a time (default 50)"
+        "--batch-size",
+        type=positive_count,
+        default=300,
+        help="emails claimed per slot at a time (default 300; a sender paced by send_delay_ms gets claims of at "
+        "most 5 seconds of its sending)",
     )
     wk.add_argument("--drain", action="store_true", help="exit by itself when nothing is due")
     wk.add_argument("--grace", type=float, default=10.0, help="seconds in-flight sends get on shutdown")

@@ -366,3 +366,25 @@ async def test_email_that_cannot_be_built_fails_alone_and_the_worker_goes_on(
         row = conn.execute("SELECT last_error FROM mailroom.email_queue WHERE status = 'failed'").fetchone()
     assert row is not None
     assert row[0].startswith("cannot build the message")
+
+
+async def test_a_paced_sender_claims_no_more_than_a_few_seconds_of_its_sending(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    from worker.delivery import PACED_CLAIM_SECONDS, Worker, WorkerOptions
+
+    add_sender(db_url, smtp_sink.port)
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE mailroom.sender_accounts SET send_delay_ms = 250")
+    enqueue_many(db_url, 60)
+    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=1, batch_size=300))
+    run = asyncio.create_task(worker.run())
+    try:
+        assert await asyncio.to_thread(smtp_sink.wait_for_sync, 1, 30)
+        held = statuses(db_url)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, timeout=30)
+    # 250 ms between emails: one claim holds PACED_CLAIM_SECONDS of sending, not the batch size of 300.
+    assert held.get("assigned", 0) + held.get("sent", 0) == PACED_CLAIM_SECONDS * 1000 // 250
+    assert held["pending"] == 60 - PACED_CLAIM_SECONDS * 1000 // 250
