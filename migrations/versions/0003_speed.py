@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import op
+from migrations import parts
 
 revision = "0003"
 down_revision = "0002"
@@ -22,19 +22,11 @@ depends_on = None
 PARTS = Path(__file__).with_name("0003")
 
 
-def _run(path: Path) -> None:
-    # Through the driver directly: a part is many statements and may use % in format strings.
-    raw = op.get_bind().connection.driver_connection
-    raw.execute(path.read_text(encoding="utf-8"))
-
-
 def upgrade() -> None:
     """Apply every area's part in name order."""
-    for path in sorted(p for p in PARTS.glob("*.sql") if not p.name.endswith(".down.sql")):
-        _run(path)
+    parts.upgrade(PARTS)
 
 
 def downgrade() -> None:
     """Undo every area's part in reverse name order."""
-    for path in sorted(PARTS.glob("*.down.sql"), reverse=True):
-        _run(path)
+    parts.downgrade(PARTS)

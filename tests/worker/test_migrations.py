@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine
@@ -80,3 +82,22 @@ def test_partitions_exist_for_this_month_and_ahead(conn: psycopg.Connection[Any]
         "SELECT mailroom.ensure_month_partitions('send_logs', (now() + interval '4 months')::date, 2) AS n"
     ).fetchone()
     assert made is not None and made["n"] == 2
+
+
+def test_every_migration_sql_file_ships_in_the_package() -> None:
+    """A revision's SQL parts are package data: a part left out would install an empty revision."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    globs = config["tool"]["setuptools"]["package-data"]["migrations"]
+    shipped = {p for pattern in globs for p in (root / "migrations").glob(pattern)}
+    sql = set((root / "migrations").rglob("*.sql"))
+    assert sql and sql <= shipped, sorted(str(p.relative_to(root)) for p in sql - shipped)
+
+
+def test_a_revision_without_its_sql_parts_fails_instead_of_migrating_nothing(tmp_path: Path) -> None:
+    from migrations import parts
+
+    with pytest.raises(RuntimeError, match="no SQL parts"):
+        parts.upgrade(tmp_path)
