@@ -405,14 +405,16 @@ class Worker:
                     next_envelope = upcoming if isinstance(upcoming, Envelope) else None
                     attempt = await connection.send(built, next_envelope)
                     outcome = self._decide(email, attempt, built.message_id)
+                if outcome.outcome == "sent" or outcome.verdict is Verdict.PERMANENT:
+                    # Charged as soon as the provider counted it (a permanent refusal too), before the
+                    # recording that may fail or find the lease lost: the message went out either way.
+                    quota.used += 1
                 if not await self._record(db, sender, token, outcome, email):
                     # Our lease expired and the claim went back to the queue: another worker owns the
                     # rest of this batch now, so sending it here would send it twice.
                     log.warning("lease lost for %d claimed email(s); leaving them to the queue", len(pending))
                     pending.clear()
                     break
-                if outcome.outcome == "sent" or outcome.verdict is Verdict.PERMANENT:
-                    quota.used += 1  # a permanent refusal was still an attempt the provider counted
                 if outcome.verdict is Verdict.AUTH:
                     await self._suspend(sender, attempt)
                     break

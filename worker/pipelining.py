@@ -74,7 +74,7 @@ class PipeliningProtocol(SMTPProtocol):
         """The parent's parser, with a shortcut for the usual reply: one line, a three-digit code."""
         buffer = self._buffer
         end = buffer.find(b"\n")
-        if 4 <= end <= MAX_LINE_LENGTH and buffer[3:4] == b" " and buffer[:3].isdigit():
+        if 4 <= end < MAX_LINE_LENGTH and buffer[3:4] == b" " and buffer[:3].isdigit():
             line = bytes(buffer[: end + 1])
             del buffer[: end + 1]
             return SMTPResponse(int(line[:3]), line[4:].strip(b" \t\r\n").decode("utf-8", "surrogateescape"))

@@ -74,14 +74,22 @@ class Supervisor:
         )
         self._children[process.pid] = _Child(index, process, time.monotonic(), quick_deaths)
         log.info("worker process %d started (pid %d)", index, process.pid)
+        if self._stopping:
+            # SIGTERM arrived while this child was being started, before `stop` could see it.
+            self._signal(process)
+
+    @staticmethod
+    def _signal(process: subprocess.Popen[bytes]) -> None:
+        # Not `poll()`: that would reap an exited child behind `run`'s waitpid, which then never sees it.
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
 
     def stop(self, signum: int = signal.SIGTERM, frame: FrameType | None = None) -> None:
         """Stop every child: they finish in-flight sends within their grace period and exit."""
         self._stopping = True
-        for child in self._children.values():
-            if child.process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.process.send_signal(signal.SIGTERM)
+        for child in list(self._children.values()):
+            self._signal(child.process)
 
     def run(self) -> int:
         """Start the children and wait for them; 0 when every child that ended for good ended well."""
@@ -89,9 +97,13 @@ class Supervisor:
         failed = 0
         try:
             for index in range(self.count):
-                self._spawn(index)
+                if not self._stopping:
+                    self._spawn(index)
             while self._children:
-                pid, status = os.waitpid(-1, 0)
+                try:
+                    pid, status = os.waitpid(-1, 0)
+                except ChildProcessError:  # every child is already reaped: nothing left to wait for
+                    break
                 child = self._children.pop(pid, None)
                 if child is None:
                     continue

@@ -175,7 +175,10 @@ FROM jsonb_to_recordset(%(sent)s::jsonb)
      AS r(id bigint, token uuid, sender bigint, code int, enhanced text, response text, duration_ms int,
           message_id text)
 -- A subquery per row, not a join: one primary-key probe each, whatever the planner thinks of the queue's size.
-WHERE (SELECT q.lease_token FROM mailroom.email_queue q WHERE q.id = r.id AND q.status = 'assigned') = r.token
+-- FOR KEY SHARE: a lease rescue under way holds the row; this waits for it, then sees the email pending
+-- and journals nothing (lease renewals take a weaker lock and never wait on it).
+WHERE (SELECT q.lease_token FROM mailroom.email_queue q WHERE q.id = r.id AND q.status = 'assigned'
+       FOR KEY SHARE) = r.token
 RETURNING email_id
 """
 

@@ -76,6 +76,7 @@ class SentRecorder:
 
     async def run(self) -> None:
         """Write whatever is waiting, one statement at a time, until cancelled."""
+        batch: list[tuple[Sent, asyncio.Future[bool]]] = []
         try:
             while True:
                 await self._wake.wait()
@@ -94,7 +95,8 @@ class SentRecorder:
                     if not future.done():
                         future.set_result(sent.email_id in held)
         finally:
-            for _, future in self._pending:
+            # Nobody is left waiting: neither the slots of the batch being written nor the next ones.
+            for _, future in (*batch, *self._pending):
                 future.cancel()
             await self._close()
 
@@ -125,21 +127,27 @@ class SentRecorder:
         deadline = time.monotonic() + self.retry_seconds
         while True:
             try:
-                if self._conn is None:
-                    conn = await self.connect()
-                    await _exchange(
-                        conn.pgconn, lambda pg: pg.send_prepare(_JOURNAL_NAME, _JOURNAL_SQL.encode())
+                async with asyncio.timeout(self.retry_seconds):  # a database gone silent is a lost one
+                    if self._conn is None:
+                        self._conn = await self.connect()
+                        await _exchange(
+                            self._conn.pgconn,
+                            lambda pg: pg.send_prepare(_JOURNAL_NAME, _JOURNAL_SQL.encode()),
+                        )
+                    results = await _exchange(
+                        self._conn.pgconn,
+                        lambda pg: pg.send_query_prepared(_JOURNAL_NAME, [sent, self.owner]),
                     )
-                    self._conn = conn
-                results = await _exchange(
-                    self._conn.pgconn, lambda pg: pg.send_query_prepared(_JOURNAL_NAME, [sent, self.owner])
-                )
                 self.statements += 1
                 rows = results[0]
                 return {int(rows.get_value(i, 0) or 0) for i in range(rows.ntuples)}
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                await self._close()
+            except (psycopg.OperationalError, psycopg.InterfaceError, TimeoutError) as exc:
+                await self._close()  # also a connection whose statement was never prepared
                 if time.monotonic() > deadline:
+                    if isinstance(exc, TimeoutError):
+                        raise psycopg.OperationalError(
+                            "the database did not answer the sent journal"
+                        ) from exc
                     raise
                 log.warning("recording %d sent email(s) failed (%s); retrying", len(batch), exc)
                 await asyncio.sleep(0.5)
@@ -167,8 +175,18 @@ async def _exchange(pg: pq.abc.PGconn, send: Callable[[pq.abc.PGconn], None]) ->
         if result.status == pq.ExecStatus.FATAL_ERROR:
             sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
             message = (result.error_message or b"").decode(errors="replace").strip()
-            raise psycopg.errors.lookup(sqlstate)(message) if sqlstate else psycopg.OperationalError(message)
+            raise _error_class(sqlstate)(message)
     return results
+
+
+def _error_class(sqlstate: str) -> type[psycopg.Error]:
+    """psycopg's exception class for a SQLSTATE; a code it does not know is still a database error."""
+    if not sqlstate:
+        return psycopg.OperationalError
+    try:
+        return psycopg.errors.lookup(sqlstate)
+    except KeyError:
+        return psycopg.DatabaseError
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:

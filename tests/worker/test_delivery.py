@@ -388,3 +388,26 @@ async def test_a_paced_sender_claims_no_more_than_a_few_seconds_of_its_sending(
     # 250 ms between emails: one claim holds PACED_CLAIM_SECONDS of sending, not the batch size of 300.
     assert held.get("assigned", 0) + held.get("sent", 0) == PACED_CLAIM_SECONDS * 1000 // 250
     assert held["pending"] == 60 - PACED_CLAIM_SECONDS * 1000 // 250
+
+
+async def test_accepted_email_is_charged_even_when_recording_it_fails(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    from worker.delivery import Worker, WorkerOptions
+
+    add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 10)
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "CREATE FUNCTION mailroom.test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'journal refused by test' USING ERRCODE = 'check_violation'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER test_refuse BEFORE INSERT ON mailroom.sent_journal FOR EACH ROW"
+            " EXECUTE FUNCTION mailroom.test_refuse()"
+        )
+    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=2, grace_seconds=1))
+    with pytest.raises(psycopg.errors.CheckViolation, match="journal refused by test"):
+        await asyncio.wait_for(worker.run(), timeout=30)
+    # The provider took these messages, so the day's quota counts them; nothing else is charged.
+    assert quota_used_today(db_url) == len(smtp_sink.messages) > 0

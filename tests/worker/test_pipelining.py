@@ -296,3 +296,21 @@ def test_the_reply_parser_shortcut_reads_exactly_what_aiosmtplib_reads(lines: li
         except SMTPResponseException as exc:
             outcomes.append((exc.code, exc.message))
     assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("length", [8192, 8193])
+def test_the_reply_parser_shortcut_keeps_aiosmtplibs_line_limit(length: int) -> None:
+    data = b"250 " + b"x" * (length - 6) + b"\r\n"
+    loop = asyncio.new_event_loop()
+    try:
+        ours, theirs = PipeliningProtocol(loop=loop), SMTPProtocol(loop=loop)
+    finally:
+        loop.close()
+    outcomes = []
+    for protocol in (ours, theirs):
+        protocol._buffer = bytearray(data)
+        try:
+            outcomes.append(protocol._read_response_from_buffer())
+        except SMTPResponseException as exc:
+            outcomes.append((exc.code, exc.message))
+    assert outcomes[0] == outcomes[1]

@@ -107,3 +107,29 @@ def test_processes_must_be_a_whole_number_of_one_or_more(cli_env: dict[str, str]
         output = "".join(_lines(proc))
         assert proc.wait(timeout=30) == 2
     assert "'0' is not a whole number of 1 or more" in output
+
+
+def test_stopping_never_reaps_a_child_behind_the_supervisors_back(cli_env: dict[str, str]) -> None:
+    from worker.processes import Supervisor
+
+    supervisor = Supervisor(1, lambda index: ["--version"], cli_env)
+    supervisor._spawn(0)
+    (pid,) = supervisor._children
+    # The child has exited; wait for that without reaping it, then stop (a second Ctrl-C, say).
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    supervisor.stop()
+    # Still there for the supervisor's own waitpid, which is what counts it.
+    reaped, status = os.waitpid(pid, 0)
+    supervisor._children[pid].process.returncode = os.waitstatus_to_exitcode(status)
+    assert reaped == pid
+
+
+def test_a_child_started_after_sigterm_arrived_is_stopped_too(cli_env: dict[str, str]) -> None:
+    from worker.processes import Supervisor
+
+    supervisor = Supervisor(1, lambda index: ["worker", "--no-producers"], cli_env)
+    supervisor.stop()  # the signal came first, while the child was being started
+    supervisor._spawn(0)
+    (child,) = supervisor._children.values()
+    # It stops (by the signal itself, or as a worker does on SIGTERM once its handlers are in place).
+    assert child.process.wait(timeout=30) in (0, -signal.SIGTERM)

@@ -239,3 +239,48 @@ async def test_a_refused_journal_write_reaches_every_waiting_slot_as_that_error(
     assert all(isinstance(o, psycopg.errors.CheckViolation) for o in outcomes)
     assert "journal refused by test" in str(outcomes[0])
     assert again is True
+
+
+def test_a_journal_write_racing_a_lease_rescue_waits_for_it_and_journals_nothing(
+    db_url: str, smtp_sink: RunningSink
+) -> None:
+    import threading
+    import time
+
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 1)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sender = _sender_id(conn)
+        _claim_as(conn, ids, LIVE, expired=True)  # a slow worker: alive, but its lease ran out
+    result: list[list[int]] = []
+    with psycopg.connect(db_url) as rescuer, psycopg.connect(db_url, autocommit=True) as recorder:
+        assert len(rescuer.execute(q.RESCUE_EXPIRED).fetchall()) == 1  # under way, not committed
+        writer = threading.Thread(target=lambda: result.append(_journal(recorder, ids, LIVE, sender)))
+        writer.start()
+        # The journal write waits on the rescue's row lock (seen in pg_stat_activity), not on a timer.
+        deadline = time.monotonic() + 10
+        with psycopg.connect(db_url, autocommit=True) as watcher:
+            while time.monotonic() < deadline:
+                row = watcher.execute(
+                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                    (recorder.info.backend_pid,),
+                ).fetchone()
+                if row is not None and row[0] == "Lock":
+                    break
+            else:
+                raise AssertionError("the journal write never waited for the rescue")
+        rescuer.commit()
+        writer.join(timeout=10)
+    # The slow worker learns its lease is gone (and stops sending); nothing is left in the journal.
+    assert result == [[]]
+    assert statuses(db_url) == {"pending": 1}
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM mailroom.sent_journal").fetchone() == (0,)
+
+
+def test_an_unknown_sqlstate_is_still_a_database_error() -> None:
+    from worker.recording import _error_class
+
+    assert _error_class("23514") is psycopg.errors.CheckViolation
+    assert _error_class("ZZ999") is psycopg.DatabaseError
+    assert _error_class("") is psycopg.OperationalError
