@@ -185,10 +185,11 @@ async def _transaction(
     message (a quarter of the worker's CPU); these addresses were validated and normalised
     at enqueue (ASCII, no quoting), so the commands are written directly.
     """
-    for address in (envelope.sender, envelope.recipient):
-        if _unsafe(address):
-            raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {address!r}", envelope.sender)
-    mail, rcpt = _envelope_commands(envelope) or (b"", b"")
+    commands = _envelope_commands(envelope)
+    if commands is None:
+        unsafe = envelope.sender if _unsafe(envelope.sender) else envelope.recipient
+        raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {unsafe!r}", envelope.sender)
+    mail, rcpt = commands
     protocol = enable_pipelining(client)
     if protocol is not None:
         return await _pipelined(client, protocol, envelope, mail, rcpt, announced, upcoming)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 
 from worker.config import Settings
@@ -91,3 +93,17 @@ async def run_until_drained(
         await asyncio.wait_for(worker.run(), timeout=60)
         sent += worker.sent
     return sent
+
+
+def refuse_writes(
+    conn: psycopg.Connection[Any], table: str, event: str = "INSERT", message: str = "refused by test"
+) -> None:
+    """Make every `event` on `mailroom.<table>` fail with a check violation carrying `message`."""
+    conn.execute(
+        "CREATE OR REPLACE FUNCTION mailroom.test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+        f" $$ BEGIN RAISE EXCEPTION '{message}' USING ERRCODE = 'check_violation'; END $$"
+    )
+    conn.execute(
+        f"CREATE TRIGGER test_refuse_{event.lower()} BEFORE {event} ON mailroom.{table} FOR EACH ROW"
+        " EXECUTE FUNCTION mailroom.test_refuse()"
+    )

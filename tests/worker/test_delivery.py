@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
+from tests.worker.helpers import add_sender, enqueue_many, refuse_writes, run_until_drained, statuses
 from worker.config import Settings
 from worker.sink import Drop, RunningSink, Stall
 
@@ -321,18 +321,8 @@ async def test_unexpected_database_error_stops_the_worker_with_that_error(
     add_sender(db_url, smtp_sink.port)
     enqueue_many(db_url, 20)
     with psycopg.connect(db_url) as conn:
-        conn.execute(
-            "CREATE FUNCTION mailroom.test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
-            " $$ BEGIN RAISE EXCEPTION 'refused by test' USING ERRCODE = 'check_violation'; END $$"
-        )
-        conn.execute(
-            "CREATE TRIGGER test_refuse BEFORE UPDATE ON mailroom.send_logs_default FOR EACH ROW"
-            " EXECUTE FUNCTION mailroom.test_refuse()"
-        )
-        conn.execute(
-            "CREATE TRIGGER test_refuse_insert BEFORE INSERT ON mailroom.send_logs FOR EACH ROW"
-            " EXECUTE FUNCTION mailroom.test_refuse()"
-        )
+        refuse_writes(conn, "send_logs_default", "UPDATE")
+        refuse_writes(conn, "send_logs", "INSERT")
     worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=3, grace_seconds=1))
     with pytest.raises(psycopg.errors.CheckViolation, match="refused by test"):
         await asyncio.wait_for(worker.run(), timeout=30)
@@ -398,14 +388,7 @@ async def test_accepted_email_is_charged_even_when_recording_it_fails(
     add_sender(db_url, smtp_sink.port)
     enqueue_many(db_url, 10)
     with psycopg.connect(db_url) as conn:
-        conn.execute(
-            "CREATE FUNCTION mailroom.test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
-            " $$ BEGIN RAISE EXCEPTION 'journal refused by test' USING ERRCODE = 'check_violation'; END $$"
-        )
-        conn.execute(
-            "CREATE TRIGGER test_refuse BEFORE INSERT ON mailroom.sent_journal FOR EACH ROW"
-            " EXECUTE FUNCTION mailroom.test_refuse()"
-        )
+        refuse_writes(conn, "sent_journal", message="journal refused by test")
     worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=2, grace_seconds=1))
     with pytest.raises(psycopg.errors.CheckViolation, match="journal refused by test"):
         await asyncio.wait_for(worker.run(), timeout=30)

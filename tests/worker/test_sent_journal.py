@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 
-from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
+from tests.worker.helpers import add_sender, enqueue_many, refuse_writes, run_until_drained, statuses
 from worker import queue as q
 from worker.config import Settings
 from worker.recording import Sent, SentRecorder
@@ -44,6 +46,22 @@ def _journal(conn: psycopg.Connection[Any], ids: list[int], token: uuid.UUID, se
     ]
     rows = conn.execute(q.JOURNAL_SENT, {"sent": json.dumps(sent), "owner": "host:1"}).fetchall()
     return sorted(int(r[0]) for r in rows)
+
+
+@contextlib.asynccontextmanager
+async def _running_recorder(db_url: str) -> AsyncIterator[SentRecorder]:
+    """A sent-journal recorder writing to this test's database, its task running until the block ends."""
+
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(db_url, autocommit=True)
+
+    recorder = SentRecorder(connect, "host:1", retry_seconds=5)
+    task = asyncio.create_task(recorder.run())
+    try:
+        yield recorder
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def _sender_id(conn: psycopg.Connection[Any]) -> int:
@@ -141,18 +159,10 @@ async def test_slots_waiting_together_share_one_commit(db_url: str, smtp_sink: R
         _claim_as(conn, ids[:3], LIVE, expired=False)
         _claim_as(conn, ids[3:], DEAD, expired=False)
 
-    async def connect() -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(db_url, autocommit=True)
-
-    recorder = SentRecorder(connect, "host:1", retry_seconds=5)
-    task = asyncio.create_task(recorder.run())
-    try:
+    async with _running_recorder(db_url) as recorder:
         held = await asyncio.gather(
             *(recorder.record(Sent(i, LIVE, sender, 250, "2.0.0", "ok", 1, f"<{i}@test>")) for i in ids)
         )
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
     # Four slots handed in their email before the recorder ran: one statement and one commit for all,
     # and the one whose claim is not this token's learns it.
     assert recorder.statements == 1
@@ -210,32 +220,17 @@ async def test_a_refused_journal_write_reaches_every_waiting_slot_as_that_error(
     with psycopg.connect(db_url, autocommit=True) as conn:
         sender = _sender_id(conn)
         _claim_as(conn, ids, LIVE, expired=False)
-        conn.execute(
-            "CREATE FUNCTION mailroom.test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
-            " $$ BEGIN RAISE EXCEPTION 'journal refused by test' USING ERRCODE = 'check_violation'; END $$"
-        )
-        conn.execute(
-            "CREATE TRIGGER test_refuse BEFORE INSERT ON mailroom.sent_journal FOR EACH ROW"
-            " EXECUTE FUNCTION mailroom.test_refuse()"
-        )
+        refuse_writes(conn, "sent_journal", message="journal refused by test")
 
-    async def connect() -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(db_url, autocommit=True)
-
-    recorder = SentRecorder(connect, "host:1", retry_seconds=5)
-    task = asyncio.create_task(recorder.run())
-    try:
+    async with _running_recorder(db_url) as recorder:
         outcomes = await asyncio.gather(
             *(recorder.record(Sent(i, LIVE, sender, 250, "2.0.0", "ok", 1, None)) for i in ids),
             return_exceptions=True,
         )
         # The recorder goes on: once the table takes rows again, the next write succeeds.
         with psycopg.connect(db_url, autocommit=True) as conn:
-            conn.execute("DROP TRIGGER test_refuse ON mailroom.sent_journal")
+            conn.execute("DROP TRIGGER test_refuse_insert ON mailroom.sent_journal")
         again = await recorder.record(Sent(ids[0], LIVE, sender, 250, "2.0.0", "ok", 1, None))
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
     assert all(isinstance(o, psycopg.errors.CheckViolation) for o in outcomes)
     assert "journal refused by test" in str(outcomes[0])
     assert again is True
