@@ -290,6 +290,9 @@ WHERE s.sent_at < now() - make_interval(secs => %(age)s)
 
 NEXT_DUE = "SELECT min(scheduled_for) AS due FROM mailroom.email_queue WHERE status = 'pending'"
 
-ANY_DUE = (
-    "SELECT EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' AND scheduled_for <= now())"
-)
+# What a draining worker still waits for: email due now, or email under a lease (a live worker may hand
+# it back, and a dead worker's comes back when its lease expires and the rescue returns it).
+ANY_DUE = """
+SELECT EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' AND scheduled_for <= now())
+    OR EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'assigned')
+"""

@@ -229,6 +229,25 @@ async def test_expired_lease_returns_email_to_queue_and_late_result_is_ignored(
         assert conn.execute("SELECT count(*) FROM mailroom.send_logs").fetchone() == (0,)
 
 
+async def test_draining_worker_waits_for_a_dead_workers_lease_and_sends_its_email(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    # A worker killed a moment ago still holds its claim under an unexpired lease; nothing is pending.
+    # --drain must not call that "nothing due": the email comes back when the lease expires.
+    add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 3)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'killed:1',"
+            " lease_token = '00000000-0000-0000-0000-000000000002',"
+            " lease_expires_at = now() + interval '0.5s'"
+        )
+    sent = await run_until_drained(db_url, fast_settings)
+    assert sent == 3
+    assert statuses(db_url) == {"sent": 3}
+    assert sorted(m.rcpt_tos[0] for m in smtp_sink.messages) == [f"u{i}@example.com" for i in range(3)]
+
+
 async def test_worker_wakes_on_notify_without_polling(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
