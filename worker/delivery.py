@@ -313,6 +313,9 @@ class Worker:
             raise
         finally:
             self._tokens.discard(token)
+            if self.options.drain:
+                # Slots of a draining worker that found nothing wait for in-flight claims like this one.
+                self.waker.notify()
         await self._refund(quota)
         return True
 
@@ -680,7 +683,15 @@ class Worker:
         """Sleep until the next scheduled email is due, a NOTIFY arrives, or the fallback timer fires."""
         fallback = self._fallback_seconds()
         try:
-            due = await self._scalar(q.NEXT_DUE, ())
+            if self.options.drain:
+                due, lease_end = await self._row(q.NEXT_DUE_OR_LEASE_END)
+                if lease_end is not None:
+                    # Another process's claim ends without a NOTIFY (sent email wakes nobody), and a dead
+                    # one's comes back at its lease end: look again within a second.
+                    fallback = min(fallback, 1.0)
+                    due = lease_end if due is None else min(due, lease_end)
+            else:
+                due = await self._scalar(q.NEXT_DUE, ())
         except psycopg.Error:
             return 1.0
         if due is None:
@@ -691,6 +702,14 @@ class Worker:
         if not self._senders or len(self._exhausted) >= len(self._senders):
             return False
         return bool(await self._scalar(q.ANY_DUE, ()))
+
+    async def _row(self, statement: str, params: Sequence[Any] | dict[str, Any] = ()) -> tuple[Any, ...]:
+        assert self.pool is not None
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(statement, params)
+            row = await cur.fetchone()
+        assert row is not None
+        return tuple(row)
 
     async def _scalar(self, statement: str, params: Sequence[Any] | dict[str, Any]) -> Any:
         assert self.pool is not None

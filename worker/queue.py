@@ -290,6 +290,12 @@ WHERE s.sent_at < now() - make_interval(secs => %(age)s)
 
 NEXT_DUE = "SELECT min(scheduled_for) AS due FROM mailroom.email_queue WHERE status = 'pending'"
 
+# A draining worker also wakes when the first lease runs out: that email may come back to the queue.
+NEXT_DUE_OR_LEASE_END = """
+SELECT (SELECT min(scheduled_for) FROM mailroom.email_queue WHERE status = 'pending') AS due,
+       (SELECT min(lease_expires_at) FROM mailroom.email_queue WHERE status = 'assigned') AS lease_end
+"""
+
 # What a draining worker still waits for: email due now, or email under a lease (a live worker may hand
 # it back, and a dead worker's comes back when its lease expires and the rescue returns it).
 ANY_DUE = """

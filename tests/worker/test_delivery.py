@@ -248,6 +248,26 @@ async def test_draining_worker_waits_for_a_dead_workers_lease_and_sends_its_emai
     assert sorted(m.rcpt_tos[0] for m in smtp_sink.messages) == [f"u{i}@example.com" for i in range(3)]
 
 
+async def test_draining_worker_exits_when_its_last_claim_ends_not_at_the_fallback_timer(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    from worker.delivery import Worker, WorkerOptions
+
+    # Slot A finds nothing left while slot B still holds u1 (its reply is slow): A waits for B's claim
+    # to end, then both exit. A fallback timer of an hour would hold the worker for that hour.
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_rcpt("u1@example.com", Stall(seconds=0.5))
+    enqueue_many(db_url, 2)
+    worker = Worker(
+        db_url,
+        fast_settings,
+        WorkerOptions(concurrency=2, batch_size=1, drain=True, poll_seconds=3600, smtp_timeout=5),
+    )
+    await asyncio.wait_for(worker.run(), timeout=30)
+    assert worker.sent == 2
+    assert statuses(db_url) == {"sent": 2}
+
+
 async def test_worker_wakes_on_notify_without_polling(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
