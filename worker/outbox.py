@@ -77,7 +77,7 @@ _COLUMN_LIST = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
 INSERT_ONE = (
     sql.SQL(
         "INSERT INTO mailroom.email_queue ({columns}) VALUES ({values})"
-        " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+        " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id"
     )
     .format(columns=_COLUMN_LIST, values=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS))
     .as_string(None)
@@ -441,7 +441,7 @@ _STAGING = sql.SQL(
 ).format(columns=_COLUMN_LIST)
 _FROM_STAGING = sql.SQL(
     "INSERT INTO mailroom.email_queue (id, {columns}) SELECT id, {columns}"
-    " FROM mailroom_enqueue_staging ORDER BY id ON CONFLICT (idempotency_key) DO NOTHING"
+    " FROM mailroom_enqueue_staging ORDER BY id ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 ).format(columns=_COLUMN_LIST)
 _RESOLVE_KEYS = (
     "SELECT s.id AS staged, q.id FROM mailroom_enqueue_staging s"

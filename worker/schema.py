@@ -161,7 +161,6 @@ email_queue = Table(
     Column("finished_at", DateTime(timezone=True)),
     Column("unsubscribe_token", UUID(as_uuid=True)),  # revision 0002 (tracking)
     PrimaryKeyConstraint("id", name="email_queue_pkey"),
-    UniqueConstraint("idempotency_key", name="email_queue_idempotency_key_key"),
     CheckConstraint(
         r"length(recipient_email) BETWEEN 3 AND 254 AND recipient_email !~ '[\x00-\x20\x7f<>]'",
         name="email_queue_recipient_email_check",
@@ -205,6 +204,13 @@ Index(
     "email_queue_due_idx",
     email_queue.c.scheduled_for,
     postgresql_where=text("status = 'pending'"),
+)
+# Revision 0004: only keyed email is indexed (the constraint it replaces indexed every NULL key too).
+Index(
+    "email_queue_idempotency_key_key",
+    email_queue.c.idempotency_key,
+    unique=True,
+    postgresql_where=text("idempotency_key IS NOT NULL"),
 )
 Index("email_queue_lease_idx", email_queue.c.lease_expires_at, postgresql_where=text("status = 'assigned'"))
 Index("email_queue_failed_idx", email_queue.c.finished_at.desc(), postgresql_where=text("status = 'failed'"))
