@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 _ENHANCED = re.compile(r"^\s*([245])\.(\d{1,3})\.(\d{1,3})\b")
 
@@ -28,7 +29,7 @@ class Reply:
     text: str
     phase: str = "data"  # connect, auth, mail, rcpt, data
 
-    @property
+    @cached_property
     def enhanced(self) -> str | None:
         """The RFC 3463 enhanced status code at the start of the text, e.g. '5.1.1'."""
         match = _ENHANCED.match(self.text)

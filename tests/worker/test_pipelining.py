@@ -8,15 +8,15 @@ from dataclasses import replace
 
 import psycopg
 import pytest
-from aiosmtplib import SMTPResponseException
-from aiosmtplib.protocol import SMTPProtocol
+from aiosmtplib import SMTPReadTimeoutError, SMTPResponseException
+from aiosmtplib.protocol import PERIOD_REGEX, SMTPProtocol, normalize_message_line_endings
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
 from worker.config import Settings
 from worker.message import Envelope
-from worker.pipelining import PipeliningProtocol
+from worker.pipelining import PipeliningProtocol, wire_data
 from worker.sink import Drop, RunningSink, SinkHandler
 from worker.smtp import SmtpAccount, SmtpConnection
 
@@ -314,3 +314,36 @@ def test_the_reply_parser_shortcut_keeps_aiosmtplibs_line_limit(length: int) -> 
         except SMTPResponseException as exc:
             outcomes.append((exc.code, exc.message))
     assert outcomes[0] == outcomes[1]
+
+
+_message_bytes = st.lists(
+    st.sampled_from([b"a", b".", b"\r", b"\n", b"\r\n", b"\r\n.", b"..", b" ", b"x.y"]), max_size=30
+).map(b"".join)
+
+
+@given(_message_bytes)
+def test_the_data_shortcut_writes_exactly_what_aiosmtplibs_data_writes(message: bytes) -> None:
+    # aiosmtplib's DATA: line endings to CRLF, a final CRLF, leading dots doubled, then ".\r\n".
+    expected = PERIOD_REGEX.sub(b"..", normalize_message_line_endings(message)) + b".\r\n"
+    assert wire_data(message) == expected
+
+
+def test_the_reply_timeout_fails_the_read_as_aiosmtplib_does() -> None:
+    async def silent_server() -> None:
+        loop = asyncio.get_running_loop()
+        protocol = PipeliningProtocol(loop=loop)
+        protocol.connection_made(_NullTransport())  # a connection whose server never answers
+        with pytest.raises(SMTPReadTimeoutError):
+            await protocol.read_response(timeout=0.05)
+        # The next reply gets a fresh waiter, as after aiosmtplib's own timeout.
+        assert protocol._response_waiter is not None and not protocol._response_waiter.done()
+
+    asyncio.run(silent_server())
+
+
+class _NullTransport(asyncio.Transport):
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
