@@ -29,7 +29,7 @@ from worker.masking import mask_address
 from worker.message import Envelope, build_message
 from worker.producers import Producer, registered
 from worker.recording import Sent, SentRecorder
-from worker.senders import ELIGIBLE_SENDERS, RELEASE_QUOTA, RESERVE
+from worker.senders import ELIGIBLE_SENDERS, RELEASE_QUOTA, RESERVE, TAKE_SEND_SLOT
 from worker.smtp import Attempt, SmtpAccount, SmtpConnection
 
 log = logging.getLogger("mailroom.worker")
@@ -140,8 +140,6 @@ class Worker:
         self._senders: list[Sender] = []
         self._senders_at = 0.0
         self._exhausted: set[int] = set()
-        self._pace: dict[int, float] = {}
-        self._pace_locks: dict[int, asyncio.Lock] = {}
         self._open: dict[int, int] = {}  # SMTP connections this process holds per sender account
         self._box: SecretBox | None = None
         # DKIM keys decrypted once per sender account (and again only when its stored key changes)
@@ -659,16 +657,14 @@ class Worker:
         return key
 
     async def _pace_sender(self, sender: Sender) -> None:
+        """Wait for the paced sender's next send slot, taken in PostgreSQL so every worker shares it."""
         if sender.send_delay_ms <= 0:
             return
-        sender_id = sender.account.sender_id
-        lock = self._pace_locks.setdefault(sender_id, asyncio.Lock())
-        async with lock:
-            now = time.monotonic()
-            wait = self._pace.get(sender_id, 0.0) - now
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._pace[sender_id] = max(now, self._pace.get(sender_id, 0.0)) + sender.send_delay_ms / 1000
+        wait = await self._scalar(
+            TAKE_SEND_SLOT, {"sender": sender.account.sender_id, "delay": sender.send_delay_ms / 1000}
+        )
+        if wait:
+            await asyncio.sleep(float(wait))
 
     # -- idle, leases, rescue -----------------------------------------------------------------
 

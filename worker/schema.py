@@ -114,6 +114,20 @@ sender_usage = Table(
     CheckConstraint("errors >= 0", name="sender_usage_errors_check"),
 )
 
+# Revision 0004: the next free send slot of a paced sender account, shared by every worker.
+sender_pacing = Table(
+    "sender_pacing",
+    metadata,
+    Column(
+        "sender_account_id",
+        BigInteger,
+        ForeignKey(sender_accounts.c.id, ondelete="CASCADE", name="sender_pacing_sender_account_id_fkey"),
+        nullable=False,
+    ),
+    Column("next_send_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("sender_account_id", name="sender_pacing_pkey"),
+)
+
 email_queue = Table(
     "email_queue",
     metadata,

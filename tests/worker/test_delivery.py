@@ -419,6 +419,30 @@ async def test_a_paced_sender_claims_no_more_than_a_few_seconds_of_its_sending(
     assert held["pending"] == 60 - PACED_CLAIM_SECONDS * 1000 // 250
 
 
+async def test_pacing_holds_across_workers_not_only_within_one(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    from worker.delivery import Worker, WorkerOptions
+
+    # Two workers (as two processes would) send through one account paced at 150 ms: together they
+    # keep to one send per 150 ms. Paced per process, 8 emails would take about half as long.
+    delay, total = 0.15, 8
+    add_sender(db_url, smtp_sink.port)
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE mailroom.sender_accounts SET send_delay_ms = %s", (int(delay * 1000),))
+    enqueue_many(db_url, total)
+    workers = [
+        Worker(db_url, fast_settings, WorkerOptions(concurrency=1, batch_size=total // 2, drain=True))
+        for _ in range(2)
+    ]
+    await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers)), timeout=30)
+    assert sum(w.sent for w in workers) == total and all(w.sent > 0 for w in workers)
+    arrivals = sorted(m.received_at for m in smtp_sink.messages)
+    assert len(arrivals) == total
+    # Slots are taken one delay apart in PostgreSQL; the first send may arrive up to a delay late.
+    assert (arrivals[-1] - arrivals[0]).total_seconds() >= (total - 2) * delay
+
+
 async def test_accepted_email_is_charged_even_when_recording_it_fails(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
