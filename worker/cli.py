@@ -178,10 +178,17 @@ def cmd_senders(args: argparse.Namespace, settings: Settings) -> int:
             if args.json:
                 print(json.dumps(rows, default=str, indent=2))
             else:
-                print(f"{'NAME':<20} {'STATUS':<22} {'TODAY':>13} {'HOST':<30}")
+                print(f"{'NAME':<20} {'STATUS':<22} {'TODAY':>13} {'WARM-UP':<20} {'HOST':<30}")
                 for r in rows:
                     today = f"{r['sent_today']}/{r['effective_limit']}"
-                    print(f"{r['name']:<20} {r['status']:<22} {today:>13} {r['smtp_host']}:{r['smtp_port']}")
+                    # Stage 0 is a finished (or never started) warm-up: its old limit no longer applies.
+                    warmup = (
+                        f"stage {r['warmup_stage']}/5 {r['warmup_limit']}/day" if r["warmup_stage"] else "-"
+                    )
+                    print(
+                        f"{r['name']:<20} {r['status']:<22} {today:>13} {warmup:<20}"
+                        f" {r['smtp_host']}:{r['smtp_port']}"
+                    )
             return 0
         target = {"pause": "paused", "resume": "active", "suspend": "suspended"}[args.senders_command]
         try:

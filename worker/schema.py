@@ -52,6 +52,8 @@ sender_accounts = Table(
     Column("daily_limit", Integer, nullable=False, server_default=text("2000")),
     Column("warmup_stage", Integer, nullable=False, server_default=text("0")),
     Column("warmup_limit", Integer),
+    # revision 0004: the UTC day reserve_quota last considered advancing the warm-up stage
+    Column("warmup_checked_on", Date),
     Column("send_delay_ms", Integer, nullable=False, server_default=text("0")),
     Column("max_connections", Integer, nullable=False, server_default=text("4")),
     Column("status", Text, nullable=False, server_default=text("'active'")),

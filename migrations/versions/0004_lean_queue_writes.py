@@ -1,8 +1,9 @@
 """Lean queue writes: the idempotency key's unique index holds only the emails that have a key.
 
 A unique constraint indexes every row, NULL keys included, so each enqueue and each status change
-of an email without a key (most email) paid for an index entry nobody can look up. Written as SQL
-parts in `0004/`, like revisions 0002 and 0003.
+of an email without a key (most email) paid for an index entry nobody can look up. reserve_quota
+now advances a sender account's warm-up stage, once a UTC day, after a full day with few bounces
+(`30_warmup.sql`). Written as SQL parts in `0004/`, like revisions 0002 and 0003.
 
 Revision ID: 0004
 Revises: 0003
