@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,10 +81,67 @@ def drop_database(admin_url: str, url: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name))))
 
 
+class _Clones:
+    """Databases cloned from the template ahead of the tests that will use them, on one thread.
+
+    A clone takes about 0.3 s of the server's time (it copies every file of the template); made
+    while the previous test runs, a test starts on one that is ready instead of waiting for it.
+    """
+
+    AHEAD = 2
+
+    def __init__(self, admin_url: str, template: str) -> None:
+        self.admin_url = admin_url
+        self.template = template
+        self.ready: queue.Queue[str] = queue.Queue(maxsize=self.AHEAD)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._fill, name="mailroom-test-clones", daemon=True)
+        self.thread.start()
+
+    def _fill(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                url = create_database(self.admin_url, self.template)
+            except psycopg.Error:
+                # The server is restarting (a test restarts it): try again in a moment.
+                self.stopping.wait(0.2)
+                continue
+            while not self.stopping.is_set():
+                try:
+                    self.ready.put(url, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+            else:
+                drop_database(self.admin_url, url)
+
+    def take(self) -> str:
+        """A fresh clone: a ready one, or the next one as soon as it is made."""
+        return self.ready.get(timeout=120)
+
+    def close(self) -> None:
+        """Stop cloning and drop the clones no test took."""
+        self.stopping.set()
+        self.thread.join(timeout=120)
+        while True:
+            try:
+                url = self.ready.get_nowait()
+            except queue.Empty:
+                return
+            drop_database(self.admin_url, url)
+
+
+@pytest.fixture(scope="session")
+def _clones(pg_admin_url: str, template_db: str) -> Iterator[_Clones]:
+    clones = _Clones(pg_admin_url, template_db)
+    yield clones
+    clones.close()
+
+
 @pytest.fixture
-def db_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+def db_url(pg_admin_url: str, _clones: _Clones) -> Iterator[str]:
     """DSN of a fresh, migrated database for this test only."""
-    url = create_database(pg_admin_url, template_db)
+    url = _clones.take()
     yield url
     drop_database(pg_admin_url, url)
 
