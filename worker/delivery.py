@@ -140,7 +140,10 @@ class Worker:
         self._senders: list[Sender] = []
         self._senders_at = 0.0
         self._exhausted: set[int] = set()
-        self._open: dict[int, int] = {}  # SMTP connections this process holds per sender account
+        self._open: dict[int, int] = {}
+        self._finishing: dict[
+            int, asyncio.Task[None]
+        ] = {}  # per slot: its last batch's bookkeeping  # SMTP connections this process holds per sender account
         self._box: SecretBox | None = None
         # DKIM keys decrypted once per sender account (and again only when its stored key changes)
         self._dkim_keys: dict[tuple[int, bytes], DkimKey] = {}
@@ -204,6 +207,7 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            await asyncio.gather(*self._finishing.values(), return_exceptions=True)
             await self.pool.close()
             log.info("worker %s stopped after sending %d", self.options.owner, self.sent)
 
@@ -247,6 +251,8 @@ class Worker:
                     worked = await self._one_batch(index, connections)
                     if worked:
                         continue
+                    # Nothing to send: the last batch's bookkeeping is done (or its error raised) first.
+                    await self._await_finishing(index)
                     if self.options.drain and not await self._anything_due():
                         return
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -258,8 +264,15 @@ class Worker:
                     self._fallback_seconds() if worked is None else await self._idle_timeout(), ticket
                 )
         finally:
-            for sender_id in list(connections):
-                await self._close_connection(connections, sender_id)
+            try:
+                await self._await_finishing(index)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                log.warning(
+                    "slot %d: the last batch's bookkeeping failed (%s); lease rescue applies it", index, exc
+                )
+            finally:
+                for sender_id in list(connections):
+                    await self._close_connection(connections, sender_id)
 
     async def _one_batch(self, index: int, connections: dict[int, SmtpConnection]) -> bool | None:
         """Claim and deliver one batch: True if it did work, False if nothing was due, None if no sender."""
@@ -295,7 +308,7 @@ class Worker:
                 return True
         self._tokens.add(token)
         try:
-            await self._deliver(sender, token, assigned, connections, quota)
+            unsent = await self._deliver(sender, token, assigned, connections, quota)
         except BaseException:
             # Cancelled after the grace period, or failed: hand back whatever this claim still holds,
             # and the quota of every email that was not recorded as having used it.
@@ -308,14 +321,26 @@ class Worker:
             for step in steps:
                 with contextlib.suppress(psycopg.Error):
                     await asyncio.shield(step())
-            raise
-        finally:
             self._tokens.discard(token)
             if self.options.drain:
-                # Slots of a draining worker that found nothing wait for in-flight claims like this one.
                 self.waker.notify()
-        await self._refund(quota)
+            raise
+        # The slot's connection goes on to the next claim while this one's bookkeeping is written
+        # (a claim and its bookkeeping took a tenth of a slot's time); the batch before must be done
+        # by the time this one is, so a slot never has more than two under way.
+        previous = self._finishing.pop(index, None)
+        self._finishing[index] = asyncio.create_task(self._finish_batch(token, sender_id, quota, unsent))
+        if previous is not None:
+            # Its error, if any, is this slot's now (after this claim's bookkeeping is under way).
+            await asyncio.shield(previous)
         return True
+
+    async def _await_finishing(self, index: int) -> None:
+        """Wait for the slot's previous batch's bookkeeping; its database errors are this slot's."""
+        finishing = self._finishing.pop(index, None)
+        if finishing is not None:
+            # Shielded: a slot cancelled after the grace period must not cut the bookkeeping short.
+            await asyncio.shield(finishing)
 
     def _claim_size(self, sender: Sender) -> int:
         """How many emails to claim for this sender: the batch size, but no more than a paced sender
@@ -362,14 +387,26 @@ class Worker:
                 await cur.execute(q.LOG_SUPPRESSED, {"ids": suppressed, "owner": self.options.owner})
         for row in rows:
             if row["status"] == "suppressed":
+                recipient = mask_address(row["recipient_email"])
                 log.info(
                     "email %s to %s suppressed: %s",
                     row["id"],
-                    mask_address(row["recipient_email"]),
+                    recipient,
                     row["suppression_reason"],
+                    extra=_fields(
+                        "suppressed",
+                        email_id=row["id"],
+                        recipient=recipient,
+                        reason=row["suppression_reason"],
+                    ),
                 )
         if rows:
-            log.info("claimed %d email(s), %d suppressed", len(rows), len(suppressed))
+            log.info(
+                "claimed %d email(s), %d suppressed",
+                len(rows),
+                len(suppressed),
+                extra=_fields("claimed", sender_id=sender_id, claimed=len(rows), suppressed=len(suppressed)),
+            )
         return rows
 
     async def _deliver(
@@ -379,7 +416,8 @@ class Worker:
         emails: Sequence[dict[str, Any]],
         connections: dict[int, SmtpConnection],
         quota: _Quota,
-    ) -> None:
+    ) -> list[int]:
+        """Send a claim's emails in order, recording each attempt; return the ids left unsent."""
         sender_id = sender.account.sender_id
         connection = connections[sender_id]
         pending = list(emails)
@@ -422,11 +460,34 @@ class Worker:
         finally:
             connection.forget_announced()  # a stop or a lost lease leaves the next one unsent
             await db.give_back()
-        await self._apply_journal(token)
-        if pending:
-            await self._release(token, [e["id"] for e in pending])
-        # Once per batch, not per email: the sender row is also what quota reservations lock.
-        await self._scalar(q.TOUCH_SENDER, (sender_id,))
+        return [e["id"] for e in pending]
+
+    async def _finish_batch(self, token: uuid.UUID, sender_id: int, quota: _Quota, unsent: list[int]) -> None:
+        """A delivered claim's bookkeeping: its journal into the queue and the log, what it did not send
+        back to the queue, the sender's last use, the quota it did not use. Runs beside the slot's next
+        claim; the lease is renewed until it is done, and lease rescue applies the journal of a worker
+        that dies before it is."""
+        try:
+            steps: list[Callable[[], Awaitable[None]]] = [
+                lambda: self._apply_journal(token),
+                lambda: self._release(token, unsent) if unsent else _nothing(),
+                # Once per batch, not per email: the sender row is also what quota reservations lock.
+                lambda: self._execute(q.TOUCH_SENDER, (sender_id,)),
+                lambda: self._refund(quota),
+            ]
+            failure: psycopg.Error | None = None
+            for step in steps:
+                try:
+                    await step()
+                except psycopg.Error as exc:  # each step on its own: one failure must not skip the rest
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
+        finally:
+            self._tokens.discard(token)
+            if self.options.drain:
+                # Slots of a draining worker that found nothing wait for in-flight claims like this one.
+                self.waker.notify()
 
     @staticmethod
     def _build(sender: Sender, email: dict[str, Any]) -> Envelope | Exception:
@@ -459,14 +520,28 @@ class Worker:
         else:
             outcome = "failed"
         if outcome != "sent":
+            recipient = mask_address(email["recipient_email"])
             log.warning(
                 "email %s to %s: %s %s (%s) -> %s",
                 email["id"],
-                mask_address(email["recipient_email"]),
+                recipient,
                 attempt.reply.code,
                 attempt.reply.text[:200],
                 verdict.value,
                 outcome,
+                extra=_fields(
+                    "attempt_failed",
+                    email_id=email["id"],
+                    recipient=recipient,
+                    attempt=email["retry_count"] + 1,
+                    code=attempt.reply.code,
+                    enhanced=attempt.reply.enhanced,
+                    reply=attempt.reply.text[:200],
+                    phase=attempt.reply.phase,
+                    verdict=verdict.value,
+                    outcome=outcome,
+                    retry_at=retry_at.isoformat() if retry_at else None,
+                ),
             )
         return _Outcome(email["id"], outcome, verdict, attempt, retry_at, message_id)
 
@@ -567,7 +642,11 @@ class Worker:
         assert self.pool is not None
         async with self.pool.connection() as conn:
             await conn.execute(q.RELEASE, {"ids": ids, "token": token})
-        log.info("released %d claimed email(s) back to the queue", len(ids))
+        log.info(
+            "released %d claimed email(s) back to the queue",
+            len(ids),
+            extra=_fields("released", count=len(ids)),
+        )
 
     async def _suspend(self, sender: Sender, attempt: Attempt) -> None:
         reason = f"authentication failed: {attempt.reply.code} {attempt.reply.text}"[:500]
@@ -575,7 +654,12 @@ class Worker:
         async with self.pool.connection() as conn:
             await conn.execute(q.SUSPEND_SENDER, {"sender": sender.account.sender_id, "reason": reason})
         self._senders_at = 0.0
-        log.error("sender account %s suspended: %s", sender.name, reason)
+        log.error(
+            "sender account %s suspended: %s",
+            sender.name,
+            reason,
+            extra=_fields("sender_suspended", sender=sender.name, reason=reason),
+        )
 
     # -- senders --------------------------------------------------------------------------------
 
@@ -707,6 +791,11 @@ class Worker:
         assert row is not None
         return tuple(row)
 
+    async def _execute(self, statement: str, params: Sequence[Any] | dict[str, Any]) -> None:
+        assert self.pool is not None
+        async with self.pool.connection() as conn:
+            await conn.execute(statement, params)
+
     async def _scalar(self, statement: str, params: Sequence[Any] | dict[str, Any]) -> Any:
         assert self.pool is not None
         async with self.pool.connection() as conn:
@@ -741,11 +830,24 @@ class Worker:
                     # any live claim could need them.
                     await conn.execute(q.FORGET_ORPHANED_JOURNAL, {"age": 2 * self.settings.lease_seconds})
                 if rescued:
-                    log.warning("returned %d email(s) with expired leases to the queue", len(rescued))
+                    log.warning(
+                        "returned %d email(s) with expired leases to the queue",
+                        len(rescued),
+                        extra=_fields("leases_rescued", count=len(rescued)),
+                    )
                     self.waker.notify()
             except psycopg.Error as exc:
                 log.warning("lease rescue failed: %s", exc)
             await asyncio.sleep(interval)
+
+
+async def _nothing() -> None:
+    pass
+
+
+def _fields(event: str, **fields: Any) -> dict[str, Any]:
+    """`extra` for a log line a machine reads: the event's name and facts (see `worker.logs`)."""
+    return {"fields": {"event": event, **fields}}
 
 
 async def run_worker(
