@@ -140,10 +140,9 @@ class Worker:
         self._senders: list[Sender] = []
         self._senders_at = 0.0
         self._exhausted: set[int] = set()
-        self._open: dict[int, int] = {}
-        self._finishing: dict[
-            int, asyncio.Task[None]
-        ] = {}  # per slot: its last batch's bookkeeping  # SMTP connections this process holds per sender account
+        self._open: dict[int, int] = {}  # SMTP connections this process holds per sender account
+        # Per slot: the bookkeeping of its last delivered claim, written beside its next claim.
+        self._finishing: dict[int, asyncio.Task[None]] = {}
         self._box: SecretBox | None = None
         # DKIM keys decrypted once per sender account (and again only when its stored key changes)
         self._dkim_keys: dict[tuple[int, bytes], DkimKey] = {}
@@ -311,19 +310,10 @@ class Worker:
             unsent = await self._deliver(sender, token, assigned, connections, quota)
         except BaseException:
             # Cancelled after the grace period, or failed: hand back whatever this claim still holds,
-            # and the quota of every email that was not recorded as having used it.
-            # Each step on its own: a journal that cannot be applied must not keep the unsent ones claimed.
-            steps: list[Callable[[], Awaitable[None]]] = [
-                lambda: self._apply_journal(token),
-                lambda: self._release(token, [e["id"] for e in assigned]),
-                lambda: self._refund(quota),
-            ]
-            for step in steps:
-                with contextlib.suppress(psycopg.Error):
-                    await asyncio.shield(step())
-            self._tokens.discard(token)
-            if self.options.drain:
-                self.waker.notify()
+            # and the quota of every email that was not recorded as having used it. Shielded whole: a
+            # second cancellation must not cut it short.
+            with contextlib.suppress(psycopg.Error):
+                await asyncio.shield(self._finish_batch(token, sender_id, quota, [e["id"] for e in assigned]))
             raise
         # The slot's connection goes on to the next claim while this one's bookkeeping is written
         # (a claim and its bookkeeping took a tenth of a slot's time); the batch before must be done
