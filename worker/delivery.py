@@ -460,9 +460,9 @@ class Worker:
         try:
             steps: list[Callable[[], Awaitable[None]]] = [
                 lambda: self._apply_journal(token),
-                lambda: self._release(token, unsent) if unsent else _nothing(),
+                lambda: self._release(token, unsent),
                 # Once per batch, not per email: the sender row is also what quota reservations lock.
-                lambda: self._execute(q.TOUCH_SENDER, (sender_id,)),
+                lambda: self._scalar(q.TOUCH_SENDER, (sender_id,)),
                 lambda: self._refund(quota),
             ]
             failure: psycopg.Error | None = None
@@ -629,6 +629,8 @@ class Worker:
             await conn.execute(q.APPLY_SENT, {"tokens": [token]})
 
     async def _release(self, token: uuid.UUID, ids: list[int]) -> None:
+        if not ids:
+            return
         assert self.pool is not None
         async with self.pool.connection() as conn:
             await conn.execute(q.RELEASE, {"ids": ids, "token": token})
@@ -753,17 +755,14 @@ class Worker:
         """Sleep until the next scheduled email is due, a NOTIFY arrives, or the fallback timer fires."""
         fallback = self._fallback_seconds()
         try:
-            if self.options.drain:
-                due, lease_end = await self._row(q.NEXT_DUE_OR_LEASE_END)
-                if lease_end is not None:
-                    # Another process's claim ends without a NOTIFY (sent email wakes nobody), and a dead
-                    # one's comes back at its lease end: look again within a second.
-                    fallback = min(fallback, 1.0)
-                    due = lease_end if due is None else min(due, lease_end)
-            else:
-                due = await self._scalar(q.NEXT_DUE, ())
+            due, lease_end = await self._row(q.NEXT_DUE)
         except psycopg.Error:
             return 1.0
+        if self.options.drain and lease_end is not None:
+            # Another process's claim ends without a NOTIFY (sent email wakes nobody), and a dead
+            # one's comes back at its lease end: look again within a second.
+            fallback = min(fallback, 1.0)
+            due = lease_end if due is None else min(due, lease_end)
         if due is None:
             return fallback
         return float(max(0.01, min(fallback, (due - datetime.now(UTC)).total_seconds())))
@@ -780,11 +779,6 @@ class Worker:
             row = await cur.fetchone()
         assert row is not None
         return tuple(row)
-
-    async def _execute(self, statement: str, params: Sequence[Any] | dict[str, Any]) -> None:
-        assert self.pool is not None
-        async with self.pool.connection() as conn:
-            await conn.execute(statement, params)
 
     async def _scalar(self, statement: str, params: Sequence[Any] | dict[str, Any]) -> Any:
         assert self.pool is not None
@@ -829,10 +823,6 @@ class Worker:
             except psycopg.Error as exc:
                 log.warning("lease rescue failed: %s", exc)
             await asyncio.sleep(interval)
-
-
-async def _nothing() -> None:
-    pass
 
 
 def _fields(event: str, **fields: Any) -> dict[str, Any]:

@@ -288,10 +288,9 @@ WHERE s.sent_at < now() - make_interval(secs => %(age)s)
                   WHERE q.id = s.email_id AND q.lease_token = s.lease_token AND q.status = 'assigned')
 """
 
-NEXT_DUE = "SELECT min(scheduled_for) AS due FROM mailroom.email_queue WHERE status = 'pending'"
-
-# A draining worker also wakes when the first lease runs out: that email may come back to the queue.
-NEXT_DUE_OR_LEASE_END = """
+# When the next email is due, and when the first lease runs out (a draining worker waits for that
+# email too: it may come back to the queue).
+NEXT_DUE = """
 SELECT (SELECT min(scheduled_for) FROM mailroom.email_queue WHERE status = 'pending') AS due,
        (SELECT min(lease_expires_at) FROM mailroom.email_queue WHERE status = 'assigned') AS lease_end
 """
