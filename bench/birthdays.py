@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from bench.common import database
-from worker.birthdays import claim_due, run_scheduler, schedule_everyone
-from worker.config import Settings
+from worker.core.config import Settings
+from worker.producers.birthdays import claim_due, run_scheduler, schedule_everyone
 
 ZONES = [
     "America/New_York",

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import psycopg
 
-from worker.crypto import SecretBox, generate_key
-from worker.db import upgrade
-from worker.embedded import EmbeddedPostgres
-from worker.senders import SenderSpec, add_sender
+from worker.core.crypto import SecretBox, generate_key
+from worker.core.db import upgrade
+from worker.core.embedded import EmbeddedPostgres
+from worker.ops.senders import SenderSpec, add_sender
 
 
 @contextlib.contextmanager
@@ -64,7 +64,7 @@ def sink_process() -> Iterator[tuple[int, str]]:
         cmd = [c_sink, "-c", "-u", "nobody", f"127.0.0.1:{port}", "256"]
         kind = "postfix smtp-sink"
     else:
-        cmd = [sys.executable, "-m", "worker.cli", "sink", "--port", str(port)]
+        cmd = [sys.executable, "-m", "worker.cli.main", "sink", "--port", str(port)]
         kind = "aiosmtpd (mailroom sink)"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

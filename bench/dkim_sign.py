@@ -1,7 +1,7 @@
 """DKIM signing cost: `python -m bench.dkim_sign [N]` (default 2,000) signs a ~7 KB campaign email.
 
 A 2048-bit RSA key, the worker's header list (relaxed/relaxed, rsa-sha256). Prints ms/message and
-messages/s for Mailroom's signer (`worker.dkim.DkimKey.sign`, OpenSSL RSA through `cryptography`)
+messages/s for Mailroom's signer (`worker.core.dkim.DkimKey.sign`, OpenSSL RSA through `cryptography`)
 and, for comparison, for dkimpy's `dkim.sign` (pure-Python RSA) over N/20 messages (at least 20).
 Each signature is checked with dkimpy once before timing. One process, one core: the figures are
 per signing worker process, and vary with the machine's load.
@@ -20,8 +20,8 @@ import dkim as dkimpy
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
 
-from worker.dkim import SIGNED_HEADERS, DkimKey, dns_record
-from worker.message import build_message
+from worker.core.dkim import SIGNED_HEADERS, DkimKey, dns_record
+from worker.core.message import build_message
 
 PARAGRAPH = (
     "Our spring collection is here: linen shirts, light jackets and the walking shoes you asked "
@@ -113,7 +113,7 @@ def main() -> None:
     for label, signed in (("ours", first), ("dkimpy", theirs(message))):
         if not dkimpy.verify(signed, dnsfunc=dns):
             raise SystemExit(f"{label}: the signature does not verify")
-    mine = timed("worker.dkim (cryptography/OpenSSL)", count, ours, message)
+    mine = timed("worker.core.dkim (cryptography/OpenSSL)", count, ours, message)
     digest = hashlib.sha256(message).digest()
 
     def rsa_only(message: bytes) -> bytes:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import psycopg
 
-from worker.cli import main as mailroom
-from worker.db import upgrade
-from worker.embedded import EmbeddedPostgres
+from worker.cli.main import main as mailroom
+from worker.core.db import upgrade
+from worker.core.embedded import EmbeddedPostgres
 
 
 def make_file(path: Path, n: int, kind: str = "transactional") -> None:

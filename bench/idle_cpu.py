@@ -27,7 +27,7 @@ def main() -> None:
     with database() as url:
         env = {**os.environ, "MAILROOM_DATABASE_URL": url}
         worker = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker"],
+            [sys.executable, "-m", "worker.cli.main", "worker"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

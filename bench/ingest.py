@@ -1,4 +1,4 @@
-"""Inbox throughput: `python -m bench.ingest [N]` prints order events/s through `worker.inbox.ingest_event`.
+"""Inbox throughput: `python -m bench.ingest [N]` prints order events/s through `worker.producers.inbox.ingest_event`.
 
 Four runs over N distinct `order_placed` events (each renders its email from the template and
 enqueues it): one transaction per event (what `mailroom ingest` does), N replays of events already
@@ -21,8 +21,8 @@ from typing import Any
 import psycopg
 
 from bench.common import database
-from worker.config import Settings
-from worker.inbox import ingest_event
+from worker.core.config import Settings
+from worker.producers.inbox import ingest_event
 
 BATCH = 200
 

@@ -15,10 +15,10 @@ import time
 import psycopg
 
 from bench.common import add_bench_sender, database, reset
-from worker.config import Settings
-from worker.delivery import Worker, WorkerOptions
-from worker.outbox import EmailRequest, enqueue
-from worker.sink import start_sink
+from worker.core.config import Settings
+from worker.core.outbox import EmailRequest, enqueue
+from worker.devtools.sink import start_sink
+from worker.engine.delivery import Worker, WorkerOptions
 
 
 async def measure(url: str, n: int) -> list[float]:

@@ -1,4 +1,4 @@
-"""Archive rate: `python -m bench.retention [N] [DAYS]` prints sent emails/s through `worker.retention`.
+"""Archive rate: `python -m bench.retention [N] [DAYS]` prints sent emails/s through `worker.ops.retention`.
 
 Stores N sent emails spread over DAYS UTC days, all older than the archive age (one in ten with a
 tracked link, as campaign email has), then times a dry run and a real `run_maintenance`: each day
@@ -21,8 +21,8 @@ from pathlib import Path
 import psycopg
 
 from bench.common import database
-from worker.config import Settings
-from worker.retention import read_archive, run_maintenance
+from worker.core.config import Settings
+from worker.ops.retention import read_archive, run_maintenance
 
 NOW = datetime(2026, 6, 15, 12, tzinfo=UTC)
 

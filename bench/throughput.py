@@ -27,10 +27,10 @@ import psycopg
 from psycopg.rows import dict_row
 
 from bench.common import add_bench_sender, bulk_enqueue, database, reset, sink_process
-from worker.config import Settings
-from worker.delivery import Worker, WorkerOptions
-from worker.message import Envelope, build_message
-from worker.smtp import SmtpAccount, SmtpConnection
+from worker.core.config import Settings
+from worker.core.message import Envelope, build_message
+from worker.engine.delivery import Worker, WorkerOptions
+from worker.engine.smtp import SmtpAccount, SmtpConnection
 
 
 def _bench_content() -> bytes:
@@ -178,7 +178,7 @@ def worker_processes(url: str, processes: int, concurrency: int) -> tuple[float,
     argv = [
         sys.executable,
         "-m",
-        "worker.cli",
+        "worker.cli.main",
         "worker",
         "--processes",
         str(processes),

@@ -15,6 +15,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 
+from console.context import SCREENS, Action, DomainActions
 from console.live import ALL_TABLES, Coalescer, LiveFeed
 from console.queries import ConsoleData
 from console.screens.accounts import AccountsScreen
@@ -25,20 +26,7 @@ from console.screens.schedule import ScheduleScreen
 from console.screens.senders import SendersScreen
 from console.screens.signatures import SignaturesScreen
 from console.widgets.dialogs import HelpScreen
-from worker.config import Settings
-
-Action = Callable[[psycopg.Connection[Any]], str]
-
-# (mode, key, title): the order of the tabs in the header and of the number keys.
-SCREENS: tuple[tuple[str, str, str], ...] = (
-    ("overview", "1", "Overview"),
-    ("failures", "2", "Failures"),
-    ("senders", "3", "Senders"),
-    ("accounts", "4", "Accounts"),
-    ("signatures", "5", "Signatures"),
-    ("schedule", "6", "Schedule"),
-    ("queue", "7", "Queue"),
-)
+from worker.core.config import Settings
 
 FALLBACK_REFRESH_SECONDS = 30.0
 
@@ -57,7 +45,10 @@ def database_label(url: str) -> str:
 
 
 class MailroomConsole(App[int]):
-    """Mailroom's console. Reads through one `ConsoleData`; acts only through `worker` functions."""
+    """Mailroom's console. Reads through one `ConsoleData`; acts through `worker.ops` and the `DomainActions` given.
+
+    It implements `console.context.ConsoleContext`, the only face of it that screens and widgets see.
+    """
 
     CSS_PATH = "console.tcss"
     TITLE = "Mailroom"
@@ -85,6 +76,7 @@ class MailroomConsole(App[int]):
         self,
         url: str,
         settings: Settings,
+        actions: DomainActions,
         *,
         read_only: bool = False,
         clock: Callable[[], datetime] = _utc_now,
@@ -95,6 +87,7 @@ class MailroomConsole(App[int]):
         self.url = url
         self.settings = settings
         self.read_only = read_only
+        self.actions = actions
         self.clock = clock
         self.label = label or database_label(url)
         self.data = ConsoleData(url)
@@ -196,7 +189,7 @@ class MailroomConsole(App[int]):
         self.request_refresh()
 
     def _in_transaction(self, action: Action) -> str:
-        from worker.db import connect
+        from worker.core.db import connect
 
         with connect(self.url) as conn:
             return action(conn)
@@ -232,8 +225,8 @@ def _switcher(app: MailroomConsole, mode: str) -> Callable[[], None]:
     return switch
 
 
-def run_console(url: str, settings: Settings, *, read_only: bool = False) -> int:
+def run_console(url: str, settings: Settings, actions: DomainActions, *, read_only: bool = False) -> int:
     """Run the console against `url` until the operator quits; return the exit status."""
-    app = MailroomConsole(url, settings, read_only=read_only)
+    app = MailroomConsole(url, settings, actions, read_only=read_only)
     result = app.run()
     return int(result or 0)

@@ -6,15 +6,16 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from worker.config import Settings
+from worker.core.config import Settings
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     """`mailroom console [--read-only]`: the operators' console on the configured database."""
     from console.app import run_console
-    from worker.db import database_url
+    from console.wiring import ProducerActions
+    from worker.core.db import database_url
 
-    return run_console(database_url(settings), settings, read_only=args.read_only)
+    return run_console(database_url(settings), settings, ProducerActions(), read_only=args.read_only)
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -45,7 +46,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The `mailroom` console script: every worker command, and `console`."""
-    from worker.cli import main as worker_main
+    from worker.cli.main import main as worker_main
 
     return worker_main(argv, extra=(register,))
 

@@ -6,8 +6,8 @@ import logging
 import sys
 from pathlib import Path
 
-from worker.config import Settings
-from worker.demo import run_headless, start_demo
+from worker.core.config import Settings
+from worker.devtools.demo import run_headless, start_demo
 
 
 def _log_to_file(path: Path) -> None:
@@ -25,6 +25,7 @@ def run_demo(settings: Settings, *, headless: bool = False, rounds: int = 20) ->
     if headless or not (sys.stdin.isatty() and sys.stdout.isatty()):
         return run_headless(settings, rounds=rounds)
     from console.app import run_console
+    from console.wiring import ProducerActions
 
     stack = start_demo(settings)
     log_path = settings.home / "demo.log"
@@ -32,6 +33,6 @@ def run_demo(settings: Settings, *, headless: bool = False, rounds: int = 20) ->
     _log_to_file(log_path)
     try:
         stack.start_feeding(interval=1.0)
-        return run_console(stack.url, settings)
+        return run_console(stack.url, settings, ProducerActions())
     finally:
         stack.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import text
 
-from worker.schema import SCHEMA, metadata
+from worker.core.schema import SCHEMA, metadata
 
 config = context.config
 connection = config.attributes.get("connection")

@@ -23,10 +23,10 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
-from worker import db
-from worker.config import Settings
-from worker.crypto import generate_key
-from worker.embedded import EmbeddedPostgres
+from worker.core import db
+from worker.core.config import Settings
+from worker.core.crypto import generate_key
+from worker.core.embedded import EmbeddedPostgres
 
 TEMPLATE = "mailroom_test_template"
 _counter = itertools.count()

@@ -1,4 +1,4 @@
-"""Pytest plugin: real SMTP sinks (worker.sink) on 127.0.0.1 with free ports, stopped after each test."""
+"""Pytest plugin: real SMTP sinks (worker.devtools.sink) on 127.0.0.1 with free ports, stopped after each test."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Protocol
 
 import pytest
 
-from worker.sink import RefuseShare, RunningSink, SinkHandler, start_sink
+from worker.devtools.sink import RefuseShare, RunningSink, SinkHandler, start_sink
 
 
 class SinkFactory(Protocol):

@@ -12,7 +12,7 @@ from textual.widgets import DataTable
 from console.queries import Page
 from console.screens.base import DataScreen, fill_table, selected_key
 from console.widgets.cells import ago, masked, status_cell
-from worker.queue import ActionResult
+from worker.core.results import ActionResult
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, "provisioned", "active", "suspended")
 
@@ -127,31 +127,27 @@ class AccountsScreen(DataScreen):
 
     def action_suspend(self) -> None:
         """Suspend the selected account."""
-        from worker.lifecycle import suspend_accounts
-
+        actions = self.console.actions
         if ids := self._selected():
             self.console.perform(
-                lambda conn: _accounts(suspend_accounts(conn, ids), "suspended"), what="suspend"
+                lambda conn: _accounts(actions.suspend_accounts(conn, ids), "suspended"), what="suspend"
             )
 
     def action_unsuspend(self) -> None:
         """Lift the selected account's suspension."""
-        from worker.lifecycle import unsuspend_accounts
-
+        actions = self.console.actions
         if ids := self._selected():
             self.console.perform(
-                lambda conn: _accounts(unsuspend_accounts(conn, ids), "unsuspended"), what="unsuspend"
+                lambda conn: _accounts(actions.unsuspend_accounts(conn, ids), "unsuspended"), what="unsuspend"
             )
 
     def action_resend(self) -> None:
         """Issue the selected (provisioned) account a fresh activation token; the mailer sends it."""
-        from worker.lifecycle import resend_activation
-
-        settings = self.console.settings
+        settings, actions = self.console.settings, self.console.actions
         if ids := self._selected():
             self.console.perform(
                 lambda conn: _accounts(
-                    resend_activation(conn, ids, settings), "sent a new activation token to"
+                    actions.resend_activation(conn, ids, settings), "sent a new activation token to"
                 ),
                 what="resend activation",
             )

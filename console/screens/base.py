@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events, work
@@ -13,11 +13,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 from textual.widgets.data_table import RowDoesNotExist
 
+from console.context import ConsoleContext, context_of
 from console.live import ALL_TABLES
 from console.widgets.header import ConsoleHeader
-
-if TYPE_CHECKING:
-    from console.app import MailroomConsole
 
 # Terminals narrower than this get the compact footer.
 COMPACT_BELOW = 100
@@ -40,9 +38,9 @@ class DataScreen(Screen[None]):
         self.filter_text: str | None = None
 
     @property
-    def console(self) -> MailroomConsole:
-        """The app, typed."""
-        return cast("MailroomConsole", self.app)
+    def console(self) -> ConsoleContext:
+        """The running console, by its interface."""
+        return context_of(self)
 
     def compose_header(self) -> ComposeResult:
         """The header every screen starts with."""

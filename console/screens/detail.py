@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -14,13 +14,11 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from console.context import ConsoleContext, context_of
 from console.live import ALL_TABLES
 from console.screens.base import fill_table
 from console.widgets.cells import ago, masked, one_line, status_cell
 from console.widgets.header import ConsoleHeader
-
-if TYPE_CHECKING:
-    from console.app import MailroomConsole
 
 OUTCOME_STYLES = {"sent": "green", "transient": "yellow", "local_error": "yellow", "suppressed": "magenta"}
 
@@ -59,7 +57,7 @@ class EmailDetailScreen(Screen[None]):
 
     @work(exclusive=True, group="detail", exit_on_error=False)
     async def _load(self) -> None:
-        app = cast("MailroomConsole", self.app)
+        app = context_of(self)
         try:
             email, history = await app.data.email_detail(self.email_id)
         except Exception as exc:  # shown, not swallowed
@@ -72,9 +70,7 @@ class EmailDetailScreen(Screen[None]):
         self._show(app, email, history)
         await app.data_shown()
 
-    def _show(
-        self, app: MailroomConsole, email: dict[str, Any] | None, history: list[dict[str, Any]]
-    ) -> None:
+    def _show(self, app: ConsoleContext, email: dict[str, Any] | None, history: list[dict[str, Any]]) -> None:
         now = app.clock()
         fields = self.query_one("#email-fields", Static)
         if email is None:

@@ -193,7 +193,7 @@ class FailuresScreen(DataScreen):
 
     def action_retry(self) -> None:
         """Retry the selected failed email now; a retrying one is already on its way."""
-        from worker.queue import retry
+        from worker.ops.actions import retry
 
         email_id = self._selected()
         row = self._row(email_id) if email_id is not None else None
@@ -212,7 +212,7 @@ class FailuresScreen(DataScreen):
     @work(group="confirm")
     async def action_retry_many(self) -> None:
         """Retry the marked failed emails, or every failed email when none is marked (asks first)."""
-        from worker.queue import retry, retry_all_failed
+        from worker.ops.actions import retry, retry_all_failed
 
         ids = sorted(i for i, kind in self.marked.items() if kind == "failed")
         retrying = len(self.marked) - len(ids)
@@ -241,7 +241,7 @@ class FailuresScreen(DataScreen):
     @work(group="confirm")
     async def action_cancel(self) -> None:
         """Cancel the marked emails, or the selected one (asks first)."""
-        from worker.queue import cancel
+        from worker.ops.actions import cancel
 
         ids = sorted(self.marked) or ([e] if (e := self._selected()) is not None else [])
         if not ids:

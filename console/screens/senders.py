@@ -87,7 +87,7 @@ class SendersScreen(DataScreen):
         return selected_key(self.query_one("#senders", DataTable))
 
     def _set(self, name: str, target: str, verb: str) -> None:
-        from worker.senders import set_sender_status
+        from worker.ops.senders import set_sender_status
 
         def act(conn: Any) -> str:
             reason = None if target == "active" else f"{verb} from the console"

@@ -105,12 +105,10 @@ class SignaturesScreen(DataScreen):
         if doc_id is None:
             self.console.say("no document selected", severity="warning")
             return
-        from worker.signatures import reminder_candidates, send_reminders
-
-        settings = self.console.settings
+        settings, actions = self.console.settings, self.console.actions
         try:
             count = int(
-                await self.console.ask(lambda conn: reminder_candidates(conn, doc_id, settings=settings))
+                await self.console.ask(lambda conn: actions.reminder_candidates(conn, doc_id, settings))
             )
         except Exception as exc:  # shown, not swallowed
             self.console.say(f"reminders failed: {exc}".splitlines()[0], severity="error")
@@ -123,6 +121,6 @@ class SignaturesScreen(DataScreen):
             return
 
         def act(conn: Any) -> str:
-            return send_reminders(conn, doc_id, requested_by="console", settings=settings).summary()
+            return actions.send_reminders(conn, doc_id, settings)
 
         self.console.perform(act, what="send reminders")

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from rich.text import Text
 
-from worker.masking import mask_address
+from worker.core.masking import mask_address
 
 STATUS_STYLES = {
     "active": "green",

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 from textual.widgets import Static
 
-if TYPE_CHECKING:
-    from console.app import MailroomConsole
+from console.context import SCREENS, ConsoleContext, context_of
 
 STATE_STYLES = {"live": "bold green", "reconnecting": "bold yellow", "connecting": "yellow"}
 
@@ -22,14 +20,14 @@ class ConsoleHeader(Static):
         self.mode = mode
 
     @property
-    def console(self) -> MailroomConsole:
-        """The app, typed."""
-        return cast("MailroomConsole", self.app)
+    def console(self) -> ConsoleContext:
+        """The running console, by its interface."""
+        return context_of(self)
 
     def on_mount(self) -> None:
         """Follow the app's connection state and update time."""
-        self.watch(self.console, "live_state", self._redraw, init=False)
-        self.watch(self.console, "updated_at", self._redraw, init=False)
+        self.watch(self.app, "live_state", self._redraw, init=False)
+        self.watch(self.app, "updated_at", self._redraw, init=False)
         self._redraw()
 
     def _redraw(self, _value: object = None) -> None:
@@ -37,8 +35,6 @@ class ConsoleHeader(Static):
 
     def render_header(self, state: str, updated: datetime | None) -> Text:
         """The header's text for a connection state and last update time."""
-        from console.app import SCREENS
-
         text = Text()
         text.append(" Mailroom ", style="bold reverse")
         text.append("  db ", style="dim")

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from console.app import MailroomConsole
+from console.wiring import ProducerActions
 from tests.console.seed import FROZEN_NOW, LABEL, seed
-from worker.config import Settings
+from worker.core.config import Settings
 
 
 @pytest.fixture
@@ -26,6 +27,6 @@ def make_console(settings: Settings) -> Callable[..., MailroomConsole]:
     def build(url: str, **kwargs: Any) -> MailroomConsole:
         kwargs.setdefault("clock", lambda: FROZEN_NOW)
         kwargs.setdefault("label", LABEL)
-        return MailroomConsole(url, settings, **kwargs)
+        return MailroomConsole(url, settings, ProducerActions(), **kwargs)
 
     return build

@@ -15,7 +15,10 @@ import pytest
 from psycopg.rows import dict_row
 
 from tests.worker.helpers import add_sender, run_until_drained
-from worker.birthdays import (
+from worker.core.config import Settings
+from worker.core.validation import ValidationError
+from worker.devtools.sink import RunningSink
+from worker.producers.birthdays import (
     Claimed,
     add_person,
     claim_due,
@@ -27,9 +30,6 @@ from worker.birthdays import (
     upcoming_events,
     update_person,
 )
-from worker.config import Settings
-from worker.sink import RunningSink
-from worker.validation import ValidationError
 
 Conn = psycopg.Connection[dict[str, Any]]
 ZONES = (
@@ -369,7 +369,7 @@ async def test_birthday_email_arrives_end_to_end(
 async def test_birthday_producer_in_the_worker_sends_a_birthday_due_today(
     db_url: str, conn: Conn, settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.delivery import Worker, WorkerOptions
+    from worker.engine.delivery import Worker, WorkerOptions
     from worker.producers.birthdays import PRODUCER
 
     # The producer runs on the real clock: pick a zone where 09:00 has passed today and the day has not ended.

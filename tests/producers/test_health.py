@@ -10,9 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from worker.config import Settings
-from worker.health import check_health
-from worker.outbox import EmailRequest, enqueue
+from worker.core.config import Settings
+from worker.core.outbox import EmailRequest, enqueue
+from worker.ops.health import check_health
 
 
 def pending(
@@ -128,7 +128,7 @@ def test_health_cli_exit_status_and_reasons(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from worker.cli import main
+    from worker.cli.main import main
 
     assert main(["health"]) == 0
     assert "healthy" in capsys.readouterr().out
@@ -147,7 +147,7 @@ def test_health_cli_exit_status_and_reasons(
 def test_unreachable_database_is_unhealthy(
     cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worker.cli import main
+    from worker.cli.main import main
 
     monkeypatch.setenv("MAILROOM_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
     assert main(["health", "--json"]) == 1

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from tests.worker.helpers import add_sender, run_until_drained
-from worker.config import Settings
-from worker.inbox import ingest_event
-from worker.sink import RunningSink
-from worker.validation import ValidationError
+from worker.core.config import Settings
+from worker.core.validation import ValidationError
+from worker.devtools.sink import RunningSink
+from worker.producers.inbox import ingest_event
 
 
 def placed(email: str = "ada@example.com", **extra: Any) -> dict[str, Any]:
@@ -198,7 +198,7 @@ def test_ingest_cli_goes_on_after_a_line_with_an_infinite_number(
 ) -> None:
     import io
 
-    from worker.cli import main
+    from worker.cli.main import main
 
     good = {"message_id": "m-1", "type": "order_placed", "payload": placed()}
     # 1e400 is a valid JSON number that Python reads as infinity, which jsonb refuses.
@@ -246,7 +246,7 @@ def test_concurrent_duplicates_from_threads_and_processes_make_one_email_each(
     # threads start once every process has ingested its first line.
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "ingest", str(path)],
+            [sys.executable, "-m", "worker.cli.main", "ingest", str(path)],
             env=cli_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -306,7 +306,7 @@ def test_ingest_cli_prints_one_result_per_line(
 ) -> None:
     import io
 
-    from worker.cli import main
+    from worker.cli.main import main
 
     good = {"message_id": "m-1", "type": "order_placed", "payload": placed()}
     lines = [
@@ -351,7 +351,7 @@ async def test_ingested_order_email_is_delivered(
 def test_ingest_cli_rejects_a_line_that_is_not_utf8_and_goes_on(
     cli_env: dict[str, str], conn: psycopg.Connection[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from worker.cli import main
+    from worker.cli.main import main
 
     good = json.dumps({"message_id": "m-1", "type": "order_placed", "payload": placed()}).encode()
     path = tmp_path / "events.jsonl"

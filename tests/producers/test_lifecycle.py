@@ -16,9 +16,12 @@ import pytest
 from psycopg.rows import dict_row
 
 from tests.worker.helpers import add_sender, run_until_drained
-from worker.config import Settings
-from worker.delivery import Worker, WorkerOptions
-from worker.lifecycle import (
+from worker.core.config import Settings
+from worker.core.validation import ValidationError
+from worker.devtools.sink import RunningSink
+from worker.engine.delivery import Worker, WorkerOptions
+from worker.producers.lifecycle import (
+    PRODUCER,
     TokenError,
     consume_token,
     create_account,
@@ -29,9 +32,6 @@ from worker.lifecycle import (
     suspend_accounts,
     unsuspend_accounts,
 )
-from worker.producers.lifecycle import PRODUCER
-from worker.sink import RunningSink
-from worker.validation import ValidationError
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -436,7 +436,7 @@ async def test_only_the_mailer_reads_a_plain_secret_and_the_link_works_by_its_ha
 
 
 def test_upgrading_keeps_mailed_links_working_and_forgets_their_secrets(empty_db_url: str) -> None:
-    from worker import db
+    from worker.core import db
 
     db.upgrade(empty_db_url, "0001")
     with psycopg.connect(empty_db_url, row_factory=dict_row) as old:

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from worker.cli import main
+from worker.cli.main import main
 
 Conn = psycopg.Connection[dict[str, Any]]
 

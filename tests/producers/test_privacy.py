@@ -14,12 +14,12 @@ from psycopg import sql
 from tests.producers.test_inbox import placed
 from tests.producers.test_retention import archived_ids, sent_email
 from tests.worker.helpers import add_sender, run_until_drained
-from worker.config import Settings
-from worker.inbox import ingest_event
-from worker.outbox import EmailRequest, enqueue
-from worker.privacy import erase_address, export_address
-from worker.retention import archive_directory, read_archive, run_maintenance
-from worker.sink import RunningSink
+from worker.core.config import Settings
+from worker.core.outbox import EmailRequest, enqueue
+from worker.devtools.sink import RunningSink
+from worker.ops.privacy import erase_address, export_address
+from worker.ops.retention import archive_directory, read_archive, run_maintenance
+from worker.producers.inbox import ingest_event
 
 ADA = "ada@example.com"
 BOB = "bob@example.com"
@@ -223,7 +223,7 @@ def test_privacy_cli_export_erase_round_trip(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from worker.cli import main
+    from worker.cli.main import main
 
     out_file = tmp_path / "ada.json"
     assert main(["privacy", "export", ADA, "--output", str(out_file)]) == 0
@@ -245,7 +245,13 @@ def test_privacy_cli_export_erase_round_trip(
 def test_erase_keeps_signatures_verifiable_and_exported_and_stops_reminders_to_the_erased_signer(
     conn: psycopg.Connection[Any], settings: Settings
 ) -> None:
-    from worker.signatures import add_document, expect_signer, send_reminders, sign_document, verify_chain
+    from worker.producers.documents.signatures import (
+        add_document,
+        expect_signer,
+        send_reminders,
+        sign_document,
+        verify_chain,
+    )
 
     directory = archive_directory(settings)
     for doc in ("handbook", "policy"):
@@ -276,7 +282,7 @@ def test_erase_keeps_signatures_verifiable_and_exported_and_stops_reminders_to_t
 def test_erase_is_refused_with_nothing_changed_while_an_email_to_the_address_is_being_sent(
     conn: psycopg.Connection[Any], settings: Settings
 ) -> None:
-    from worker.privacy import ErasureInFlight
+    from worker.ops.privacy import ErasureInFlight
 
     waiting, sending = (
         enqueue(conn, EmailRequest(to=ADA, subject=s, text="x"), settings=settings) for s in ("Later", "Now")
@@ -351,7 +357,7 @@ def test_erase_waits_for_a_running_maintenance_and_says_so(
     import logging
     import threading
 
-    from worker.retention import MAINTENANCE_LOCK_KEY
+    from worker.ops.retention import MAINTENANCE_LOCK_KEY
 
     enqueue(conn, EmailRequest(to=ADA, subject="Later", text="x"), settings=settings)
     conn.commit()
@@ -363,7 +369,7 @@ def test_erase_waits_for_a_running_maintenance_and_says_so(
                 waiting.set()
 
     handler = Waiting()
-    logger = logging.getLogger("worker.privacy")
+    logger = logging.getLogger("worker.ops.privacy")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     done: list[int] = []

@@ -11,10 +11,12 @@ import psycopg
 import pytest
 
 from tests.worker.helpers import add_sender, run_until_drained
-from worker.cli import main
-from worker.config import Settings
-from worker.queue import cancel, retry
-from worker.signatures import (
+from worker.cli.main import main
+from worker.core.config import Settings
+from worker.core.templates import catalog_from_rows
+from worker.devtools.sink import RunningSink
+from worker.ops.actions import cancel, retry
+from worker.producers.documents.signatures import (
     ReminderResult,
     add_document,
     expect_signer,
@@ -22,8 +24,6 @@ from worker.signatures import (
     send_reminders,
     sign_document,
 )
-from worker.sink import RunningSink
-from worker.templates import catalog_from_rows
 
 Conn = psycopg.Connection[dict[str, Any]]
 T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)

@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from worker.config import Settings
-from worker.outbox import EmailRequest, enqueue
-from worker.retention import archive_directory, archive_path, read_archive, run_maintenance
+from worker.core.config import Settings
+from worker.core.outbox import EmailRequest, enqueue
+from worker.ops.retention import archive_directory, archive_path, read_archive, run_maintenance
 
 NOW = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
 
@@ -119,8 +119,8 @@ _KILLER = """
 import os, signal, sys
 from datetime import datetime
 import psycopg
-from worker.config import Settings
-from worker.retention import run_maintenance
+from worker.core.config import Settings
+from worker.ops.retention import run_maintenance
 
 stage, day, now = sys.argv[1], sys.argv[2], datetime.fromisoformat(sys.argv[3])
 
@@ -256,7 +256,7 @@ def test_partitions_are_made_ahead_and_dropped_past_retention(
 
 
 def test_second_concurrent_run_is_skipped(db_url: str, settings: Settings, old_mail: dict[str, Any]) -> None:
-    from worker.retention import MAINTENANCE_LOCK_KEY
+    from worker.ops.retention import MAINTENANCE_LOCK_KEY
 
     with psycopg.connect(db_url, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", (MAINTENANCE_LOCK_KEY,))
@@ -268,10 +268,10 @@ def test_second_concurrent_run_is_skipped(db_url: str, settings: Settings, old_m
 async def test_worker_producer_runs_once_per_interval(
     db_url: str, conn: psycopg.Connection[Any], settings: Settings, old_mail: dict[str, Any]
 ) -> None:
-    from worker.producers import registered
-    from worker.producers.retention import PRODUCER
+    from worker.cli.wiring import worker_producers
+    from worker.ops.maintenance import PRODUCER
 
-    assert PRODUCER in registered()  # `mailroom worker` runs it
+    assert PRODUCER in worker_producers()  # `mailroom worker` runs it
     settings = replace(
         settings, database_url=None
     )  # the maintenance thread reaches the server by the DSN in use
@@ -292,7 +292,7 @@ async def test_worker_producer_runs_once_per_interval(
 def test_maintenance_cli_reports_each_step(
     cli_env: dict[str, str], settings: Settings, old_mail: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from worker.cli import main
+    from worker.cli.main import main
 
     assert main(["maintenance", "run", "--dry-run"]) == 0
     out, _ = capsys.readouterr()

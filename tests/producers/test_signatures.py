@@ -18,9 +18,10 @@ import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from worker.cli import main
-from worker.config import ConfigError, Settings
-from worker.signatures import (
+from worker.cli.main import main
+from worker.core.config import ConfigError, Settings
+from worker.core.validation import ValidationError
+from worker.producers.documents.signatures import (
     DocumentNotFound,
     add_document,
     document_status,
@@ -30,8 +31,7 @@ from worker.signatures import (
     verify_chain,
     verify_checksum,
 )
-from worker.signing_key import generate_key, key_path, load_signing_key
-from worker.validation import ValidationError
+from worker.producers.documents.signing_key import generate_key, key_path, load_signing_key
 
 Conn = psycopg.Connection[dict[str, Any]]
 

@@ -10,9 +10,9 @@ from typing import Any
 import psycopg
 from aiohttp.test_utils import TestServer
 
-from worker.config import Settings
-from worker.outbox import EmailRequest, enqueue
-from worker.tracker import make_app
+from worker.core.config import Settings
+from worker.core.outbox import EmailRequest, enqueue
+from worker.tracking.server import make_app
 
 CAMPAIGN_HTML = (
     "<html><body><p>Hello</p>"

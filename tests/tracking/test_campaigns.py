@@ -8,9 +8,9 @@ import psycopg
 import pytest
 
 from tests.tracking import enqueue_one
-from worker.campaigns import campaign_stats, format_stats
-from worker.cli import main
-from worker.config import Settings
+from worker.cli.main import main
+from worker.core.config import Settings
+from worker.tracking.campaigns import campaign_stats, format_stats
 
 
 def _finish(conn: psycopg.Connection[object], email_id: int, status: str, outcome: str | None = None) -> None:

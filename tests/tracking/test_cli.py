@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.cli import main
+from worker.cli.main import main
 
 
 def _free_port() -> int:

@@ -23,14 +23,14 @@ from hypothesis import strategies as st
 
 from tests.tracking import enqueue_one, https
 from tests.worker.helpers import run_until_drained
-from worker.cli import main
-from worker.config import Settings
-from worker.crypto import SecretBox
-from worker.dkim import SIGNED_HEADERS, DkimError, DkimKey, dns_record, normalise_private_key
-from worker.message import build_message
-from worker.senders import SenderSpec, add_sender
-from worker.sink import RunningSink
-from worker.validation import ValidationError
+from worker.cli.main import main
+from worker.core.config import Settings
+from worker.core.crypto import SecretBox
+from worker.core.dkim import SIGNED_HEADERS, DkimError, DkimKey, dns_record, normalise_private_key
+from worker.core.message import build_message
+from worker.core.validation import ValidationError
+from worker.devtools.sink import RunningSink
+from worker.ops.senders import SenderSpec, add_sender
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ import pytest
 
 from tests.tracking import enqueue_one, https, running_tracker
 from tests.worker.helpers import add_sender, run_until_drained, statuses
-from worker.cli import main
-from worker.config import Settings
-from worker.sink import RunningSink
+from worker.cli.main import main
+from worker.core.config import Settings
+from worker.devtools.sink import RunningSink
 
 
 async def test_unsubscribe_through_the_tracker_stops_the_next_campaign_email(
@@ -89,8 +89,8 @@ async def test_unsubscribe_through_the_tracker_stops_the_next_campaign_email(
 async def test_unsubscribe_link_of_an_email_retention_deleted_still_works(
     db_url: str, settings: Settings, smtp_sink: RunningSink, tmp_path: Path
 ) -> None:
-    from worker.campaigns import campaign_stats
-    from worker.retention import run_maintenance
+    from worker.ops.retention import run_maintenance
+    from worker.tracking.campaigns import campaign_stats
 
     fast = replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
     add_sender(db_url, smtp_sink.port, settings=settings)

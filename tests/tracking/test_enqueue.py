@@ -9,10 +9,10 @@ import psycopg
 import pytest
 
 from tests.tracking import CAMPAIGN_HTML, email_row, enqueue_one, https, scalar
-from worker.config import Settings
-from worker.outbox import EmailRequest, insert_batch, parse_line, prepare
-from worker.tracking import rewrite_links, trackable_url
-from worker.validation import ValidationError
+from worker.core.config import Settings
+from worker.core.links import rewrite_links, trackable_url
+from worker.core.outbox import EmailRequest, insert_batch, parse_line, prepare
+from worker.core.validation import ValidationError
 
 CLICK = re.compile(r'href="http://localhost:8025/c/([0-9a-f-]{36})"')
 
@@ -170,7 +170,7 @@ UNSAFE_SETTINGS = [
 
 
 def test_unsafe_tracking_settings_are_refused_and_nothing_is_stored(db_url: str, settings: Settings) -> None:
-    from worker.config import ConfigError
+    from worker.core.config import ConfigError
 
     for changes in UNSAFE_SETTINGS:
         with pytest.raises(ConfigError, match="MAILROOM_"):

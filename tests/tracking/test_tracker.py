@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestServer
 from psycopg import sql
 
 from tests.tracking import email_row, enqueue_one, running_tracker, scalar
-from worker.config import Settings
-from worker.tracker import PIXEL
+from worker.core.config import Settings
+from worker.tracking.server import PIXEL
 
 CLICK = re.compile(r'href="http://localhost:8025(/c/[0-9a-f-]{36})"')
 

@@ -6,12 +6,12 @@ from typing import Any
 
 import psycopg
 
-from worker.config import Settings
-from worker.crypto import SecretBox
-from worker.delivery import Worker, WorkerOptions
-from worker.outbox import EmailRequest, enqueue
-from worker.senders import SenderSpec
-from worker.senders import add_sender as add_sender_account
+from worker.core.config import Settings
+from worker.core.crypto import SecretBox
+from worker.core.outbox import EmailRequest, enqueue
+from worker.engine.delivery import Worker, WorkerOptions
+from worker.ops.senders import SenderSpec
+from worker.ops.senders import add_sender as add_sender_account
 
 
 def add_sender(

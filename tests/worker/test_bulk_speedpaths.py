@@ -17,10 +17,10 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from worker import bulk
-from worker.bulk import Results
-from worker.config import Settings
-from worker.outbox import (
+from worker.core import bulk
+from worker.core.bulk import Results
+from worker.core.config import Settings
+from worker.core.outbox import (
     COLUMNS,
     LINKS,
     EmailRequest,
@@ -31,8 +31,8 @@ from worker.outbox import (
     prepare_json,
     request_from_json,
 )
-from worker.templates import TemplateCatalog, builtin_templates
-from worker.validation import ValidationError
+from worker.core.templates import TemplateCatalog, builtin_templates
+from worker.core.validation import ValidationError
 
 CI = bool(os.environ.get("CI"))
 _ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.classify import Reply, Verdict, backoff_seconds, classify, clean_reply
+from worker.engine.classify import Reply, Verdict, backoff_seconds, classify, clean_reply
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from worker.cli import build_parser, main
+from worker.cli.main import build_parser, main
 
 
 def run(
@@ -116,7 +116,7 @@ def test_senders_add_stores_password_encrypted_and_lists(
     row = conn.execute("SELECT smtp_password_encrypted, daily_limit FROM mailroom.sender_accounts").fetchone()
     assert row is not None
     assert b"hunter2" not in bytes(row["smtp_password_encrypted"])
-    from worker.crypto import SecretBox
+    from worker.core.crypto import SecretBox
 
     assert (
         SecretBox(cli_env["MAILROOM_SECRET_KEY"]).decrypt(row["smtp_password_encrypted"])
@@ -234,7 +234,7 @@ def test_retry_and_cancel(
 
 
 def test_db_current_and_downgrade(cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    from worker.db import head_revision
+    from worker.core.db import head_revision
 
     head = head_revision()
     assert run(capsys, "db", "current")[1].strip() == head
@@ -283,7 +283,7 @@ def test_installed_console_script_enqueues_from_stdin(cli_env: dict[str, str]) -
 
 
 def test_keygen_prints_a_usable_key(capsys: pytest.CaptureFixture[str]) -> None:
-    from worker.crypto import SecretBox
+    from worker.core.crypto import SecretBox
 
     code, out, _ = run(capsys, "keygen")
     box = SecretBox(out.strip())
@@ -291,7 +291,7 @@ def test_keygen_prints_a_usable_key(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo_key_file_is_private(tmp_path: Path) -> None:
-    from worker.crypto import write_key_file
+    from worker.core.crypto import write_key_file
 
     path = tmp_path / "home" / "secret.key"
     key = write_key_file(path)

@@ -15,8 +15,8 @@ import pytest
 
 from tests.fixtures_db import restart_embedded_server
 from tests.worker.helpers import add_sender, statuses
-from worker.config import Settings
-from worker.sink import RunningSink
+from worker.core.config import Settings
+from worker.devtools.sink import RunningSink
 
 CONCURRENCY = 4
 
@@ -88,7 +88,7 @@ async def test_worker_survives_a_postgresql_restart(
     from dataclasses import replace
 
     from tests.worker.helpers import enqueue_many
-    from worker.delivery import Worker, WorkerOptions
+    from worker.engine.delivery import Worker, WorkerOptions
 
     fast = replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
     add_sender(db_url, smtp_sink.port)

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from tests.worker.helpers import add_sender, enqueue_many, refuse_writes, run_until_drained, statuses
-from worker.config import Settings
-from worker.sink import Drop, RunningSink, Stall
+from worker.core.config import Settings
+from worker.devtools.sink import Drop, RunningSink, Stall
 
 
 async def test_sends_every_email_once_with_stable_message_id(
@@ -199,7 +199,7 @@ async def test_four_workers_never_exceed_a_daily_limit_or_send_twice(
 async def test_expired_lease_returns_email_to_queue_and_late_result_is_ignored(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.queue import COMPLETE, RESCUE_EXPIRED
+    from worker.engine.claims import COMPLETE, RESCUE_EXPIRED
 
     enqueue_many(db_url, 1)
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -251,7 +251,7 @@ async def test_draining_worker_waits_for_a_dead_workers_lease_and_sends_its_emai
 async def test_draining_worker_exits_when_its_last_claim_ends_not_at_the_fallback_timer(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.delivery import Worker, WorkerOptions
+    from worker.engine.delivery import Worker, WorkerOptions
 
     # Slot A finds nothing left while slot B still holds u1 (its reply is slow): A waits for B's claim
     # to end, then both exit. A fallback timer of an hour would hold the worker for that hour.
@@ -271,7 +271,7 @@ async def test_draining_worker_exits_when_its_last_claim_ends_not_at_the_fallbac
 async def test_worker_wakes_on_notify_without_polling(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.delivery import Worker, WorkerOptions
+    from worker.engine.delivery import Worker, WorkerOptions
 
     add_sender(db_url, smtp_sink.port)
     worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=1, poll_seconds=3600))
@@ -289,7 +289,7 @@ async def test_worker_wakes_on_notify_without_polling(
 async def test_shutdown_releases_claimed_but_unsent_email(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.delivery import Worker, WorkerOptions
+    from worker.engine.delivery import Worker, WorkerOptions
 
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt(lambda a: True, Stall())
@@ -355,7 +355,7 @@ async def test_sender_connection_cap_holds_across_slots(
 async def test_unexpected_database_error_stops_the_worker_with_that_error(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from worker.delivery import Worker, WorkerOptions
+    from worker.engine.delivery import Worker, WorkerOptions
 
     add_sender(db_url, smtp_sink.port)
     enqueue_many(db_url, 20)
@@ -400,7 +400,7 @@ async def test_email_that_cannot_be_built_fails_alone_and_the_worker_goes_on(
 async def test_a_paced_sender_claims_no_more_than_a_few_seconds_of_its_sending(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.delivery import PACED_CLAIM_SECONDS, Worker, WorkerOptions
+    from worker.engine.delivery import PACED_CLAIM_SECONDS, Worker, WorkerOptions
 
     add_sender(db_url, smtp_sink.port)
     with psycopg.connect(db_url) as conn:
@@ -422,7 +422,7 @@ async def test_a_paced_sender_claims_no_more_than_a_few_seconds_of_its_sending(
 async def test_pacing_holds_across_workers_not_only_within_one(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.delivery import Worker, WorkerOptions
+    from worker.engine.delivery import Worker, WorkerOptions
 
     # Two workers (as two processes would) send through one account paced at 150 ms: together they
     # keep to one send per 150 ms. Paced per process, 8 emails would take about half as long.
@@ -446,7 +446,7 @@ async def test_pacing_holds_across_workers_not_only_within_one(
 async def test_accepted_email_is_charged_even_when_recording_it_fails(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.delivery import Worker, WorkerOptions
+    from worker.engine.delivery import Worker, WorkerOptions
 
     add_sender(db_url, smtp_sink.port)
     enqueue_many(db_url, 10)

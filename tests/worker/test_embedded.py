@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from worker.embedded import EmbeddedPostgres, prune_dead_handles
+from worker.core.embedded import EmbeddedPostgres, prune_dead_handles
 
 # A Mailroom process holding the server: prints the postmaster pid, then waits for a line on stdin.
 HOLDER = """
 import sys
 from pathlib import Path
-from worker.embedded import EmbeddedPostgres
+from worker.core.embedded import EmbeddedPostgres
 server = EmbeddedPostgres(Path(sys.argv[1]))
 server.start()
 print(server.running_pid(), flush=True)

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from tests.worker.helpers import add_sender, enqueue_many, statuses
-from worker.logs import JsonFormatter
-from worker.sink import RunningSink
+from worker.core.logs import JsonFormatter
+from worker.devtools.sink import RunningSink
 
 
 def _mailroom(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

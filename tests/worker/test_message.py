@@ -10,7 +10,7 @@ from email.policy import default
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.message import build_message
+from worker.core.message import build_message
 
 BODY = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=300

@@ -13,8 +13,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
-from worker import db
-from worker.schema import SCHEMA, metadata
+from worker.core import db
+from worker.core.schema import SCHEMA, metadata
 
 PARTITION = re.compile(r"^(send_logs|open_events|click_events)_(default|\d{4}_\d{2})$")
 

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from worker.config import Settings
-from worker.message import build_message
-from worker.outbox import EmailRequest, enqueue, enqueue_async, insert_batch, parse_line, prepare
-from worker.templates import TemplateCatalog, builtin_templates
-from worker.validation import ValidationError
+from worker.core.config import Settings
+from worker.core.message import build_message
+from worker.core.outbox import EmailRequest, enqueue, enqueue_async, insert_batch, parse_line, prepare
+from worker.core.templates import TemplateCatalog, builtin_templates
+from worker.core.validation import ValidationError
 
 ACTIVATION_DATA = {
     "login": "bob",

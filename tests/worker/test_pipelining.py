@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
-from worker.config import Settings
-from worker.message import Envelope
-from worker.pipelining import PipeliningProtocol, wire_data
-from worker.sink import Drop, RunningSink, SinkHandler
-from worker.smtp import SmtpAccount, SmtpConnection
+from worker.core.config import Settings
+from worker.core.message import Envelope
+from worker.devtools.sink import Drop, RunningSink, SinkHandler
+from worker.engine.pipelining import PipeliningProtocol, wire_data
+from worker.engine.smtp import SmtpAccount, SmtpConnection
 
 BODY = b"Subject: Hello\r\n\r\nfirst line\r\n.starts with a dot\r\n..two dots\r\n.\r\nlast\r\n"
 

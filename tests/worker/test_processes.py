@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 
 from tests.worker.helpers import add_sender, statuses
-from worker.sink import RunningSink
+from worker.devtools.sink import RunningSink
 
 
 def _mailroom(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -110,7 +110,7 @@ def test_processes_must_be_a_whole_number_of_one_or_more(cli_env: dict[str, str]
 
 
 def test_stopping_never_reaps_a_child_behind_the_supervisors_back(cli_env: dict[str, str]) -> None:
-    from worker.processes import Supervisor
+    from worker.engine.processes import Supervisor
 
     supervisor = Supervisor(1, lambda index: ["--version"], cli_env)
     supervisor._spawn(0)
@@ -125,7 +125,7 @@ def test_stopping_never_reaps_a_child_behind_the_supervisors_back(cli_env: dict[
 
 
 def test_a_child_started_after_sigterm_arrived_is_stopped_too(cli_env: dict[str, str]) -> None:
-    from worker.processes import Supervisor
+    from worker.engine.processes import Supervisor
 
     supervisor = Supervisor(1, lambda index: ["worker", "--no-producers"], cli_env)
     supervisor.stop()  # the signal came first, while the child was being started

@@ -9,10 +9,11 @@ import psycopg
 import pytest
 
 from tests.worker.helpers import add_sender, enqueue_many, statuses
-from worker.config import Settings
-from worker.delivery import Worker, WorkerOptions
-from worker.producers import Producer, registered
-from worker.sink import RunningSink
+from worker.cli.wiring import worker_producers
+from worker.core.config import Settings
+from worker.devtools.sink import RunningSink
+from worker.engine.delivery import Worker, WorkerOptions
+from worker.engine.producer import Producer
 
 
 async def test_a_producer_runs_again_on_notify_on_its_channel(db_url: str, settings: Settings) -> None:
@@ -63,7 +64,6 @@ async def test_a_failing_producer_does_not_stop_delivery(
     assert "producer broken failed" in caplog.text
 
 
-def test_the_cli_worker_runs_every_registered_producer(settings: Settings) -> None:
-    worker = Worker("postgresql://unused", settings, WorkerOptions(run_producers=True))
-    assert [p.name for p in worker.producers] == [p.name for p in registered()]
+def test_the_cli_worker_runs_every_producer_and_the_engine_none_by_itself(settings: Settings) -> None:
+    assert [p.name for p in worker_producers()] == ["birthdays", "lifecycle", "retention"]
     assert Worker("postgresql://unused", settings, WorkerOptions()).producers == []

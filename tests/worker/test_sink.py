@@ -12,8 +12,8 @@ import aiosmtplib
 import pytest
 
 from tests.fixtures_smtp import SinkFactory
-from worker.masking import mask_address, mask_addresses
-from worker.sink import Drop, RefuseShare, Reply, RunningSink, Stall, serve_forever, start_sink
+from worker.core.masking import mask_address, mask_addresses
+from worker.devtools.sink import Drop, RefuseShare, Reply, RunningSink, Stall, serve_forever, start_sink
 
 SENDER = "noreply@mailroom.test"
 
@@ -443,7 +443,7 @@ def test_mask_addresses_joins_masked_addresses() -> None:
 async def test_serve_forever_serves_until_cancelled_and_logs_masked_recipients(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="worker.sink")
+    caplog.set_level(logging.INFO, logger="worker.devtools.sink")
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     server = asyncio.create_task(serve_forever(port=0, on_ready=ready.set_result))
     port = await ready

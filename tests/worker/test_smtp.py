@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.smtp import SmtpAccount
+from worker.engine.smtp import SmtpAccount
 
 
 def test_an_smtp_account_never_shows_its_password() -> None:

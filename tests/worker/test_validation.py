@@ -9,7 +9,7 @@ from email_validator import EmailNotValidError, validate_email
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.validation import ValidationError, _fast_address, normalise_address
+from worker.core.validation import ValidationError, _fast_address, normalise_address
 
 LOCAL = st.text(alphabet="abcXYZ019.!#$%&'*+/=?^_`{|}~-", min_size=1, max_size=70)
 DOMAIN = st.lists(st.text(alphabet="abz09-", min_size=1, max_size=64), min_size=1, max_size=4).map(".".join)

@@ -11,9 +11,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from worker import db
-from worker.cli import main
-from worker.senders import RESERVE, set_sender_status
+from worker.cli.main import main
+from worker.core import db
+from worker.engine.senders import RESERVE
+from worker.ops.senders import set_sender_status
 
 Conn = psycopg.Connection[dict[str, Any]]
 

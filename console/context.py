@@ -1,0 +1,104 @@
+"""What screens and widgets may use of the running console: a small interface, never the app module.
+
+The app (`console.app.MailroomConsole`) implements `ConsoleContext`; screens reach it through
+`context_of(widget)`. Actions that belong to producers (account suspension, activation, signature
+reminders) come in through `DomainActions`, which whoever starts the console passes in
+(`console.wiring`), so nothing below the command line imports a producer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import psycopg
+
+from worker.core.config import Settings
+from worker.core.results import ActionResult
+
+if TYPE_CHECKING:
+    from textual.dom import DOMNode
+
+    from console.queries import ConsoleData
+
+# (mode, key, title): the order of the tabs in the header and of the number keys.
+SCREENS: tuple[tuple[str, str, str], ...] = (
+    ("overview", "1", "Overview"),
+    ("failures", "2", "Failures"),
+    ("senders", "3", "Senders"),
+    ("accounts", "4", "Accounts"),
+    ("signatures", "5", "Signatures"),
+    ("schedule", "6", "Schedule"),
+    ("queue", "7", "Queue"),
+)
+
+Action = Callable[[psycopg.Connection[Any]], str]
+
+
+class DomainActions(Protocol):
+    """Operator actions owned by producers, handed to the console by the command line."""
+
+    def suspend_accounts(self, conn: psycopg.Connection[Any], ids: list[int]) -> ActionResult:
+        """Suspend user accounts."""
+        ...
+
+    def unsuspend_accounts(self, conn: psycopg.Connection[Any], ids: list[int]) -> ActionResult:
+        """Lift user accounts' suspension."""
+        ...
+
+    def resend_activation(
+        self, conn: psycopg.Connection[Any], ids: list[int], settings: Settings
+    ) -> ActionResult:
+        """Issue provisioned accounts a fresh activation token."""
+        ...
+
+    def reminder_candidates(self, conn: psycopg.Connection[Any], doc_id: str, settings: Settings) -> int:
+        """How many signers of a document a reminder would mail now."""
+        ...
+
+    def send_reminders(self, conn: psycopg.Connection[Any], doc_id: str, settings: Settings) -> str:
+        """Mail a document's missing signers; a one-line summary."""
+        ...
+
+
+class ConsoleContext(Protocol):
+    """The running console as screens and widgets see it."""
+
+    settings: Settings
+    read_only: bool
+    label: str
+    data: ConsoleData
+    actions: DomainActions
+    clock: Callable[[], datetime]
+    live_state: str
+    updated_at: datetime | None
+
+    def say(self, text: str, *, severity: str = "information") -> None:
+        """Notify the operator."""
+        ...
+
+    def perform(self, action: Action, *, what: str) -> None:
+        """Run a mutating action in its own transaction off the UI thread."""
+        ...
+
+    async def ask(self, action: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        """Run a read-only question (a count for a confirmation) off the UI thread."""
+        ...
+
+    async def data_shown(self) -> None:
+        """A screen finished showing fresh data."""
+        ...
+
+    async def wake_waiters(self) -> None:
+        """Let waiters re-check their condition."""
+        ...
+
+    def request_refresh(self) -> None:
+        """Refresh the visible screen now."""
+        ...
+
+
+def context_of(node: DOMNode) -> ConsoleContext:
+    """The console a widget or screen runs in, typed by its interface."""
+    return cast("ConsoleContext", node.app)

@@ -1,0 +1,1 @@
+"""The `mailroom` command line (the top layer)."""

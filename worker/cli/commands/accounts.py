@@ -1,0 +1,142 @@
+"""`mailroom accounts ...`: create, list, suspend, unsuspend, recover and activate user accounts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from worker.core.config import Settings
+
+DESCRIPTION = """\
+User accounts and their lifecycle emails (reference 01). An account starts provisioned; creating it
+issues an activation token, and the worker's lifecycle producer mails its 5-digit code and a link
+(MAILROOM_BASE_URL). Consuming the token activates the account. Suspending takes an account out of
+service; unsuspending returns it to active, or to provisioned if it was never activated. Tokens expire
+after MAILROOM_TOKEN_TTL_SECONDS (default 900)."""
+
+
+def positive_count(text: str) -> int:
+    """argparse type: a whole number of 1 or more (a clear usage error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
+def cmd_accounts(args: argparse.Namespace, settings: Settings) -> int:
+    """Dispatch `mailroom accounts ACTION`."""
+    from worker.core.db import connect, database_url
+    from worker.producers import lifecycle
+
+    with connect(database_url(settings)) as conn:
+        if args.accounts_command == "create":
+            account_id = lifecycle.create_account(
+                conn, args.email, args.login, locale=args.locale, settings=settings
+            )
+            print(
+                f"created account {account_id} ({args.login}), provisioned;"
+                " its activation token is mailed by `mailroom worker`"
+            )
+            return 0
+        if args.accounts_command == "list":
+            accounts = lifecycle.list_accounts(conn, args.status, args.limit)
+            if args.json:
+                print(json.dumps([_as_json(a) for a in accounts], indent=2))
+                return 0
+            print(f"{'ID':>6}  {'STATUS':<11}  {'LOGIN':<20}  {'EMAIL':<32}  CHANGED")
+            for a in accounts:
+                changed = a.status_changed_at.strftime("%Y-%m-%d %H:%M") if a.status_changed_at else "-"
+                print(f"{a.id:>6}  {a.status:<11}  {a.login[:20]:<20}  {a.email[:32]:<32}  {changed}")
+            print(f"{len(accounts)} account(s)", file=sys.stderr)
+            return 0
+        if args.accounts_command in ("suspend", "unsuspend", "resend"):
+            ids = [lifecycle.find_account(conn, who) for who in args.accounts]
+            action = {
+                "suspend": lifecycle.suspend_accounts,
+                "unsuspend": lifecycle.unsuspend_accounts,
+            }.get(args.accounts_command)
+            if action is not None:
+                result = action(conn, ids)
+                verb = f"{args.accounts_command}ed"
+            else:
+                result = lifecycle.resend_activation(conn, ids, settings)
+                verb = "issued a new activation token to"
+            print(result.summary(verb, "account(s)"))
+            return 1 if result.skipped else 0
+        if args.accounts_command == "recover":
+            account_id = lifecycle.find_account(conn, args.account)
+            token_id = lifecycle.request_recovery(conn, account_id, settings)
+            print(
+                f"password recovery token {token_id} issued to account {account_id};"
+                " it is mailed by `mailroom worker`"
+            )
+            return 0
+        # activate
+        done = lifecycle.consume_token(
+            conn, secret=args.secret, code=args.code, email=args.email, action="activation"
+        )
+        print(f"account {done.account_id} is {done.account_status}")
+        return 0
+
+
+def _as_json(account: Any) -> dict[str, Any]:
+    return {
+        key: (value.isoformat() if hasattr(value, "isoformat") else value)
+        for key, value in vars(account).items()
+    }
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `mailroom accounts`."""
+    parser = sub.add_parser(
+        "accounts",
+        help="user accounts: create, list, suspend, unsuspend, recover, activate",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="accounts_command", required=True, metavar="ACTION")
+    create = actions.add_parser(
+        "create", help="create a provisioned account (its activation email is queued)"
+    )
+    create.add_argument("email", help="the account's email address")
+    create.add_argument("login", help="unique login name")
+    create.add_argument("--locale", default="en", help="language of its emails, e.g. en, fr (default en)")
+    lst = actions.add_parser("list", help="list accounts")
+    lst.add_argument("--status", choices=("provisioned", "active", "suspended"), help="only this status")
+    lst.add_argument("--limit", type=positive_count, default=1000, help="at most this many (default 1000)")
+    lst.add_argument("--json", action="store_true", help="machine-readable output")
+    for name, text in (
+        ("suspend", "suspend accounts"),
+        ("unsuspend", "lift a suspension (never-activated accounts return to provisioned)"),
+        ("resend", "issue a fresh activation token to provisioned accounts"),
+    ):
+        p = actions.add_parser(name, help=text)
+        p.add_argument("accounts", nargs="+", metavar="ACCOUNT", help="email address or login")
+    recover = actions.add_parser("recover", help="request password recovery for an active account")
+    recover.add_argument("account", metavar="ACCOUNT", help="email address or login")
+    activate = actions.add_parser(
+        "activate",
+        help="consume an activation token",
+        description="Activate an account with the 5-digit code and its email address, or with the token's "
+        "secret (64 hex digits, from the link). Expired, used or another account's tokens are refused.",
+    )
+    activate.add_argument("--code", help="the 5-digit code from the email (needs --email)")
+    activate.add_argument("--email", help="the account's email address")
+    activate.add_argument("--secret", metavar="HEX", help="the token's secret from the link")
+    parser.set_defaults(handler=_checked)
+
+
+def _checked(args: argparse.Namespace, settings: Settings) -> int:
+    if args.accounts_command == "activate":
+        from worker.core.validation import ValidationError
+
+        if (args.secret is None) == (args.code is None):
+            raise ValidationError("activate", "give --secret HEX, or --code CODE with --email EMAIL")
+        if args.code is not None and args.email is None:
+            raise ValidationError("email", "--code needs --email")
+    return cmd_accounts(args, settings)

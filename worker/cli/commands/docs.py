@@ -1,0 +1,334 @@
+"""`mailroom docs add|expect|sign|status|verify|remind|checksum`: signed document acknowledgements."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from worker.core.config import Settings
+
+_BIG_FILE = 64 << 20
+
+
+def _operator() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
+
+
+def _url(settings: Settings) -> str:
+    from worker.core.db import database_url
+
+    return database_url(settings)
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _progress(path: Path) -> Callable[[int], None] | None:
+    size = path.stat().st_size if path.is_file() else 0
+    if size < _BIG_FILE:
+        return None
+    step = max(size // 10, 1)
+    marks = iter(range(step, size + step, step))
+    next_mark = [next(marks)]
+
+    def report(done: int) -> None:
+        if done >= next_mark[0]:
+            print(f"checksum: {done * 100 // size}% of {path.name}", file=sys.stderr, flush=True)
+            next_mark[0] = next(marks, size + 1)
+
+    return report
+
+
+def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs add DOC`."""
+    from worker.core.db import connect
+    from worker.producers.documents.records import file_checksum
+    from worker.producers.documents.signatures import add_document
+
+    checksum = args.checksum
+    if args.file is not None:
+        path = Path(args.file)
+        checksum = file_checksum(path, args.algorithm or "SHA-256", _progress(path))
+    with connect(_url(settings)) as conn:
+        doc = add_document(
+            conn,
+            args.doc_id,
+            title=args.title,
+            url=args.url,
+            checksum=checksum,
+            checksum_algorithm=(args.algorithm or "SHA-256") if checksum else args.algorithm,
+            description=args.description,
+            created_by=args.by,
+        )
+    checksum_text = f", {doc.checksum_algorithm} {doc.checksum}" if doc.checksum else ""
+    print(f"added document {doc.doc_id}{checksum_text}")
+    return 0
+
+
+def cmd_expect(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs expect DOC EMAIL`."""
+    from worker.core.db import connect
+    from worker.producers.documents.signatures import expect_signer
+
+    with connect(_url(settings)) as conn:
+        new = expect_signer(
+            conn,
+            args.doc_id,
+            args.email,
+            name=args.name,
+            locale=args.locale,
+            added_by=args.by,
+            notes=args.notes,
+            settings=settings,
+        )
+    print(f"{'expecting' if new else 'updated'} {args.email.strip().lower()} on {args.doc_id}")
+    return 0
+
+
+def cmd_sign(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs sign DOC EMAIL`."""
+    from worker.core.db import connect
+    from worker.producers.documents.signatures import sign_document
+
+    with connect(_url(settings)) as conn:
+        signature = sign_document(conn, args.doc_id, args.email, name=args.name, settings=settings)
+    print(
+        f"signature #{signature.id}: {signature.signer_email} signed {signature.doc_id}"
+        f" at {_when(signature.signed_at)} (payload SHA-256 {signature.payload_hash})"
+    )
+    return 0
+
+
+def _signer_json(state: Any) -> dict[str, Any]:
+    return {
+        "email": state.email,
+        "name": state.name,
+        "signed_at": state.signed_at.isoformat() if state.signed_at else None,
+        "reminders": state.reminders,
+        "last_reminded_at": state.last_reminded_at.isoformat() if state.last_reminded_at else None,
+    }
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs status DOC`."""
+    from worker.core.db import connect
+    from worker.producers.documents.signatures import document_status
+
+    with connect(_url(settings)) as conn:
+        status = document_status(conn, args.doc_id)
+    pct = status.completion_pct
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "doc_id": status.document.doc_id,
+                    "title": status.document.title,
+                    "expected": len(status.expected),
+                    "signed": status.signed,
+                    "completion_pct": pct,
+                    "missing": [_signer_json(s) for s in status.missing],
+                    "unexpected": [_signer_json(s) for s in status.unexpected],
+                    "signers": [_signer_json(s) for s in status.expected],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    doc = status.document
+    print(f"{doc.doc_id}: {doc.title or '(untitled)'}" + (f"  {doc.url}" if doc.url else ""))
+    print(
+        f"expected {len(status.expected)}  signed {status.signed}  "
+        f"completion {'n/a' if pct is None else f'{pct:.2f}%'}  unexpected {len(status.unexpected)}"
+    )
+    for title, rows in (("missing", status.missing), ("unexpected", status.unexpected)):
+        if rows:
+            print(f"{title}:")
+        for s in rows:
+            extra = (
+                f"signed {_when(s.signed_at)}"
+                if s.signed_at
+                else f"{s.reminders} reminder(s), last {_when(s.last_reminded_at)}"
+            )
+            print(f"  {s.email:<40} {s.name:<24} {extra}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs verify [DOC]`: exit status 1 when any signature or link is broken."""
+    from worker.core.db import connect
+    from worker.producers.documents.signatures import all_doc_ids, verify_chain
+
+    with connect(_url(settings)) as conn:
+        doc_ids = [args.doc_id] if args.doc_id else all_doc_ids(conn)
+        reports = [verify_chain(conn, doc_id, settings=settings) for doc_id in doc_ids]
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "doc_id": r.doc_id,
+                        "checked": r.checked,
+                        "ok": r.ok,
+                        "key": r.key_fingerprint,
+                        "broken": [
+                            {"id": b.id, "signer": b.signer_email, "reasons": b.reasons} for b in r.broken
+                        ],
+                    }
+                    for r in reports
+                ],
+                indent=2,
+            )
+        )
+    else:
+        for report in reports:
+            print(report.summary())
+            for broken in report.broken[1:]:
+                print(f"  also {broken.describe()}")
+        if not reports:
+            print("no documents")
+    return 0 if all(r.ok for r in reports) else 1
+
+
+def cmd_remind(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs remind DOC`: exit status 1 when a signer was skipped."""
+    from datetime import timedelta
+
+    from worker.core.db import connect
+    from worker.producers.documents.signatures import reminder_candidates, send_reminders
+
+    interval = None if args.interval is None else timedelta(seconds=args.interval)
+    with connect(_url(settings)) as conn:
+        if args.dry_run:
+            count = reminder_candidates(conn, args.doc_id, interval=interval, settings=settings)
+            print(f"{args.doc_id}: {count} reminder(s) would be queued")
+            return 0
+        result = send_reminders(conn, args.doc_id, interval=interval, requested_by=args.by, settings=settings)
+    print(result.summary())
+    return 1 if result.skipped else 0
+
+
+def cmd_checksum(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs checksum DOC --file PATH`: exit status 1 when the file does not match."""
+    from worker.core.db import connect
+    from worker.producers.documents.signatures import verify_checksum
+
+    path = Path(args.file)
+    with connect(_url(settings)) as conn:
+        result = verify_checksum(conn, args.doc_id, path, verified_by=args.by, progress=_progress(path))
+    if result.is_valid:
+        print(f"{args.doc_id}: {path} matches ({result.algorithm} {result.calculated_checksum})")
+        return 0
+    print(f"{args.doc_id}: {path} does NOT match: {result.error_message}")
+    return 1
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `mailroom docs` and its actions."""
+    docs = sub.add_parser(
+        "docs",
+        help="documents to acknowledge: signers, Ed25519 signatures, reminders, checksums",
+        description="Signed document acknowledgements. Mailroom signs each acknowledgement with its Ed25519 "
+        "key (MAILROOM_SIGNING_KEY, else $MAILROOM_HOME/signing.key, created on first use with mode 0600) and "
+        "chains the signatures of a document so that any edit of a stored one is detected by `verify`.",
+    )
+    d_sub = docs.add_subparsers(dest="docs_command", required=True, metavar="ACTION")
+
+    add = d_sub.add_parser(
+        "add",
+        help="add a document",
+        description="Add a document. Give its checksum as hex (--checksum) or let Mailroom compute it (--file).",
+    )
+    add.add_argument("doc_id", metavar="DOC", help="document id: letters, digits, _ . : - (max 128)")
+    add.add_argument("--title", default="", help="title shown in reminders")
+    add.add_argument("--url", default="", help="http(s) link to the document, included in reminders")
+    add.add_argument("--description", default="", help="longer description")
+    chk = add.add_mutually_exclusive_group()
+    chk.add_argument("--checksum", help="hex digest of the document's file")
+    chk.add_argument("--file", help="compute the checksum of this file")
+    add.add_argument(
+        "--algorithm", choices=("SHA-256", "SHA-512"), help="checksum algorithm (default SHA-256)"
+    )
+    add.add_argument("--by", default=_operator(), help="who adds it (default: your user name)")
+    add.set_defaults(handler=cmd_add)
+
+    exp = d_sub.add_parser(
+        "expect",
+        help="add an expected signer (or update their name and locale)",
+        description="Expect EMAIL to sign DOC. Reminders go out in the signer's locale (en, fr, es, de, it; a "
+        "regional form such as fr-CA falls back to its language).",
+    )
+    exp.add_argument("doc_id", metavar="DOC")
+    exp.add_argument("email", metavar="EMAIL")
+    exp.add_argument("--name", default="", help="the signer's name, used in reminders")
+    exp.add_argument("--locale", help="the signer's language (default MAILROOM_DEFAULT_LOCALE)")
+    exp.add_argument("--notes", help="free-form notes")
+    exp.add_argument("--by", default=_operator(), help="who adds the signer (default: your user name)")
+    exp.set_defaults(handler=cmd_expect)
+
+    sign = d_sub.add_parser(
+        "sign",
+        help="record EMAIL's signature of DOC",
+        description="Sign DOC for EMAIL with Mailroom's Ed25519 key, chained to the document's previous "
+        "signature. One signature per signer and document; a signer who was not expected may still sign "
+        "(`status` lists them as unexpected).",
+    )
+    sign.add_argument("doc_id", metavar="DOC")
+    sign.add_argument("email", metavar="EMAIL")
+    sign.add_argument("--name", help="signer name (default: the expected signer's name)")
+    sign.set_defaults(handler=cmd_sign)
+
+    st = d_sub.add_parser(
+        "status",
+        help="expected, signed, completion, missing and unexpected signers",
+        description=cmd_status.__doc__,
+    )
+    st.add_argument("doc_id", metavar="DOC")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(handler=cmd_status)
+
+    vf = d_sub.add_parser(
+        "verify",
+        help="check every signature and the chain; name the first broken row",
+        description="Check each signature's canonical payload, its SHA-256, its Ed25519 signature and its "
+        "link to the previous signature. Exit status 1 when anything is broken; the first broken row is named.",
+    )
+    vf.add_argument("doc_id", metavar="DOC", nargs="?", help="one document (default: every document)")
+    vf.add_argument("--json", action="store_true", help="machine-readable output")
+    vf.set_defaults(handler=cmd_verify)
+
+    rm = d_sub.add_parser(
+        "remind",
+        help="email a reminder to every expected signer who has not signed",
+        description="Enqueue one reminder per expected signer who has not signed, in their locale, and log it; "
+        "its outcome (sent, failed, bounced, ...) is recorded once delivered. A signer reminded within the "
+        "interval (MAILROOM_REMINDER_INTERVAL_SECONDS, default one day; failed or cancelled reminders do not "
+        "count) or on the bounce list is skipped with the reason, and the exit status is then 1.",
+    )
+    rm.add_argument("doc_id", metavar="DOC")
+    rm.add_argument("--dry-run", action="store_true", help="only say how many reminders would be queued")
+    rm.add_argument(
+        "--interval", type=float, help="seconds between reminders to one signer (overrides setting)"
+    )
+    rm.add_argument("--by", default=_operator(), help="who sends the reminders (default: your user name)")
+    rm.set_defaults(handler=cmd_remind)
+
+    ck = d_sub.add_parser(
+        "checksum",
+        help="check a file against the document's stored checksum and record the verification",
+        description="Hash PATH with the document's algorithm and record a verification row: valid, or not "
+        "with the reason. Exit status 1 when the file does not match.",
+    )
+    ck.add_argument("doc_id", metavar="DOC")
+    ck.add_argument("--file", required=True, metavar="PATH", help="the file to check")
+    ck.add_argument("--by", default=_operator(), help="who verifies (default: your user name)")
+    ck.set_defaults(handler=cmd_checksum)

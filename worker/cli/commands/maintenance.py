@@ -1,0 +1,71 @@
+"""`mailroom maintenance run [--dry-run]`: retention and partition upkeep on demand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from worker.core.config import Settings
+
+DESCRIPTION = """\
+Run every maintenance step once (the worker also runs them by itself, hourly by default):
+  archive_sent       sent email older than MAILROOM_ARCHIVE_AFTER_DAYS (default 90) is written to
+                     gzip JSON lines, one file per UTC day (emails-YYYY-MM-DD.jsonl.gz in
+                     MAILROOM_ARCHIVE_DIR, default $MAILROOM_HOME/archive), read back, and only
+                     then deleted from the queue
+  purge_inbox        inbox rows older than MAILROOM_INBOX_RETENTION_DAYS (default 30)
+  create_partitions  monthly send_logs / open_events / click_events partitions through
+                     MAILROOM_PARTITIONS_AHEAD_MONTHS (default 3) ahead; rows of such a month
+                     already in the default partition are moved into the new one
+  drop_partitions    partitions that ended more than MAILROOM_LOG_RETENTION_MONTHS (default 24) ago
+Each step reports how many rows it touched. Interrupting a run loses nothing: the next run
+completes it. The exit status is 1 when a step reported an error."""
+
+
+def cmd_maintenance(args: argparse.Namespace, settings: Settings) -> int:
+    """Run maintenance once and print what each step did."""
+    from worker.core.db import connect, database_url
+    from worker.ops.retention import run_maintenance
+
+    def progress(text: str) -> None:
+        print(f"maintenance: {text}", file=sys.stderr, flush=True)
+
+    with connect(database_url(settings), autocommit=True) as conn:
+        report = run_maintenance(conn, settings, dry_run=args.dry_run, progress=progress)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    elif report.skipped:
+        print(f"maintenance skipped: {report.skipped}")
+    else:
+        for step in report.steps:
+            verb = "would touch" if report.dry_run else "touched"
+            print(f"{step.name}: {verb} {step.rows} row(s)")
+            for detail in step.details:
+                print(f"  {detail}")
+    for error in report.errors:
+        print(f"error: {error}", file=sys.stderr)
+    return 1 if report.errors else 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `mailroom maintenance run`."""
+    parser = sub.add_parser(
+        "maintenance",
+        help="archive old sent email, purge the inbox, create and drop partitions",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="maintenance_command", required=True, metavar="ACTION")
+    run = actions.add_parser(
+        "run",
+        help="run every maintenance step once",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "--dry-run", action="store_true", help="count what each step would touch; change nothing"
+    )
+    run.add_argument("--json", action="store_true", help="machine-readable report")
+    run.set_defaults(handler=cmd_maintenance)

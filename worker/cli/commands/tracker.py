@@ -1,0 +1,39 @@
+"""`mailroom tracker`: the HTTP endpoint for open pixels, click redirects and one-click unsubscribe."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+from urllib.parse import urlsplit
+
+from worker.core.config import Settings
+
+
+def cmd_tracker(args: argparse.Namespace, settings: Settings) -> int:
+    """Serve the tracker until SIGTERM/SIGINT."""
+    import asyncio
+
+    from worker.core.db import database_url
+    from worker.tracking.server import run_tracker
+
+    port = args.port if args.port is not None else (urlsplit(settings.base_url).port or 8025)
+    print(f"tracker on http://{args.host}:{port}, public base URL {settings.base_url}", flush=True)
+    asyncio.run(run_tracker(database_url(settings), settings, args.host, port))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `mailroom tracker`."""
+    parser = sub.add_parser(
+        "tracker",
+        help="serve open pixels, click redirects and one-click unsubscribe over HTTP",
+        description="Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN records a "
+        "click and redirects to the destination stored for that link, POST /u/TOKEN (RFC 8058 one-click) "
+        "unsubscribes at once, GET /u/TOKEN shows a confirmation page and never unsubscribes. Emails carry "
+        "links under MAILROOM_BASE_URL: put the tracker behind that public (https) address.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, help="port to listen on (default: the port of MAILROOM_BASE_URL, else 8025)"
+    )
+    parser.set_defaults(handler=cmd_tracker)

@@ -1,0 +1,1 @@
+"""Shared core: configuration, database access, schema, validation, message building, enqueue (the bottom layer)."""

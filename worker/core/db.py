@@ -1,0 +1,119 @@
+"""Database access: which server to use, schema migrations, and connections."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+from psycopg.rows import dict_row
+
+from worker.core.config import Settings
+from worker.core.embedded import EmbeddedPostgres
+
+log = logging.getLogger(__name__)
+
+MIGRATE_LOCK_KEY = 7_243_001  # pg_advisory_lock key serialising concurrent migrations
+
+_embedded: EmbeddedPostgres | None = None
+
+
+def embedded_server(settings: Settings) -> EmbeddedPostgres:
+    """Return this process's handle on the embedded server (started on first use)."""
+    global _embedded
+    if _embedded is None:
+        _embedded = EmbeddedPostgres(settings.home)
+    return _embedded
+
+
+def database_url(settings: Settings, *, migrate: bool = True) -> str:
+    """Return the DSN in use: `MAILROOM_DATABASE_URL`, or the embedded server started and migrated to head."""
+    if settings.database_url:
+        return settings.database_url
+    url = embedded_server(settings).start()
+    if migrate:
+        upgrade(url)
+    return url
+
+
+@contextmanager
+def connect(url: str, *, autocommit: bool = False) -> Iterator[psycopg.Connection[dict[str, object]]]:
+    """Open a dict-row connection; the transaction commits on success and rolls back on error."""
+    with psycopg.connect(url, autocommit=autocommit, row_factory=dict_row) as conn:
+        yield conn
+
+
+def _alembic_config(connection: object) -> object:
+    from alembic.config import Config
+
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """Return the newest revision shipped with this version of Mailroom."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(url: str) -> str | None:
+    """Return the revision the database is at, or None when Mailroom was never installed there."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('mailroom.alembic_version') IS NOT NULL").fetchone()
+        if not row or not row[0]:
+            return None
+        version = conn.execute("SELECT version_num FROM mailroom.alembic_version").fetchone()
+        return str(version[0]) if version else None
+
+
+def _run_alembic(url: str, action: str, revision: str) -> None:
+    from alembic import command
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(url), poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            # Session-level advisory lock: concurrent processes migrate one after another.
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATE_LOCK_KEY})
+            connection.commit()
+            try:
+                config = _alembic_config(connection)
+                if action == "upgrade":
+                    command.upgrade(config, revision)  # type: ignore[arg-type]
+                else:
+                    command.downgrade(config, revision)  # type: ignore[arg-type]
+                connection.commit()
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATE_LOCK_KEY})
+                connection.commit()
+    finally:
+        engine.dispose()
+
+
+def upgrade(url: str, revision: str = "head") -> bool:
+    """Migrate the database to `revision`; return whether anything had to run."""
+    if revision == "head" and current_revision(url) == head_revision():
+        return False
+    log.info("migrating database to %s", revision)
+    _run_alembic(url, "upgrade", revision)
+    return True
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Migrate the database down to `revision` (`base` removes every Mailroom table)."""
+    _run_alembic(url, "downgrade", revision)

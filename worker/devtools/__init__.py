@@ -1,0 +1,1 @@
+"""Development tools: the local SMTP sink and the demo."""

@@ -1,0 +1,186 @@
+"""`mailroom demo`: the whole product on one machine.
+
+An embedded PostgreSQL, a local SMTP server that refuses a share of recipients (so retries, failures and
+bounces appear), two demo sender accounts (one with a low daily limit, so it reaches it), a worker
+process running delivery and every producer, and a feeder that keeps realistic activity flowing into
+each producer. The console (in the `console` package) runs in front of this; `--headless` prints a
+summary instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from worker.core.config import Settings
+from worker.core.crypto import SecretBox, key_file, write_key_file
+from worker.core.db import connect, database_url
+from worker.devtools.demo_feed import SOURCES, Feed
+from worker.devtools.sink import RefuseShare, RunningSink, start_sink
+from worker.engine.processes import die_with_parent, terminate
+from worker.ops.senders import SenderSpec, add_sender
+
+log = logging.getLogger("mailroom.demo")
+
+LOW_LIMIT = 40
+
+
+def _ensure_senders(conn: psycopg.Connection[Any], box: SecretBox, port: int) -> None:
+    existing = {str(r["name"]) for r in conn.execute("SELECT name FROM mailroom.sender_accounts").fetchall()}
+    demo = [
+        SenderSpec(
+            "demo-primary", "noreply@demo.example.com", "127.0.0.1", port, "Mailroom Demo", "none", None, 5000
+        ),
+        SenderSpec(
+            "demo-low-limit",
+            "hello@demo.example.com",
+            "127.0.0.1",
+            port,
+            "Mailroom Demo",
+            "none",
+            None,
+            LOW_LIMIT,
+        ),
+    ]
+    for spec in demo:
+        if spec.name not in existing:
+            add_sender(conn, spec, None, box)
+        else:
+            # The local SMTP server listens on a new port each run.
+            conn.execute(
+                "UPDATE mailroom.sender_accounts SET smtp_port = %s WHERE name = %s", (port, spec.name)
+            )
+
+
+@dataclass
+class DemoStack:
+    """Everything the demo started; `stop()` stops all of it."""
+
+    settings: Settings
+    url: str
+    sink: RunningSink
+    worker: subprocess.Popen[bytes]
+    worker_log: Path
+    feed: Feed
+    tracker: subprocess.Popen[bytes] | None = None
+    _stopped: bool = field(default=False, repr=False)
+    _feeder: threading.Thread | None = field(default=None, repr=False)
+
+    def start_feeding(self, interval: float = 1.0) -> None:
+        """Keep adding activity (one round every `interval` seconds) on a background thread."""
+        self._feeder = threading.Thread(target=self.feed.run, args=(interval,), name="demo-feed", daemon=True)
+        self._feeder.start()
+
+    def stop(self) -> None:
+        """Stop feeding, stop the worker (SIGTERM, then SIGKILL after 15 s) and the SMTP server."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.feed.stop()
+        if self._feeder is not None:
+            self._feeder.join(timeout=10)
+        for process in (self.worker, self.tracker):
+            if process is not None:
+                terminate(process)
+        self.sink.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start `python -m worker.cli.main ARGV` with its output in `log_path`; it dies with the demo."""
+    with log_path.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "worker.cli.main", *argv],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
+        )
+
+
+def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str], None] = print) -> DemoStack:
+    """Start PostgreSQL, the SMTP server, the demo senders and a worker; return the running stack."""
+    key = settings.secret_key or write_key_file(key_file(settings))
+    box = SecretBox(key)
+    say(f"Mailroom demo in {settings.home}")
+    url = database_url(settings)
+    say(f"  PostgreSQL: {url}")
+    maildir = settings.home / "maildir"
+    # aiosmtpd logs every envelope address unmasked at INFO: keep only its warnings.
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
+    sink = start_sink(
+        port=0, maildir=str(maildir), refuse_share=RefuseShare(temporary=0.08, permanent=0.04), keep=500
+    )
+    say(f"  local SMTP server: 127.0.0.1:{sink.port} (refuses 8% with 450, 4% with 550; Maildir {maildir})")
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        with connect(url) as conn:
+            _ensure_senders(conn, box, sink.port)
+            conn.commit()
+        worker_log = settings.home / "demo-worker.log"
+        tracker_port = _free_port()
+        settings = replace(settings, base_url=f"http://127.0.0.1:{tracker_port}")
+        env = {
+            **os.environ,
+            "MAILROOM_HOME": str(settings.home),
+            "MAILROOM_DATABASE_URL": url,
+            "MAILROOM_SECRET_KEY": key,
+            "MAILROOM_BASE_URL": settings.base_url,
+            "MAILROOM_RETRY_BASE_SECONDS": "5",
+            "MAILROOM_RETRY_CAP_SECONDS": "60",
+        }
+        worker = _spawn(["worker", "--concurrency", str(concurrency)], env, worker_log)
+        started.append(worker)
+        say(f"  worker: pid {worker.pid}, log {worker_log}")
+        tracker_log = settings.home / "demo-tracker.log"
+        tracker = _spawn(["tracker", "--port", str(tracker_port)], env, tracker_log)
+        say(f"  tracker: {settings.base_url} (opens, clicks, one-click unsubscribe), log {tracker_log}")
+    except BaseException:
+        for process in started:
+            terminate(process)
+        sink.stop()
+        raise
+    feed = Feed(url, settings, random.Random(), SOURCES)
+    return DemoStack(settings, url, sink, worker, worker_log, feed, tracker)
+
+
+def run_headless(settings: Settings, rounds: int = 20, timeout: float = 60.0) -> int:
+    """Feed `rounds` rounds of activity, wait until the worker has handled what is due, print a summary."""
+    from worker.ops.stats import queue_stats
+
+    stack = start_demo(settings)
+    try:
+        for _ in range(rounds):
+            stack.feed.round()
+        print(f"  fed {rounds} rounds of activity: {stack.feed.summary()}")
+        done = stack.feed.wait_until_idle(timeout)
+        with connect(stack.url) as conn:
+            stats = queue_stats(conn)
+        print("  the worker handled everything due" if done else f"  still working after {timeout:.0f}s")
+        print(f"  the local SMTP server received {len(stack.sink.messages)} message(s)")
+        print("  queue: " + "  ".join(f"{k} {v}" for k, v in stats["queue"].items()))
+        for s in stats["senders"]:
+            print(f"  sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today")
+        if stack.worker.poll() is not None:
+            print(f"error: the worker exited with status {stack.worker.returncode}; see {stack.worker_log}")
+            return 1
+        return 0
+    finally:
+        stack.stop()

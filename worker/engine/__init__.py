@@ -1,0 +1,1 @@
+"""The delivery engine: claims and leases, sender accounts, the SMTP session, recording, supervision."""

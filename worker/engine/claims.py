@@ -1,0 +1,224 @@
+"""The worker's SQL for the queue: claim, lease renewal, journal, completion, release and rescue."""
+
+from __future__ import annotations
+
+# Claim due email in priority order, skipping rows another worker holds. Suppression is decided
+# here, at claim time: an address that hard-bounced, complained or (for non-transactional mail)
+# unsubscribed a second ago is marked suppressed instead of being handed out.
+CLAIM = """
+WITH due AS (
+    SELECT id FROM mailroom.email_queue
+    WHERE status = 'pending' AND scheduled_for <= now()
+    ORDER BY priority DESC, scheduled_for, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), verdict AS (
+    SELECT d.id,
+           CASE WHEN b.email IS NOT NULL THEN 'on the bounce list (' || b.bounce_type || ')'
+                WHEN u.email IS NOT NULL THEN 'unsubscribed'
+           END AS reason
+    FROM due d
+    JOIN mailroom.email_queue q ON q.id = d.id
+    LEFT JOIN mailroom.bounce_list b
+           ON b.email = lower(q.recipient_email) AND b.bounce_type IN ('hard', 'complaint')
+    LEFT JOIN mailroom.unsubscribe_list u ON u.email = lower(q.recipient_email) AND NOT q.transactional
+)
+UPDATE mailroom.email_queue q
+SET status = CASE WHEN v.reason IS NULL THEN 'assigned' ELSE 'suppressed' END,
+    suppression_reason = v.reason,
+    lease_owner = %(owner)s,
+    lease_token = %(token)s,
+    lease_expires_at = now() + make_interval(secs => %(lease)s),
+    sender_account_id = %(sender)s
+FROM verdict v
+WHERE q.id = v.id
+RETURNING q.id, q.status, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
+          q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason
+"""
+
+# Run before CLAIM in the same transaction. Without statistics (a queue just loaded in bulk, before
+# autovacuum analyzes it) the planner guesses a handful of due rows and sorts every due row by
+# priority on each claim: a cost that grows with the backlog. The claim index already holds that
+# order, so reading it and stopping at the batch size costs the same for ten rows or ten million.
+CLAIM_IN_INDEX_ORDER = "SET LOCAL enable_sort = off"
+
+LOG_SUPPRESSED = """
+INSERT INTO mailroom.send_logs (email_id, sender_account_id, recipient_email, campaign_id, attempt, outcome,
+                                response, worker)
+SELECT id, NULL, recipient_email, campaign_id, retry_count + 1, 'suppressed', suppression_reason, %(owner)s
+FROM mailroom.email_queue WHERE id = ANY(%(ids)s)
+"""
+
+# Record one attempt in one statement. Only rows still held under this claim's lease token
+# change: a worker finishing after its lease expired and the email was handed to another never
+# overwrites that worker's result.
+COMPLETE = """
+WITH r AS (
+    SELECT %(id)s::bigint AS id, %(outcome)s::text AS outcome, %(log_outcome)s::text AS log_outcome,
+           %(code)s::int AS code, %(enhanced)s::text AS enhanced, %(response)s::text AS response,
+           %(duration_ms)s::int AS duration_ms, %(retry_at)s::timestamptz AS retry_at,
+           %(message_id)s::text AS message_id
+), done AS (
+    UPDATE mailroom.email_queue q
+    SET status = CASE r.outcome WHEN 'sent' THEN 'sent' WHEN 'retry' THEN 'pending'
+                                WHEN 'release' THEN 'pending' ELSE 'failed' END,
+        retry_count = q.retry_count + CASE WHEN r.outcome = 'retry' THEN 1 ELSE 0 END,
+        scheduled_for = CASE WHEN r.outcome = 'retry' THEN r.retry_at ELSE q.scheduled_for END,
+        next_retry_at = CASE WHEN r.outcome = 'retry' THEN r.retry_at END,
+        last_error = CASE WHEN r.outcome = 'sent' THEN q.last_error ELSE r.response END,
+        error_details = CASE WHEN r.outcome = 'sent' THEN q.error_details
+                             ELSE jsonb_build_object('code', r.code, 'enhanced', r.enhanced, 'outcome', r.log_outcome)
+                        END,
+        message_id = coalesce(r.message_id, q.message_id),
+        sender_account_id = %(sender)s
+    FROM r
+    WHERE q.id = r.id AND q.lease_token = %(token)s AND q.status = 'assigned'
+    RETURNING q.id, q.recipient_email, q.campaign_id, q.retry_count
+)
+INSERT INTO mailroom.send_logs (email_id, sender_account_id, recipient_email, campaign_id, attempt, outcome,
+                                smtp_code, enhanced_code, response, duration_ms, worker)
+SELECT d.id, %(sender)s, d.recipient_email, d.campaign_id,
+       d.retry_count + CASE WHEN r.outcome = 'retry' THEN 0 ELSE 1 END,
+       r.log_outcome, r.code, r.enhanced, left(r.response, 2000), r.duration_ms, %(owner)s
+FROM done d JOIN r ON r.id = d.id
+RETURNING email_id
+"""
+
+# Record accepted email in the journal (see revision 0003's sent_journal), many at once: the
+# group commit of every slot's sends. Only emails still held under the claim that sent them are
+# recorded; the ids returned are those, so a slot whose lease was lost stops sending.
+JOURNAL_SENT = """
+INSERT INTO mailroom.sent_journal (email_id, lease_token, sender_account_id, smtp_code, enhanced_code,
+                                   response, duration_ms, message_id, worker)
+SELECT r.id, r.token, r.sender, r.code, r.enhanced, left(r.response, 2000), r.duration_ms, r.message_id,
+       %(owner)s
+FROM jsonb_to_recordset(%(sent)s::jsonb)
+     AS r(id bigint, token uuid, sender bigint, code int, enhanced text, response text, duration_ms int,
+          message_id text)
+-- A subquery per row, not a join: one primary-key probe each, whatever the planner thinks of the queue's size.
+-- FOR KEY SHARE: a lease rescue under way holds the row; this waits for it, then sees the email pending
+-- and journals nothing (lease renewals take a weaker lock and never wait on it).
+WHERE (SELECT q.lease_token FROM mailroom.email_queue q WHERE q.id = r.id AND q.status = 'assigned'
+       FOR KEY SHARE) = r.token
+RETURNING email_id
+"""
+
+# Move journalled sends into the queue and the attempt log, for the given claims, in one statement.
+# A journal row whose claim no longer holds its email (the lease was lost and the email handed on)
+# is dropped without touching the email: its late result never overwrites the new holder's.
+APPLY_SENT = """
+WITH j AS (
+    DELETE FROM mailroom.sent_journal WHERE lease_token = ANY(%(tokens)s::uuid[])
+    RETURNING *
+), done AS (
+    UPDATE mailroom.email_queue q
+    SET status = 'sent', sent_at = j.sent_at, message_id = coalesce(j.message_id, q.message_id),
+        sender_account_id = j.sender_account_id
+    FROM j
+    WHERE q.id = j.email_id AND q.lease_token = j.lease_token AND q.status = 'assigned'
+    RETURNING q.id, q.recipient_email, q.campaign_id, q.retry_count, j.sent_at, j.sender_account_id,
+              j.smtp_code, j.enhanced_code, j.response, j.duration_ms, j.worker
+)
+INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, campaign_id,
+                                attempt, outcome, smtp_code, enhanced_code, response, duration_ms, worker)
+SELECT sent_at, id, sender_account_id, recipient_email, campaign_id, retry_count + 1, 'sent', smtp_code,
+       enhanced_code, response, duration_ms, worker
+FROM done
+"""
+
+# Hand claimed email back. One already in the journal was sent: it stays assigned until its
+# claim's journal is applied (by the slot, or by lease rescue), never pending again.
+RELEASE = """
+UPDATE mailroom.email_queue q SET status = 'pending'
+WHERE q.id = ANY(%(ids)s) AND q.lease_token = %(token)s AND q.status = 'assigned'
+  AND NOT EXISTS (SELECT 1 FROM mailroom.sent_journal j WHERE j.email_id = q.id AND j.lease_token = q.lease_token)
+"""
+
+RECORD_BOUNCES = """
+INSERT INTO mailroom.bounce_list (email, bounce_type, reason, smtp_code, enhanced_code, sender_account_id,
+                                  campaign_id)
+SELECT lower(e), 'hard', reason, code, enhanced, %(sender)s, campaign
+FROM unnest(%(emails)s::text[], %(reasons)s::text[], %(codes)s::int[], %(enhanced)s::text[],
+            %(campaigns)s::text[]) AS b(e, reason, code, enhanced, campaign)
+ON CONFLICT (email) DO UPDATE
+SET last_bounced_at = now(), bounce_count = mailroom.bounce_list.bounce_count + 1,
+    bounce_type = CASE WHEN mailroom.bounce_list.bounce_type = 'complaint' THEN 'complaint' ELSE 'hard' END,
+    reason = EXCLUDED.reason, smtp_code = EXCLUDED.smtp_code, enhanced_code = EXCLUDED.enhanced_code
+"""
+
+COUNT_USAGE = """
+INSERT INTO mailroom.sender_usage (sender_account_id, day, bounces, errors)
+VALUES (%(sender)s, (now() AT TIME ZONE 'UTC')::date, %(bounces)s, %(errors)s)
+ON CONFLICT (sender_account_id, day) DO UPDATE
+SET bounces = mailroom.sender_usage.bounces + EXCLUDED.bounces,
+    errors = mailroom.sender_usage.errors + EXCLUDED.errors
+"""
+
+TOUCH_SENDER = "UPDATE mailroom.sender_accounts SET last_used_at = now() WHERE id = %s RETURNING id"
+
+SUSPEND_SENDER = """
+UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = %(reason)s
+WHERE id = %(sender)s AND status <> 'suspended'
+"""
+
+RENEW_LEASES = """
+UPDATE mailroom.email_queue SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+WHERE status = 'assigned' AND lease_token = ANY(%(tokens)s::uuid[])
+"""
+
+# Rows whose worker died: back to the queue, except those its journal says were sent, which become
+# sent (with their attempt logged). Only rows still under the expired lease are touched.
+RESCUE_EXPIRED = """
+WITH expired AS (
+    SELECT id, lease_token FROM mailroom.email_queue
+    WHERE status = 'assigned' AND lease_expires_at < now()
+    FOR UPDATE SKIP LOCKED
+), j AS (
+    DELETE FROM mailroom.sent_journal s USING expired e
+    WHERE s.email_id = e.id AND s.lease_token = e.lease_token
+    RETURNING s.*
+), moved AS (
+    UPDATE mailroom.email_queue q
+    SET status = CASE WHEN j.email_id IS NULL THEN 'pending' ELSE 'sent' END,
+        last_error = CASE WHEN j.email_id IS NULL
+                          THEN 'lease expired: worker ' || q.lease_owner || ' stopped answering'
+                          ELSE q.last_error END,
+        sent_at = j.sent_at,
+        message_id = coalesce(j.message_id, q.message_id),
+        sender_account_id = coalesce(j.sender_account_id, q.sender_account_id)
+    FROM expired e LEFT JOIN j ON j.email_id = e.id
+    WHERE q.id = e.id AND q.status = 'assigned' AND q.lease_expires_at < now()
+    RETURNING q.id, q.status, q.recipient_email, q.campaign_id, q.retry_count, j.sent_at, j.sender_account_id,
+              j.smtp_code, j.enhanced_code, j.response, j.duration_ms, j.worker
+), logged AS (
+    INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, campaign_id,
+                                    attempt, outcome, smtp_code, enhanced_code, response, duration_ms, worker)
+    SELECT sent_at, id, sender_account_id, recipient_email, campaign_id, retry_count + 1, 'sent', smtp_code,
+           enhanced_code, response, duration_ms, worker
+    FROM moved WHERE status = 'sent'
+)
+SELECT id FROM moved WHERE status = 'pending'
+"""
+
+# Journal rows nobody will apply: their claim lost its email (rescued, then handed on) while the
+# worker that wrote them was gone. Old ones only, so a live claim's rows are never touched.
+FORGET_ORPHANED_JOURNAL = """
+DELETE FROM mailroom.sent_journal s
+WHERE s.sent_at < now() - make_interval(secs => %(age)s)
+  AND NOT EXISTS (SELECT 1 FROM mailroom.email_queue q
+                  WHERE q.id = s.email_id AND q.lease_token = s.lease_token AND q.status = 'assigned')
+"""
+
+# When the next email is due, and when the first lease runs out (a draining worker waits for that
+# email too: it may come back to the queue).
+NEXT_DUE = """
+SELECT (SELECT min(scheduled_for) FROM mailroom.email_queue WHERE status = 'pending') AS due,
+       (SELECT min(lease_expires_at) FROM mailroom.email_queue WHERE status = 'assigned') AS lease_end
+"""
+
+# What a draining worker still waits for: email due now, or email under a lease (a live worker may hand
+# it back, and a dead worker's comes back when its lease expires and the rescue returns it).
+ANY_DUE = """
+SELECT EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' AND scheduled_for <= now())
+    OR EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'assigned')
+"""

@@ -1,0 +1,27 @@
+"""Sender accounts as the engine uses them: which are eligible, quota reservation and refund, pacing."""
+
+from __future__ import annotations
+
+ELIGIBLE_SENDERS = """
+SELECT id, name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
+       smtp_password_encrypted, send_delay_ms, max_connections,
+       dkim_domain, dkim_selector, dkim_private_key_encrypted
+FROM mailroom.sender_accounts
+WHERE status IN ('active', 'warming_up')
+   OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date)
+ORDER BY id
+"""
+
+# The day is the one reserve_quota counts on (now() is the statement's transaction time in both).
+RESERVE = "SELECT mailroom.reserve_quota(%s, %s), (now() AT TIME ZONE 'UTC')::date"
+RELEASE_QUOTA = "SELECT mailroom.release_quota(%s, %s, %s)"
+
+# Take the next send slot of a paced account; returns how many seconds to wait for it (0: now).
+# The row lock orders every worker's sends, so together they keep one send per send_delay_ms.
+TAKE_SEND_SLOT = """
+INSERT INTO mailroom.sender_pacing AS p (sender_account_id, next_send_at)
+VALUES (%(sender)s, clock_timestamp() + make_interval(secs => %(delay)s))
+ON CONFLICT (sender_account_id) DO UPDATE
+SET next_send_at = greatest(p.next_send_at, clock_timestamp()) + make_interval(secs => %(delay)s)
+RETURNING greatest(0, extract(epoch FROM p.next_send_at - clock_timestamp())::float8 - %(delay)s)
+"""

@@ -1,0 +1,254 @@
+"""SMTP delivery over aiosmtplib: one persistent connection per slot, reset after anything unexpected."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+
+import aiosmtplib
+from aiosmtplib.response import SMTPResponse
+
+from worker.core.message import Envelope
+from worker.engine.classify import Reply, clean_reply
+from worker.engine.pipelining import CLOSING, PipeliningProtocol, enable_pipelining
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SmtpAccount:
+    """How to reach and authenticate to one sender account's SMTP server."""
+
+    sender_id: int
+    host: str
+    port: int
+    security: str  # none, starttls, tls
+    username: str | None
+    password: str | None = field(repr=False)  # never in a log line or a traceback
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The reply to one message and how long it took."""
+
+    reply: Reply
+    duration_ms: int
+
+
+class SmtpConnection:
+    """A persistent connection to one account's server; reconnects lazily, resets after errors."""
+
+    def __init__(self, account: SmtpAccount) -> None:
+        self.account = account
+        self._client: aiosmtplib.SMTP | None = None
+        # The message whose MAIL, RCPT and DATA went out behind the previous body (replies unread).
+        self._announced: Envelope | None = None
+
+    async def _connect(self) -> aiosmtplib.SMTP:
+        account = self.account
+        client = aiosmtplib.SMTP(
+            hostname=account.host,
+            port=account.port,
+            use_tls=account.security == "tls",
+            start_tls=account.security == "starttls",
+            timeout=account.timeout,
+        )
+        # Held before anything can fail, so a refused login still closes this socket.
+        self._client = client
+        await client.connect()
+        await client.ehlo()
+        if account.username:
+            await client.login(account.username, account.password or "")
+        return client
+
+    async def close(self) -> None:
+        """Say QUIT when possible, drop the connection otherwise."""
+        if self._announced is not None:
+            # The server waits for a body after DATA: nothing but hanging up ends that cleanly.
+            self._drop()
+        client, self._client = self._client, None
+        if client is None:
+            return
+        try:
+            if client.is_connected:
+                await asyncio.wait_for(client.quit(), timeout=2)
+        except (aiosmtplib.SMTPException, OSError, TimeoutError):
+            client.close()
+
+    def forget_announced(self) -> None:
+        """The announced message will not be sent after all (the batch stopped): hang up, see `close`."""
+        if self._announced is not None:
+            self._drop()
+
+    def _drop(self) -> None:
+        self._announced = None
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    async def _reset(self) -> None:
+        """After a refused command the session may hold half a transaction: RSET, or start over."""
+        client = self._client
+        if client is None:
+            return
+        try:
+            await client.rset()
+        except (aiosmtplib.SMTPException, OSError, TimeoutError):
+            self._drop()
+
+    async def send(self, envelope: Envelope, upcoming: Envelope | None = None) -> Attempt:
+        """Send one prepared message; never raises for SMTP or network trouble, it returns the reply.
+
+        With `upcoming` (the message this connection sends next) and a pipelining server, that
+        message's MAIL, RCPT and DATA go out in the same write as this body, so each message costs
+        one round trip; the upcoming body itself is only written by its own `send`, so nothing is
+        delivered before the caller has recorded this attempt.
+        """
+        started = time.perf_counter()
+        reply = await self._send(envelope, upcoming)
+        return Attempt(reply=reply, duration_ms=int((time.perf_counter() - started) * 1000))
+
+    async def _send(self, envelope: Envelope, upcoming: Envelope | None) -> Reply:
+        phase = "connect"
+        announced, self._announced = self._announced, None
+        if announced is not None and announced != envelope:
+            self._drop()  # another message than the one announced: that session is out of step
+        try:
+            client = self._client if self._client is not None and self._client.is_connected else None
+            if client is None:
+                self._drop()
+                announced = None
+                phase = "auth" if self.account.username else "connect"
+                client = await self._connect()
+            phase = "mail"
+            reply, self._announced = await _transaction(client, envelope, announced is not None, upcoming)
+            return reply
+        except aiosmtplib.SMTPAuthenticationError as exc:
+            self._drop()
+            return clean_reply(exc.code, exc.message, "auth")
+        except aiosmtplib.SMTPRecipientRefused as exc:
+            await self._reset()
+            return clean_reply(exc.code, exc.message, "rcpt")
+        except aiosmtplib.SMTPDataError as exc:
+            if exc.code == 421:
+                self._drop()
+            else:
+                await self._reset()
+            return clean_reply(exc.code, exc.message, "data")
+        except aiosmtplib.SMTPSenderRefused as exc:
+            await self._reset()
+            return clean_reply(exc.code, exc.message, "mail")
+        except aiosmtplib.SMTPResponseException as exc:
+            # Refused while connecting or greeting: start the next message on a new connection.
+            self._drop()
+            return clean_reply(exc.code, exc.message, phase)
+        except (aiosmtplib.SMTPNotSupported, aiosmtplib.SMTPException) as exc:
+            self._drop()
+            if phase != "mail" and type(exc) in (aiosmtplib.SMTPNotSupported, aiosmtplib.SMTPException):
+                # STARTTLS or AUTH missing, no usable AUTH mechanism: the account is misconfigured.
+                return clean_reply(530, f"{type(exc).__name__}: {exc}", "auth")
+            return clean_reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
+        except (OSError, TimeoutError) as exc:
+            # Timeouts, dropped connections, refused connects: nothing reliable is left on this socket.
+            self._drop()
+            return clean_reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
+
+
+# What an envelope address may not hold to be written straight into MAIL FROM:<...> or RCPT TO:<...>.
+_UNSAFE = re.compile(r"[<>\r\n ]|[^\x00-\x7f]")
+
+
+def _unsafe(address: str) -> bool:
+    return _UNSAFE.search(address) is not None
+
+
+def _envelope_commands(envelope: Envelope) -> tuple[bytes, bytes] | None:
+    """MAIL and RCPT arguments for a message, or None when an address could not be written safely."""
+    if _unsafe(envelope.sender) or _unsafe(envelope.recipient):
+        return None
+    return b"FROM:<" + envelope.sender.encode("ascii") + b">", b"TO:<" + envelope.recipient.encode(
+        "ascii"
+    ) + b">"
+
+
+async def _transaction(
+    client: aiosmtplib.SMTP, envelope: Envelope, announced: bool, upcoming: Envelope | None
+) -> tuple[Reply, Envelope | None]:
+    """MAIL, RCPT and DATA for one message and one recipient: pipelined when the server allows it.
+
+    Returns the reply and the upcoming message if its commands went out behind this body.
+    aiosmtplib's `sendmail` re-parses both addresses with `email.utils.parseaddr` on every
+    message (a quarter of the worker's CPU); these addresses were validated and normalised
+    at enqueue (ASCII, no quoting), so the commands are written directly.
+    """
+    commands = _envelope_commands(envelope)
+    if commands is None:
+        unsafe = envelope.sender if _unsafe(envelope.sender) else envelope.recipient
+        raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {unsafe!r}", envelope.sender)
+    mail, rcpt = commands
+    protocol = enable_pipelining(client)
+    if protocol is not None:
+        return await _pipelined(client, protocol, envelope, mail, rcpt, announced, upcoming)
+    response = await client.execute_command(b"MAIL", mail)
+    if response.code != 250:
+        raise aiosmtplib.SMTPSenderRefused(response.code, response.message, envelope.sender)
+    response = await client.execute_command(b"RCPT", rcpt)
+    if response.code not in (250, 251):
+        raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, envelope.recipient)
+    response = await client.data(envelope.content)
+    return clean_reply(response.code, response.message, "data"), None
+
+
+async def _pipelined(
+    client: aiosmtplib.SMTP,
+    protocol: PipeliningProtocol,
+    envelope: Envelope,
+    mail: bytes,
+    rcpt: bytes,
+    announced: bool,
+    upcoming: Envelope | None,
+) -> tuple[Reply, Envelope | None]:
+    """RFC 2920: MAIL, RCPT and DATA in one write (or behind the previous body), their three replies,
+    then the body, with the upcoming message's MAIL, RCPT and DATA behind it, and its reply.
+
+    Raises the same errors as the command-by-command path, so `SmtpConnection._send` treats a
+    refusal the same way: every reply is read before raising, so RSET finds the session in step.
+    """
+    try:
+        if announced and protocol.announced:
+            replies = await protocol.read_announced(client.timeout)
+        else:
+            replies = await protocol.execute_pipeline(
+                (b"MAIL " + mail, b"RCPT " + rcpt, b"DATA"), client.timeout
+            )
+        if replies[-1].code == CLOSING:
+            client.close()  # as aiosmtplib does after a 421 to a single command
+        if replies[0].code != 250:
+            _refused_data(client, replies)
+            raise aiosmtplib.SMTPSenderRefused(replies[0].code, replies[0].message, envelope.sender)
+        if replies[1].code not in (250, 251):
+            _refused_data(client, replies)
+            raise aiosmtplib.SMTPRecipientRefused(replies[1].code, replies[1].message, envelope.recipient)
+        if replies[2].code != 354:
+            raise aiosmtplib.SMTPDataError(replies[2].code, replies[2].message)
+        then = _envelope_commands(upcoming) if upcoming is not None else None
+        trailer = (b"MAIL " + then[0], b"RCPT " + then[1], b"DATA") if then is not None else ()
+        response = await protocol.send_body(envelope.content, client.timeout, trailer)
+    except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPTimeoutError):
+        client.close()  # a lost or late reply leaves the session out of step, as in aiosmtplib
+        raise
+    if response.code == CLOSING:
+        client.close()
+        return clean_reply(response.code, response.message, "data"), None
+    # The transaction is over whatever the reply (no RSET needed): the announced commands stand.
+    return clean_reply(response.code, response.message, "data"), upcoming if trailer else None
+
+
+def _refused_data(client: aiosmtplib.SMTP, replies: list[SMTPResponse]) -> None:
+    """MAIL or RCPT was refused yet DATA got 354: the server now expects a body, so hang up instead."""
+    if len(replies) == 3 and replies[2].code == 354:
+        client.close()

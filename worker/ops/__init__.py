@@ -1,0 +1,1 @@
+"""Operations: stats, health, retention, privacy, maintenance and operator actions."""

@@ -1,0 +1,66 @@
+"""Retention inside `mailroom worker`: runs `worker.ops.retention` every `MAILROOM_MAINTENANCE_INTERVAL_SECONDS`.
+
+The schedule is kept in `mailroom.jobs` (row `retention`), so however many workers run, one of them
+starts a run per interval; the advisory lock in `run_maintenance` keeps runs from overlapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from worker.core.config import Settings
+from worker.engine.producer import Producer
+from worker.ops.retention import MaintenanceReport, run_maintenance
+
+log = logging.getLogger(__name__)
+
+JOB = "retention"
+
+_CLAIM = """
+UPDATE mailroom.jobs SET last_run_at = now()
+WHERE name = %(job)s
+  AND (last_run_at IS NULL OR last_run_at <= now() - make_interval(secs => %(interval)s))
+RETURNING now()
+"""
+
+
+async def claim_run(conn: psycopg.AsyncConnection[Any], settings: Settings) -> datetime | None:
+    """Take this interval's run if no process took it yet; return the database's `now`, or None."""
+    async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(
+            "INSERT INTO mailroom.jobs (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (JOB,)
+        )
+        await cur.execute(_CLAIM, {"job": JOB, "interval": settings.maintenance_interval_seconds})
+        row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+def _run(url: str, settings: Settings, now: datetime) -> MaintenanceReport:
+    from worker.core.db import connect
+
+    with connect(url, autocommit=True) as conn:
+        return run_maintenance(conn, settings, now=now)
+
+
+async def run_once(conn: psycopg.AsyncConnection[Any], settings: Settings) -> int:
+    """Run maintenance when its interval has passed (in a thread: it writes files); return 0 either way."""
+    now = await claim_run(conn, settings)
+    if now is None:
+        return 0
+    # The worker's own server: the configured URL (it may hold a password), else this connection's DSN
+    # (the embedded server, reached over its socket without one).
+    url = settings.database_url or conn.info.dsn
+    report = await asyncio.to_thread(_run, url, settings, now)
+    for error in report.errors:
+        log.error("maintenance: %s", error)
+    # Done until the next interval: returning more than zero would only make the worker ask again at once.
+    return 0
+
+
+PRODUCER = Producer(JOB, run_once, channels=(), interval_seconds=60.0)

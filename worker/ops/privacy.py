@@ -1,0 +1,404 @@
+"""Privacy requests for one address: export everything stored about it, or anonymise it everywhere.
+
+Export gathers the address's emails (queued and archived), their attempts, opens and clicks,
+tracked links, list entries, inbox events, document signers, signatures and reminders, accounts and
+people rows. Erase replaces the address with a fresh `erased-…@erased.invalid` and clears names,
+content, IP addresses and user agents in one transaction, so counts, timestamps and statuses stay;
+the archive files are rewritten just before it commits (should the commit fail, erasing again
+finishes the job). Signatures are kept unchanged: they are signed evidence, and rewriting
+them would break their chain (the report says how many were kept). So are the expected-signer rows
+and reminder logs of the documents the address signed (status and completion stay true); `docs
+verify` still passes and `privacy export` still lists them. The signer rows of documents it had not
+signed are anonymised, and reminders skip them. The address is added to no list unless `suppress`
+asks for it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import re
+import secrets
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from worker.core.masking import ERASED_DOMAIN, mask_address
+from worker.core.validation import ValidationError, check_header_text
+from worker.ops.retention import (
+    ARCHIVE_NAME,
+    MAINTENANCE_LOCK_KEY,
+    directory_lock,
+    read_archive,
+    write_archive_atomically,
+)
+
+log = logging.getLogger(__name__)
+
+ERASED = "[erased]"
+# What an erased inbox event keeps of its payload: the order, not the person.
+ORDER_KEYS = ("order_number", "items", "total", "currency", "locale", "reason")
+
+
+def address_pattern(addr: str) -> str:
+    """A regular expression (Python's and PostgreSQL's) for the address, also with `@` written `%40` as in URLs."""
+    local, _, domain = addr.rpartition("@")
+    return f"{re.escape(local)}(@|%40){re.escape(domain)}"
+
+
+def normalise(address: str) -> str:
+    """The lower-case form every lookup uses; refuses text that cannot be an address."""
+    address = check_header_text("email", address.strip()).lower()
+    if "@" not in address or len(address) > 254 or " " in address:
+        raise ValidationError("email", f"{address!r} is not an email address")
+    return address
+
+
+def jsonable(value: Any) -> Any:
+    """`json.dumps` default for database values: timestamps as ISO 8601, ids and addresses as text."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | Decimal | ipaddress.IPv4Address | ipaddress.IPv6Address):
+        return str(value)
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).hex()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+_EXPORTS: dict[str, str] = {
+    "emails": "SELECT * FROM mailroom.email_queue WHERE lower(recipient_email) = %(addr)s ORDER BY id",
+    "send_logs": "SELECT * FROM mailroom.send_logs WHERE email_id = ANY(%(ids)s)"
+    " OR lower(recipient_email) = %(addr)s ORDER BY attempted_at, id",
+    "tracked_links": "SELECT * FROM mailroom.tracked_links WHERE email_id = ANY(%(ids)s) ORDER BY email_id, position",
+    "open_events": "SELECT * FROM mailroom.open_events WHERE email_id = ANY(%(ids)s) ORDER BY occurred_at, id",
+    "click_events": "SELECT * FROM mailroom.click_events WHERE email_id = ANY(%(ids)s) ORDER BY occurred_at, id",
+    "unsubscribe_list": "SELECT * FROM mailroom.unsubscribe_list WHERE email = %(addr)s",
+    "bounce_list": "SELECT * FROM mailroom.bounce_list WHERE email = %(addr)s",
+    "inbox": "SELECT * FROM mailroom.inbox WHERE lower(payload->>'customer_email') = %(addr)s"
+    " ORDER BY received_at",
+    "expected_signers": "SELECT * FROM mailroom.expected_signers WHERE email = %(addr)s ORDER BY doc_id",
+    "signatures": "SELECT * FROM mailroom.signatures WHERE signer_email = %(addr)s ORDER BY id",
+    "reminder_logs": "SELECT * FROM mailroom.reminder_logs WHERE recipient_email = %(addr)s ORDER BY id",
+    "accounts": "SELECT * FROM mailroom.accounts WHERE lower(email) = %(addr)s ORDER BY id",
+    "people": "SELECT * FROM mailroom.people WHERE lower(email) = %(addr)s ORDER BY id",
+    "events": "SELECT e.* FROM mailroom.events e JOIN mailroom.people p ON p.id = e.person_id"
+    " WHERE lower(p.email) = %(addr)s ORDER BY e.due_at",
+}
+
+
+def _archive_files(directory: Path | None) -> list[Path]:
+    if directory is None or not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if ARCHIVE_NAME.match(p.name))
+
+
+def _is_for(line: str, addr: str) -> dict[str, Any] | None:
+    # Cheap test first: most lines of most files are someone else's.
+    if addr not in line.lower():
+        return None
+    record: dict[str, Any] = json.loads(line)
+    return record if str(record.get("recipient_email", "")).lower() == addr else None
+
+
+def export_address(
+    conn: psycopg.Connection[Any],
+    address: str,
+    archive_dir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Everything stored about `address`, table by table, plus its archived emails; JSON-ready with `jsonable`.
+
+    `progress` is called with (files done, files) as the archive files are scanned.
+    """
+    addr = normalise(address)
+    result: dict[str, Any] = {"address": addr}
+    with conn.cursor(row_factory=dict_row) as cur:
+        result["exported_at"] = cur.execute("SELECT now() AS now").fetchone()["now"]  # type: ignore[index]
+        params: dict[str, Any] = {"addr": addr, "ids": []}
+        for name, query in _EXPORTS.items():
+            rows = cur.execute(query, params).fetchall()
+            if name == "emails":
+                params["ids"] = [row["id"] for row in rows]
+            result[name] = rows
+    archived: list[dict[str, Any]] = []
+    files = _archive_files(archive_dir)
+    for done, path in enumerate(files, start=1):
+        for _, line in read_archive(path):
+            record = _is_for(line, addr)
+            if record is not None:
+                archived.append({"archive_file": path.name, **record})
+        if progress:
+            progress(done, len(files))
+    result["archived_emails"] = archived
+    return result
+
+
+class ErasureInFlight(ValidationError):
+    """The address has email in a worker's hands: erasing now would race with its send."""
+
+
+@dataclass
+class ErasureReport:
+    """What an erasure changed, per table, and what it deliberately kept."""
+
+    address_masked: str
+    replacement: str
+    rows: dict[str, int] = field(default_factory=dict)
+    cancelled: int = 0
+    kept_signatures: int = 0
+    archive_files: list[str] = field(default_factory=list)
+    suppressed: bool = False
+
+    @property
+    def total(self) -> int:
+        """Rows changed in the database plus archived emails rewritten."""
+        return sum(self.rows.values())
+
+
+def _anonymise_record(record: dict[str, Any], replacement: str, pattern: re.Pattern[str]) -> dict[str, Any]:
+    erased = dict(record)
+    erased.update(
+        recipient_email=replacement,
+        recipient_name=None,
+        subject=ERASED,
+        text_body=ERASED,
+        html_body=None,
+        template_data=None,
+        headers={},
+    )
+    for key in ("last_error", "suppression_reason"):
+        if isinstance(erased.get(key), str):
+            erased[key] = pattern.sub(replacement, erased[key])
+    if isinstance(erased.get("tracked_links"), list):
+        erased["tracked_links"] = [
+            {**link, "url": pattern.sub(replacement, link["url"])}
+            if isinstance(link, dict) and isinstance(link.get("url"), str)
+            else link
+            for link in erased["tracked_links"]
+        ]
+    if erased.get("error_details") is not None:
+        erased["error_details"] = json.loads(pattern.sub(replacement, json.dumps(erased["error_details"])))
+    return erased
+
+
+def _erase_archives(
+    directory: Path | None,
+    addr: str,
+    replacement: str,
+    report: ErasureReport,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    if directory is None or not directory.is_dir():
+        return
+    # Listed and rewritten under the directory's lock: no other database's maintenance replaces a file
+    # between our read and our rename.
+    with directory_lock(directory, wait=True):
+        _rewrite_archives(directory, addr, replacement, report, progress)
+
+
+def _rewrite_archives(
+    directory: Path,
+    addr: str,
+    replacement: str,
+    report: ErasureReport,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    pattern = re.compile(address_pattern(addr), re.IGNORECASE)
+    files = _archive_files(directory)
+    for done, path in enumerate(files, start=1):
+        lines: list[str] = []
+        changed = 0
+        for _, line in read_archive(path):
+            record = _is_for(line, addr)
+            if record is not None:
+                line = json.dumps(_anonymise_record(record, replacement, pattern)) + "\n"
+                changed += 1
+            lines.append(line)
+        if changed:
+            write_archive_atomically(path, iter(lines))
+            report.archive_files.append(path.name)
+            report.rows["archived_emails"] = report.rows.get("archived_emails", 0) + changed
+        if progress:
+            progress(done, len(files))
+
+
+# Each statement: (report key, SQL). %(addr)s is the address, %(anon)s its replacement, %(re)s a
+# case-insensitive regular expression matching it inside free text.
+_ERASURES: tuple[tuple[str, str], ...] = (
+    (
+        "email_queue",
+        """UPDATE mailroom.email_queue SET recipient_email = %(anon)s, recipient_name = NULL,
+               subject = %(erased)s, text_body = %(erased)s, html_body = NULL, template_data = NULL,
+               headers = '{}', last_error = regexp_replace(last_error, %(re)s, %(anon)s, 'gi'),
+               suppression_reason = regexp_replace(suppression_reason, %(re)s, %(anon)s, 'gi'),
+               error_details = regexp_replace(error_details::text, %(re)s, %(anon)s, 'gi')::jsonb
+           WHERE id = ANY(%(ids)s)""",
+    ),
+    (
+        "send_logs",
+        """UPDATE mailroom.send_logs SET recipient_email = %(anon)s,
+               response = regexp_replace(response, %(re)s, %(anon)s, 'gi')
+           WHERE email_id = ANY(%(ids)s) OR lower(recipient_email) = %(addr)s""",
+    ),
+    (
+        "tracked_links",
+        """UPDATE mailroom.tracked_links SET url = regexp_replace(url, %(re)s, %(anon)s, 'gi')
+           WHERE email_id = ANY(%(ids)s) AND url ~* %(re)s""",
+    ),
+    (
+        "open_events",
+        "UPDATE mailroom.open_events SET ip_address = NULL, user_agent = NULL WHERE email_id = ANY(%(ids)s)",
+    ),
+    (
+        "click_events",
+        """UPDATE mailroom.click_events SET ip_address = NULL, user_agent = NULL,
+               url = regexp_replace(url, %(re)s, %(anon)s, 'gi')
+           WHERE email_id = ANY(%(ids)s)""",
+    ),
+    (
+        "bounce_list",
+        """UPDATE mailroom.bounce_list SET email = %(anon)s,
+               reason = regexp_replace(reason, %(re)s, %(anon)s, 'gi')
+           WHERE email = %(addr)s""",
+    ),
+    (
+        "unsubscribe_list",
+        """UPDATE mailroom.unsubscribe_list SET email = CASE WHEN %(suppress)s THEN email ELSE %(anon)s END,
+               reason = regexp_replace(reason, %(re)s, %(anon)s, 'gi'), user_agent = NULL, ip_address = NULL
+           WHERE email = %(addr)s""",
+    ),
+    (
+        "inbox",
+        # Only the order's details stay; any other field the producer sent may be personal.
+        """UPDATE mailroom.inbox
+           SET payload = regexp_replace(
+                   (coalesce((SELECT jsonb_object_agg(key, value) FROM jsonb_each(payload)
+                              WHERE key = ANY(%(order_keys)s)), '{}'::jsonb)
+                    || jsonb_build_object('customer_email', %(anon)s::text, 'customer_name', %(erased)s::text))::text,
+                   %(re)s, %(anon)s, 'gi')::jsonb
+           WHERE lower(payload->>'customer_email') = %(addr)s""",
+    ),
+    # A signer of a document they have not signed; a signed one keeps its signer beside the signature.
+    # Both tables in one statement: the reminder logs' foreign key is checked when it ends.
+    (
+        "expected_signers",
+        """WITH unsigned AS (
+               SELECT e.doc_id FROM mailroom.expected_signers e
+               WHERE e.email = %(addr)s AND NOT EXISTS (
+                   SELECT 1 FROM mailroom.signatures s WHERE s.doc_id = e.doc_id AND s.signer_email = e.email)
+           ), logs AS (
+               UPDATE mailroom.reminder_logs SET recipient_email = %(anon)s,
+                   error_message = regexp_replace(error_message, %(re)s, %(anon)s, 'gi')
+               WHERE recipient_email = %(addr)s AND doc_id IN (SELECT doc_id FROM unsigned)
+               RETURNING 1
+           )
+           UPDATE mailroom.expected_signers SET email = %(anon)s, name = '', notes = NULL
+           WHERE email = %(addr)s AND doc_id IN (SELECT doc_id FROM unsigned)""",
+    ),
+    (
+        "accounts",
+        """UPDATE mailroom.accounts SET email = %(anon_local)s || '.' || id || '@' || %(domain)s,
+               login = %(anon_local)s || '.' || id || '@' || %(domain)s
+           WHERE lower(email) = %(addr)s""",
+    ),
+    (
+        "people",
+        """UPDATE mailroom.people SET email = %(anon_local)s || '.' || id || '@' || %(domain)s,
+               first_name = %(erased)s, last_name = %(erased)s
+           WHERE lower(email) = %(addr)s""",
+    ),
+)
+
+
+def erase_address(
+    conn: psycopg.Connection[Any],
+    address: str,
+    *,
+    suppress: bool = False,
+    archive_dir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ErasureReport:
+    """Anonymise `address` in every table and archive file, in one transaction; see the module docstring.
+
+    Email not yet sent to the address is cancelled (nothing is sent to an erased person); email a
+    worker is sending at this moment makes the erasure fail with `ErasureInFlight`, changing nothing. With
+    `suppress`, the address stays on (or is added to) the unsubscribe list with source `privacy`.
+    `progress` is called with (files done, files) as the archive files are scanned.
+    """
+    addr = normalise(address)
+    anon_local = f"erased-{secrets.token_hex(8)}"
+    replacement = f"{anon_local}@{ERASED_DOMAIN}"
+    report = ErasureReport(address_masked=mask_address(addr), replacement=replacement, suppressed=suppress)
+    pattern = address_pattern(addr)  # also a PostgreSQL regular expression
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        # Maintenance rewrites archive files too: wait for a running one, keep it out until we commit.
+        got = cur.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (MAINTENANCE_LOCK_KEY,)).fetchone()
+        if not (got and got["got"]):
+            log.info("privacy: waiting for the running maintenance (archiving) to finish")
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_KEY,))
+        params: dict[str, Any] = {
+            "addr": addr,
+            "anon": replacement,
+            "anon_local": anon_local,
+            "domain": ERASED_DOMAIN,
+            "erased": ERASED,
+            "re": pattern,
+            "suppress": suppress,
+            "order_keys": list(ORDER_KEYS),
+        }
+        report.cancelled = cur.execute(
+            "UPDATE mailroom.email_queue SET status = 'cancelled'"
+            " WHERE lower(recipient_email) = %(addr)s AND status = 'pending'",
+            params,
+        ).rowcount
+        # An email a worker is sending right now would come back after the commit with the address
+        # in its SMTP response and bounce entry, or return to the queue with erased content. Such an
+        # erasure is refused (nothing changed): the send takes seconds, a dead worker's lease minutes.
+        busy = cur.execute(
+            "SELECT count(*) AS n, max(lease_expires_at) AS until FROM mailroom.email_queue"
+            " WHERE lower(recipient_email) = %(addr)s AND status = 'assigned'",
+            params,
+        ).fetchone()
+        assert busy is not None
+        if busy["n"]:
+            raise ErasureInFlight(
+                "email",
+                f"{busy['n']} email(s) to {report.address_masked} are being sent right now; erase again"
+                f" once they are done (at the latest when their lease ends, {busy['until']:%Y-%m-%d %H:%M:%S %Z})",
+            )
+        params["ids"] = [
+            r["id"]
+            for r in cur.execute(
+                "SELECT id FROM mailroom.email_queue WHERE lower(recipient_email) = %(addr)s", params
+            ).fetchall()
+        ]
+        for name, statement in _ERASURES:
+            report.rows[name] = cur.execute(statement, params).rowcount
+        if suppress:
+            cur.execute(
+                "INSERT INTO mailroom.unsubscribe_list (email, source, reason)"
+                " VALUES (%(addr)s, 'privacy', 'erasure request') ON CONFLICT (email) DO NOTHING",
+                params,
+            )
+        row = cur.execute(
+            "SELECT count(*) AS n FROM mailroom.signatures WHERE signer_email = %(addr)s", params
+        )
+        report.kept_signatures = int(row.fetchone()["n"])  # type: ignore[index]
+        _erase_archives(archive_dir, addr, replacement, report, progress)
+    log.info(
+        "privacy: erased %s as %s: %d row(s), %d pending email(s) cancelled, %d signature(s) kept",
+        report.address_masked,
+        replacement,
+        report.total,
+        report.cancelled,
+        report.kept_signatures,
+    )
+    return report

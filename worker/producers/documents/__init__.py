@@ -1,0 +1,1 @@
+"""Signed document acknowledgements: documents and expected signers, the signature chain, reminders."""

@@ -1,0 +1,1 @@
+"""Tracking: the open/click/unsubscribe HTTP server and campaign figures."""

@@ -1,0 +1,431 @@
+"""The tracker: a small aiohttp server for open pixels, click redirects and RFC 8058 one-click unsubscribe.
+
+It shares the database and configuration with the worker. Every answer depends only on a token
+looked up in PostgreSQL: a redirect goes to the destination stored for the link when the email
+was enqueued (never to anything in the request), and a token that is unknown, altered or
+malformed changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import html
+import ipaddress
+import logging
+import re
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
+
+from worker.core.config import Settings
+from worker.core.links import ONE_CLICK
+from worker.core.masking import mask_address
+
+log = logging.getLogger("mailroom.tracker")
+
+# The smallest transparent 1x1 GIF (43 bytes).
+PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")
+NO_CACHE = {
+    "Cache-Control": "no-store, no-cache, must-revalidate, max-age=0, private",
+    "Pragma": "no-cache",
+    "Expires": "0",
+}
+_COMMON = {"Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex, nofollow"}
+# Pages: nothing but their own inline style, posting only back here, never framed (a framed
+# confirmation button could be clicked by someone who did not mean to).
+_PAGE = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self';"
+    " frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+}
+MAX_USER_AGENT = 1000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+# Events are written in batches (see `EventWriter`); unknown tokens simply join to nothing.
+RECORD_OPENS = """
+INSERT INTO mailroom.open_events (occurred_at, email_id, campaign_id, ip_address, user_agent)
+SELECT e.at, q.id, q.campaign_id, e.ip, e.ua
+FROM unnest(%(tokens)s::uuid[], %(at)s::timestamptz[], %(ip)s::inet[], %(ua)s::text[]) AS e(token, at, ip, ua)
+JOIN mailroom.email_queue q ON q.tracking_token = e.token AND q.track_opens
+"""
+
+RECORD_CLICKS = """
+INSERT INTO mailroom.click_events (occurred_at, email_id, link_token, url, campaign_id, ip_address, user_agent)
+SELECT e.at, l.email_id, l.token, l.url, q.campaign_id, e.ip, e.ua
+FROM unnest(%(tokens)s::uuid[], %(at)s::timestamptz[], %(ip)s::inet[], %(ua)s::text[]) AS e(token, at, ip, ua)
+JOIN mailroom.tracked_links l ON l.token = e.token
+JOIN mailroom.email_queue q ON q.id = l.email_id
+"""
+
+LINK_DESTINATION = "SELECT url FROM mailroom.tracked_links WHERE token = %s"
+
+# The email an unsubscribe token belongs to: a queued one, or one retention has archived and deleted
+# (its recipient then comes from its send log, kept MAILROOM_LOG_RETENTION_MONTHS). Transactional
+# email has no token that counts.
+_TARGET = """
+WITH target AS (
+    (SELECT id, lower(recipient_email) AS email, campaign_id, recipient_email AS shown
+     FROM mailroom.email_queue WHERE unsubscribe_token = %(token)s AND NOT transactional)
+    UNION ALL
+    (SELECT s.email_id, lower(s.recipient_email), s.campaign_id, s.recipient_email
+     FROM mailroom.archived_emails a
+     CROSS JOIN LATERAL (
+         SELECT email_id, recipient_email, campaign_id FROM mailroom.send_logs
+         WHERE email_id = a.email_id AND outcome = 'sent' ORDER BY attempted_at DESC LIMIT 1
+     ) s
+     WHERE a.unsubscribe_token = %(token)s)
+    LIMIT 1
+)
+"""
+
+FIND_UNSUBSCRIBE = (
+    _TARGET  # noqa: S608 -- constant SQL text joined; values are parameters
+    + """
+SELECT shown, EXISTS (SELECT 1 FROM mailroom.unsubscribe_list u WHERE u.email = t.email) FROM target t
+"""
+)
+
+# Immediate and idempotent: the address is on the list when this statement commits.
+UNSUBSCRIBE = (
+    _TARGET  # noqa: S608 -- constant SQL text joined; values are parameters
+    + """
+, added AS (
+    INSERT INTO mailroom.unsubscribe_list (email, reason, source, campaign_id, email_id, user_agent, ip_address)
+    SELECT email, %(reason)s, %(source)s, campaign_id, id, %(ua)s, %(ip)s::inet FROM target
+    ON CONFLICT (email) DO NOTHING
+)
+SELECT count(*) FROM target
+"""
+)
+
+Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
+# One event: (token, time, ip, user agent).
+Event = tuple[uuid.UUID, datetime, str | None, str | None]
+
+
+class EventWriter:
+    """Group commit for opens and clicks: requests queue events, one task writes what has queued in one statement.
+
+    An idle tracker writes each event at once (a batch of one); under load the batches grow, so a
+    burst costs a few statements instead of one per request. Events still queued when the process
+    is killed are lost; a clean shutdown writes them first.
+    """
+
+    def __init__(self, pool: Pool, max_queued: int = 100_000) -> None:
+        self.pool = pool
+        self.max_queued = max_queued
+        self._queued: dict[str, list[Event]] = {RECORD_OPENS: [], RECORD_CLICKS: []}
+        self._wake = asyncio.Event()
+        self._closing = False
+        self.dropped = 0
+
+    def add(self, statement: str, event: Event) -> None:
+        """Queue one event for `RECORD_OPENS` or `RECORD_CLICKS`."""
+        queued = self._queued[statement]
+        if len(queued) >= self.max_queued:
+            self.dropped += 1  # PostgreSQL has been unreachable for a while: shed load, say so below
+            return
+        queued.append(event)
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Write everything queued so far."""
+        for statement, queued in self._queued.items():
+            if not queued:
+                continue
+            batch, self._queued[statement] = queued, []
+            columns = [list(column) for column in zip(*batch, strict=True)]
+            params = {"tokens": columns[0], "at": columns[1], "ip": columns[2], "ua": columns[3]}
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(statement, params)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                self._queued[statement] = batch + self._queued[statement]
+                raise
+            except Exception as exc:  # the writer task must outlive any one bad batch
+                # Not the database being away: trying again would fail the same way. Say so loudly.
+                log.error("dropped %d tracking event(s): %s", len(batch), str(exc)[:300])
+
+    def close(self) -> None:
+        """Ask `run` to write what is queued and return (never cancelled mid-write, so nothing is lost)."""
+        self._closing = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Write events as they come until closed; on a database error keep them and try again."""
+        while not self._closing:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.flush()
+            except psycopg.Error as exc:
+                log.warning("tracking events not written yet (%s); retrying", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()
+            if self.dropped:
+                log.warning("dropped %d tracking event(s): too many waiting for the database", self.dropped)
+                self.dropped = 0
+
+
+class LinkCache:
+    """Link token -> stored destination, least recently used first out; a link never changes once stored."""
+
+    def __init__(self, size: int = 50_000) -> None:
+        self.size = size
+        self._urls: OrderedDict[uuid.UUID, str | None] = OrderedDict()
+
+    async def destination(self, pool: Pool, token: uuid.UUID) -> str | None:
+        """The stored URL of a link, or None for a token that is not one."""
+        if token in self._urls:
+            self._urls.move_to_end(token)
+            return self._urls[token]
+        async with pool.connection() as conn:
+            row = await (await conn.execute(LINK_DESTINATION, (token,))).fetchone()
+        url = str(row[0]) if row else None
+        self._urls[token] = url
+        if len(self._urls) > self.size:
+            self._urls.popitem(last=False)
+        return url
+
+
+POOL = web.AppKey("pool", AsyncConnectionPool)
+WRITER = web.AppKey("writer", EventWriter)
+LINKS = web.AppKey("links", LinkCache)
+
+
+def _token(request: web.Request) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(request.match_info["token"])
+    except ValueError:
+        return None
+
+
+def _client(request: web.Request) -> tuple[str | None, str | None]:
+    """The caller's address and user agent, kept with each event so bots and prefetchers can be filtered."""
+    ip: str | None = None
+    with contextlib.suppress(ValueError):
+        ip = str(ipaddress.ip_address(request.remote or ""))
+    agent = request.headers.get("User-Agent")
+    if not agent:
+        return ip, None
+    # Header bytes that are not UTF-8 arrive as lone surrogates, which PostgreSQL text cannot hold:
+    # they become U+FFFD, and control characters go.
+    agent = agent[:MAX_USER_AGENT]
+    try:
+        agent = agent.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:
+        agent = agent.encode("utf-8", "replace").decode("utf-8")
+    return ip, _CONTROL.sub("", agent) or None
+
+
+def _page(title: str, body: str, status: int = 200) -> web.Response:
+    text = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title></head>"
+        '<body style="font-family:sans-serif;max-width:36em;margin:3em auto;padding:0 1em">'
+        f"<h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
+    return web.Response(
+        text=text, status=status, content_type="text/html", headers={**NO_CACHE, **_COMMON, **_PAGE}
+    )
+
+
+async def open_pixel(request: web.Request) -> web.Response:
+    """GET /o/{token}.gif: record an open (GET only, known token, tracked email) and answer the pixel."""
+    token = _token(request)
+    # HEAD is what some prefetchers send: it counts for nothing. The reader never waits for the write.
+    if token is not None and request.method == "GET":
+        request.app[WRITER].add(RECORD_OPENS, (token, datetime.now(UTC), *_client(request)))
+    return web.Response(body=PIXEL, content_type="image/gif", headers={**NO_CACHE, **_COMMON})
+
+
+async def click(request: web.Request) -> web.Response:
+    """GET /c/{token}: record a click and redirect to the destination stored for this link."""
+    token = _token(request)
+    url = None
+    if token is not None:
+        url = await request.app[LINKS].destination(request.app[POOL], token)
+        if url is not None and request.method == "GET":
+            request.app[WRITER].add(RECORD_CLICKS, (token, datetime.now(UTC), *_client(request)))
+    # The stored destination was checked at enqueue and by the database; check it again all the same.
+    if url is not None and url.lower().startswith(("http://", "https://")):
+        try:
+            redirect = web.HTTPFound(location=url, headers={"Cache-Control": "no-store", **_COMMON})
+        except ValueError:  # stored before enqueue checked what a redirect can carry
+            log.warning("link %s has a destination no redirect can carry", token)
+        else:
+            raise redirect
+    return _page("Link not found", "<p>This link is not valid or has expired.</p>", status=404)
+
+
+async def unsubscribe_page(request: web.Request) -> web.Response:
+    """GET /u/{token}: never unsubscribes (scanners follow links); shows a button that POSTs."""
+    token = _token(request)
+    row = None
+    if token is not None:
+        async with request.app[POOL].connection() as conn:
+            row = await (await conn.execute(FIND_UNSUBSCRIBE, {"token": token})).fetchone()
+    if row is None:
+        return _page("Link not found", "<p>This unsubscribe link is not valid.</p>", status=404)
+    who = html.escape(mask_address(str(row[0])))
+    if row[1]:
+        return _page("Unsubscribed", f"<p>{who} is unsubscribed and gets no more of these emails.</p>")
+    action = html.escape(request.path, quote=True)
+    name, _, value = ONE_CLICK.partition("=")
+    form = (
+        f'<form method="post" action="{action}">'
+        f'<input type="hidden" name="{name}" value="{value}">'
+        '<input type="hidden" name="confirm" value="page">'
+        '<button type="submit">Unsubscribe</button></form>'
+    )
+    return _page("Unsubscribe", f"<p>Stop sending these emails to {who}?</p>{form}")
+
+
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+async def _one_click(request: web.Request) -> tuple[bool, bool]:
+    """(the body asks for RFC 8058 one-click, it came from our confirmation page's button).
+
+    RFC 8058 names two encodings; a body that is exactly `List-Unsubscribe=One-Click` under any
+    other (or no) content type is honoured too, since refusing it would ignore someone's request.
+    A body over the size limit is a 413.
+    """
+    key, _, value = ONE_CLICK.partition("=")
+    if request.content_type in _FORM_TYPES:
+        try:
+            form = await request.post()
+        except web.HTTPRequestEntityTooLarge:
+            raise
+        except (ValueError, web.HTTPException):
+            return False, False
+        return form.get(key) == value, form.get("confirm") == "page"
+    return (await request.read()).strip() == ONE_CLICK.encode("ascii"), False
+
+
+async def unsubscribe(request: web.Request) -> web.Response:
+    """POST /u/{token} with `List-Unsubscribe=One-Click` (form-encoded or multipart): unsubscribe now, 200.
+
+    No cookie, session or second step is asked for (RFC 8058 §3.2), and the answer is never a redirect.
+    """
+    token = _token(request)
+    one_click, from_page = await _one_click(request)
+    if not one_click:
+        return web.Response(
+            text=f"expected a form body with {ONE_CLICK}\n", status=400, headers={**NO_CACHE, **_COMMON}
+        )
+    found = 0
+    if token is not None:
+        ip, agent = _client(request)
+        params = {
+            "token": token,
+            "source": "link" if from_page else "one_click",
+            "reason": "unsubscribe page" if from_page else "RFC 8058 one-click",
+            "ip": ip,
+            "ua": agent,
+        }
+        async with request.app[POOL].connection() as conn:
+            row = await (await conn.execute(UNSUBSCRIBE, params)).fetchone()
+        found = int(row[0]) if row else 0
+    if not found:
+        return _page("Link not found", "<p>This unsubscribe link is not valid.</p>", status=404)
+    log.info("unsubscribed via %s", "page" if from_page else "one-click")
+    return _page("Unsubscribed", "<p>You will get no more of these emails.</p>")
+
+
+async def health(request: web.Request) -> web.Response:
+    """GET /healthz: the tracker is up and reaches PostgreSQL."""
+    async with request.app[POOL].connection() as conn:
+        await conn.execute("SELECT 1")
+    return web.Response(text="ok\n", headers=NO_CACHE)
+
+
+@web.middleware
+async def _database_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """PostgreSQL unavailable: 503, so mailbox providers retry a one-click POST later."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except (psycopg.OperationalError, psycopg.InterfaceError, TimeoutError) as exc:
+        log.warning("%s %s: database unavailable (%s)", request.method, request.path, exc)
+        return web.Response(text="temporarily unavailable\n", status=503, headers={"Retry-After": "30"})
+    return response
+
+
+def make_app(
+    url: str, settings: Settings, *, pool_size: int = 10, pool_timeout: float = 5.0
+) -> web.Application:
+    """The tracker's application; its connection pool opens with the app and closes with it.
+
+    The tracker starts, and keeps answering, while PostgreSQL is unreachable: pixels are still
+    served (their events wait in memory), and what needs the database is a 503 after at most
+    `pool_timeout` seconds, so a provider's one-click POST is retried instead of hanging.
+    """
+    app = web.Application(client_max_size=64 * 1024, middlewares=[_database_errors])
+
+    async def pool_context(app: web.Application) -> AsyncIterator[None]:
+        pool: Pool = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            timeout=pool_timeout,
+            kwargs={"autocommit": True, "options": "-c synchronous_commit=off"},
+        )
+        await pool.open(wait=False)
+        writer = EventWriter(pool)
+        app[POOL], app[WRITER], app[LINKS] = pool, writer, LinkCache()
+        task = asyncio.create_task(writer.run(), name="tracking-events")
+        try:
+            yield
+        finally:
+            writer.close()
+            with contextlib.suppress(psycopg.Error, TimeoutError):
+                await asyncio.wait_for(task, timeout=10)
+            try:
+                await writer.flush()
+            except psycopg.Error as exc:
+                log.error("tracking events lost at shutdown: %s", exc)
+            await pool.close()
+
+    app.cleanup_ctx.append(pool_context)
+    app.router.add_get("/o/{token}.gif", open_pixel)
+    app.router.add_get("/c/{token}", click)
+    app.router.add_get("/u/{token}", unsubscribe_page)
+    app.router.add_post("/u/{token}", unsubscribe)
+    app.router.add_get("/healthz", health)
+    return app
+
+
+async def run_tracker(url: str, settings: Settings, host: str, port: int) -> None:
+    """Serve until SIGTERM/SIGINT."""
+    import signal
+
+    runner = web.AppRunner(make_app(url, settings), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    log.info("tracker listening on http://%s:%d (public base URL %s)", host, port, settings.base_url)
+    if not settings.base_url.startswith("https://"):
+        log.warning(
+            "MAILROOM_BASE_URL is %s: mailbox providers expect an https List-Unsubscribe URL",
+            settings.base_url,
+        )
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
