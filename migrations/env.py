@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import text
 
-from worker.core.schema import SCHEMA, metadata
+from worker.core.schema import SCHEMA
 
 config = context.config
 connection = config.attributes.get("connection")
@@ -15,7 +15,7 @@ if connection is None:
 connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"'))
 context.configure(
     connection=connection,
-    target_metadata=metadata,
+    target_metadata=None,  # revisions are SQL parts; migrations/schema.sql shows the whole
     version_table_schema=SCHEMA,
     include_schemas=True,
     transaction_per_migration=True,

@@ -1,0 +1,2460 @@
+-- The whole mailroom schema as the migrations leave it (generated; do not edit).
+-- Regenerate after adding a revision: python -m worker.core.schema > migrations/schema.sql
+
+--
+-- PostgreSQL database dump
+--
+
+--
+-- Name: mailroom; Type: SCHEMA; Schema: -; Owner: -
+--
+
+CREATE SCHEMA mailroom;
+
+--
+-- Name: accounts_before_insert(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.accounts_before_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.status_changed_at := coalesce(NEW.status_changed_at, now());
+    IF NEW.status = 'active' THEN
+        NEW.activated_at := coalesce(NEW.activated_at, now());
+    ELSIF NEW.status = 'suspended' THEN
+        NEW.suspended_at := coalesce(NEW.suspended_at, now());
+    END IF;
+    IF NEW.status = 'provisioned' THEN
+        -- The token's foreign key is deferred, so the token may precede its account in this transaction.
+        INSERT INTO mailroom.tokens (account_id, action, expires_at)
+        VALUES (NEW.id, 'activation', now() + mailroom.token_ttl());
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: accounts_before_status_change(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.accounts_before_status_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.status = OLD.status THEN
+        RETURN NEW;
+    END IF;
+    IF OLD.status = 'active' AND NEW.status = 'provisioned' THEN
+        RAISE EXCEPTION 'account % is active and cannot return to provisioned', OLD.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    NEW.status_changed_at := now();
+    IF NEW.status = 'active' THEN
+        IF OLD.status = 'provisioned' THEN
+            NEW.activated_at := now();
+        ELSIF OLD.status = 'suspended' THEN
+            NEW.unsuspended_at := now();
+            NEW.suspended_at := NULL;
+            IF OLD.activated_at IS NULL THEN
+                NEW.status := 'provisioned';
+            END IF;
+        END IF;
+    ELSIF NEW.status = 'suspended' THEN
+        NEW.suspended_at := now();
+        NEW.unsuspended_at := NULL;
+    ELSIF NEW.status = 'provisioned' AND OLD.status = 'suspended' THEN
+        NEW.unsuspended_at := now();
+        NEW.suspended_at := NULL;
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: birthday_in(date, integer); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.birthday_in(dob date, year integer) RETURNS date
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT (dob + make_interval(years => year - extract(year FROM dob)::integer))::date
+$$;
+
+--
+-- Name: birthday_time(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.birthday_time() RETURNS time without time zone
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(nullif(current_setting('mailroom.birthday_time', true), ''), '09:00')::time
+$$;
+
+--
+-- Name: clock(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.clock() RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(nullif(current_setting('mailroom.now', true), '')::timestamptz, now())
+$$;
+
+--
+-- Name: email_queue_before_insert(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.email_queue_before_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- Bulk COPY sends NULL for "now": the database clock decides, not the client's.
+    NEW.scheduled_for := coalesce(NEW.scheduled_for, now());
+    IF NEW.status <> 'pending' THEN
+        RAISE EXCEPTION 'a new email starts pending, not %', NEW.status USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: email_queue_before_update(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.email_queue_before_update() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.created_at IS DISTINCT FROM OLD.created_at THEN
+        RAISE EXCEPTION 'created_at of mailroom.email_queue is immutable' USING ERRCODE = 'check_violation';
+    END IF;
+    NEW.updated_at := now();
+    IF NEW.status IS DISTINCT FROM OLD.status THEN
+        IF NOT (
+            (OLD.status = 'pending'    AND NEW.status IN ('assigned', 'cancelled', 'suppressed'))
+         OR (OLD.status = 'assigned'   AND NEW.status IN ('pending', 'sent', 'failed', 'suppressed'))
+         OR (OLD.status = 'failed'     AND NEW.status IN ('pending', 'cancelled'))
+         OR (OLD.status = 'suppressed' AND NEW.status IN ('pending', 'cancelled'))
+        ) THEN
+            RAISE EXCEPTION 'email % cannot move from % to %', OLD.id, OLD.status, NEW.status
+                USING ERRCODE = 'check_violation';
+        END IF;
+        CASE NEW.status
+            WHEN 'assigned' THEN NEW.assigned_at := now();
+            WHEN 'sent' THEN NEW.sent_at := coalesce(NEW.sent_at, now()); NEW.finished_at := now();
+            WHEN 'pending' THEN NEW.finished_at := NULL; NEW.suppression_reason := NULL;
+            ELSE NEW.finished_at := now();
+        END CASE;
+        IF NEW.status <> 'assigned' THEN
+            NEW.lease_owner := NULL;
+            NEW.lease_token := NULL;
+            NEW.lease_expires_at := NULL;
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: email_queue_keep_archived(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.email_queue_keep_archived() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO mailroom.archived_emails
+        (email_id, sent_at, campaign_id, unsubscribe_token, track_opens, track_clicks)
+    SELECT id, sent_at, campaign_id, CASE WHEN NOT transactional THEN unsubscribe_token END,
+           track_opens, track_clicks
+    FROM old_rows
+    WHERE status = 'sent' AND (campaign_id IS NOT NULL OR (unsubscribe_token IS NOT NULL AND NOT transactional))
+    ON CONFLICT DO NOTHING;
+    -- A day of margin: an email's sent log is written in the transaction that sets its sent_at.
+    DELETE FROM mailroom.archived_emails
+    WHERE sent_at < (SELECT min(attempted_at) FROM mailroom.send_logs) - interval '1 day';
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: email_queue_notify_insert(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.email_queue_notify_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('mailroom_queue', 'insert');
+    PERFORM pg_notify('mailroom_changes', json_build_object('table', 'email_queue', 'op', TG_OP)::text);
+    RETURN NULL;
+END $$;
+
+--
+-- Name: email_queue_notify_update(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.email_queue_notify_update() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM new_rows WHERE status = 'pending') THEN
+        PERFORM pg_notify('mailroom_queue', 'pending');
+    END IF;
+    PERFORM pg_notify('mailroom_changes', json_build_object('table', 'email_queue', 'op', TG_OP)::text);
+    RETURN NULL;
+END $$;
+
+--
+-- Name: ensure_month_partitions(text, date, integer); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.ensure_month_partitions(parent text, start_month date, months integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    created integer := 0;
+    first_day date := date_trunc('month', start_month)::date;
+    part_name text;
+BEGIN
+    FOR i IN 0 .. months - 1 LOOP
+        part_name := format('%s_%s', parent, to_char(first_day + make_interval(months => i), 'YYYY_MM'));
+        IF to_regclass(format('mailroom.%I', part_name)) IS NULL THEN
+            EXECUTE format('CREATE TABLE mailroom.%I PARTITION OF mailroom.%I FOR VALUES FROM (%L) TO (%L)',
+                           part_name, parent,
+                           first_day + make_interval(months => i),
+                           first_day + make_interval(months => i + 1));
+            created := created + 1;
+        END IF;
+    END LOOP;
+    RETURN created;
+END $$;
+
+--
+-- Name: forbid_created_at_change(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.forbid_created_at_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.created_at IS DISTINCT FROM OLD.created_at THEN
+        RAISE EXCEPTION 'created_at of %.% is immutable', TG_TABLE_SCHEMA, TG_TABLE_NAME
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: is_time_zone(text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.is_time_zone(zone text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM mailroom.time_zone_names WHERE name = zone)
+        OR EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = zone)
+$$;
+
+--
+-- Name: local_instant(date, time without time zone, text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.local_instant(day date, send_time time without time zone, zone text) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT (day + send_time) AT TIME ZONE zone
+$$;
+
+--
+-- Name: new_event_id(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.new_event_id() RETURNS uuid
+    LANGUAGE sql
+    AS $$SELECT uuidv7()$$;
+
+--
+-- Name: next_birthday(date, date); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.next_birthday(dob date, from_date date) RETURNS date
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE
+        WHEN mailroom.birthday_in(dob, extract(year FROM greatest(from_date, dob + 1))::integer)
+             >= greatest(from_date, dob + 1)
+        THEN mailroom.birthday_in(dob, extract(year FROM greatest(from_date, dob + 1))::integer)
+        ELSE mailroom.birthday_in(dob, extract(year FROM greatest(from_date, dob + 1))::integer + 1)
+    END
+$$;
+
+--
+-- Name: next_birthday_of(uuid, date, text, timestamp with time zone); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.next_birthday_of(person uuid, dob date, zone text, at timestamp with time zone) RETURNS date
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT mailroom.next_birthday(dob, greatest((at AT TIME ZONE zone)::date,
+        (SELECT max(e.local_due_at)::date FROM mailroom.events e
+         WHERE e.person_id = person AND e.event_type = 'birthday'
+           AND e.status IN ('completed', 'missed', 'failed')) + 1))
+$$;
+
+--
+-- Name: notify_change(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.notify_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('mailroom_changes', json_build_object('table', TG_TABLE_NAME, 'op', TG_OP)::text);
+    RETURN NULL;
+END $$;
+
+--
+-- Name: people_after_insert(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.people_after_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    at timestamptz := mailroom.clock();
+    send_time time := mailroom.birthday_time();
+BEGIN
+    INSERT INTO mailroom.events (person_id, event_type, due_at, local_due_at, time_zone, idempotency_key)
+    SELECT n.id, 'birthday', d.due_at, d.due_at AT TIME ZONE n.time_zone, n.time_zone,
+           'birthday:' || n.id::text || ':' || b.day::text
+    FROM new_people n
+    CROSS JOIN LATERAL (
+        SELECT mailroom.next_birthday(n.date_of_birth, (at AT TIME ZONE n.time_zone)::date) AS day
+    ) b
+    CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, n.time_zone) AS due_at) d
+    ORDER BY n.id
+    ON CONFLICT DO NOTHING;
+    PERFORM pg_notify('mailroom_events', 'people');
+    RETURN NULL;
+END $$;
+
+--
+-- Name: people_after_update(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.people_after_update() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    at timestamptz := mailroom.clock();
+    send_time time := mailroom.birthday_time();
+    closed uuid[];
+BEGIN
+    WITH changed AS (
+        SELECT n.id, n.date_of_birth, n.time_zone, n.date_of_birth IS DISTINCT FROM o.date_of_birth AS born
+        FROM new_people n JOIN old_people o ON o.id = n.id
+        WHERE n.time_zone IS DISTINCT FROM o.time_zone OR n.date_of_birth IS DISTINCT FROM o.date_of_birth
+    ), next AS (
+        SELECT c.id, c.time_zone, c.born, b.day
+        FROM changed c
+        CROSS JOIN LATERAL (SELECT mailroom.next_birthday_of(c.id, c.date_of_birth, c.time_zone, at) AS day) b
+    ), closing AS (
+        UPDATE mailroom.events e
+        SET status = CASE WHEN x.born THEN 'cancelled' ELSE 'missed' END,
+            failure_reason = CASE
+                WHEN x.born THEN format('the date of birth changed after the birthday of %s came due',
+                                        e.local_due_at::date)
+                ELSE format('the time zone changed to %s after it came due; the local day %s had ended there',
+                            x.time_zone, e.local_due_at::date)
+            END,
+            -- a cancelled birthday frees its key: should the old date of birth come back, it is scheduled again
+            idempotency_key = CASE WHEN x.born THEN e.idempotency_key || ':cancelled:' || e.id::text
+                                   ELSE e.idempotency_key END,
+            version = e.version + 1
+        FROM next x
+        WHERE e.person_id = x.id AND e.event_type = 'birthday' AND e.status IN ('pending', 'processing')
+          AND e.due_at <= at AND x.day <> e.local_due_at::date
+        RETURNING e.person_id
+    )
+    SELECT array_agg(person_id) INTO closed FROM closing;
+
+    WITH changed AS (
+        SELECT n.id, n.date_of_birth, n.time_zone
+        FROM new_people n JOIN old_people o ON o.id = n.id
+        WHERE n.time_zone IS DISTINCT FROM o.time_zone OR n.date_of_birth IS DISTINCT FROM o.date_of_birth
+    ), next AS (
+        SELECT c.id, c.time_zone, b.day, mailroom.local_instant(b.day, send_time, c.time_zone) AS due_at
+        FROM changed c
+        CROSS JOIN LATERAL (SELECT mailroom.next_birthday_of(c.id, c.date_of_birth, c.time_zone, at) AS day) b
+    )
+    UPDATE mailroom.events e
+    SET due_at = x.due_at, local_due_at = x.due_at AT TIME ZONE x.time_zone, time_zone = x.time_zone,
+        idempotency_key = 'birthday:' || x.id::text || ':' || x.day::text,
+        status = 'pending', version = e.version + 1
+    FROM next x
+    WHERE e.person_id = x.id AND e.event_type = 'birthday' AND e.status IN ('pending', 'processing');
+
+    IF closed IS NOT NULL THEN
+        PERFORM mailroom.schedule_birthdays(closed, at, send_time);
+    END IF;
+    PERFORM pg_notify('mailroom_events', 'people');
+    RETURN NULL;
+END $$;
+
+--
+-- Name: people_bump_version(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.people_bump_version() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.version = OLD.version THEN
+        NEW.version := OLD.version + 1;
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: people_validate(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.people_validate() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT mailroom.is_time_zone(NEW.time_zone) THEN
+        RAISE EXCEPTION 'unknown time zone %', NEW.time_zone USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.date_of_birth >= current_date THEN
+        RAISE EXCEPTION 'date of birth % is not in the past', NEW.date_of_birth USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: random_code(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.random_code() RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v bigint;
+BEGIN
+    LOOP
+        v := ('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 8))::bit(32)::bigint;
+        -- 4294900000 is the largest multiple of 100000 below 2^32.
+        EXIT WHEN v < 4294900000;
+    END LOOP;
+    RETURN lpad((v % 100000)::text, 5, '0');
+END $$;
+
+--
+-- Name: random_secret(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.random_secret() RETURNS bytea
+    LANGUAGE sql
+    AS $$
+    SELECT decode(md5(gen_random_uuid()::text || gen_random_uuid()::text)
+                  || md5(gen_random_uuid()::text || gen_random_uuid()::text), 'hex')
+$$;
+
+--
+-- Name: release_quota(bigint, integer); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.release_quota(sender bigint, unused integer) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT mailroom.release_quota(sender, unused, (now() AT TIME ZONE 'UTC')::date)
+$$;
+
+--
+-- Name: release_quota(bigint, integer, date); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.release_quota(sender bigint, unused integer, reserved_on date) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF unused <= 0 THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM mailroom.sender_accounts WHERE id = sender FOR UPDATE;
+    UPDATE mailroom.sender_usage SET sent = greatest(0, sent - unused)
+    WHERE sender_account_id = sender AND day = reserved_on;
+    UPDATE mailroom.sender_accounts
+    SET status = CASE WHEN warmup_stage > 0 THEN 'warming_up' ELSE 'active' END, status_reason = NULL
+    WHERE id = sender AND status = 'paused_limit_reached' AND limit_reached_on = reserved_on;
+END $$;
+
+--
+-- Name: reminder_logs_follow_email(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.reminder_logs_follow_email() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE mailroom.reminder_logs r
+    SET status = CASE NEW.status
+                     WHEN 'sent' THEN 'sent'
+                     WHEN 'failed' THEN CASE WHEN NEW.error_details ->> 'outcome' = 'bounced'
+                                             THEN 'bounced' ELSE 'failed' END
+                     WHEN 'suppressed' THEN 'suppressed'
+                     WHEN 'cancelled' THEN 'cancelled'
+                     ELSE 'queued'  -- pending again: retried by an operator
+                 END,
+        finished_at = CASE WHEN NEW.status IN ('sent', 'failed', 'suppressed', 'cancelled')
+                           THEN coalesce(NEW.finished_at, now()) END,
+        error_message = CASE NEW.status
+                            WHEN 'failed' THEN NEW.last_error
+                            WHEN 'suppressed' THEN NEW.suppression_reason
+                            WHEN 'cancelled' THEN 'the reminder email was cancelled'
+                        END
+    WHERE r.id = NEW.reference_id::bigint AND r.email_id = NEW.id;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: reserve_quota(bigint, integer); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.reserve_quota(sender bigint, wanted integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    today date := (now() AT TIME ZONE 'UTC')::date;
+    acct mailroom.sender_accounts%ROWTYPE;
+    last_day mailroom.sender_usage%ROWTYPE;
+    cap integer;
+    used integer;
+    granted integer;
+BEGIN
+    SELECT * INTO acct FROM mailroom.sender_accounts WHERE id = sender FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    IF acct.status = 'paused_limit_reached' AND acct.limit_reached_on < today THEN
+        acct.status := CASE WHEN acct.warmup_stage > 0 THEN 'warming_up' ELSE 'active' END;
+        acct.status_reason := NULL;
+        UPDATE mailroom.sender_accounts SET status = acct.status, status_reason = NULL WHERE id = sender;
+    END IF;
+    IF acct.status NOT IN ('active', 'warming_up') THEN
+        RETURN 0;
+    END IF;
+    IF acct.warmup_stage > 0 AND (acct.warmup_checked_on IS NULL OR acct.warmup_checked_on < today) THEN
+        -- Today's row may exist already (bounces counted before the first reservation): not a past day.
+        SELECT * INTO last_day FROM mailroom.sender_usage
+        WHERE sender_account_id = sender AND day < today
+        ORDER BY day DESC LIMIT 1;
+        -- The cap that day is today's (only this step changes it, and not since): a daily limit
+        -- below the warm-up limit is the cap too, or such an account could never advance.
+        IF last_day.day IS NOT NULL AND last_day.sent >= least(acct.daily_limit, acct.warmup_limit) THEN
+            IF last_day.bounces * 50 <= last_day.sent THEN
+                IF acct.warmup_stage = 5 THEN
+                    acct.warmup_stage := 0;
+                    acct.status := 'active';
+                ELSE
+                    acct.warmup_stage := acct.warmup_stage + 1;
+                    -- Saturating: an overflow error here would stop every reservation of the account.
+                    acct.warmup_limit := least(acct.warmup_limit::bigint * 2, 2147483647);
+                END IF;
+                acct.status_reason := NULL;
+            ELSE
+                acct.status_reason := format('warm-up held at stage %s: %s%% bounces on %s',
+                    acct.warmup_stage, round(100.0 * last_day.bounces / greatest(last_day.sent, 1), 1),
+                    to_char(last_day.day, 'YYYY-MM-DD'));
+            END IF;
+        END IF;
+        UPDATE mailroom.sender_accounts
+        SET warmup_stage = acct.warmup_stage, warmup_limit = acct.warmup_limit, status = acct.status,
+            status_reason = acct.status_reason, warmup_checked_on = today
+        WHERE id = sender;
+    END IF;
+    cap := CASE WHEN acct.warmup_stage > 0 THEN least(acct.daily_limit, acct.warmup_limit) ELSE acct.daily_limit END;
+    INSERT INTO mailroom.sender_usage (sender_account_id, day) VALUES (sender, today)
+        ON CONFLICT (sender_account_id, day) DO NOTHING;
+    SELECT sent INTO used FROM mailroom.sender_usage WHERE sender_account_id = sender AND day = today;
+    granted := greatest(0, least(wanted, cap - used));
+    IF granted > 0 THEN
+        UPDATE mailroom.sender_usage SET sent = sent + granted WHERE sender_account_id = sender AND day = today;
+    END IF;
+    IF used + granted >= cap THEN
+        UPDATE mailroom.sender_accounts
+        SET status = 'paused_limit_reached', limit_reached_on = today,
+            status_reason = format('daily limit of %s reached', cap)
+        WHERE id = sender;
+    END IF;
+    RETURN granted;
+END $$;
+
+--
+-- Name: schedule_birthdays(uuid[], timestamp with time zone, time without time zone, integer, integer); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.schedule_birthdays(person_ids uuid[], at timestamp with time zone, send_time time without time zone, part integer DEFAULT 0, parts integer DEFAULT 1) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    created integer;
+BEGIN
+    IF person_ids IS NULL THEN
+        -- Everyone: joins the planner can hash, over the whole table at once.
+        INSERT INTO mailroom.events (person_id, event_type, due_at, local_due_at, time_zone, idempotency_key)
+        SELECT p.id, 'birthday', d.due_at, d.due_at AT TIME ZONE p.time_zone, p.time_zone,
+               'birthday:' || p.id::text || ':' || b.day::text
+        FROM mailroom.people p
+        LEFT JOIN (SELECT e.person_id, max(e.local_due_at)::date AS last_day FROM mailroom.events e
+                   WHERE e.event_type = 'birthday' AND e.status IN ('completed', 'missed', 'failed')
+                   GROUP BY e.person_id) h ON h.person_id = p.id
+        CROSS JOIN LATERAL (
+            SELECT mailroom.next_birthday(p.date_of_birth,
+                                          greatest((at AT TIME ZONE p.time_zone)::date, h.last_day + 1)) AS day
+        ) b
+        CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, p.time_zone) AS due_at) d
+        WHERE (parts = 1 OR get_byte(uuid_send(p.id), 0) * parts / 256 = part)
+          AND NOT EXISTS (SELECT 1 FROM mailroom.events e
+                          WHERE e.person_id = p.id AND e.event_type = 'birthday'
+                            AND e.status IN ('pending', 'processing'))
+        -- In person order: the person-keyed indexes then grow at their right edge (slice = id range).
+        ORDER BY p.id
+        ON CONFLICT DO NOTHING;
+    ELSE
+        -- A few people (after each sent birthday): index probes per person.
+        INSERT INTO mailroom.events (person_id, event_type, due_at, local_due_at, time_zone, idempotency_key)
+        SELECT p.id, 'birthday', d.due_at, d.due_at AT TIME ZONE p.time_zone, p.time_zone,
+               'birthday:' || p.id::text || ':' || b.day::text
+        FROM unnest(person_ids) AS u(id)
+        JOIN mailroom.people p ON p.id = u.id
+        CROSS JOIN LATERAL (SELECT mailroom.next_birthday_of(p.id, p.date_of_birth, p.time_zone, at) AS day) b
+        CROSS JOIN LATERAL (SELECT mailroom.local_instant(b.day, send_time, p.time_zone) AS due_at) d
+        WHERE NOT EXISTS (SELECT 1 FROM mailroom.events e
+                          WHERE e.person_id = p.id AND e.event_type = 'birthday'
+                            AND e.status IN ('pending', 'processing'))
+        ON CONFLICT DO NOTHING;
+    END IF;
+    GET DIAGNOSTICS created = ROW_COUNT;
+    RETURN created;
+END $$;
+
+--
+-- Name: sender_accounts_before_update(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.sender_accounts_before_update() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.status IS DISTINCT FROM OLD.status THEN
+        NEW.status_changed_at := now();
+        IF NEW.status <> 'paused_limit_reached' THEN
+            NEW.limit_reached_on := NULL;
+        END IF;
+    END IF;
+    IF NEW.version = OLD.version THEN
+        NEW.version := OLD.version + 1;
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: token_max_attempts(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.token_max_attempts() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT 5
+$$;
+
+--
+-- Name: token_ttl(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.token_ttl() RETURNS interval
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(nullif(current_setting('mailroom.token_ttl', true), ''), '15 minutes')::interval
+$$;
+
+--
+-- Name: tokens_after_consumed(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.tokens_after_consumed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.action = 'activation' THEN
+        UPDATE mailroom.accounts SET status = 'active' WHERE id = NEW.account_id AND status = 'provisioned';
+    END IF;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tokens_before_insert(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.tokens_before_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.secret IS NULL THEN
+        RAISE EXCEPTION 'a new token needs its secret' USING ERRCODE = 'not_null_violation';
+    END IF;
+    NEW.secret_hash := sha256(NEW.secret);
+    NEW.failed_attempts := 0;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: tokens_before_update(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.tokens_before_update() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.secret_hash IS DISTINCT FROM OLD.secret_hash OR NEW.code IS DISTINCT FROM OLD.code
+       OR NEW.account_id IS DISTINCT FROM OLD.account_id OR NEW.action IS DISTINCT FROM OLD.action
+       OR NEW.expires_at IS DISTINCT FROM OLD.expires_at
+       OR (NEW.secret IS DISTINCT FROM OLD.secret AND NEW.secret IS NOT NULL) THEN
+        RAISE EXCEPTION 'token % cannot change its secret, code, account, action or expiry', OLD.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.failed_attempts < OLD.failed_attempts THEN
+        RAISE EXCEPTION 'token % cannot forget its wrong codes', OLD.id USING ERRCODE = 'check_violation';
+    END IF;
+    IF OLD.consumed_at IS NOT NULL AND NEW.consumed_at IS DISTINCT FROM OLD.consumed_at THEN
+        RAISE EXCEPTION 'token % was already consumed at %', OLD.id, OLD.consumed_at
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF OLD.consumed_at IS NULL AND NEW.consumed_at >= OLD.expires_at THEN
+        RAISE EXCEPTION 'token % expired at %', OLD.id, OLD.expires_at USING ERRCODE = 'check_violation';
+    END IF;
+    IF OLD.consumed_at IS NULL AND NEW.consumed_at IS NOT NULL
+       AND OLD.failed_attempts >= mailroom.token_max_attempts() THEN
+        RAISE EXCEPTION 'token % was locked after % wrong codes', OLD.id, OLD.failed_attempts
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: tokens_notify_mailer(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.tokens_notify_mailer() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('mailroom_tokens', 'insert');
+    RETURN NULL;
+END $$;
+
+--
+-- Name: touch_row(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.touch_row() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.created_at IS DISTINCT FROM OLD.created_at THEN
+        RAISE EXCEPTION 'created_at of %.% is immutable', TG_TABLE_SCHEMA, TG_TABLE_NAME
+            USING ERRCODE = 'check_violation';
+    END IF;
+    NEW.updated_at := now();
+    RETURN NEW;
+END $$;
+
+--
+-- Name: accounts; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.accounts (
+    id bigint NOT NULL,
+    email text NOT NULL,
+    login text NOT NULL,
+    status text DEFAULT 'provisioned'::text NOT NULL,
+    locale text DEFAULT 'en'::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    status_changed_at timestamp with time zone,
+    activated_at timestamp with time zone,
+    suspended_at timestamp with time zone,
+    unsuspended_at timestamp with time zone,
+    CONSTRAINT accounts_check CHECK (((status <> 'active'::text) OR (activated_at IS NOT NULL))),
+    CONSTRAINT accounts_check1 CHECK (((status = 'suspended'::text) = (suspended_at IS NOT NULL))),
+    CONSTRAINT accounts_email_check CHECK (((length(email) >= 3) AND (length(email) <= 254))),
+    CONSTRAINT accounts_login_check CHECK (((length(login) >= 1) AND (length(login) <= 254))),
+    CONSTRAINT accounts_status_check CHECK ((status = ANY (ARRAY['provisioned'::text, 'active'::text, 'suspended'::text])))
+);
+
+--
+-- Name: accounts_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.accounts ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
+    SEQUENCE NAME mailroom.accounts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: alembic_version; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.alembic_version (
+    version_num character varying(32) NOT NULL
+);
+
+--
+-- Name: archived_emails; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.archived_emails (
+    email_id bigint NOT NULL,
+    sent_at timestamp with time zone NOT NULL,
+    campaign_id text,
+    unsubscribe_token uuid,
+    track_opens boolean NOT NULL,
+    track_clicks boolean NOT NULL
+);
+
+--
+-- Name: bounce_list; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.bounce_list (
+    email text NOT NULL,
+    bounce_type text NOT NULL,
+    reason text,
+    smtp_code integer,
+    enhanced_code text,
+    sender_account_id bigint,
+    campaign_id text,
+    first_bounced_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_bounced_at timestamp with time zone DEFAULT now() NOT NULL,
+    bounce_count integer DEFAULT 1 NOT NULL,
+    CONSTRAINT bounce_list_bounce_count_check CHECK ((bounce_count >= 1)),
+    CONSTRAINT bounce_list_bounce_type_check CHECK ((bounce_type = ANY (ARRAY['hard'::text, 'soft'::text, 'complaint'::text]))),
+    CONSTRAINT bounce_list_check CHECK ((last_bounced_at >= first_bounced_at)),
+    CONSTRAINT bounce_list_email_check CHECK ((email = lower(email)))
+);
+
+--
+-- Name: checksum_verifications; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.checksum_verifications (
+    id bigint NOT NULL,
+    doc_id text NOT NULL,
+    verified_by text DEFAULT ''::text NOT NULL,
+    verified_at timestamp with time zone DEFAULT now() NOT NULL,
+    stored_checksum text,
+    calculated_checksum text NOT NULL,
+    algorithm text NOT NULL,
+    is_valid boolean NOT NULL,
+    error_message text,
+    CONSTRAINT checksum_verifications_algorithm_check CHECK ((algorithm = ANY (ARRAY['SHA-256'::text, 'SHA-512'::text]))),
+    CONSTRAINT checksum_verifications_check CHECK ((is_valid OR (error_message IS NOT NULL)))
+);
+
+--
+-- Name: checksum_verifications_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.checksum_verifications ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.checksum_verifications_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: click_events; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.click_events (
+    id bigint NOT NULL,
+    occurred_at timestamp with time zone DEFAULT now() NOT NULL,
+    email_id bigint NOT NULL,
+    link_token uuid NOT NULL,
+    url text NOT NULL,
+    campaign_id text,
+    ip_address inet,
+    user_agent text
+)
+PARTITION BY RANGE (occurred_at);
+
+--
+-- Name: click_events_default; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.click_events_default (
+    id bigint CONSTRAINT click_events_id_not_null NOT NULL,
+    occurred_at timestamp with time zone DEFAULT now() CONSTRAINT click_events_occurred_at_not_null NOT NULL,
+    email_id bigint CONSTRAINT click_events_email_id_not_null NOT NULL,
+    link_token uuid CONSTRAINT click_events_link_token_not_null NOT NULL,
+    url text CONSTRAINT click_events_url_not_null NOT NULL,
+    campaign_id text,
+    ip_address inet,
+    user_agent text
+);
+
+--
+-- Name: click_events_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.click_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.click_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: documents; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.documents (
+    doc_id text NOT NULL,
+    title text DEFAULT ''::text NOT NULL,
+    url text DEFAULT ''::text NOT NULL,
+    checksum text,
+    checksum_algorithm text,
+    description text DEFAULT ''::text NOT NULL,
+    created_by text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT documents_check CHECK (((checksum IS NULL) = (checksum_algorithm IS NULL))),
+    CONSTRAINT documents_check1 CHECK (((checksum IS NULL) OR ((checksum_algorithm = 'SHA-256'::text) AND (length(checksum) = 64)) OR ((checksum_algorithm = 'SHA-512'::text) AND (length(checksum) = 128)))),
+    CONSTRAINT documents_checksum_algorithm_check CHECK ((checksum_algorithm = ANY (ARRAY['SHA-256'::text, 'SHA-512'::text]))),
+    CONSTRAINT documents_checksum_check CHECK ((checksum ~ '^[0-9a-f]{64}([0-9a-f]{64})?$'::text)),
+    CONSTRAINT documents_doc_id_check CHECK ((doc_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
+    CONSTRAINT documents_url_check CHECK (((url = ''::text) OR (url ~* '^https?://'::text)))
+);
+
+--
+-- Name: email_queue; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.email_queue (
+    id bigint NOT NULL,
+    recipient_email text NOT NULL,
+    recipient_name text,
+    subject text NOT NULL,
+    text_body text,
+    html_body text,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    template text,
+    locale text,
+    template_data jsonb,
+    priority integer DEFAULT 0 NOT NULL,
+    scheduled_for timestamp with time zone DEFAULT now() NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    lease_owner text,
+    lease_token uuid,
+    lease_expires_at timestamp with time zone,
+    sender_account_id bigint,
+    retry_count integer DEFAULT 0 NOT NULL,
+    max_retries integer DEFAULT 5 NOT NULL,
+    next_retry_at timestamp with time zone,
+    last_error text,
+    error_details jsonb,
+    suppression_reason text,
+    idempotency_key text,
+    campaign_id text,
+    transactional boolean DEFAULT true NOT NULL,
+    track_opens boolean DEFAULT false NOT NULL,
+    track_clicks boolean DEFAULT false NOT NULL,
+    tracking_token uuid,
+    reference_type text,
+    reference_id text,
+    message_id text,
+    created_by text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    assigned_at timestamp with time zone,
+    sent_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    unsubscribe_token uuid,
+    CONSTRAINT email_queue_campaign_id_check CHECK (((length(campaign_id) >= 1) AND (length(campaign_id) <= 100))),
+    CONSTRAINT email_queue_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL))),
+    CONSTRAINT email_queue_check1 CHECK ((retry_count <= max_retries)),
+    CONSTRAINT email_queue_check2 CHECK (((status = 'assigned'::text) = ((lease_token IS NOT NULL) AND (lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
+    CONSTRAINT email_queue_check3 CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
+    CONSTRAINT email_queue_check4 CHECK (((status <> 'suppressed'::text) OR (suppression_reason IS NOT NULL))),
+    CONSTRAINT email_queue_check5 CHECK (((status <> ALL (ARRAY['sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text])) OR (finished_at IS NOT NULL))),
+    CONSTRAINT email_queue_check6 CHECK (((status <> 'failed'::text) OR (last_error IS NOT NULL))),
+    CONSTRAINT email_queue_headers_check CHECK ((jsonb_typeof(headers) = 'object'::text)),
+    CONSTRAINT email_queue_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255))),
+    CONSTRAINT email_queue_max_retries_check CHECK (((max_retries >= 0) AND (max_retries <= 100))),
+    CONSTRAINT email_queue_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
+    CONSTRAINT email_queue_recipient_email_check CHECK ((((length(recipient_email) >= 3) AND (length(recipient_email) <= 254)) AND (recipient_email !~ '[\x00-\x20\x7f<>]'::text))),
+    CONSTRAINT email_queue_recipient_name_check CHECK ((recipient_name !~ '[\x00-\x1f\x7f]'::text)),
+    CONSTRAINT email_queue_retry_count_check CHECK ((retry_count >= 0)),
+    CONSTRAINT email_queue_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text]))),
+    CONSTRAINT email_queue_subject_check CHECK ((subject !~ '[\x00-\x1f\x7f]'::text))
+);
+
+--
+-- Name: email_queue_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.email_queue ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
+    SEQUENCE NAME mailroom.email_queue_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: events; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.events (
+    id uuid DEFAULT mailroom.new_event_id() NOT NULL,
+    person_id uuid NOT NULL,
+    event_type text DEFAULT 'birthday'::text NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    due_at timestamp with time zone NOT NULL,
+    local_due_at timestamp without time zone NOT NULL,
+    time_zone text NOT NULL,
+    executed_at timestamp with time zone,
+    failure_reason text,
+    retry_count integer DEFAULT 0 NOT NULL,
+    version integer DEFAULT 1 NOT NULL,
+    idempotency_key text NOT NULL,
+    email_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT events_check CHECK (((status <> 'completed'::text) OR (executed_at IS NOT NULL))),
+    CONSTRAINT events_check1 CHECK (((status <> 'failed'::text) OR (failure_reason IS NOT NULL))),
+    CONSTRAINT events_event_type_check CHECK ((event_type = 'birthday'::text)),
+    CONSTRAINT events_retry_count_check CHECK ((retry_count >= 0)),
+    CONSTRAINT events_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'processing'::text, 'completed'::text, 'failed'::text, 'missed'::text, 'cancelled'::text]))),
+    CONSTRAINT events_version_check CHECK ((version >= 1))
+);
+
+--
+-- Name: expected_signers; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.expected_signers (
+    id bigint NOT NULL,
+    doc_id text NOT NULL,
+    email text NOT NULL,
+    name text DEFAULT ''::text NOT NULL,
+    locale text DEFAULT 'en'::text NOT NULL,
+    added_at timestamp with time zone DEFAULT now() NOT NULL,
+    added_by text DEFAULT ''::text NOT NULL,
+    notes text,
+    CONSTRAINT expected_signers_email_check CHECK ((email = lower(email)))
+);
+
+--
+-- Name: expected_signers_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.expected_signers ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.expected_signers_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: inbox; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.inbox (
+    message_id text NOT NULL,
+    consumer text NOT NULL,
+    event_type text NOT NULL,
+    payload jsonb NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    receive_count integer DEFAULT 1 NOT NULL,
+    processed_at timestamp with time zone,
+    email_id bigint,
+    CONSTRAINT inbox_consumer_check CHECK (((length(consumer) >= 1) AND (length(consumer) <= 255))),
+    CONSTRAINT inbox_message_id_check CHECK (((length(message_id) >= 1) AND (length(message_id) <= 255))),
+    CONSTRAINT inbox_receive_count_check CHECK ((receive_count >= 1))
+);
+
+--
+-- Name: jobs; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.jobs (
+    name text NOT NULL,
+    last_seq bigint DEFAULT 0 NOT NULL,
+    last_run_at timestamp with time zone
+);
+
+--
+-- Name: open_events; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.open_events (
+    id bigint NOT NULL,
+    occurred_at timestamp with time zone DEFAULT now() NOT NULL,
+    email_id bigint NOT NULL,
+    campaign_id text,
+    ip_address inet,
+    user_agent text
+)
+PARTITION BY RANGE (occurred_at);
+
+--
+-- Name: open_events_default; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.open_events_default (
+    id bigint CONSTRAINT open_events_id_not_null NOT NULL,
+    occurred_at timestamp with time zone DEFAULT now() CONSTRAINT open_events_occurred_at_not_null NOT NULL,
+    email_id bigint CONSTRAINT open_events_email_id_not_null NOT NULL,
+    campaign_id text,
+    ip_address inet,
+    user_agent text
+);
+
+--
+-- Name: open_events_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.open_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.open_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: people; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.people (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    email text NOT NULL,
+    first_name text NOT NULL,
+    last_name text NOT NULL,
+    date_of_birth date NOT NULL,
+    time_zone text NOT NULL,
+    locale text DEFAULT 'en'::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    version integer DEFAULT 1 NOT NULL,
+    CONSTRAINT people_date_of_birth_check CHECK ((date_of_birth > '1900-01-01'::date)),
+    CONSTRAINT people_email_check CHECK (((length(email) >= 3) AND (length(email) <= 254))),
+    CONSTRAINT people_first_name_check CHECK (((length(first_name) >= 1) AND (length(first_name) <= 100))),
+    CONSTRAINT people_last_name_check CHECK (((length(last_name) >= 1) AND (length(last_name) <= 100)))
+);
+
+--
+-- Name: reminder_logs; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.reminder_logs (
+    id bigint NOT NULL,
+    doc_id text NOT NULL,
+    recipient_email text NOT NULL,
+    email_id bigint,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    requested_by text DEFAULT ''::text NOT NULL,
+    template text NOT NULL,
+    status text DEFAULT 'queued'::text NOT NULL,
+    finished_at timestamp with time zone,
+    error_message text,
+    CONSTRAINT reminder_logs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'sent'::text, 'failed'::text, 'bounced'::text, 'suppressed'::text, 'cancelled'::text])))
+);
+
+--
+-- Name: reminder_logs_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.reminder_logs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.reminder_logs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: send_logs; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.send_logs (
+    id bigint NOT NULL,
+    attempted_at timestamp with time zone DEFAULT now() NOT NULL,
+    email_id bigint NOT NULL,
+    sender_account_id bigint,
+    recipient_email text NOT NULL,
+    campaign_id text,
+    attempt integer NOT NULL,
+    outcome text NOT NULL,
+    smtp_code integer,
+    enhanced_code text,
+    response text,
+    duration_ms integer,
+    worker text,
+    CONSTRAINT send_logs_attempt_check CHECK ((attempt >= 1)),
+    CONSTRAINT send_logs_duration_ms_check CHECK ((duration_ms >= 0)),
+    CONSTRAINT send_logs_enhanced_code_check CHECK ((enhanced_code ~ '^[245]\.\d{1,3}\.\d{1,3}$'::text)),
+    CONSTRAINT send_logs_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'transient'::text, 'permanent'::text, 'bounced'::text, 'auth_failed'::text, 'local_error'::text, 'suppressed'::text]))),
+    CONSTRAINT send_logs_smtp_code_check CHECK (((smtp_code >= 100) AND (smtp_code <= 599)))
+)
+PARTITION BY RANGE (attempted_at);
+
+--
+-- Name: send_logs_default; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.send_logs_default (
+    id bigint CONSTRAINT send_logs_id_not_null NOT NULL,
+    attempted_at timestamp with time zone DEFAULT now() CONSTRAINT send_logs_attempted_at_not_null NOT NULL,
+    email_id bigint CONSTRAINT send_logs_email_id_not_null NOT NULL,
+    sender_account_id bigint,
+    recipient_email text CONSTRAINT send_logs_recipient_email_not_null NOT NULL,
+    campaign_id text,
+    attempt integer CONSTRAINT send_logs_attempt_not_null NOT NULL,
+    outcome text CONSTRAINT send_logs_outcome_not_null NOT NULL,
+    smtp_code integer,
+    enhanced_code text,
+    response text,
+    duration_ms integer,
+    worker text,
+    CONSTRAINT send_logs_attempt_check CHECK ((attempt >= 1)),
+    CONSTRAINT send_logs_duration_ms_check CHECK ((duration_ms >= 0)),
+    CONSTRAINT send_logs_enhanced_code_check CHECK ((enhanced_code ~ '^[245]\.\d{1,3}\.\d{1,3}$'::text)),
+    CONSTRAINT send_logs_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'transient'::text, 'permanent'::text, 'bounced'::text, 'auth_failed'::text, 'local_error'::text, 'suppressed'::text]))),
+    CONSTRAINT send_logs_smtp_code_check CHECK (((smtp_code >= 100) AND (smtp_code <= 599)))
+);
+
+--
+-- Name: send_logs_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.send_logs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.send_logs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: sender_accounts; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.sender_accounts (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    from_email text NOT NULL,
+    from_name text,
+    smtp_host text NOT NULL,
+    smtp_port integer NOT NULL,
+    smtp_security text DEFAULT 'starttls'::text NOT NULL,
+    smtp_username text,
+    smtp_password_encrypted bytea,
+    daily_limit integer DEFAULT 2000 NOT NULL,
+    warmup_stage integer DEFAULT 0 NOT NULL,
+    warmup_limit integer,
+    send_delay_ms integer DEFAULT 0 NOT NULL,
+    max_connections integer DEFAULT 4 NOT NULL,
+    status text DEFAULT 'active'::text NOT NULL,
+    status_reason text,
+    status_changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    limit_reached_on date,
+    dkim_domain text,
+    dkim_selector text,
+    dkim_private_key_encrypted bytea,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_used_at timestamp with time zone,
+    version integer DEFAULT 1 NOT NULL,
+    warmup_checked_on date,
+    CONSTRAINT sender_accounts_check CHECK (((warmup_stage = 0) OR (warmup_limit IS NOT NULL))),
+    CONSTRAINT sender_accounts_check1 CHECK (((status = 'paused_limit_reached'::text) = (limit_reached_on IS NOT NULL))),
+    CONSTRAINT sender_accounts_check2 CHECK ((((dkim_domain IS NULL) = (dkim_selector IS NULL)) AND ((dkim_domain IS NULL) = (dkim_private_key_encrypted IS NULL)))),
+    CONSTRAINT sender_accounts_daily_limit_check CHECK ((daily_limit >= 0)),
+    CONSTRAINT sender_accounts_from_email_check CHECK (((length(from_email) >= 3) AND (length(from_email) <= 254))),
+    CONSTRAINT sender_accounts_from_name_check CHECK ((from_name !~ '[\x00-\x1f\x7f]'::text)),
+    CONSTRAINT sender_accounts_max_connections_check CHECK (((max_connections >= 1) AND (max_connections <= 100))),
+    CONSTRAINT sender_accounts_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$'::text)),
+    CONSTRAINT sender_accounts_send_delay_ms_check CHECK (((send_delay_ms >= 0) AND (send_delay_ms <= 3600000))),
+    CONSTRAINT sender_accounts_smtp_host_check CHECK (((length(smtp_host) >= 1) AND (length(smtp_host) <= 255))),
+    CONSTRAINT sender_accounts_smtp_port_check CHECK (((smtp_port >= 1) AND (smtp_port <= 65535))),
+    CONSTRAINT sender_accounts_smtp_security_check CHECK ((smtp_security = ANY (ARRAY['none'::text, 'starttls'::text, 'tls'::text]))),
+    CONSTRAINT sender_accounts_status_check CHECK ((status = ANY (ARRAY['active'::text, 'paused'::text, 'suspended'::text, 'warming_up'::text, 'paused_limit_reached'::text]))),
+    CONSTRAINT sender_accounts_warmup_limit_check CHECK ((warmup_limit >= 0)),
+    CONSTRAINT sender_accounts_warmup_stage_check CHECK (((warmup_stage >= 0) AND (warmup_stage <= 5)))
+);
+
+--
+-- Name: sender_accounts_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.sender_accounts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.sender_accounts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: sender_pacing; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.sender_pacing (
+    sender_account_id bigint NOT NULL,
+    next_send_at timestamp with time zone NOT NULL
+);
+
+--
+-- Name: sender_usage; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.sender_usage (
+    sender_account_id bigint NOT NULL,
+    day date NOT NULL,
+    sent integer DEFAULT 0 NOT NULL,
+    bounces integer DEFAULT 0 NOT NULL,
+    errors integer DEFAULT 0 NOT NULL,
+    CONSTRAINT sender_usage_bounces_check CHECK ((bounces >= 0)),
+    CONSTRAINT sender_usage_errors_check CHECK ((errors >= 0)),
+    CONSTRAINT sender_usage_sent_check CHECK ((sent >= 0))
+);
+
+--
+-- Name: sent_journal; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.sent_journal (
+    email_id bigint NOT NULL,
+    lease_token uuid NOT NULL,
+    sender_account_id bigint NOT NULL,
+    sent_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    smtp_code integer,
+    enhanced_code text,
+    response text NOT NULL,
+    duration_ms integer NOT NULL,
+    message_id text,
+    worker text NOT NULL
+)
+WITH (autovacuum_vacuum_threshold='1000', autovacuum_vacuum_scale_factor='0');
+
+--
+-- Name: signatures; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.signatures (
+    id bigint NOT NULL,
+    doc_id text NOT NULL,
+    signer_email text NOT NULL,
+    signer_name text,
+    signed_at timestamp with time zone NOT NULL,
+    nonce text NOT NULL,
+    payload text NOT NULL,
+    payload_hash text NOT NULL,
+    signature text NOT NULL,
+    prev_hash text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT signatures_nonce_check CHECK ((length(nonce) >= 16)),
+    CONSTRAINT signatures_payload_hash_check CHECK ((payload_hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT signatures_prev_hash_check CHECK ((prev_hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT signatures_signer_email_check CHECK ((signer_email = lower(signer_email)))
+);
+
+--
+-- Name: signatures_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.signatures ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.signatures_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: templates; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.templates (
+    name text NOT NULL,
+    locale text NOT NULL,
+    subject text NOT NULL,
+    text_body text,
+    html_body text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT templates_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL))),
+    CONSTRAINT templates_locale_check CHECK ((locale ~ '^[a-z]{2}(-[A-Z]{2})?$'::text)),
+    CONSTRAINT templates_name_check CHECK ((name ~ '^[a-z][a-z0-9_]{0,63}$'::text))
+);
+
+--
+-- Name: time_zone_names; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.time_zone_names (
+    name text NOT NULL
+);
+
+--
+-- Name: tokens; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.tokens (
+    id bigint NOT NULL,
+    action text NOT NULL,
+    secret bytea DEFAULT mailroom.random_secret(),
+    code text DEFAULT mailroom.random_code() NOT NULL,
+    account_id bigint NOT NULL,
+    expires_at timestamp with time zone DEFAULT (now() + '00:15:00'::interval) NOT NULL,
+    consumed_at timestamp with time zone,
+    mailed_at timestamp with time zone,
+    email_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    mail_skipped_reason text,
+    secret_hash bytea NOT NULL,
+    failed_attempts integer DEFAULT 0 NOT NULL,
+    CONSTRAINT tokens_action_check CHECK ((action = ANY (ARRAY['activation'::text, 'password_recovery'::text]))),
+    CONSTRAINT tokens_check CHECK ((expires_at > created_at)),
+    CONSTRAINT tokens_code_check CHECK ((code ~ '^[0-9]{5}$'::text)),
+    CONSTRAINT tokens_failed_attempts_check CHECK ((failed_attempts >= 0)),
+    CONSTRAINT tokens_secret_check CHECK ((octet_length(secret) = 32)),
+    CONSTRAINT tokens_secret_hash_check CHECK ((octet_length(secret_hash) = 32)),
+    CONSTRAINT tokens_secret_until_handled_check CHECK (((secret IS NULL) = ((mailed_at IS NOT NULL) OR (mail_skipped_reason IS NOT NULL))))
+);
+
+--
+-- Name: tokens_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.tokens ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.tokens_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: tracked_links; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.tracked_links (
+    token uuid DEFAULT gen_random_uuid() NOT NULL,
+    email_id bigint NOT NULL,
+    "position" integer NOT NULL,
+    url text NOT NULL,
+    CONSTRAINT tracked_links_position_check CHECK (("position" >= 0)),
+    CONSTRAINT tracked_links_url_check CHECK ((url ~* '^https?://'::text))
+);
+
+--
+-- Name: unsubscribe_list; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.unsubscribe_list (
+    email text NOT NULL,
+    reason text,
+    source text DEFAULT 'operator'::text NOT NULL,
+    campaign_id text,
+    email_id bigint,
+    user_agent text,
+    ip_address inet,
+    unsubscribed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT unsubscribe_list_email_check CHECK ((email = lower(email))),
+    CONSTRAINT unsubscribe_list_source_check CHECK ((source = ANY (ARRAY['one_click'::text, 'link'::text, 'mailto'::text, 'operator'::text, 'import'::text, 'privacy'::text])))
+);
+
+--
+-- Name: click_events_default; Type: TABLE ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.click_events ATTACH PARTITION mailroom.click_events_default DEFAULT;
+
+--
+-- Name: open_events_default; Type: TABLE ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.open_events ATTACH PARTITION mailroom.open_events_default DEFAULT;
+
+--
+-- Name: send_logs_default; Type: TABLE ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.send_logs ATTACH PARTITION mailroom.send_logs_default DEFAULT;
+
+--
+-- Name: accounts accounts_email_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.accounts
+    ADD CONSTRAINT accounts_email_key UNIQUE (email);
+
+--
+-- Name: accounts accounts_login_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.accounts
+    ADD CONSTRAINT accounts_login_key UNIQUE (login);
+
+--
+-- Name: accounts accounts_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.accounts
+    ADD CONSTRAINT accounts_pkey PRIMARY KEY (id);
+
+--
+-- Name: alembic_version alembic_version_pkc; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.alembic_version
+    ADD CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num);
+
+--
+-- Name: archived_emails archived_emails_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.archived_emails
+    ADD CONSTRAINT archived_emails_pkey PRIMARY KEY (email_id);
+
+--
+-- Name: bounce_list bounce_list_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.bounce_list
+    ADD CONSTRAINT bounce_list_pkey PRIMARY KEY (email);
+
+--
+-- Name: checksum_verifications checksum_verifications_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.checksum_verifications
+    ADD CONSTRAINT checksum_verifications_pkey PRIMARY KEY (id);
+
+--
+-- Name: click_events click_events_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.click_events
+    ADD CONSTRAINT click_events_pkey PRIMARY KEY (id, occurred_at);
+
+--
+-- Name: click_events_default click_events_default_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.click_events_default
+    ADD CONSTRAINT click_events_default_pkey PRIMARY KEY (id, occurred_at);
+
+--
+-- Name: documents documents_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.documents
+    ADD CONSTRAINT documents_pkey PRIMARY KEY (doc_id);
+
+--
+-- Name: email_queue email_queue_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.email_queue
+    ADD CONSTRAINT email_queue_pkey PRIMARY KEY (id);
+
+--
+-- Name: events events_idempotency_key_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.events
+    ADD CONSTRAINT events_idempotency_key_key UNIQUE (idempotency_key);
+
+--
+-- Name: events events_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.events
+    ADD CONSTRAINT events_pkey PRIMARY KEY (id);
+
+--
+-- Name: expected_signers expected_signers_doc_id_email_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.expected_signers
+    ADD CONSTRAINT expected_signers_doc_id_email_key UNIQUE (doc_id, email);
+
+--
+-- Name: expected_signers expected_signers_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.expected_signers
+    ADD CONSTRAINT expected_signers_pkey PRIMARY KEY (id);
+
+--
+-- Name: inbox inbox_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.inbox
+    ADD CONSTRAINT inbox_pkey PRIMARY KEY (message_id, consumer);
+
+--
+-- Name: jobs jobs_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.jobs
+    ADD CONSTRAINT jobs_pkey PRIMARY KEY (name);
+
+--
+-- Name: open_events open_events_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.open_events
+    ADD CONSTRAINT open_events_pkey PRIMARY KEY (id, occurred_at);
+
+--
+-- Name: open_events_default open_events_default_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.open_events_default
+    ADD CONSTRAINT open_events_default_pkey PRIMARY KEY (id, occurred_at);
+
+--
+-- Name: people people_email_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.people
+    ADD CONSTRAINT people_email_key UNIQUE (email);
+
+--
+-- Name: people people_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.people
+    ADD CONSTRAINT people_pkey PRIMARY KEY (id);
+
+--
+-- Name: reminder_logs reminder_logs_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.reminder_logs
+    ADD CONSTRAINT reminder_logs_pkey PRIMARY KEY (id);
+
+--
+-- Name: send_logs send_logs_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.send_logs
+    ADD CONSTRAINT send_logs_pkey PRIMARY KEY (id, attempted_at);
+
+--
+-- Name: send_logs_default send_logs_default_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.send_logs_default
+    ADD CONSTRAINT send_logs_default_pkey PRIMARY KEY (id, attempted_at);
+
+--
+-- Name: sender_accounts sender_accounts_name_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.sender_accounts
+    ADD CONSTRAINT sender_accounts_name_key UNIQUE (name);
+
+--
+-- Name: sender_accounts sender_accounts_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.sender_accounts
+    ADD CONSTRAINT sender_accounts_pkey PRIMARY KEY (id);
+
+--
+-- Name: sender_pacing sender_pacing_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.sender_pacing
+    ADD CONSTRAINT sender_pacing_pkey PRIMARY KEY (sender_account_id);
+
+--
+-- Name: sender_usage sender_usage_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.sender_usage
+    ADD CONSTRAINT sender_usage_pkey PRIMARY KEY (sender_account_id, day);
+
+--
+-- Name: signatures signatures_doc_id_signer_email_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.signatures
+    ADD CONSTRAINT signatures_doc_id_signer_email_key UNIQUE (doc_id, signer_email);
+
+--
+-- Name: signatures signatures_nonce_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.signatures
+    ADD CONSTRAINT signatures_nonce_key UNIQUE (nonce);
+
+--
+-- Name: signatures signatures_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.signatures
+    ADD CONSTRAINT signatures_pkey PRIMARY KEY (id);
+
+--
+-- Name: templates templates_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.templates
+    ADD CONSTRAINT templates_pkey PRIMARY KEY (name, locale);
+
+--
+-- Name: time_zone_names time_zone_names_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.time_zone_names
+    ADD CONSTRAINT time_zone_names_pkey PRIMARY KEY (name);
+
+--
+-- Name: tokens tokens_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.tokens
+    ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
+
+--
+-- Name: tokens tokens_secret_hash_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.tokens
+    ADD CONSTRAINT tokens_secret_hash_key UNIQUE (secret_hash);
+
+--
+-- Name: tracked_links tracked_links_email_id_position_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.tracked_links
+    ADD CONSTRAINT tracked_links_email_id_position_key UNIQUE (email_id, "position");
+
+--
+-- Name: tracked_links tracked_links_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.tracked_links
+    ADD CONSTRAINT tracked_links_pkey PRIMARY KEY (token);
+
+--
+-- Name: unsubscribe_list unsubscribe_list_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.unsubscribe_list
+    ADD CONSTRAINT unsubscribe_list_pkey PRIMARY KEY (email);
+
+--
+-- Name: accounts_status_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX accounts_status_idx ON mailroom.accounts USING btree (status);
+
+--
+-- Name: archived_emails_campaign_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX archived_emails_campaign_idx ON mailroom.archived_emails USING btree (campaign_id) WHERE (campaign_id IS NOT NULL);
+
+--
+-- Name: archived_emails_sent_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX archived_emails_sent_at_idx ON mailroom.archived_emails USING brin (sent_at);
+
+--
+-- Name: archived_emails_unsubscribe_token_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE UNIQUE INDEX archived_emails_unsubscribe_token_idx ON mailroom.archived_emails USING btree (unsubscribe_token) WHERE (unsubscribe_token IS NOT NULL);
+
+--
+-- Name: click_events_campaign_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX click_events_campaign_idx ON ONLY mailroom.click_events USING btree (campaign_id, occurred_at);
+
+--
+-- Name: click_events_default_campaign_id_occurred_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX click_events_default_campaign_id_occurred_at_idx ON mailroom.click_events_default USING btree (campaign_id, occurred_at);
+
+--
+-- Name: click_events_email_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX click_events_email_idx ON ONLY mailroom.click_events USING btree (email_id);
+
+--
+-- Name: click_events_default_email_id_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX click_events_default_email_id_idx ON mailroom.click_events_default USING btree (email_id);
+
+--
+-- Name: click_events_occurred_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX click_events_occurred_at_idx ON ONLY mailroom.click_events USING btree (occurred_at);
+
+--
+-- Name: click_events_default_occurred_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX click_events_default_occurred_at_idx ON mailroom.click_events_default USING btree (occurred_at);
+
+--
+-- Name: email_queue_campaign_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_campaign_idx ON mailroom.email_queue USING btree (campaign_id) WHERE (campaign_id IS NOT NULL);
+
+--
+-- Name: email_queue_claim_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_claim_idx ON mailroom.email_queue USING btree (priority DESC, scheduled_for, id) WHERE (status = 'pending'::text);
+
+--
+-- Name: email_queue_due_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_due_idx ON mailroom.email_queue USING btree (scheduled_for) WHERE (status = 'pending'::text);
+
+--
+-- Name: email_queue_failed_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_failed_idx ON mailroom.email_queue USING btree (finished_at DESC) WHERE (status = 'failed'::text);
+
+--
+-- Name: email_queue_idempotency_key_key; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE UNIQUE INDEX email_queue_idempotency_key_key ON mailroom.email_queue USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL);
+
+--
+-- Name: email_queue_lease_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_lease_idx ON mailroom.email_queue USING btree (lease_expires_at) WHERE (status = 'assigned'::text);
+
+--
+-- Name: email_queue_recipient_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_recipient_idx ON mailroom.email_queue USING btree (lower(recipient_email));
+
+--
+-- Name: email_queue_reference_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_reference_idx ON mailroom.email_queue USING btree (reference_type, reference_id) WHERE (reference_type IS NOT NULL);
+
+--
+-- Name: email_queue_retrying_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_retrying_idx ON mailroom.email_queue USING btree (scheduled_for, id) WHERE ((status = 'pending'::text) AND (retry_count > 0));
+
+--
+-- Name: email_queue_sent_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_sent_idx ON mailroom.email_queue USING btree (sent_at) WHERE (status = 'sent'::text);
+
+--
+-- Name: email_queue_suppressed_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_suppressed_idx ON mailroom.email_queue USING btree (finished_at DESC) WHERE (status = 'suppressed'::text);
+
+--
+-- Name: email_queue_tracking_token_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE UNIQUE INDEX email_queue_tracking_token_idx ON mailroom.email_queue USING btree (tracking_token) WHERE (tracking_token IS NOT NULL);
+
+--
+-- Name: email_queue_unsubscribe_token_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE UNIQUE INDEX email_queue_unsubscribe_token_idx ON mailroom.email_queue USING btree (unsubscribe_token) WHERE (unsubscribe_token IS NOT NULL);
+
+--
+-- Name: events_due_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX events_due_idx ON mailroom.events USING btree (due_at) WHERE (status = 'pending'::text);
+
+--
+-- Name: events_one_pending_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE UNIQUE INDEX events_one_pending_idx ON mailroom.events USING btree (person_id, event_type) WHERE (status = ANY (ARRAY['pending'::text, 'processing'::text]));
+
+--
+-- Name: events_person_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX events_person_idx ON mailroom.events USING btree (person_id);
+
+--
+-- Name: events_processing_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX events_processing_idx ON mailroom.events USING btree (updated_at) WHERE (status = 'processing'::text);
+
+--
+-- Name: inbox_received_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX inbox_received_idx ON mailroom.inbox USING btree (received_at);
+
+--
+-- Name: open_events_campaign_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX open_events_campaign_idx ON ONLY mailroom.open_events USING btree (campaign_id, occurred_at);
+
+--
+-- Name: open_events_default_campaign_id_occurred_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX open_events_default_campaign_id_occurred_at_idx ON mailroom.open_events_default USING btree (campaign_id, occurred_at);
+
+--
+-- Name: open_events_email_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX open_events_email_idx ON ONLY mailroom.open_events USING btree (email_id);
+
+--
+-- Name: open_events_default_email_id_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX open_events_default_email_id_idx ON mailroom.open_events_default USING btree (email_id);
+
+--
+-- Name: open_events_occurred_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX open_events_occurred_at_idx ON ONLY mailroom.open_events USING btree (occurred_at);
+
+--
+-- Name: open_events_default_occurred_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX open_events_default_occurred_at_idx ON mailroom.open_events_default USING btree (occurred_at);
+
+--
+-- Name: reminder_logs_doc_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX reminder_logs_doc_idx ON mailroom.reminder_logs USING btree (doc_id, recipient_email, requested_at DESC);
+
+--
+-- Name: reminder_logs_email_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX reminder_logs_email_idx ON mailroom.reminder_logs USING btree (email_id) WHERE (status = 'queued'::text);
+
+--
+-- Name: send_logs_attempted_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX send_logs_attempted_idx ON ONLY mailroom.send_logs USING btree (attempted_at);
+
+--
+-- Name: send_logs_default_attempted_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX send_logs_default_attempted_at_idx ON mailroom.send_logs_default USING btree (attempted_at);
+
+--
+-- Name: send_logs_email_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX send_logs_email_idx ON ONLY mailroom.send_logs USING btree (email_id, attempted_at);
+
+--
+-- Name: send_logs_default_email_id_attempted_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX send_logs_default_email_id_attempted_at_idx ON mailroom.send_logs_default USING btree (email_id, attempted_at);
+
+--
+-- Name: send_logs_sender_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX send_logs_sender_idx ON ONLY mailroom.send_logs USING btree (sender_account_id, attempted_at);
+
+--
+-- Name: send_logs_default_sender_account_id_attempted_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX send_logs_default_sender_account_id_attempted_at_idx ON mailroom.send_logs_default USING btree (sender_account_id, attempted_at);
+
+--
+-- Name: sent_journal_token_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX sent_journal_token_idx ON mailroom.sent_journal USING btree (lease_token);
+
+--
+-- Name: signatures_chain_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE UNIQUE INDEX signatures_chain_idx ON mailroom.signatures USING btree (doc_id, prev_hash) NULLS NOT DISTINCT;
+
+--
+-- Name: signatures_doc_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX signatures_doc_idx ON mailroom.signatures USING btree (doc_id, id);
+
+--
+-- Name: tokens_account_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX tokens_account_idx ON mailroom.tokens USING btree (account_id, action);
+
+--
+-- Name: tokens_to_mail_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX tokens_to_mail_idx ON mailroom.tokens USING btree (id) WHERE ((mailed_at IS NULL) AND (mail_skipped_reason IS NULL));
+
+--
+-- Name: unsubscribe_list_campaign_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX unsubscribe_list_campaign_idx ON mailroom.unsubscribe_list USING btree (campaign_id) WHERE (campaign_id IS NOT NULL);
+
+--
+-- Name: unsubscribe_list_unsubscribed_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX unsubscribe_list_unsubscribed_at_idx ON mailroom.unsubscribe_list USING btree (unsubscribed_at);
+
+--
+-- Name: click_events_default_campaign_id_occurred_at_idx; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.click_events_campaign_idx ATTACH PARTITION mailroom.click_events_default_campaign_id_occurred_at_idx;
+
+--
+-- Name: click_events_default_email_id_idx; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.click_events_email_idx ATTACH PARTITION mailroom.click_events_default_email_id_idx;
+
+--
+-- Name: click_events_default_occurred_at_idx; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.click_events_occurred_at_idx ATTACH PARTITION mailroom.click_events_default_occurred_at_idx;
+
+--
+-- Name: click_events_default_pkey; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.click_events_pkey ATTACH PARTITION mailroom.click_events_default_pkey;
+
+--
+-- Name: open_events_default_campaign_id_occurred_at_idx; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.open_events_campaign_idx ATTACH PARTITION mailroom.open_events_default_campaign_id_occurred_at_idx;
+
+--
+-- Name: open_events_default_email_id_idx; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.open_events_email_idx ATTACH PARTITION mailroom.open_events_default_email_id_idx;
+
+--
+-- Name: open_events_default_occurred_at_idx; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.open_events_occurred_at_idx ATTACH PARTITION mailroom.open_events_default_occurred_at_idx;
+
+--
+-- Name: open_events_default_pkey; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.open_events_pkey ATTACH PARTITION mailroom.open_events_default_pkey;
+
+--
+-- Name: send_logs_default_attempted_at_idx; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.send_logs_attempted_idx ATTACH PARTITION mailroom.send_logs_default_attempted_at_idx;
+
+--
+-- Name: send_logs_default_email_id_attempted_at_idx; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.send_logs_email_idx ATTACH PARTITION mailroom.send_logs_default_email_id_attempted_at_idx;
+
+--
+-- Name: send_logs_default_pkey; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.send_logs_pkey ATTACH PARTITION mailroom.send_logs_default_pkey;
+
+--
+-- Name: send_logs_default_sender_account_id_attempted_at_idx; Type: INDEX ATTACH; Schema: mailroom; Owner: -
+--
+
+ALTER INDEX mailroom.send_logs_sender_idx ATTACH PARTITION mailroom.send_logs_default_sender_account_id_attempted_at_idx;
+
+--
+-- Name: accounts accounts_before_insert; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER accounts_before_insert BEFORE INSERT ON mailroom.accounts FOR EACH ROW EXECUTE FUNCTION mailroom.accounts_before_insert();
+
+--
+-- Name: accounts accounts_before_status_change; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER accounts_before_status_change BEFORE UPDATE OF status ON mailroom.accounts FOR EACH ROW EXECUTE FUNCTION mailroom.accounts_before_status_change();
+
+--
+-- Name: accounts accounts_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER accounts_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.accounts FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: accounts accounts_touch; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER accounts_touch BEFORE UPDATE ON mailroom.accounts FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+--
+-- Name: bounce_list bounce_list_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER bounce_list_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.bounce_list FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: click_events click_events_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER click_events_notify AFTER INSERT ON mailroom.click_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: documents documents_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER documents_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.documents FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: documents documents_touch; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER documents_touch BEFORE UPDATE ON mailroom.documents FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+--
+-- Name: email_queue email_queue_before_insert; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER email_queue_before_insert BEFORE INSERT ON mailroom.email_queue FOR EACH ROW WHEN (((new.scheduled_for IS NULL) OR (new.status <> 'pending'::text))) EXECUTE FUNCTION mailroom.email_queue_before_insert();
+
+--
+-- Name: email_queue email_queue_before_update; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER email_queue_before_update BEFORE UPDATE ON mailroom.email_queue FOR EACH ROW EXECUTE FUNCTION mailroom.email_queue_before_update();
+
+--
+-- Name: email_queue email_queue_keep_archived; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER email_queue_keep_archived AFTER DELETE ON mailroom.email_queue REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_keep_archived();
+
+--
+-- Name: email_queue email_queue_notify_delete; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER email_queue_notify_delete AFTER DELETE ON mailroom.email_queue FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: email_queue email_queue_notify_insert; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER email_queue_notify_insert AFTER INSERT ON mailroom.email_queue FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_notify_insert();
+
+--
+-- Name: email_queue email_queue_notify_update; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER email_queue_notify_update AFTER UPDATE ON mailroom.email_queue REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_notify_update();
+
+--
+-- Name: email_queue email_queue_reminder_outcome; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER email_queue_reminder_outcome AFTER UPDATE OF status ON mailroom.email_queue FOR EACH ROW WHEN (((new.reference_type = 'reminder_log'::text) AND (new.status IS DISTINCT FROM old.status) AND (new.status <> 'assigned'::text) AND (new.reference_id ~ '^[0-9]{1,18}$'::text))) EXECUTE FUNCTION mailroom.reminder_logs_follow_email();
+
+--
+-- Name: events events_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER events_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: events events_touch; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER events_touch BEFORE UPDATE ON mailroom.events FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+--
+-- Name: expected_signers expected_signers_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER expected_signers_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.expected_signers FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: inbox inbox_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER inbox_notify AFTER INSERT OR UPDATE ON mailroom.inbox FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: open_events open_events_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER open_events_notify AFTER INSERT ON mailroom.open_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: people people_after_insert; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER people_after_insert AFTER INSERT ON mailroom.people REFERENCING NEW TABLE AS new_people FOR EACH STATEMENT EXECUTE FUNCTION mailroom.people_after_insert();
+
+--
+-- Name: people people_after_update; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER people_after_update AFTER UPDATE ON mailroom.people REFERENCING OLD TABLE AS old_people NEW TABLE AS new_people FOR EACH STATEMENT EXECUTE FUNCTION mailroom.people_after_update();
+
+--
+-- Name: people people_bump_version; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER people_bump_version BEFORE UPDATE ON mailroom.people FOR EACH ROW EXECUTE FUNCTION mailroom.people_bump_version();
+
+--
+-- Name: people people_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER people_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.people FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: people people_touch; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER people_touch BEFORE UPDATE ON mailroom.people FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+--
+-- Name: people people_validate; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER people_validate BEFORE INSERT OR UPDATE OF time_zone, date_of_birth ON mailroom.people FOR EACH ROW EXECUTE FUNCTION mailroom.people_validate();
+
+--
+-- Name: sender_accounts sender_accounts_before_update; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER sender_accounts_before_update BEFORE UPDATE ON mailroom.sender_accounts FOR EACH ROW EXECUTE FUNCTION mailroom.sender_accounts_before_update();
+
+--
+-- Name: sender_accounts sender_accounts_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER sender_accounts_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.sender_accounts FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: sender_accounts sender_accounts_touch; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER sender_accounts_touch BEFORE UPDATE ON mailroom.sender_accounts FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+--
+-- Name: signatures signatures_created_at; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER signatures_created_at BEFORE UPDATE ON mailroom.signatures FOR EACH ROW EXECUTE FUNCTION mailroom.forbid_created_at_change();
+
+--
+-- Name: signatures signatures_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER signatures_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.signatures FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: templates templates_touch; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER templates_touch BEFORE UPDATE ON mailroom.templates FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+--
+-- Name: tokens tokens_after_consumed; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER tokens_after_consumed AFTER UPDATE OF consumed_at ON mailroom.tokens FOR EACH ROW WHEN (((new.consumed_at IS NOT NULL) AND (old.consumed_at IS NULL))) EXECUTE FUNCTION mailroom.tokens_after_consumed();
+
+--
+-- Name: tokens tokens_before_insert; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER tokens_before_insert BEFORE INSERT ON mailroom.tokens FOR EACH ROW EXECUTE FUNCTION mailroom.tokens_before_insert();
+
+--
+-- Name: tokens tokens_before_update; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER tokens_before_update BEFORE UPDATE ON mailroom.tokens FOR EACH ROW EXECUTE FUNCTION mailroom.tokens_before_update();
+
+--
+-- Name: tokens tokens_created_at; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER tokens_created_at BEFORE UPDATE ON mailroom.tokens FOR EACH ROW EXECUTE FUNCTION mailroom.forbid_created_at_change();
+
+--
+-- Name: tokens tokens_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER tokens_notify AFTER INSERT ON mailroom.tokens FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: tokens tokens_notify_mailer; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER tokens_notify_mailer AFTER INSERT ON mailroom.tokens FOR EACH STATEMENT EXECUTE FUNCTION mailroom.tokens_notify_mailer();
+
+--
+-- Name: unsubscribe_list unsubscribe_list_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER unsubscribe_list_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.unsubscribe_list FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: bounce_list bounce_list_sender_account_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.bounce_list
+    ADD CONSTRAINT bounce_list_sender_account_id_fkey FOREIGN KEY (sender_account_id) REFERENCES mailroom.sender_accounts(id) ON DELETE SET NULL;
+
+--
+-- Name: checksum_verifications checksum_verifications_doc_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.checksum_verifications
+    ADD CONSTRAINT checksum_verifications_doc_id_fkey FOREIGN KEY (doc_id) REFERENCES mailroom.documents(doc_id) ON DELETE CASCADE;
+
+--
+-- Name: email_queue email_queue_sender_account_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.email_queue
+    ADD CONSTRAINT email_queue_sender_account_id_fkey FOREIGN KEY (sender_account_id) REFERENCES mailroom.sender_accounts(id) ON DELETE SET NULL;
+
+--
+-- Name: events events_person_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.events
+    ADD CONSTRAINT events_person_id_fkey FOREIGN KEY (person_id) REFERENCES mailroom.people(id) ON DELETE CASCADE;
+
+--
+-- Name: expected_signers expected_signers_doc_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.expected_signers
+    ADD CONSTRAINT expected_signers_doc_id_fkey FOREIGN KEY (doc_id) REFERENCES mailroom.documents(doc_id) ON DELETE CASCADE;
+
+--
+-- Name: reminder_logs reminder_logs_doc_id_recipient_email_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.reminder_logs
+    ADD CONSTRAINT reminder_logs_doc_id_recipient_email_fkey FOREIGN KEY (doc_id, recipient_email) REFERENCES mailroom.expected_signers(doc_id, email) ON DELETE CASCADE;
+
+--
+-- Name: sender_pacing sender_pacing_sender_account_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.sender_pacing
+    ADD CONSTRAINT sender_pacing_sender_account_id_fkey FOREIGN KEY (sender_account_id) REFERENCES mailroom.sender_accounts(id) ON DELETE CASCADE;
+
+--
+-- Name: sender_usage sender_usage_sender_account_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.sender_usage
+    ADD CONSTRAINT sender_usage_sender_account_id_fkey FOREIGN KEY (sender_account_id) REFERENCES mailroom.sender_accounts(id) ON DELETE CASCADE;
+
+--
+-- Name: signatures signatures_doc_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.signatures
+    ADD CONSTRAINT signatures_doc_id_fkey FOREIGN KEY (doc_id) REFERENCES mailroom.documents(doc_id);
+
+--
+-- Name: tokens tokens_account_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.tokens
+    ADD CONSTRAINT tokens_account_id_fkey FOREIGN KEY (account_id) REFERENCES mailroom.accounts(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED;
+
+--
+-- Name: tracked_links tracked_links_email_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.tracked_links
+    ADD CONSTRAINT tracked_links_email_id_fkey FOREIGN KEY (email_id) REFERENCES mailroom.email_queue(id) ON DELETE CASCADE;
+
+--
+-- PostgreSQL database dump complete
+--
