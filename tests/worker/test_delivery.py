@@ -199,7 +199,7 @@ async def test_four_workers_never_exceed_a_daily_limit_or_send_twice(
 async def test_expired_lease_returns_email_to_queue_and_late_result_is_ignored(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.engine.claims import COMPLETE, RESCUE_EXPIRED
+    from worker.engine.queue_sql import COMPLETE, RESCUE_EXPIRED
 
     enqueue_many(db_url, 1)
     with psycopg.connect(db_url, autocommit=True) as conn:

@@ -14,7 +14,7 @@ import psycopg
 from tests.worker.helpers import add_sender, enqueue_many, refuse_writes, run_until_drained, statuses
 from worker.core.config import Settings
 from worker.devtools.sink import RunningSink
-from worker.engine import claims as q
+from worker.engine import queue_sql as q
 from worker.engine.recording import Sent, SentRecorder
 
 DEAD = uuid.UUID("00000000-0000-0000-0000-00000000dead")

@@ -8,6 +8,8 @@ command line decides which producers a worker runs (`worker.cli.wiring`); the en
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,10 @@ from typing import Any
 import psycopg
 
 from worker.core.config import Settings
+from worker.core.listen import Waker
+from worker.engine.database import Pool
+
+log = logging.getLogger("mailroom.worker")
 
 RunOnce = Callable[[psycopg.AsyncConnection[Any], Settings], Awaitable[int]]
 
@@ -27,3 +33,26 @@ class Producer:
     run_once: RunOnce
     channels: tuple[str, ...] = ()
     interval_seconds: float = 30.0
+
+
+async def run_producer(
+    producer: Producer, pool: Pool, settings: Settings, waker: Waker, stopping: asyncio.Event
+) -> None:
+    """Run one producer until stopped: again at once while it finds work, else on NOTIFY or timer."""
+    while not stopping.is_set():
+        ticket = waker.ticket()
+        done = 0
+        try:
+            async with pool.connection() as conn:
+                done = await producer.run_once(conn, settings)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            log.warning("producer %s: database unavailable (%s); retrying", producer.name, exc)
+            await waker.wait(1.0, ticket)
+            continue
+        except Exception:
+            # One producer's bug must not stop delivery or the other producers; say so loudly.
+            log.exception(
+                "producer %s failed; trying again in %.0fs", producer.name, producer.interval_seconds
+            )
+        if done <= 0:
+            await waker.wait(producer.interval_seconds, ticket)

@@ -5,7 +5,7 @@ killed worker sends twice to one message per connection), so with one statement 
 database, not SMTP, would set the pace. Each slot hands its accepted email to the recorder and
 waits; the recorder writes everything handed in meanwhile with one statement and one commit into
 `mailroom.sent_journal`, a narrow table that is cheap to write (the slot applies its batch's rows
-to the queue in one statement at the end of the batch; see `worker.engine.claims.APPLY_SENT`).
+to the queue in one statement at the end of the batch; see `worker.engine.queue_sql.APPLY_SENT`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from worker.engine import claims as q
+from worker.engine import queue_sql as q
 
 log = logging.getLogger("mailroom.worker")
 

@@ -1,0 +1,144 @@
+"""What one attempt means for its email (sent, retry, failed, release) and how a failed one is recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from worker.core.config import Settings
+from worker.core.logs import event
+from worker.core.masking import mask_address
+from worker.engine import queue_sql as q
+from worker.engine.classify import Verdict, backoff_seconds, classify
+from worker.engine.database import Borrowed
+from worker.engine.smtp import Attempt
+
+log = logging.getLogger("mailroom.worker")
+
+
+@dataclass
+class Outcome:
+    """One attempt's result for its email."""
+
+    email_id: int
+    outcome: str  # sent, retry, failed, release
+    verdict: Verdict
+    attempt: Attempt
+    retry_at: datetime | None
+    message_id: str | None
+
+
+def decide(email: dict[str, Any], attempt: Attempt, message_id: str, settings: Settings) -> Outcome:
+    """Classify the reply and choose the email's outcome (and its retry time); log anything but a send."""
+    verdict = classify(attempt.reply)
+    retry_at = None
+    if verdict is Verdict.SENT:
+        outcome = "sent"
+    elif verdict is Verdict.AUTH:
+        outcome = "release"
+    elif verdict in (Verdict.TRANSIENT, Verdict.LOCAL) and email["retry_count"] < email["max_retries"]:
+        outcome = "retry"
+        delay = backoff_seconds(
+            email["retry_count"], settings.retry_base_seconds, settings.retry_cap_seconds, random.random()
+        )
+        retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+    else:
+        outcome = "failed"
+    result = Outcome(email["id"], outcome, verdict, attempt, retry_at, message_id)
+    if outcome != "sent":
+        _log_failed_attempt(email, result)
+    return result
+
+
+def _log_failed_attempt(email: dict[str, Any], outcome: Outcome) -> None:
+    recipient = mask_address(email["recipient_email"])
+    reply = outcome.attempt.reply
+    log.warning(
+        "email %s to %s: %s %s (%s) -> %s",
+        email["id"],
+        recipient,
+        reply.code,
+        reply.text[:200],
+        outcome.verdict.value,
+        outcome.outcome,
+        extra=event(
+            "attempt_failed",
+            email_id=email["id"],
+            recipient=recipient,
+            attempt=email["retry_count"] + 1,
+            code=reply.code,
+            enhanced=reply.enhanced,
+            reply=reply.text[:200],
+            phase=reply.phase,
+            verdict=outcome.verdict.value,
+            outcome=outcome.outcome,
+            retry_at=outcome.retry_at.isoformat() if outcome.retry_at else None,
+        ),
+    )
+
+
+def failure_statements(
+    outcome: Outcome, email: dict[str, Any], sender_id: int, token: uuid.UUID, owner: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """The statements that record an attempt that did not send: the email's new state first (it
+    returns a row only while the claim still holds the email), then the lists and counters."""
+    reply = outcome.attempt.reply
+    complete = {
+        "id": outcome.email_id,
+        "outcome": outcome.outcome,
+        "log_outcome": outcome.verdict.value,
+        "code": reply.code,
+        "enhanced": reply.enhanced,
+        "response": reply.text or "(no text)",
+        "duration_ms": outcome.attempt.duration_ms,
+        "retry_at": outcome.retry_at,
+        "message_id": outcome.message_id,
+        "sender": sender_id,
+        "token": token,
+        "owner": owner,
+    }
+    statements: list[tuple[str, dict[str, Any]]] = [(q.COMPLETE, complete)]
+    bounced = outcome.verdict is Verdict.BOUNCE
+    if bounced:
+        bounce = {
+            "emails": [email["recipient_email"]],
+            "reasons": [reply.text],
+            "codes": [reply.code],
+            "enhanced": [reply.enhanced],
+            "campaigns": [email["campaign_id"]],
+            "sender": sender_id,
+        }
+        statements.append((q.RECORD_BOUNCES, bounce))
+    statements.append((q.COUNT_USAGE, {"sender": sender_id, "bounces": int(bounced), "errors": 1}))
+    return statements
+
+
+async def record_failure(
+    db: Borrowed, statements: list[tuple[str, dict[str, Any]]], email_id: int, retry_seconds: float
+) -> bool:
+    """Commit a failed attempt in one transaction, retrying a lost database for `retry_seconds`;
+    False if the claim no longer held the email (its lease expired), and then nothing changes."""
+    deadline = time.monotonic() + retry_seconds
+    while True:
+        try:
+            conn = await db.get()
+            async with conn.transaction():
+                held = await (await conn.execute(*statements[0])).fetchone() is not None
+                if held:  # lists and counters change only for an attempt this worker still owned
+                    for statement, params in statements[1:]:
+                        await conn.execute(statement, params)
+            return held
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("recording email %s failed (%s); retrying", email_id, exc)
+            await db.give_back()
+            await asyncio.sleep(0.5)

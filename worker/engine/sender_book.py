@@ -1,0 +1,154 @@
+"""The sender accounts a worker process may use now, with their secrets decrypted and connections counted."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from worker.core.config import ConfigError, Settings
+from worker.core.crypto import SecretBox, secret_box
+from worker.core.dkim import DkimKey
+from worker.engine.database import Pool, fetch_scalar
+from worker.engine.senders import ELIGIBLE_SENDERS, TAKE_SEND_SLOT
+from worker.engine.smtp import SmtpAccount, SmtpConnection
+
+log = logging.getLogger("mailroom.worker")
+
+# How long the list of eligible senders is trusted before it is read again.
+RELOAD_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Sender:
+    """An eligible sender account as the engine uses it."""
+
+    account: SmtpAccount
+    name: str
+    from_email: str
+    from_name: str | None
+    send_delay_ms: int
+    max_connections: int
+    dkim: DkimKey | None = None
+
+    @property
+    def id(self) -> int:
+        """The sender account's id."""
+        return self.account.sender_id
+
+
+class SenderBook:
+    """Which senders this process may use: eligible in the database, quota left, a connection free."""
+
+    def __init__(self, pool: Pool, settings: Settings, smtp_timeout: float) -> None:
+        self.pool = pool
+        self.settings = settings
+        self.smtp_timeout = smtp_timeout
+        self.senders: list[Sender] = []
+        self.exhausted: set[int] = set()
+        self._loaded_at = 0.0
+        self._open: dict[int, int] = {}  # SMTP connections this process holds per sender account
+        self._box: SecretBox | None = None
+        # DKIM keys decrypted once per sender account (and again only when its stored key changes)
+        self._dkim_keys: dict[tuple[int, bytes], DkimKey] = {}
+
+    def forget(self) -> None:
+        """Read the senders again at the next pick (one was suspended or changed)."""
+        self._loaded_at = 0.0
+
+    def all_exhausted(self) -> bool:
+        """No sender known, or every known one has reached its limit."""
+        return not self.senders or len(self.exhausted) >= len(self.senders)
+
+    async def pick(self, index: int, held: int | None) -> Sender | None:
+        """The sender a slot should use: the one it holds a connection to, while that is usable,
+        else one with quota left and fewer than `max_connections` open connections in this process."""
+        if time.monotonic() - self._loaded_at > RELOAD_SECONDS or not self.senders:
+            await self._load()
+        usable = [
+            s
+            for s in self.senders
+            if s.id not in self.exhausted and (s.id == held or self._open.get(s.id, 0) < s.max_connections)
+        ]
+        if not usable:
+            return None
+        for sender in usable:
+            if sender.id == held:
+                return sender
+        return usable[index % len(usable)]
+
+    def opened(self, sender_id: int) -> None:
+        """Count a connection to the sender (before the next await, so two slots never both take the last)."""
+        self._open[sender_id] = self._open.get(sender_id, 0) + 1
+
+    async def close(self, connections: dict[int, SmtpConnection], sender_id: int) -> None:
+        """Close a slot's connection to the sender and stop counting it."""
+        await connections.pop(sender_id).close()
+        self._open[sender_id] -= 1
+
+    async def pace(self, sender: Sender) -> None:
+        """Wait for the paced sender's next send slot, taken in PostgreSQL so every worker shares it."""
+        if sender.send_delay_ms <= 0:
+            return
+        wait = await fetch_scalar(
+            self.pool, TAKE_SEND_SLOT, {"sender": sender.id, "delay": sender.send_delay_ms / 1000}
+        )
+        if wait:
+            await asyncio.sleep(float(wait))
+
+    async def _load(self) -> None:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(ELIGIBLE_SENDERS)
+            rows = await cur.fetchall()
+        senders = []
+        for row in rows:
+            try:
+                senders.append(self._sender(row))
+            except ConfigError as exc:
+                log.error("sender account %s skipped: %s", row["name"], exc)
+        self.senders = senders
+        self._loaded_at = time.monotonic()
+        self.exhausted.clear()
+
+    def _sender(self, row: dict[str, Any]) -> Sender:
+        password = None
+        if row["smtp_password_encrypted"] is not None:
+            password = self._secret_box().decrypt(row["smtp_password_encrypted"])
+        dkim = self._dkim_key(row) if row["dkim_private_key_encrypted"] is not None else None
+        account = SmtpAccount(
+            row["id"],
+            row["smtp_host"],
+            row["smtp_port"],
+            row["smtp_security"],
+            row["smtp_username"],
+            password,
+            self.smtp_timeout,
+        )
+        return Sender(
+            account,
+            row["name"],
+            row["from_email"],
+            row["from_name"],
+            row["send_delay_ms"],
+            row["max_connections"],
+            dkim,
+        )
+
+    def _secret_box(self) -> SecretBox:
+        if self._box is None:
+            self._box = secret_box(self.settings)
+        return self._box
+
+    def _dkim_key(self, row: dict[str, Any]) -> DkimKey:
+        """The sender's DKIM key, decrypted the first time it is seen."""
+        cache_key = (int(row["id"]), bytes(row["dkim_private_key_encrypted"]))
+        key = self._dkim_keys.get(cache_key)
+        if key is None:
+            pem = self._secret_box().decrypt(cache_key[1]).encode("ascii")
+            key = DkimKey(row["dkim_domain"], row["dkim_selector"], pem)
+            self._dkim_keys[cache_key] = key
+        return key
