@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Bootstrap Mailroom's virtual environment and run it: `python3 tasks.py demo` or `python3 tasks.py test`.
 
-Needs nothing but Python 3.11+ and git. The environment lives in `.venv/` and is
-rebuilt whenever `pyproject.toml` changes.
+Needs nothing but Python 3.11+ and git. The environment lives in `.venv/`, holds the versions
+`requirements.lock` names, and is rebuilt whenever `pyproject.toml` or the lock file changes.
+`python3 tasks.py lock` writes the lock file anew from the environment.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -19,14 +21,15 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / ".mailroom-deps"
+LOCK = ROOT / "requirements.lock"
 
 
 def _say(message: str) -> None:
     print(f"[tasks] {message}", flush=True)
 
 
-def _run(*args: str | Path) -> None:
-    result = subprocess.run([str(a) for a in args], cwd=ROOT, check=False)
+def _run(*args: str | Path, cwd: Path = ROOT) -> None:
+    result = subprocess.run([str(a) for a in args], cwd=cwd, check=False)
     if result.returncode != 0:
         sys.exit(result.returncode)
 
@@ -35,15 +38,63 @@ def ensure_venv() -> None:
     """Create `.venv` and install Mailroom with its dev extras when missing or stale."""
     if sys.version_info < (3, 11):
         sys.exit("Mailroom needs Python 3.11 or newer.")
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes()).hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted and PYTHON.exists():
         return
     if not PYTHON.exists():
         _say(f"creating virtual environment in {VENV.name}/")
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     _say("installing Mailroom and its dependencies (first run takes a minute)")
-    _run(PYTHON, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e", ".[dev]")
+    _pip(PYTHON, "-e", ".[dev]")
     STAMP.write_text(wanted)
+
+
+def _pip(python: Path, *requirements: str) -> None:
+    """Install into the environment of `python`, held to the versions of the lock file."""
+    _run(python, "-m", "pip", "install", "-qq", "--disable-pip-version-check", "-c", LOCK, *requirements)
+
+
+def lock() -> None:
+    """Write requirements.lock from the environment (after changing a dependency range)."""
+    ensure_venv()
+    frozen = subprocess.run(
+        [str(PYTHON), "-m", "pip", "freeze", "--exclude-editable", "--disable-pip-version-check"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    lines = [line for line in frozen.splitlines() if line and not line.lower().startswith("mailroom")]
+    LOCK.write_text(
+        "# The versions the test and demo environments use: python3 tasks.py lock\n" + "\n".join(lines) + "\n"
+    )
+    _say(f"wrote {LOCK.name}: {len(lines)} packages")
+
+
+def wheel_smoke() -> None:
+    """Build the wheel, install it (not editable) into a fresh environment and try it from outside the checkout."""
+    ensure_venv()
+    with tempfile.TemporaryDirectory(prefix="mailroom-wheel-") as tmp:
+        work = Path(tmp)
+        _say("building the wheel")
+        _run(
+            PYTHON,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-w",
+            work / "dist",
+            ROOT,
+        )
+        wheel = next((work / "dist").glob("mailroom-*.whl"))
+        _say(f"installing {wheel.name}[all] into a fresh environment")
+        venv.EnvBuilder(with_pip=True).create(work / "venv")
+        python = work / "venv" / BIN.name / PYTHON.name
+        _pip(python, f"mailroom[all] @ {wheel.as_uri()}")
+        # Run from a copy outside the checkout: the script's folder leads sys.path, and tests/ has a worker/.
+        script = work / "wheel_smoke.py"
+        script.write_bytes((ROOT / "tests" / "wheel_smoke.py").read_bytes())
+        _run(python, script, cwd=work)
 
 
 def test(extra: list[str]) -> None:
@@ -58,6 +109,8 @@ def test(extra: list[str]) -> None:
     _run(BIN / "lint-imports")
     _say("pytest")
     _run(PYTHON, "-m", "pytest", *extra)
+    _say("wheel smoke")
+    wheel_smoke()
 
 
 def main() -> None:
@@ -65,9 +118,7 @@ def main() -> None:
     args = sys.argv[1:]
     if not args or args[0] in {"-h", "--help"}:
         print(__doc__)
-        print(
-            "usage: python3 tasks.py test [PYTEST ARGS] | python3 tasks.py demo | python3 tasks.py mailroom ARGS"
-        )
+        print("usage: python3 tasks.py test [PYTEST ARGS] | demo | mailroom ARGS | wheel-smoke | lock")
         return
     command, rest = args[0], args[1:]
     if command == "test":
@@ -75,11 +126,15 @@ def main() -> None:
     elif command == "demo":
         ensure_venv()
         os.execv(str(BIN / "mailroom"), [str(BIN / "mailroom"), "demo", *rest])
+    elif command == "wheel-smoke":
+        wheel_smoke()
+    elif command == "lock":
+        lock()
     elif command == "mailroom":
         ensure_venv()
         os.execv(str(BIN / "mailroom"), [str(BIN / "mailroom"), *rest])
     else:
-        sys.exit(f"unknown task {command!r}; try: test, demo, mailroom")
+        sys.exit(f"unknown task {command!r}; try: test, demo, mailroom, wheel-smoke, lock")
 
 
 if __name__ == "__main__":
