@@ -70,6 +70,34 @@ BEGIN
 END $$;
 
 --
+-- Name: apply_sent_journal(uuid); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.apply_sent_journal(token uuid) RETURNS integer
+    LANGUAGE sql
+    AS $$
+    WITH j AS (
+        DELETE FROM mailroom.sent_journal WHERE lease_token = token RETURNING *
+    ), done AS (
+        UPDATE mailroom.email_queue q
+        SET status = 'sent', sent_at = j.sent_at, message_id = coalesce(j.message_id, q.message_id),
+            sender_account_id = j.sender_account_id
+        FROM j
+        WHERE q.id = j.email_id AND q.lease_token = j.lease_token AND q.status = 'assigned'
+        RETURNING q.id, q.recipient_email, q.campaign_id, q.retry_count, j.sent_at, j.sender_account_id,
+                  j.smtp_code, j.enhanced_code, j.response, j.duration_ms, j.worker
+    ), logged AS (
+        INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, campaign_id,
+                                        attempt, outcome, smtp_code, enhanced_code, response, duration_ms, worker)
+        SELECT sent_at, id, sender_account_id, recipient_email, campaign_id, retry_count + 1, 'sent', smtp_code,
+               enhanced_code, response, duration_ms, worker
+        FROM done
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM logged
+$$;
+
+--
 -- Name: birthday_in(date, integer); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -97,6 +125,23 @@ CREATE FUNCTION mailroom.clock() RETURNS timestamp with time zone
     LANGUAGE sql STABLE
     AS $$
     SELECT coalesce(nullif(current_setting('mailroom.now', true), '')::timestamptz, now())
+$$;
+
+--
+-- Name: close_circuit(bigint); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.close_circuit(sender bigint) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    WITH closed AS (
+        UPDATE mailroom.sender_accounts
+        SET circuit_state = 'closed', circuit_reason = NULL, circuit_since = NULL, circuit_retry_at = NULL,
+            circuit_failures = 0
+        WHERE id = sender AND circuit_state <> 'closed'
+        RETURNING id
+    )
+    SELECT EXISTS (SELECT 1 FROM closed)
 $$;
 
 --
@@ -129,7 +174,7 @@ BEGIN
     NEW.updated_at := now();
     IF NEW.status IS DISTINCT FROM OLD.status THEN
         IF NOT (
-            (OLD.status = 'pending'    AND NEW.status IN ('assigned', 'cancelled', 'suppressed'))
+            (OLD.status = 'pending'    AND NEW.status IN ('assigned', 'cancelled', 'suppressed', 'failed'))
          OR (OLD.status = 'assigned'   AND NEW.status IN ('pending', 'sent', 'failed', 'suppressed'))
          OR (OLD.status = 'failed'     AND NEW.status IN ('pending', 'cancelled'))
          OR (OLD.status = 'suppressed' AND NEW.status IN ('pending', 'cancelled'))
@@ -309,6 +354,31 @@ CREATE FUNCTION mailroom.notify_change() RETURNS trigger
 BEGIN
     PERFORM pg_notify('mailroom_changes', json_build_object('table', TG_TABLE_NAME, 'op', TG_OP)::text);
     RETURN NULL;
+END $$;
+
+--
+-- Name: open_circuit(bigint, text, double precision, double precision); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.open_circuit(sender bigint, reason text, base_seconds double precision, cap_seconds double precision) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    was text;
+BEGIN
+    SELECT circuit_state INTO was FROM mailroom.sender_accounts WHERE id = sender FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE mailroom.sender_accounts
+    SET circuit_state = 'open',
+        circuit_reason = left(reason, 500),
+        circuit_since = coalesce(circuit_since, now()),
+        circuit_failures = circuit_failures + 1,
+        circuit_retry_at = now() + make_interval(
+            secs => least(cap_seconds, base_seconds * power(2, least(circuit_failures, 30))))
+    WHERE id = sender;
+    RETURN was = 'closed';
 END $$;
 
 --
@@ -517,6 +587,75 @@ BEGIN
 END $$;
 
 --
+-- Name: rescue_expired_claims(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.rescue_expired_claims() RETURNS SETOF bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c mailroom.claims%ROWTYPE;
+    sent_count integer;
+    unused integer;
+BEGIN
+    FOR c IN SELECT * FROM mailroom.claims WHERE expires_at < now() ORDER BY lease_token
+             FOR UPDATE SKIP LOCKED LOOP
+        -- The lock order of every claim transaction: claim row, sender row, emails.
+        PERFORM 1 FROM mailroom.sender_accounts WHERE id = c.sender_account_id FOR UPDATE;
+        PERFORM 1 FROM mailroom.email_queue WHERE lease_token = c.lease_token AND status = 'assigned'
+        ORDER BY id FOR UPDATE;
+        sent_count := mailroom.apply_sent_journal(c.lease_token);
+        RETURN QUERY
+            WITH returned AS (
+                UPDATE mailroom.email_queue q
+                SET status = 'pending',
+                    last_error = 'lease expired: worker ' || q.lease_owner || ' stopped answering'
+                WHERE q.lease_token = c.lease_token AND q.status = 'assigned'
+                RETURNING q.id
+            )
+            SELECT id FROM returned;
+        unused := c.reserved - c.used - sent_count;
+        IF unused > 0 THEN
+            PERFORM mailroom.release_quota(c.sender_account_id, unused, c.day);
+        END IF;
+        DELETE FROM mailroom.claims WHERE lease_token = c.lease_token;
+    END LOOP;
+    -- Leases without a claim row.
+    RETURN QUERY
+        WITH expired AS (
+            SELECT q.id FROM mailroom.email_queue q
+            WHERE q.status = 'assigned' AND q.lease_expires_at < now()
+              AND NOT EXISTS (SELECT 1 FROM mailroom.claims c2 WHERE c2.lease_token = q.lease_token)
+            ORDER BY q.id FOR UPDATE SKIP LOCKED
+        )
+        SELECT e.id FROM expired e WHERE mailroom.rescue_unclaimed(e.id);
+END $$;
+
+--
+-- Name: rescue_unclaimed(bigint); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.rescue_unclaimed(email bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    token uuid;
+BEGIN
+    SELECT lease_token INTO token FROM mailroom.email_queue WHERE id = email AND status = 'assigned';
+    IF token IS NULL THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM mailroom.sent_journal WHERE email_id = email AND lease_token = token) THEN
+        PERFORM mailroom.apply_sent_journal(token);
+        RETURN false;
+    END IF;
+    UPDATE mailroom.email_queue
+    SET status = 'pending', last_error = 'lease expired: worker ' || lease_owner || ' stopped answering'
+    WHERE id = email;
+    RETURN true;
+END $$;
+
+--
 -- Name: reserve_quota(bigint, integer); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -657,6 +796,22 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+--
+-- Name: take_probe(bigint, double precision); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.take_probe(sender bigint, hold_seconds double precision) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    WITH taken AS (
+        UPDATE mailroom.sender_accounts
+        SET circuit_state = 'half_open', circuit_retry_at = now() + make_interval(secs => hold_seconds)
+        WHERE id = sender AND circuit_state <> 'closed' AND circuit_retry_at <= now()
+        RETURNING id
+    )
+    SELECT EXISTS (SELECT 1 FROM taken)
+$$;
 
 --
 -- Name: token_max_attempts(); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -876,6 +1031,23 @@ ALTER TABLE mailroom.checksum_verifications ALTER COLUMN id ADD GENERATED ALWAYS
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+--
+-- Name: claims; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.claims (
+    lease_token uuid NOT NULL,
+    sender_account_id bigint NOT NULL,
+    owner text NOT NULL,
+    day date NOT NULL,
+    reserved integer NOT NULL,
+    used integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT claims_reserved_check CHECK ((reserved >= 0)),
+    CONSTRAINT claims_used_check CHECK ((used >= 0))
 );
 
 --
@@ -1292,10 +1464,26 @@ CREATE TABLE mailroom.sender_accounts (
     last_used_at timestamp with time zone,
     version integer DEFAULT 1 NOT NULL,
     warmup_checked_on date,
+    circuit_state text DEFAULT 'closed'::text NOT NULL,
+    circuit_reason text,
+    circuit_since timestamp with time zone,
+    circuit_retry_at timestamp with time zone,
+    circuit_failures integer DEFAULT 0 NOT NULL,
+    connect_timeout_seconds real,
+    command_timeout_seconds real,
+    data_timeout_seconds real,
     CONSTRAINT sender_accounts_check CHECK (((warmup_stage = 0) OR (warmup_limit IS NOT NULL))),
     CONSTRAINT sender_accounts_check1 CHECK (((status = 'paused_limit_reached'::text) = (limit_reached_on IS NOT NULL))),
     CONSTRAINT sender_accounts_check2 CHECK ((((dkim_domain IS NULL) = (dkim_selector IS NULL)) AND ((dkim_domain IS NULL) = (dkim_private_key_encrypted IS NULL)))),
+    CONSTRAINT sender_accounts_check3 CHECK (((circuit_state = 'closed'::text) = (circuit_since IS NULL))),
+    CONSTRAINT sender_accounts_check4 CHECK (((circuit_state = 'closed'::text) OR (circuit_retry_at IS NOT NULL))),
+    CONSTRAINT sender_accounts_circuit_failures_check CHECK ((circuit_failures >= 0)),
+    CONSTRAINT sender_accounts_circuit_reason_check CHECK ((length(circuit_reason) <= 500)),
+    CONSTRAINT sender_accounts_circuit_state_check CHECK ((circuit_state = ANY (ARRAY['closed'::text, 'open'::text, 'half_open'::text]))),
+    CONSTRAINT sender_accounts_command_timeout_seconds_check CHECK ((command_timeout_seconds > (0)::double precision)),
+    CONSTRAINT sender_accounts_connect_timeout_seconds_check CHECK ((connect_timeout_seconds > (0)::double precision)),
     CONSTRAINT sender_accounts_daily_limit_check CHECK ((daily_limit >= 0)),
+    CONSTRAINT sender_accounts_data_timeout_seconds_check CHECK ((data_timeout_seconds > (0)::double precision)),
     CONSTRAINT sender_accounts_from_email_check CHECK (((length(from_email) >= 3) AND (length(from_email) <= 254))),
     CONSTRAINT sender_accounts_from_name_check CHECK ((from_name !~ '[\x00-\x1f\x7f]'::text)),
     CONSTRAINT sender_accounts_max_connections_check CHECK (((max_connections >= 1) AND (max_connections <= 100))),
@@ -1495,6 +1683,17 @@ CREATE TABLE mailroom.unsubscribe_list (
 );
 
 --
+-- Name: workers; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.workers (
+    name text NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT workers_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200)))
+);
+
+--
 -- Name: click_events_default; Type: TABLE ATTACH; Schema: mailroom; Owner: -
 --
 
@@ -1560,6 +1759,13 @@ ALTER TABLE ONLY mailroom.bounce_list
 
 ALTER TABLE ONLY mailroom.checksum_verifications
     ADD CONSTRAINT checksum_verifications_pkey PRIMARY KEY (id);
+
+--
+-- Name: claims claims_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.claims
+    ADD CONSTRAINT claims_pkey PRIMARY KEY (lease_token);
 
 --
 -- Name: click_events click_events_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
@@ -1779,6 +1985,13 @@ ALTER TABLE ONLY mailroom.unsubscribe_list
     ADD CONSTRAINT unsubscribe_list_pkey PRIMARY KEY (email);
 
 --
+-- Name: workers workers_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.workers
+    ADD CONSTRAINT workers_pkey PRIMARY KEY (name);
+
+--
 -- Name: accounts_status_idx; Type: INDEX; Schema: mailroom; Owner: -
 --
 
@@ -1801,6 +2014,12 @@ CREATE INDEX archived_emails_sent_at_idx ON mailroom.archived_emails USING brin 
 --
 
 CREATE UNIQUE INDEX archived_emails_unsubscribe_token_idx ON mailroom.archived_emails USING btree (unsubscribe_token) WHERE (unsubscribe_token IS NOT NULL);
+
+--
+-- Name: claims_expires_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX claims_expires_idx ON mailroom.claims USING btree (expires_at);
 
 --
 -- Name: click_events_campaign_idx; Type: INDEX; Schema: mailroom; Owner: -
@@ -2391,6 +2610,13 @@ ALTER TABLE ONLY mailroom.bounce_list
 
 ALTER TABLE ONLY mailroom.checksum_verifications
     ADD CONSTRAINT checksum_verifications_doc_id_fkey FOREIGN KEY (doc_id) REFERENCES mailroom.documents(doc_id) ON DELETE CASCADE;
+
+--
+-- Name: claims claims_sender_account_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.claims
+    ADD CONSTRAINT claims_sender_account_id_fkey FOREIGN KEY (sender_account_id) REFERENCES mailroom.sender_accounts(id) ON DELETE CASCADE;
 
 --
 -- Name: email_queue email_queue_sender_account_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -

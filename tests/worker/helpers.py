@@ -80,7 +80,14 @@ async def run_until_drained(
 ) -> int:
     """Run a draining worker; repeat `rounds` times so backed-off retries come due; return emails sent."""
     import asyncio
+    from dataclasses import replace
 
+    settings = replace(
+        settings,
+        smtp_connect_timeout=smtp_timeout,
+        smtp_command_timeout=smtp_timeout,
+        smtp_data_timeout=smtp_timeout,
+    )
     sent = 0
     for round_ in range(rounds):
         if round_:
@@ -88,7 +95,7 @@ async def run_until_drained(
         worker = Worker(
             db_url,
             settings,
-            WorkerOptions(concurrency=concurrency, drain=True, poll_seconds=0.2, smtp_timeout=smtp_timeout),
+            WorkerOptions(concurrency=concurrency, drain=True, poll_seconds=0.2),
         )
         await asyncio.wait_for(worker.run(), timeout=60)
         sent += worker.sent

@@ -63,7 +63,7 @@ async def test_bad_mailbox_fails_at_once_and_is_bounced(
             " WHERE status = 'failed'"
         ).fetchall()
         bounce = conn.execute("SELECT email, bounce_type, enhanced_code FROM mailroom.bounce_list").fetchall()
-    assert failed == [("u0@example.com", 0, "5.1.1 User unknown")]
+    assert failed == [("u0@example.com", 0, "550 5.1.1 User unknown")]  # the reply code kept
     assert bounce == [("u0@example.com", "hard", "5.1.1")]
     assert statuses(db_url) == {"sent": 1, "failed": 1}
 
@@ -159,7 +159,7 @@ async def test_retries_exhausted_fail_with_last_error(
     await run_until_drained(db_url, fast_settings, rounds=6)
     with psycopg.connect(db_url) as conn:
         row = conn.execute("SELECT status, retry_count, last_error FROM mailroom.email_queue").fetchone()
-    assert row == ("failed", 2, "4.2.0 Mailbox busy")
+    assert row == ("failed", 2, "450 4.2.0 Mailbox busy")
 
 
 async def test_daily_limit_pauses_sender_and_leaves_the_rest_pending(
@@ -261,7 +261,7 @@ async def test_draining_worker_exits_when_its_last_claim_ends_not_at_the_fallbac
     worker = Worker(
         db_url,
         fast_settings,
-        WorkerOptions(concurrency=2, batch_size=1, drain=True, poll_seconds=3600, smtp_timeout=5),
+        WorkerOptions(concurrency=2, batch_size=1, drain=True, poll_seconds=3600),
     )
     await asyncio.wait_for(worker.run(), timeout=30)
     assert worker.sent == 2

@@ -27,7 +27,7 @@ def test_reserving_past_the_limit_grants_the_rest_and_pauses_the_sender(
     sender = conn.execute(SENDER).fetchone()["id"]
     granted, day = conn.execute(RESERVE, (sender, 8)).fetchone().values()
     assert granted == 8
-    assert conn.execute(RESERVE, (sender, 8)).fetchone()["reserve_quota"] == 2
+    assert conn.execute(RESERVE, (sender, 8)).fetchone()["granted"] == 2
     status = conn.execute("SELECT status FROM mailroom.sender_accounts WHERE id = %s", (sender,)).fetchone()
     assert status == {"status": "paused_limit_reached"}
     assert _usage(conn, sender) == {str(day): 10}

@@ -111,7 +111,7 @@ def test_a_lost_claim_journals_nothing_and_never_overwrites_the_new_holder(
             " worker) VALUES (%s, %s, %s, 'late', 1, 'host:0')",
             (ids[0], DEAD, sender),
         )
-        conn.execute(q.APPLY_SENT, {"tokens": [DEAD]})
+        conn.execute(q.APPLY_SENT, (DEAD,))
         rows = conn.execute("SELECT status, lease_token FROM mailroom.email_queue ORDER BY id").fetchall()
         logs = conn.execute("SELECT count(*) FROM mailroom.send_logs").fetchone()
         left = conn.execute("SELECT count(*) FROM mailroom.sent_journal").fetchone()
@@ -186,7 +186,15 @@ async def test_a_drained_run_leaves_the_journal_empty_and_every_attempt_logged(
 
 
 def _claim_plan(conn: psycopg.Connection[Any], sender: int, settings: str | None) -> str:
-    params = {"limit": 50, "owner": "host:1", "token": LIVE, "lease": 60, "sender": sender}
+    params = {
+        "limit": 50,
+        "owner": "host:1",
+        "token": LIVE,
+        "lease": 60,
+        "sender": sender,
+        "lifetime": 86400,
+        "expired": "expired",
+    }
     with conn.transaction():
         if settings:
             conn.execute(settings)

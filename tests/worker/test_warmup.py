@@ -77,7 +77,7 @@ def _used(conn: Conn, sender: int, *, ago: int = 1, sent: int, bounces: int = 0)
 def _reserve(conn: Conn, sender: int, wanted: int) -> int:
     row = conn.execute(RESERVE, (sender, wanted)).fetchone()
     assert row is not None
-    return int(row["reserve_quota"])
+    return int(row["granted"])
 
 
 def _account(conn: Conn, sender: int) -> dict[str, Any]:

@@ -74,6 +74,17 @@ class Settings:
     retry_base_seconds: float = 60.0
     retry_cap_seconds: float = 6 * 3600.0
     lease_seconds: float = 300.0
+    # SMTP timeouts (a sender account's own values win): connecting and greeting, each command, the body
+    smtp_connect_timeout: float = 10.0
+    smtp_command_timeout: float = 30.0
+    smtp_data_timeout: float = 120.0
+    # how long an email may wait in the queue in all (Postfix's maximal_queue_lifetime): then it fails "expired"
+    queue_lifetime_seconds: float = 5 * 86400.0
+    # a sender whose relay fails is left alone this long, doubling per failed probe up to the cap
+    circuit_base_seconds: float = 10.0
+    circuit_cap_seconds: float = 600.0
+    # this many MAIL FROM refusals in a row are the sender's fault, not the emails'
+    circuit_mail_refusals: int = 3
     base_url: str = "http://localhost:8025"
     # tracking and compliance: campaign email is tracked unless this is off (an email's `track` wins);
     # the mailbox that takes `List-Unsubscribe` mailto requests, if any
@@ -90,6 +101,10 @@ class Settings:
     health_max_oldest_pending_seconds: float = 3600.0
     health_max_idle_seconds: float = 900.0
     health_idle_grace_seconds: float = 60.0  # the idle check counts email due for longer than this
+    health_failure_window_seconds: float = 900.0  # the attempt failure rate is over this recent window
+    health_max_attempt_failure_rate: float = 0.25
+    health_min_attempts: int = 20  # fewer attempts in the window say nothing about a rate
+    health_max_oldest_due_seconds: float = 3600.0
     signing_key: str | None = None
     reminder_interval_seconds: float = 24 * 3600.0
     # lifecycle tokens live this long; birthday email goes out at this local time (HH:MM) in each person's zone
@@ -113,6 +128,13 @@ class Settings:
             retry_base_seconds=_float("MAILROOM_RETRY_BASE_SECONDS", 60.0),
             retry_cap_seconds=_float("MAILROOM_RETRY_CAP_SECONDS", 6 * 3600.0),
             lease_seconds=_float("MAILROOM_LEASE_SECONDS", 300.0, minimum=0.1),
+            smtp_connect_timeout=_float("MAILROOM_SMTP_CONNECT_TIMEOUT_SECONDS", 10.0, minimum=0.1),
+            smtp_command_timeout=_float("MAILROOM_SMTP_COMMAND_TIMEOUT_SECONDS", 30.0, minimum=0.1),
+            smtp_data_timeout=_float("MAILROOM_SMTP_DATA_TIMEOUT_SECONDS", 120.0, minimum=0.1),
+            queue_lifetime_seconds=_float("MAILROOM_QUEUE_LIFETIME_SECONDS", 5 * 86400.0, minimum=1.0),
+            circuit_base_seconds=_float("MAILROOM_CIRCUIT_BASE_SECONDS", 10.0, minimum=0.01),
+            circuit_cap_seconds=_float("MAILROOM_CIRCUIT_CAP_SECONDS", 600.0, minimum=0.01),
+            circuit_mail_refusals=_int("MAILROOM_CIRCUIT_MAIL_REFUSALS", 3, minimum=1),
             base_url=os.environ.get("MAILROOM_BASE_URL", "http://localhost:8025").rstrip("/"),
             track_campaigns=_bool("MAILROOM_TRACK_CAMPAIGNS", True),
             unsubscribe_mailto=os.environ.get("MAILROOM_UNSUBSCRIBE_MAILTO") or None,
@@ -128,6 +150,10 @@ class Settings:
             health_max_oldest_pending_seconds=_float("MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS", 3600.0),
             health_max_idle_seconds=_float("MAILROOM_HEALTH_MAX_IDLE_SECONDS", 900.0),
             health_idle_grace_seconds=_float("MAILROOM_HEALTH_IDLE_GRACE_SECONDS", 60.0),
+            health_failure_window_seconds=_float("MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", 900.0, minimum=1.0),
+            health_max_attempt_failure_rate=_float("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", 0.25),
+            health_min_attempts=_int("MAILROOM_HEALTH_MIN_ATTEMPTS", 20, minimum=1),
+            health_max_oldest_due_seconds=_float("MAILROOM_HEALTH_MAX_OLDEST_DUE_SECONDS", 3600.0),
             signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
             reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
             token_ttl_seconds=_float("MAILROOM_TOKEN_TTL_SECONDS", 900.0, minimum=1.0),

@@ -31,8 +31,11 @@ class Waker:
     async def wait(self, seconds: float, ticket: asyncio.Event | None = None) -> bool:
         """Wait for a notify after `ticket` was taken (default: from now), at most `seconds`."""
         event = ticket or self._event
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+        # arrives as the event fires, and a cancelled producer then waits on forever.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await event.wait()
             return True
         return False
 

@@ -1,70 +1,91 @@
 """A claim: one batch of email under one lease token for one sender, with the quota reserved for it.
 
-Its life is claim -> deliver -> finish | release. `claim_batch` takes due rows with
-`FOR UPDATE SKIP LOCKED` and marks the suppressed ones; `reserve` takes quota for what was claimed;
-`finish` is the bookkeeping every claim ends with, whether it sent everything, some or nothing:
-the journal applied, the unsent emails released, the unused quota given back.
+Its life is claim -> deliver -> finish. `take` claims due rows with `FOR UPDATE SKIP LOCKED`,
+fails those past the queue lifetime, marks the suppressed ones, reserves quota for the rest and
+writes the claim's row (`mailroom.claims`) -- all in one transaction, so a failure anywhere leaves
+nothing stranded. `finish` is the one transaction every claim ends with, whether it sent all, some or
+none of its emails: the journal applied, the unsent emails returned, the unused quota given back.
+A worker that dies before it finishes leaves that to `mailroom.rescue_expired_claims`, which does
+the same from the claim's row.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.logs import event
 from worker.core.masking import mask_address
 from worker.engine import queue_sql as q
-from worker.engine.database import Pool, fetch_scalar
+from worker.engine.database import Pool
 from worker.engine.senders import RELEASE_QUOTA, RESERVE
 
 log = logging.getLogger("mailroom.worker")
 
-
-@dataclass
-class Quota:
-    """Quota reserved for one claim: how much, on which UTC day, and how much the sends used."""
-
-    sender_id: int
-    day: date
-    granted: int
-    used: int = 0
+EXPIRED = "expired: in the queue longer than the queue lifetime (MAILROOM_QUEUE_LIFETIME_SECONDS)"
 
 
 @dataclass(frozen=True)
 class Lease:
-    """Who claims, and for how long a claim holds before another worker may rescue it."""
+    """Who claims, for how long a claim holds before another worker may rescue it, and the queue lifetime."""
 
     owner: str
     seconds: float
+    lifetime_seconds: float = 5 * 86400.0
 
 
-async def claim_batch(
-    pool: Pool, lease: Lease, sender_id: int, token: uuid.UUID, limit: int
-) -> list[dict[str, Any]]:
-    """Claim up to `limit` due emails for the sender under `token`; suppressed ones come back marked so."""
+@dataclass
+class Claim:
+    """One batch under one lease token: the emails to send, and the quota reserved for them."""
+
+    token: uuid.UUID
+    sender_id: int
+    day: date | None = None
+    reserved: int = 0
+    used: int = 0  # sends and permanent refusals: what the provider counted
+    emails: list[dict[str, Any]] = field(default_factory=list)
+    seen: int = 0  # rows the claim statement returned (suppressed and expired included)
+
+
+async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
+    """Claim up to `limit` due emails for the sender, reserve quota and record the claim, in one transaction."""
+    claim = Claim(uuid.uuid4(), sender_id)
     params = {
         "limit": limit,
         "owner": lease.owner,
-        "token": token,
+        "token": claim.token,
         "lease": lease.seconds,
         "sender": sender_id,
+        "lifetime": lease.lifetime_seconds,
+        "expired": EXPIRED,
     }
     async with pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(q.LOCK_SENDER, (sender_id,))
         await cur.execute(q.CLAIM_IN_INDEX_ORDER)
         await cur.execute(q.CLAIM, params)
         rows = await cur.fetchall()
+        claim.seen = len(rows)
         suppressed = [r["id"] for r in rows if r["status"] == "suppressed"]
         if suppressed:
             await cur.execute(q.LOG_SUPPRESSED, {"ids": suppressed, "owner": lease.owner})
+        assigned = [r for r in rows if r["status"] == "assigned"]
+        if assigned:
+            await cur.execute(RESERVE, (sender_id, len(assigned)))
+            reservation = await cur.fetchone()
+            assert reservation is not None
+            claim.day, claim.reserved = reservation["day"], int(reservation["granted"] or 0)
+            claim.emails, surplus = assigned[: claim.reserved], assigned[claim.reserved :]
+            if surplus:
+                await cur.execute(q.UNCLAIM, {"ids": [e["id"] for e in surplus], "token": claim.token})
+            if claim.emails:
+                await cur.execute(q.INSERT_CLAIM, {**params, "day": claim.day, "reserved": claim.reserved})
     _log_claim(sender_id, rows, len(suppressed))
-    return rows
+    return claim
 
 
 def _log_claim(sender_id: int, rows: list[dict[str, Any]], suppressed: int) -> None:
@@ -79,6 +100,13 @@ def _log_claim(sender_id: int, rows: list[dict[str, Any]], suppressed: int) -> N
                 reason,
                 extra=event("suppressed", email_id=row["id"], recipient=recipient, reason=reason),
             )
+        elif row["status"] == "failed":
+            log.warning(
+                "email %s failed: %s",
+                row["id"],
+                row["last_error"],
+                extra=event("expired", email_id=row["id"]),
+            )
     if rows:
         log.info(
             "claimed %d email(s), %d suppressed",
@@ -88,57 +116,38 @@ def _log_claim(sender_id: int, rows: list[dict[str, Any]], suppressed: int) -> N
         )
 
 
-async def reserve(pool: Pool, sender_id: int, wanted: int) -> Quota:
-    """Reserve quota for `wanted` emails of the sender today; the grant may be smaller."""
-    async with pool.connection() as conn:
-        cur = await conn.execute(RESERVE, (sender_id, wanted))
-        row = await cur.fetchone()
-    assert row is not None
-    return Quota(sender_id, row[1], int(row[0] or 0))
-
-
-async def refund(pool: Pool, quota: Quota) -> None:
-    """Give back the quota of the emails that did not use it, to the day it was reserved on."""
-    unused = quota.granted - quota.used
-    if unused > 0:
-        await fetch_scalar(pool, RELEASE_QUOTA, (quota.sender_id, unused, quota.day))
-        quota.granted = quota.used
-
-
 async def release(pool: Pool, token: uuid.UUID, ids: list[int]) -> None:
-    """Return claimed, unsent emails to the queue (only while this claim still holds them)."""
-    if not ids:
-        return
-    async with pool.connection() as conn:
-        await conn.execute(q.RELEASE, {"ids": ids, "token": token})
-    log.info(
-        "released %d claimed email(s) back to the queue", len(ids), extra=event("released", count=len(ids))
-    )
+    """Return claimed, unsent emails to the queue on their own (only while the claim still holds them)."""
+    if ids:
+        async with pool.connection() as conn:
+            await conn.execute(q.RELEASE, {"ids": ids, "token": token})
 
 
-async def apply_journal(pool: Pool, token: uuid.UUID) -> None:
-    """Move this claim's journalled sends into the queue and the attempt log (one statement)."""
-    async with pool.connection() as conn:
-        await conn.execute(q.APPLY_SENT, {"tokens": [token]})
-
-
-async def finish(pool: Pool, token: uuid.UUID, quota: Quota, unsent: list[int]) -> None:
-    """A claim's bookkeeping: its journal into the queue and the log, what it did not send back to
-    the queue, the sender's last use, the quota it did not use. Each step runs even when one before
-    it failed (the first failure is raised at the end); lease rescue applies the journal of a worker
-    that dies before it is done."""
-    steps: list[Callable[[], Awaitable[Any]]] = [
-        lambda: apply_journal(pool, token),
-        lambda: release(pool, token, unsent),
+async def finish(pool: Pool, claim: Claim, unsent: list[int]) -> None:
+    """End the claim in one transaction: claim row locked first, its journal applied, `unsent` returned,
+    the sender's last use noted, the quota neither a send nor a permanent refusal used given back, the
+    row deleted. Nothing happens when the claim was rescued meanwhile (its lease had expired)."""
+    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        await cur.execute(q.LOCK_CLAIM, (claim.token,))
+        row = await cur.fetchone()
+        if row is None:
+            return  # rescued by another worker, which did all of this already
+        reserved, _, day = row
+        await cur.execute(q.LOCK_SENDER, (claim.sender_id,))
+        await cur.execute(q.APPLY_SENT, (claim.token,))
+        sent = int((await cur.fetchone() or (0,))[0])
+        if unsent:
+            await cur.execute(q.RELEASE, {"ids": unsent, "token": claim.token})
         # Once per batch, not per email: the sender row is also what quota reservations lock.
-        lambda: fetch_scalar(pool, q.TOUCH_SENDER, (quota.sender_id,)),
-        lambda: refund(pool, quota),
-    ]
-    failure: psycopg.Error | None = None
-    for step in steps:
-        try:
-            await step()
-        except psycopg.Error as exc:
-            failure = failure or exc
-    if failure is not None:
-        raise failure
+        await cur.execute(q.TOUCH_SENDER, (claim.sender_id,))
+        # The worker knows best what it used: a send the relay accepted counts even if recording it failed.
+        unused = int(reserved) - max(claim.used, sent)
+        if unused > 0:
+            await cur.execute(RELEASE_QUOTA, (claim.sender_id, unused, day))
+        await cur.execute(q.END_CLAIM, (claim.token,))
+    if unsent:
+        log.info(
+            "released %d claimed email(s) back to the queue",
+            len(unsent),
+            extra=event("released", count=len(unsent)),
+        )

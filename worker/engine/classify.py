@@ -18,6 +18,7 @@ class Verdict(enum.Enum):
     PERMANENT = "permanent"  # fail the email, keep the address
     BOUNCE = "bounced"  # fail the email and put the address on the bounce list
     AUTH = "auth_failed"  # suspend the sender account, return the email uncharged
+    SENDER = "sender_unreachable"  # the relay's fault: open the sender's circuit, return the email uncharged
     LOCAL = "local_error"  # our own command was refused: never the address's fault
 
 

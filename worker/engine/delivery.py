@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,13 +32,15 @@ from worker.core.message import Envelope, build_message
 from worker.engine import claim as claiming
 from worker.engine import leases
 from worker.engine import queue_sql as q
+from worker.engine.circuits import Circuits
 from worker.engine.classify import Reply, Verdict
-from worker.engine.database import SESSION, Borrowed, Pool, fetch_row, fetch_scalar
+from worker.engine.database import JOURNAL_SESSION, SESSION, Borrowed, Pool, fetch_row, fetch_scalar
 from worker.engine.outcomes import Outcome, decide, failure_statements, record_failure
 from worker.engine.producer import Producer, run_producer
 from worker.engine.recording import Sent, SentRecorder
 from worker.engine.sender_book import Sender, SenderBook
 from worker.engine.smtp import Attempt, SmtpConnection
+from worker.engine.supervision import WorkerFailed, supervise
 
 log = logging.getLogger("mailroom.worker")
 
@@ -54,7 +57,6 @@ class WorkerOptions:
     drain: bool = False
     grace_seconds: float = 10.0
     poll_seconds: float = 30.0
-    smtp_timeout: float = 30.0
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
 
@@ -72,7 +74,7 @@ class Worker:
         self.url = url
         self.settings = settings
         self.options = options
-        self.lease = claiming.Lease(options.owner, settings.lease_seconds)
+        self.lease = claiming.Lease(options.owner, settings.lease_seconds, settings.queue_lifetime_seconds)
         self.waker = Waker()
         self.producers = list(producers or ())
         self._producer_wakers = {p.name: Waker() for p in self.producers}
@@ -84,6 +86,8 @@ class Worker:
         self.stopping = asyncio.Event()
         self._pool: Pool | None = None
         self._book: SenderBook | None = None
+        self._circuits: Circuits | None = None
+        self.failure: str | None = None  # why a supervised task stopped the worker
         self._recorder: SentRecorder | None = None
         self._tokens: set[uuid.UUID] = set()
         # Per slot: the bookkeeping of its last delivered claim, written beside its next claim.
@@ -102,6 +106,12 @@ class Worker:
         assert self._book is not None
         return self._book
 
+    @property
+    def circuits(self) -> Circuits:
+        """The sender circuits (while `run` runs)."""
+        assert self._circuits is not None
+        return self._circuits
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -115,12 +125,13 @@ class Worker:
             kwargs=SESSION,
         )
         await self._pool.open(wait=True, timeout=30)
-        self._book = SenderBook(self._pool, self.settings, self.options.smtp_timeout)
+        self._book = SenderBook(self._pool, self.settings)
+        self._circuits = Circuits(self._pool, self.settings)
         self._recorder = SentRecorder(self._connect_for_recording, self.options.owner, self._retry_seconds())
-        background = self._start_background(self._recorder)
         slots = [
             asyncio.create_task(self._slot(i), name=f"slot-{i}") for i in range(self.options.concurrency)
         ]
+        background = self._start_background(self._recorder)
         log.info(
             "worker %s started: %d slots, batch %d", self.options.owner, len(slots), self.options.batch_size
         )
@@ -131,24 +142,37 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await asyncio.gather(*self._finishing.values(), return_exceptions=True)
+            await leases.say_gone(self._pool, self.options.owner)
             await self._pool.close()
             log.info("worker %s stopped after sending %d", self.options.owner, self.sent)
+        if self.failure is not None:
+            raise WorkerFailed(self.failure)
 
     def _start_background(self, recorder: SentRecorder) -> list[asyncio.Task[None]]:
-        lease_seconds = self.settings.lease_seconds
-        return [
-            asyncio.create_task(recorder.run(), name="record"),
-            asyncio.create_task(self.listener.run(), name="listen"),
-            asyncio.create_task(leases.renew_forever(self.pool, lease_seconds, self._tokens), name="renew"),
-            asyncio.create_task(leases.rescue_forever(self.pool, lease_seconds, self.waker), name="rescue"),
-            *(
-                asyncio.create_task(
-                    run_producer(p, self.pool, self.settings, self._producer_wakers[p.name], self.stopping),
-                    name=f"producer-{p.name}",
-                )
-                for p in self.producers
+        """The worker's background tasks, each supervised: restarted when it fails, fatal if it keeps failing."""
+        pool, settings, lease_seconds = self.pool, self.settings, self.settings.lease_seconds
+        tasks: dict[str, Callable[[], Awaitable[None]]] = {
+            "recorder": recorder.run,
+            "listener": self.listener.run,
+            "lease renewal": lambda: leases.renew_forever(pool, lease_seconds, self._tokens),
+            "lease rescue": lambda: leases.rescue_forever(
+                pool, lease_seconds, settings.queue_lifetime_seconds, self.waker
             ),
+            "heartbeat": lambda: leases.heartbeat_forever(pool, self.options.owner),
+        }
+        for producer in self.producers:
+            tasks[f"producer {producer.name}"] = functools.partial(
+                run_producer, producer, pool, settings, self._producer_wakers[producer.name], self.stopping
+            )
+        return [
+            asyncio.create_task(supervise(name, task, self._fail), name=name) for name, task in tasks.items()
         ]
+
+    def _fail(self, reason: str) -> None:
+        """A supervised task cannot go on: stop the worker, which then exits with the reason."""
+        log.error("worker %s stopping: %s", self.options.owner, reason)
+        self.failure = self.failure or reason
+        self.stop()
 
     async def _supervise_slots(self, slots: list[asyncio.Task[None]]) -> None:
         """Wait for the slots to end (drained) or for a stop; a failed slot stops the worker."""
@@ -194,7 +218,7 @@ class Worker:
                         continue
                     # Nothing to send: the last batch's bookkeeping is done (or its error raised) first.
                     await self._await_finishing(index)
-                    if self.options.drain and not await self._anything_due():
+                    if self.options.drain and await self._drained():
                         return
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     log.warning("slot %d: database unavailable (%s); retrying", index, exc)
@@ -236,43 +260,39 @@ class Worker:
         sender = await self.book.pick(index, next(iter(connections), None))
         if sender is None:
             return None
-        await self._connection_for(sender, connections)
-        token = uuid.uuid4()
-        # Claim first, then reserve quota for what was claimed: an idle wake-up costs one claim, no writes.
-        rows = await claiming.claim_batch(self.pool, self.lease, sender.id, token, self._claim_size(sender))
-        if not rows:
-            return False
-        assigned = [r for r in rows if r["status"] == "assigned"]
-        if not assigned:
-            return True
-        quota = await claiming.reserve(self.pool, sender.id, len(assigned))
-        if quota.granted < len(assigned):
-            surplus, assigned = assigned[quota.granted :], assigned[: quota.granted]
-            await claiming.release(self.pool, token, [e["id"] for e in surplus])
-            self.book.exhausted.add(sender.id)
-            if not assigned:
+        limit = self._claim_size(sender)
+        if sender.circuit_state != "closed":
+            if not await self.circuits.take_probe(sender):
+                self.book.set_aside(sender.id)  # another worker probes it
                 return True
-        self._tokens.add(token)
+            limit = 1  # the probe: one email tells whether the relay is back
+        await self._connection_for(sender, connections)
+        # Claim, reserve quota for what was claimed and record the claim: one transaction.
+        claim = await claiming.take(self.pool, self.lease, sender.id, limit)
+        if claim.seen == 0:
+            return False
+        if claim.reserved < len(claim.emails) or (claim.seen and not claim.emails and claim.day is not None):
+            self.book.set_aside(sender.id)  # its limit is reached: the surplus went straight back
+        if not claim.emails:
+            return True
+        self._tokens.add(claim.token)
         try:
-            unsent = await self._deliver(sender, token, assigned, connections[sender.id], quota)
+            unsent = await self._deliver(sender, claim, connections[sender.id])
         except BaseException:
-            # Cancelled after the grace period, or failed: hand back whatever this claim still holds,
-            # and the quota of every email that was not recorded as having used it. Shielded whole: a
-            # second cancellation must not cut it short.
+            # Cancelled after the grace period, or failed: hand back whatever this claim still holds.
+            # Shielded whole: a second cancellation must not cut it short.
             with contextlib.suppress(psycopg.Error):
-                await asyncio.shield(self._finish(token, quota, [e["id"] for e in assigned]))
+                await asyncio.shield(self._finish(claim, [e["id"] for e in claim.emails]))
             raise
-        await self._finish_beside_next_claim(index, token, quota, unsent)
+        await self._finish_beside_next_claim(index, claim, unsent)
         return True
 
-    async def _finish_beside_next_claim(
-        self, index: int, token: uuid.UUID, quota: claiming.Quota, unsent: list[int]
-    ) -> None:
+    async def _finish_beside_next_claim(self, index: int, claim: claiming.Claim, unsent: list[int]) -> None:
         """The slot's connection goes on to the next claim while this one's bookkeeping is written (a
         claim and its bookkeeping took a tenth of a slot's time); the batch before must be done by the
         time this one is, so a slot never has more than two under way."""
         previous = self._finishing.pop(index, None)
-        self._finishing[index] = asyncio.create_task(self._finish(token, quota, unsent))
+        self._finishing[index] = asyncio.create_task(self._finish(claim, unsent))
         if previous is not None:
             # Its error, if any, is this slot's now (after this claim's bookkeeping is under way).
             await asyncio.shield(previous)
@@ -284,12 +304,17 @@ class Worker:
             # Shielded: a slot cancelled after the grace period must not cut the bookkeeping short.
             await asyncio.shield(finishing)
 
-    async def _finish(self, token: uuid.UUID, quota: claiming.Quota, unsent: list[int]) -> None:
-        """A claim's bookkeeping; its lease is renewed until it is done."""
+    async def _finish(self, claim: claiming.Claim, unsent: list[int]) -> None:
+        """A claim's bookkeeping; its lease is renewed until it is done. When it fails, the unsent emails
+        still go back to the queue on their own, and lease rescue does the rest (journal, quota)."""
         try:
-            await claiming.finish(self.pool, token, quota, unsent)
+            await claiming.finish(self.pool, claim, unsent)
+        except psycopg.Error:
+            with contextlib.suppress(psycopg.Error):
+                await claiming.release(self.pool, claim.token, unsent)
+            raise
         finally:
-            self._tokens.discard(token)
+            self._tokens.discard(claim.token)
             if self.options.drain:
                 # Slots of a draining worker that found nothing wait for in-flight claims like this one.
                 self.waker.notify()
@@ -304,16 +329,9 @@ class Worker:
 
     # -- sending --------------------------------------------------------------------------------
 
-    async def _deliver(
-        self,
-        sender: Sender,
-        token: uuid.UUID,
-        emails: Sequence[dict[str, Any]],
-        connection: SmtpConnection,
-        quota: claiming.Quota,
-    ) -> list[int]:
+    async def _deliver(self, sender: Sender, claim: claiming.Claim, connection: SmtpConnection) -> list[int]:
         """Send a claim's emails in order, recording each attempt; return the ids left unsent."""
-        pending = list(emails)
+        pending = list(claim.emails)
         # One database connection for the whole batch: a pool checkout costs a health-check round trip.
         db = Borrowed(self.pool)
         # Each message is built one turn ahead, so its MAIL, RCPT and DATA can ride behind the body
@@ -329,20 +347,39 @@ class Worker:
                 if outcome.outcome == "sent" or outcome.verdict is Verdict.PERMANENT:
                     # Charged as soon as the provider counted it (a permanent refusal too), before the
                     # recording that may fail or find the lease lost: the message went out either way.
-                    quota.used += 1
-                if not await self._record(db, sender, token, outcome, email):
+                    claim.used += 1
+                if not await self._record(db, sender, claim.token, outcome, email):
                     # Our lease expired and the claim went back to the queue: another worker owns the
                     # rest of this batch now, so sending it here would send it twice.
                     log.warning("lease lost for %d claimed email(s); leaving them to the queue", len(pending))
                     pending.clear()
                     break
-                if outcome.verdict is Verdict.AUTH:
-                    await self._suspend(sender, outcome.attempt)
+                if not await self._sender_goes_on(sender, outcome):
                     break
         finally:
             connection.forget_announced()  # a stop or a lost lease leaves the next one unsent
             await db.give_back()
         return [e["id"] for e in pending]
+
+    async def _sender_goes_on(self, sender: Sender, outcome: Outcome) -> bool:
+        """What an attempt says about the sender; False when the batch must stop (suspended, circuit open)."""
+        reply = outcome.attempt.reply
+        if outcome.verdict is Verdict.AUTH:
+            await self._suspend(sender, outcome.attempt)
+            return False
+        if outcome.verdict is Verdict.SENDER:
+            if not self.circuits.counts_as_sender_fault(sender, reply):
+                return True
+            await self.circuits.open(sender, reply)
+            self.book.set_aside(sender.id)
+            self.book.forget()
+            return False
+        if reply.phase in ("rcpt", "data"):
+            self.circuits.answered(sender)
+        if outcome.outcome == "sent" and sender.circuit_state != "closed":
+            await self.circuits.close(sender)
+            self.book.forget()
+        return True
 
     async def _attempt(
         self,
@@ -351,14 +388,19 @@ class Worker:
         upcoming: Envelope | Exception | None,
         connection: SmtpConnection,
     ) -> Outcome:
-        """Send one built message (announcing the next one), or fail the email if it could not be built."""
+        """Send one built message (announcing the next one); an email that cannot be built, or whose
+        sending raised something unexpected (a bug of ours), fails alone with the reason."""
         if isinstance(built, Exception):
             # A row written around the API (a header that is not text, say): fail this email only.
-            attempt = Attempt(Reply(None, f"cannot build the message: {built}", "build"), 0)
-            return Outcome(email["id"], "failed", Verdict.LOCAL, attempt, None, None)
+            return _failed(email, f"cannot build the message: {built}")
         assert built is not None
         next_envelope = upcoming if isinstance(upcoming, Envelope) else None
-        attempt = await connection.send(built, next_envelope)
+        try:
+            attempt = await connection.send(built, next_envelope)
+        except Exception as exc:  # ours, not the relay's: this email fails, the worker goes on
+            log.exception("email %s: unexpected error while sending", email["id"])
+            await connection.close()  # the session's state is unknown after that
+            return _failed(email, f"internal error: {type(exc).__name__}: {exc}")
         return decide(email, attempt, built.message_id, self.settings)
 
     async def _record(
@@ -403,8 +445,8 @@ class Worker:
         )
 
     async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
-        """The sent journal's own connection, set up like the pool's."""
-        return await psycopg.AsyncConnection.connect(self.url, **SESSION)
+        """The sent journal's own connection (asynchronous commit: see `worker.engine.database`)."""
+        return await psycopg.AsyncConnection.connect(self.url, **JOURNAL_SESSION)
 
     def _retry_seconds(self) -> float:
         """How long recording an attempt keeps retrying a lost database before the claim is given up."""
@@ -435,10 +477,22 @@ class Worker:
             return fallback
         return float(max(0.01, min(fallback, (due - datetime.now(UTC)).total_seconds())))
 
-    async def _anything_due(self) -> bool:
-        if self.book.all_exhausted():
+    async def _drained(self) -> bool:
+        """With `--drain`: rescue expired claims first; done when nothing is held under a live lease and
+        nothing due can be sent (no usable sender, or nothing due)."""
+        if await leases.rescue_once(self.pool, self.settings.lease_seconds):
             return False
-        return bool(await fetch_scalar(self.pool, q.ANY_DUE))
+        if self._tokens or await fetch_scalar(self.pool, q.ANY_HELD):
+            return False
+        if self.book.all_exhausted():
+            return True
+        return not await fetch_scalar(self.pool, q.ANY_DUE)
+
+
+def _failed(email: dict[str, Any], reason: str) -> Outcome:
+    """An attempt that failed before any SMTP reply, for a reason of ours: the email fails, nothing else."""
+    attempt = Attempt(Reply(None, reason, "build"), 0)
+    return Outcome(email["id"], "failed", Verdict.LOCAL, attempt, None, None)
 
 
 def _build(sender: Sender, email: dict[str, Any]) -> Envelope | Exception:

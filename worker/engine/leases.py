@@ -1,9 +1,11 @@
-"""The leases of a worker's claims: renewed while it works on them, and a dead worker's rescued."""
+"""The leases of a worker's claims: renewed while it works on them, a dead worker's rescued, and the
+worker's heartbeat, by which health knows whether any worker is alive."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 
 import psycopg
@@ -11,43 +13,98 @@ import psycopg
 from worker.core.listen import Waker
 from worker.core.logs import event
 from worker.engine import queue_sql as q
+from worker.engine.claim import EXPIRED
 from worker.engine.database import Pool
+from worker.engine.supervision import Fatal
 
 log = logging.getLogger("mailroom.worker")
 
+# How often a worker says it is alive (health calls a worker dead after a few missed beats).
+HEARTBEAT_SECONDS = 15.0
+# Pending email past the queue lifetime is swept this often (claiming catches what is claimed sooner).
+EXPIRE_EVERY_SECONDS = 60.0
+
 
 async def renew_forever(pool: Pool, lease_seconds: float, tokens: set[uuid.UUID]) -> None:
-    """Every third of a lease, extend the leases of the claims in `tokens` (until cancelled)."""
+    """Every third of a lease, extend the leases of the claims in `tokens`; raise `Fatal` when they could
+    not be renewed for half a lease (other workers would soon rescue, and re-send, what this one sends)."""
     interval = max(lease_seconds / 3, 0.05)
+    renewed = time.monotonic()
     while True:
         await asyncio.sleep(interval)
         if not tokens:
+            renewed = time.monotonic()
             continue
         try:
+            params = {"lease": lease_seconds, "tokens": list(tokens)}
             async with pool.connection() as conn:
-                await conn.execute(q.RENEW_LEASES, {"lease": lease_seconds, "tokens": list(tokens)})
+                await conn.execute(q.RENEW_CLAIMS, params)
+                await conn.execute(q.RENEW_LEASES, params)
+            renewed = time.monotonic()
         except psycopg.Error as exc:
             log.warning("lease renewal failed: %s", exc)
+            if time.monotonic() - renewed > lease_seconds / 2:
+                raise Fatal(f"leases not renewed for {time.monotonic() - renewed:.0f}s ({exc})") from exc
 
 
-async def rescue_forever(pool: Pool, lease_seconds: float, waker: Waker) -> None:
-    """Every half lease, return expired claims (with their journal applied) to the queue (until cancelled)."""
+async def rescue_once(pool: Pool, lease_seconds: float) -> list[int]:
+    """Return expired claims to the queue (journal applied, unused quota refunded); the ids returned."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(q.RESCUE_EXPIRED)
+        rescued = [int(r[0]) for r in await cur.fetchall()]
+        # Journal rows of a claim that lost its emails: kept a whole lease period longer than any live
+        # claim could need them.
+        await conn.execute(q.FORGET_ORPHANED_JOURNAL, {"age": 2 * lease_seconds})
+    if rescued:
+        log.warning(
+            "returned %d email(s) with expired leases to the queue",
+            len(rescued),
+            extra=event("leases_rescued", count=len(rescued)),
+        )
+    return rescued
+
+
+async def expire_pending(pool: Pool, lifetime_seconds: float) -> int:
+    """Fail pending email older than the queue lifetime; how many."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(q.EXPIRE_PENDING, {"reason": EXPIRED, "lifetime": lifetime_seconds})
+        expired = len(await cur.fetchall())
+    if expired:
+        log.warning("%d email(s) expired in the queue", expired, extra=event("expired", count=expired))
+    return expired
+
+
+async def rescue_forever(pool: Pool, lease_seconds: float, lifetime_seconds: float, waker: Waker) -> None:
+    """Every half lease, rescue expired claims; every minute, expire old pending email (until cancelled)."""
     interval = max(lease_seconds / 2, 0.1)
+    swept = 0.0
     while True:
         try:
-            async with pool.connection() as conn:
-                cur = await conn.execute(q.RESCUE_EXPIRED)
-                rescued = await cur.fetchall()
-                # Journal rows of a claim that lost its emails: kept a whole lease period longer than
-                # any live claim could need them.
-                await conn.execute(q.FORGET_ORPHANED_JOURNAL, {"age": 2 * lease_seconds})
-            if rescued:
-                log.warning(
-                    "returned %d email(s) with expired leases to the queue",
-                    len(rescued),
-                    extra=event("leases_rescued", count=len(rescued)),
-                )
+            if await rescue_once(pool, lease_seconds):
                 waker.notify()
+            if time.monotonic() - swept >= EXPIRE_EVERY_SECONDS:
+                await expire_pending(pool, lifetime_seconds)
+                swept = time.monotonic()
         except psycopg.Error as exc:
             log.warning("lease rescue failed: %s", exc)
         await asyncio.sleep(interval)
+
+
+async def heartbeat_forever(pool: Pool, name: str) -> None:
+    """Say this worker is alive every `HEARTBEAT_SECONDS` (until cancelled)."""
+    while True:
+        try:
+            async with pool.connection() as conn:
+                await conn.execute(q.HEARTBEAT, {"name": name})
+        except psycopg.Error as exc:
+            log.warning("heartbeat failed: %s", exc)
+        await asyncio.sleep(HEARTBEAT_SECONDS)
+
+
+async def say_gone(pool: Pool, name: str) -> None:
+    """Remove this worker's heartbeat on a clean stop."""
+    try:
+        async with pool.connection() as conn:
+            await conn.execute(q.WORKER_GONE, {"name": name})
+    except psycopg.Error as exc:
+        log.warning("could not remove the heartbeat of %s: %s", name, exc)

@@ -24,6 +24,10 @@ from worker.engine.smtp import Attempt
 log = logging.getLogger("mailroom.worker")
 
 
+class _Rollback(Exception):
+    """Undo a failure's recording: the claim no longer held the email."""
+
+
 @dataclass
 class Outcome:
     """One attempt's result for its email."""
@@ -42,8 +46,8 @@ def decide(email: dict[str, Any], attempt: Attempt, message_id: str, settings: S
     retry_at = None
     if verdict is Verdict.SENT:
         outcome = "sent"
-    elif verdict is Verdict.AUTH:
-        outcome = "release"
+    elif verdict in (Verdict.AUTH, Verdict.SENDER):
+        outcome = "release"  # the sender's fault: back to the queue, the email's retry budget untouched
     elif verdict in (Verdict.TRANSIENT, Verdict.LOCAL) and email["retry_count"] < email["max_retries"]:
         outcome = "retry"
         delay = backoff_seconds(
@@ -88,8 +92,8 @@ def _log_failed_attempt(email: dict[str, Any], outcome: Outcome) -> None:
 def failure_statements(
     outcome: Outcome, email: dict[str, Any], sender_id: int, token: uuid.UUID, owner: str
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The statements that record an attempt that did not send: the email's new state first (it
-    returns a row only while the claim still holds the email), then the lists and counters."""
+    """The statements that record an attempt that did not send, one of them `COMPLETE` (the email's new
+    state: it returns a row only while the claim still holds the email), then the lists and counters."""
     reply = outcome.attempt.reply
     complete = {
         "id": outcome.email_id,
@@ -118,6 +122,9 @@ def failure_statements(
         }
         statements.append((q.RECORD_BOUNCES, bounce))
     statements.append((q.COUNT_USAGE, {"sender": sender_id, "bounces": int(bounced), "errors": 1}))
+    if outcome.verdict is Verdict.PERMANENT:
+        # The provider counted it: quota used. The claim row first: the lock order of rescue.
+        statements.insert(0, (q.COUNT_USED, {"token": token}))
     return statements
 
 
@@ -131,11 +138,13 @@ async def record_failure(
         try:
             conn = await db.get()
             async with conn.transaction():
-                held = await (await conn.execute(*statements[0])).fetchone() is not None
-                if held:  # lists and counters change only for an attempt this worker still owned
-                    for statement, params in statements[1:]:
-                        await conn.execute(statement, params)
-            return held
+                for statement, params in statements:
+                    cur = await conn.execute(statement, params)
+                    if statement is q.COMPLETE and await cur.fetchone() is None:
+                        raise _Rollback  # not held any more (rescued): lists and counters stay as they are
+            return True
+        except _Rollback:
+            return False
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if time.monotonic() > deadline:
                 raise

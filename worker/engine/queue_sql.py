@@ -14,6 +14,7 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ), verdict AS (
     SELECT d.id,
+           q.created_at < now() - make_interval(secs => %(lifetime)s) AS expired,
            CASE WHEN b.email IS NOT NULL THEN 'on the bounce list (' || b.bounce_type || ')'
                 WHEN u.email IS NOT NULL THEN 'unsubscribed'
            END AS reason
@@ -24,15 +25,16 @@ WITH due AS (
     LEFT JOIN mailroom.unsubscribe_list u ON u.email = lower(q.recipient_email) AND NOT q.transactional
 )
 UPDATE mailroom.email_queue q
-SET status = CASE WHEN v.reason IS NULL THEN 'assigned' ELSE 'suppressed' END,
-    suppression_reason = v.reason,
+SET status = CASE WHEN v.expired THEN 'failed' WHEN v.reason IS NULL THEN 'assigned' ELSE 'suppressed' END,
+    suppression_reason = CASE WHEN v.expired THEN NULL ELSE v.reason END,
+    last_error = CASE WHEN v.expired THEN %(expired)s ELSE q.last_error END,
     lease_owner = %(owner)s,
     lease_token = %(token)s,
     lease_expires_at = now() + make_interval(secs => %(lease)s),
     sender_account_id = %(sender)s
 FROM verdict v
 WHERE q.id = v.id
-RETURNING q.id, q.status, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
+RETURNING q.id, q.status, q.last_error, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
           q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason
 """
 
@@ -65,7 +67,7 @@ WITH r AS (
         retry_count = q.retry_count + CASE WHEN r.outcome = 'retry' THEN 1 ELSE 0 END,
         scheduled_for = CASE WHEN r.outcome = 'retry' THEN r.retry_at ELSE q.scheduled_for END,
         next_retry_at = CASE WHEN r.outcome = 'retry' THEN r.retry_at END,
-        last_error = CASE WHEN r.outcome = 'sent' THEN q.last_error ELSE r.response END,
+        last_error = CASE WHEN r.outcome = 'sent' THEN q.last_error ELSE concat_ws(' ', r.code, r.response) END,
         error_details = CASE WHEN r.outcome = 'sent' THEN q.error_details
                              ELSE jsonb_build_object('code', r.code, 'enhanced', r.enhanced, 'outcome', r.log_outcome)
                         END,
@@ -106,25 +108,7 @@ RETURNING email_id
 # Move journalled sends into the queue and the attempt log, for the given claims, in one statement.
 # A journal row whose claim no longer holds its email (the lease was lost and the email handed on)
 # is dropped without touching the email: its late result never overwrites the new holder's.
-APPLY_SENT = """
-WITH j AS (
-    DELETE FROM mailroom.sent_journal WHERE lease_token = ANY(%(tokens)s::uuid[])
-    RETURNING *
-), done AS (
-    UPDATE mailroom.email_queue q
-    SET status = 'sent', sent_at = j.sent_at, message_id = coalesce(j.message_id, q.message_id),
-        sender_account_id = j.sender_account_id
-    FROM j
-    WHERE q.id = j.email_id AND q.lease_token = j.lease_token AND q.status = 'assigned'
-    RETURNING q.id, q.recipient_email, q.campaign_id, q.retry_count, j.sent_at, j.sender_account_id,
-              j.smtp_code, j.enhanced_code, j.response, j.duration_ms, j.worker
-)
-INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, campaign_id,
-                                attempt, outcome, smtp_code, enhanced_code, response, duration_ms, worker)
-SELECT sent_at, id, sender_account_id, recipient_email, campaign_id, retry_count + 1, 'sent', smtp_code,
-       enhanced_code, response, duration_ms, worker
-FROM done
-"""
+APPLY_SENT = "SELECT mailroom.apply_sent_journal(%s)"
 
 # Hand claimed email back. One already in the journal was sent: it stays assigned until its
 # claim's journal is applied (by the slot, or by lease rescue), never pending again.
@@ -161,44 +145,60 @@ UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = %(reas
 WHERE id = %(sender)s AND status <> 'suspended'
 """
 
+# Two statements, each its own transaction: renewal never holds a claim row while it waits for an
+# email row (finish and rescue take the claim row first), so it cannot take part in a deadlock.
+RENEW_CLAIMS = """
+UPDATE mailroom.claims SET expires_at = now() + make_interval(secs => %(lease)s)
+WHERE lease_token = ANY(%(tokens)s::uuid[])
+"""
 RENEW_LEASES = """
 UPDATE mailroom.email_queue SET lease_expires_at = now() + make_interval(secs => %(lease)s)
 WHERE status = 'assigned' AND lease_token = ANY(%(tokens)s::uuid[])
 """
 
+# Every transaction that touches a claim takes its locks in one order -- the claim row, the sender
+# row, then the emails -- so workers claiming, finishing and rescuing at once never deadlock. (An
+# email's sender_account_id is a foreign key: writing it takes a share lock on the sender row, and a
+# quota reservation's FOR UPDATE after that would wait on the next worker's share lock, and it on ours.)
+LOCK_SENDER = "SELECT 1 FROM mailroom.sender_accounts WHERE id = %s FOR UPDATE"
+
+# A claim's row, written in the claim's own transaction with the quota reserved for it.
+INSERT_CLAIM = """
+INSERT INTO mailroom.claims (lease_token, sender_account_id, owner, day, reserved, expires_at)
+VALUES (%(token)s, %(sender)s, %(owner)s, %(day)s, %(reserved)s, now() + make_interval(secs => %(lease)s))
+"""
+
+# Claimed emails beyond the quota granted go straight back, in the claim's own transaction.
+UNCLAIM = """
+UPDATE mailroom.email_queue SET status = 'pending'
+WHERE id = ANY(%(ids)s) AND lease_token = %(token)s AND status = 'assigned'
+"""
+
+# A permanent refusal used quota like a send (the provider counted it).
+COUNT_USED = "UPDATE mailroom.claims SET used = used + 1 WHERE lease_token = %(token)s"
+
+# The claim row is locked before its emails (the order rescue takes); None when it is gone (rescued).
+LOCK_CLAIM = "SELECT reserved, used, day FROM mailroom.claims WHERE lease_token = %s FOR UPDATE"
+END_CLAIM = "DELETE FROM mailroom.claims WHERE lease_token = %s"
+
+# Pending email past the queue lifetime fails with the reason (claiming catches the rest).
+EXPIRE_PENDING = """
+UPDATE mailroom.email_queue SET status = 'failed', last_error = %(reason)s
+WHERE status = 'pending' AND created_at < now() - make_interval(secs => %(lifetime)s)
+RETURNING id
+"""
+
+HEARTBEAT = """
+INSERT INTO mailroom.workers (name) VALUES (%(name)s)
+ON CONFLICT (name) DO UPDATE SET seen_at = now()
+"""
+WORKER_GONE = "DELETE FROM mailroom.workers WHERE name = %(name)s"
+
 # Rows whose worker died: back to the queue, except those its journal says were sent, which become
 # sent (with their attempt logged). Only rows still under the expired lease are touched.
-RESCUE_EXPIRED = """
-WITH expired AS (
-    SELECT id, lease_token FROM mailroom.email_queue
-    WHERE status = 'assigned' AND lease_expires_at < now()
-    FOR UPDATE SKIP LOCKED
-), j AS (
-    DELETE FROM mailroom.sent_journal s USING expired e
-    WHERE s.email_id = e.id AND s.lease_token = e.lease_token
-    RETURNING s.*
-), moved AS (
-    UPDATE mailroom.email_queue q
-    SET status = CASE WHEN j.email_id IS NULL THEN 'pending' ELSE 'sent' END,
-        last_error = CASE WHEN j.email_id IS NULL
-                          THEN 'lease expired: worker ' || q.lease_owner || ' stopped answering'
-                          ELSE q.last_error END,
-        sent_at = j.sent_at,
-        message_id = coalesce(j.message_id, q.message_id),
-        sender_account_id = coalesce(j.sender_account_id, q.sender_account_id)
-    FROM expired e LEFT JOIN j ON j.email_id = e.id
-    WHERE q.id = e.id AND q.status = 'assigned' AND q.lease_expires_at < now()
-    RETURNING q.id, q.status, q.recipient_email, q.campaign_id, q.retry_count, j.sent_at, j.sender_account_id,
-              j.smtp_code, j.enhanced_code, j.response, j.duration_ms, j.worker
-), logged AS (
-    INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, campaign_id,
-                                    attempt, outcome, smtp_code, enhanced_code, response, duration_ms, worker)
-    SELECT sent_at, id, sender_account_id, recipient_email, campaign_id, retry_count + 1, 'sent', smtp_code,
-           enhanced_code, response, duration_ms, worker
-    FROM moved WHERE status = 'sent'
-)
-SELECT id FROM moved WHERE status = 'pending'
-"""
+# Expired claims back to the queue with their journal applied and unused quota refunded; see
+# mailroom.rescue_expired_claims (revision 0005) for the lock order that keeps sent email sent.
+RESCUE_EXPIRED = "SELECT * FROM mailroom.rescue_expired_claims()"
 
 # Journal rows nobody will apply: their claim lost its email (rescued, then handed on) while the
 # worker that wrote them was gone. Old ones only, so a live claim's rows are never touched.
@@ -218,7 +218,11 @@ SELECT (SELECT min(scheduled_for) FROM mailroom.email_queue WHERE status = 'pend
 
 # What a draining worker still waits for: email due now, or email under a lease (a live worker may hand
 # it back, and a dead worker's comes back when its lease expires and the rescue returns it).
-ANY_DUE = """
-SELECT EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' AND scheduled_for <= now())
+ANY_DUE = (
+    "SELECT EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' AND scheduled_for <= now())"
+)
+# A claim under way anywhere (a live lease; expired ones were just rescued).
+ANY_HELD = """
+SELECT EXISTS (SELECT 1 FROM mailroom.claims)
     OR EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'assigned')
 """

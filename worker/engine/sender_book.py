@@ -34,6 +34,7 @@ class Sender:
     send_delay_ms: int
     max_connections: int
     dkim: DkimKey | None = None
+    circuit_state: str = "closed"  # closed, or open/half_open: then only its one probe email goes out
 
     @property
     def id(self) -> int:
@@ -44,10 +45,9 @@ class Sender:
 class SenderBook:
     """Which senders this process may use: eligible in the database, quota left, a connection free."""
 
-    def __init__(self, pool: Pool, settings: Settings, smtp_timeout: float) -> None:
+    def __init__(self, pool: Pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
-        self.smtp_timeout = smtp_timeout
         self.senders: list[Sender] = []
         self.exhausted: set[int] = set()
         self._loaded_at = 0.0
@@ -61,8 +61,12 @@ class SenderBook:
         self._loaded_at = 0.0
 
     def all_exhausted(self) -> bool:
-        """No sender known, or every known one has reached its limit."""
+        """No sender usable now: none eligible, or every eligible one has reached its limit."""
         return not self.senders or len(self.exhausted) >= len(self.senders)
+
+    def set_aside(self, sender_id: int) -> None:
+        """Use this sender no more until the senders are read again (its circuit opened, its limit reached)."""
+        self.exhausted.add(sender_id)
 
     async def pick(self, index: int, held: int | None) -> Sender | None:
         """The sender a slot should use: the one it holds a connection to, while that is usable,
@@ -119,6 +123,7 @@ class SenderBook:
         if row["smtp_password_encrypted"] is not None:
             password = self._secret_box().decrypt(row["smtp_password_encrypted"])
         dkim = self._dkim_key(row) if row["dkim_private_key_encrypted"] is not None else None
+        settings = self.settings
         account = SmtpAccount(
             row["id"],
             row["smtp_host"],
@@ -126,7 +131,9 @@ class SenderBook:
             row["smtp_security"],
             row["smtp_username"],
             password,
-            self.smtp_timeout,
+            connect_timeout=float(row["connect_timeout_seconds"] or settings.smtp_connect_timeout),
+            command_timeout=float(row["command_timeout_seconds"] or settings.smtp_command_timeout),
+            data_timeout=float(row["data_timeout_seconds"] or settings.smtp_data_timeout),
         )
         return Sender(
             account,
@@ -136,6 +143,7 @@ class SenderBook:
             row["send_delay_ms"],
             row["max_connections"],
             dkim,
+            row["circuit_state"],
         )
 
     def _secret_box(self) -> SecretBox:

@@ -1,19 +1,26 @@
-"""Sender accounts as the engine uses them: which are eligible, quota reservation and refund, pacing."""
+"""Sender accounts as the engine uses them: which are eligible, quota, pacing, and their circuits."""
 
 from __future__ import annotations
 
 ELIGIBLE_SENDERS = """
 SELECT id, name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
        smtp_password_encrypted, send_delay_ms, max_connections,
-       dkim_domain, dkim_selector, dkim_private_key_encrypted
+       dkim_domain, dkim_selector, dkim_private_key_encrypted, circuit_state,
+       connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds
 FROM mailroom.sender_accounts
-WHERE status IN ('active', 'warming_up')
-   OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date)
+WHERE (status IN ('active', 'warming_up')
+       OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date))
+  -- an open circuit is left alone until its backoff has passed, then one worker probes it
+  AND (circuit_state = 'closed' OR circuit_retry_at <= now())
 ORDER BY id
 """
 
+OPEN_CIRCUIT = "SELECT mailroom.open_circuit(%s, %s, %s, %s)"
+TAKE_PROBE = "SELECT mailroom.take_probe(%s, %s)"
+CLOSE_CIRCUIT = "SELECT mailroom.close_circuit(%s)"
+
 # The day is the one reserve_quota counts on (now() is the statement's transaction time in both).
-RESERVE = "SELECT mailroom.reserve_quota(%s, %s), (now() AT TIME ZONE 'UTC')::date"
+RESERVE = "SELECT mailroom.reserve_quota(%s, %s) AS granted, (now() AT TIME ZONE 'UTC')::date AS day"
 RELEASE_QUOTA = "SELECT mailroom.release_quota(%s, %s, %s)"
 
 # Take the next send slot of a paced account; returns how many seconds to wait for it (0: now).

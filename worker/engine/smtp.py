@@ -28,7 +28,9 @@ class SmtpAccount:
     security: str  # none, starttls, tls
     username: str | None
     password: str | None = field(repr=False)  # never in a log line or a traceback
-    timeout: float = 30.0
+    connect_timeout: float = 10.0
+    command_timeout: float = 30.0
+    data_timeout: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class SmtpConnection:
             port=account.port,
             use_tls=account.security == "tls",
             start_tls=account.security == "starttls",
-            timeout=account.timeout,
+            timeout=account.connect_timeout,
         )
         # Held before anything can fail, so a refused login still closes this socket.
         self._client = client
