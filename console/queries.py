@@ -91,8 +91,12 @@ GROUP BY 2
 TRACKING_KINDS = ("opens", "clicks", "unsubscribes")
 
 SENDERS = """
-SELECT s.id, s.name, s.status, s.status_reason, s.daily_limit, s.warmup_stage, s.warmup_limit,
-       s.last_used_at,
+SELECT s.id, s.name,
+       CASE WHEN s.circuit_state <> 'closed' AND s.status IN ('active', 'warming_up') THEN 'unreachable'
+            ELSE s.status END AS status,
+       CASE WHEN s.circuit_state <> 'closed' AND s.status IN ('active', 'warming_up')
+            THEN s.circuit_reason ELSE s.status_reason END AS status_reason,
+       s.daily_limit, s.warmup_stage, s.warmup_limit, s.last_used_at,
        CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END
            AS effective_limit,
        coalesce(u.sent, 0) AS sent_today, coalesce(u.bounces, 0) AS bounces_today,

@@ -14,6 +14,7 @@ STATUS_STYLES = {
     "paused": "yellow",
     "paused_limit_reached": "yellow",
     "suspended": "bold red",
+    "unreachable": "bold red",
     "provisioned": "cyan",
     "failed": "red",
     "retrying": "yellow",

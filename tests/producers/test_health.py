@@ -15,6 +15,17 @@ from worker.core.outbox import EmailRequest, enqueue
 from worker.ops.health import check_health
 
 
+@pytest.fixture(autouse=True)
+def sender_and_worker(conn: psycopg.Connection[Any]) -> None:
+    """A usable sender and a live worker: what the queue checks below take for granted."""
+    conn.execute(
+        "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host, smtp_port, smtp_security, daily_limit)"
+        " VALUES ('main', 'noreply@example.com', 'localhost', 25, 'none', 1000)"
+    )
+    conn.execute("INSERT INTO mailroom.workers (name) VALUES ('host:1')")
+    conn.commit()
+
+
 def pending(
     conn: psycopg.Connection[Any], settings: Settings, n: int, *, waited: str = "0 seconds"
 ) -> list[int]:
@@ -153,3 +164,69 @@ def test_unreachable_database_is_unhealthy(
     assert main(["health", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and report["reasons"][0].startswith("database unreachable")
+
+
+def test_due_email_with_every_sender_blocked_names_each_sender_and_why(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    conn.execute("UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = 'auth failed'")
+    conn.execute(
+        "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host, smtp_port, smtp_security,"
+        " daily_limit, status, status_reason, limit_reached_on) VALUES ('bulk', 'b@example.com', 'h', 25,"
+        " 'none', 10, 'paused_limit_reached', 'daily limit of 10 reached', (now() AT TIME ZONE 'UTC')::date)"
+    )
+    conn.commit()
+    pending(conn, settings, 2, waited="5 minutes")
+    report = check_health(conn, settings)
+    [reason] = [r for r in report.reasons if "no sender can send" in r]
+    assert "main suspended (auth failed)" in reason
+    assert "bulk paused_limit_reached (daily limit of 10 reached)" in reason
+    assert reason.startswith("2 emails are due")
+
+
+def test_an_unreachable_sender_with_due_email_is_unhealthy_until_its_circuit_closes(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    pending(conn, settings, 3)
+    conn.execute(
+        "SELECT mailroom.open_circuit(id, 'connect: no reply Connection refused', 10, 60) FROM mailroom.sender_accounts"
+    )
+    conn.commit()
+    report = check_health(conn, settings)
+    assert [r for r in report.reasons if "unreachable" in r] == [
+        f"sender main is unreachable since {report.senders[0]['since']}: connect: no reply Connection refused;"
+        " 3 emails are due"
+    ]
+    conn.execute("SELECT mailroom.close_circuit(id) FROM mailroom.sender_accounts")
+    conn.commit()
+    assert check_health(conn, settings).ok
+
+
+def test_a_high_attempt_failure_rate_is_unhealthy_with_the_figures(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    conn.execute(
+        "INSERT INTO mailroom.send_logs (email_id, recipient_email, attempt, outcome, response, worker)"
+        " SELECT g, 'x@example.com', 1, CASE WHEN g <= 12 THEN 'transient' ELSE 'sent' END, 'r', 'w'"
+        " FROM generate_series(1, 30) g"
+    )
+    conn.commit()
+    report = check_health(conn, settings)
+    assert report.attempts == 30 and report.attempt_failure_rate == 0.4
+    assert report.reasons == [
+        "40% of the last 30 attempts failed in 15 min, more than 25% (MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE)"
+    ]
+    # Too few attempts say nothing about a rate.
+    assert check_health(conn, replace(settings, health_min_attempts=31)).ok
+
+
+def test_due_email_and_no_live_worker_is_unhealthy(conn: psycopg.Connection[Any], settings: Settings) -> None:
+    sent(conn, settings, "1 minute")
+    conn.execute("UPDATE mailroom.workers SET seen_at = now() - interval '5 minutes'")
+    conn.commit()
+    pending(conn, settings, 1)
+    assert check_health(conn, settings).ok  # a fresh email gets the grace
+    pending(conn, settings, 1, waited="2 minutes")
+    assert check_health(conn, settings).reasons == [
+        "2 emails are due and no worker has been alive in the last 60 s; start one: mailroom worker"
+    ]

@@ -104,7 +104,6 @@ class Settings:
     health_failure_window_seconds: float = 900.0  # the attempt failure rate is over this recent window
     health_max_attempt_failure_rate: float = 0.25
     health_min_attempts: int = 20  # fewer attempts in the window say nothing about a rate
-    health_max_oldest_due_seconds: float = 3600.0
     signing_key: str | None = None
     reminder_interval_seconds: float = 24 * 3600.0
     # lifecycle tokens live this long; birthday email goes out at this local time (HH:MM) in each person's zone
@@ -153,7 +152,6 @@ class Settings:
             health_failure_window_seconds=_float("MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", 900.0, minimum=1.0),
             health_max_attempt_failure_rate=_float("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", 0.25),
             health_min_attempts=_int("MAILROOM_HEALTH_MIN_ATTEMPTS", 20, minimum=1),
-            health_max_oldest_due_seconds=_float("MAILROOM_HEALTH_MAX_OLDEST_DUE_SECONDS", 3600.0),
             signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
             reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
             token_ttl_seconds=_float("MAILROOM_TOKEN_TTL_SECONDS", 900.0, minimum=1.0),

@@ -1,11 +1,14 @@
-"""Health of the queue: is email piling up, stalled, or not going out at all?
+"""Health of the queue and of what sends it: is email piling up, stalled, or unable to go out?
 
-Three checks, each with a configurable threshold: the backlog (email due now, pending or being
-sent) is larger than `health_max_pending`; the oldest due email has waited longer than
-`health_max_oldest_pending_seconds`; nothing was sent for `health_max_idle_seconds` while email has
-been due (or in a worker's hands) for longer than `health_idle_grace_seconds`. The grace keeps a quiet
-queue from raising an alarm the moment a new email arrives: the worker gets that long to send it.
-Every figure comes from indexes over the active sets and one probe of the sent-email index.
+The queue: the backlog (email due now, pending or being sent) is larger than `health_max_pending`;
+the oldest due email has waited longer than `health_max_oldest_pending_seconds`; nothing was sent
+for `health_max_idle_seconds` while email has been due (or in a worker's hands) for longer than
+`health_idle_grace_seconds` (the grace keeps a quiet queue from raising an alarm the moment a new
+email arrives). What sends it: email is due and no sender can send it (each sender's reason said);
+a sender is unreachable (its circuit is open) while email is due; the share of failed attempts over
+the last `health_failure_window_seconds` passes `health_max_attempt_failure_rate`; no worker has
+been alive while email is due. Every figure comes from indexes over the active sets, the sender
+table and one window of the attempt log.
 """
 
 from __future__ import annotations
@@ -37,6 +40,25 @@ SELECT coalesce(%(now)s, now()) AS now,
 """
 
 
+_SENDERS = """
+SELECT name, status, status_reason, circuit_state, circuit_reason, circuit_since,
+       status IN ('active', 'warming_up')
+       OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date) AS may_send
+FROM mailroom.sender_accounts ORDER BY name
+"""
+
+_ATTEMPTS = """
+SELECT count(*) AS attempts,
+       count(*) FILTER (WHERE outcome NOT IN ('sent', 'suppressed')) AS failed
+FROM mailroom.send_logs
+WHERE attempted_at > now() - make_interval(secs => %(window)s) AND outcome <> 'suppressed'
+"""
+
+# A worker that missed this many seconds of heartbeats is taken for dead.
+WORKER_ALIVE_SECONDS = 60.0
+_WORKERS = "SELECT count(*) FROM mailroom.workers WHERE seen_at > now() - make_interval(secs => %(alive)s)"
+
+
 @dataclass
 class HealthReport:
     """The figures, the thresholds they were held to, and why the queue is unhealthy (empty when it is fine)."""
@@ -47,6 +69,10 @@ class HealthReport:
     seconds_since_last_send: float | None
     thresholds: dict[str, float]
     reasons: list[str] = field(default_factory=list)
+    senders: list[dict[str, Any]] = field(default_factory=list)
+    attempts: int = 0
+    attempt_failure_rate: float | None = None
+    workers_alive: int = 0
 
     @property
     def ok(self) -> bool:
@@ -63,6 +89,10 @@ class HealthReport:
             "last_sent_at": self.last_sent_at.isoformat() if self.last_sent_at else None,
             "seconds_since_last_send": self.seconds_since_last_send,
             "thresholds": self.thresholds,
+            "senders": self.senders,
+            "attempts_in_window": self.attempts,
+            "attempt_failure_rate": self.attempt_failure_rate,
+            "workers_alive": self.workers_alive,
         }
 
 
@@ -77,16 +107,42 @@ def _duration(seconds: float) -> str:
 def check_health(
     conn: psycopg.Connection[Any], settings: Settings, *, now: datetime | None = None
 ) -> HealthReport:
-    """Measure the queue against the thresholds in `settings`; `now` defaults to the database's clock."""
+    """Measure the queue and its senders against the thresholds in `settings`; `now` defaults to the
+    database's clock (the sender, attempt and worker checks always use the database's clock)."""
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_FIGURES, {"now": now, "grace": settings.health_idle_grace_seconds}).fetchone()
-    assert row is not None
+        senders = cur.execute(_SENDERS).fetchall()
+        attempts = cur.execute(_ATTEMPTS, {"window": settings.health_failure_window_seconds}).fetchone()
+        alive = cur.execute(_WORKERS, {"alive": WORKER_ALIVE_SECONDS}).fetchone()
+    assert row is not None and attempts is not None
+    assert alive is not None
+    report = _queue_report(row, settings)
+    report.senders = [_sender_view(s) for s in senders]
+    report.attempts = int(attempts["attempts"])
+    if report.attempts:
+        report.attempt_failure_rate = round(int(attempts["failed"]) / report.attempts, 4)
+    report.workers_alive = int(alive["count"])
+    due = int(row["due"])
+    _check_queue(report, row, settings)
+    if due:
+        # Like the idle check, a fresh email after a quiet spell gets the grace before it counts.
+        _check_senders(report, due, waited=bool(row["waiting_past_grace"]))
+        if not report.workers_alive and row["waiting_past_grace"]:
+            report.reasons.append(
+                f"{due} emails are due and no worker has been alive in the last {WORKER_ALIVE_SECONDS:.0f} s;"
+                " start one: mailroom worker"
+            )
+    _check_attempts(report, settings)
+    return report
+
+
+def _queue_report(row: dict[str, Any], settings: Settings) -> HealthReport:
     clock: datetime = row["now"]
     pending = int(row["due"]) + int(row["assigned"])
     oldest = (clock - row["oldest_due"]).total_seconds() if row["oldest_due"] else None
     last_sent: datetime | None = row["last_sent_at"]
     since_send = (clock - last_sent).total_seconds() if last_sent else None
-    report = HealthReport(
+    return HealthReport(
         pending=pending,
         oldest_pending_seconds=round(oldest, 3) if oldest is not None else None,
         last_sent_at=last_sent,
@@ -96,7 +152,26 @@ def check_health(
             "max_oldest_pending_seconds": settings.health_max_oldest_pending_seconds,
             "max_idle_seconds": settings.health_max_idle_seconds,
             "idle_grace_seconds": settings.health_idle_grace_seconds,
+            "failure_window_seconds": settings.health_failure_window_seconds,
+            "max_attempt_failure_rate": settings.health_max_attempt_failure_rate,
+            "min_attempts": settings.health_min_attempts,
         },
+    )
+
+
+def _sender_view(s: dict[str, Any]) -> dict[str, Any]:
+    """A sender as health sees it: can it send now, and if not, why."""
+    if s["circuit_state"] != "closed" and s["may_send"]:
+        since = s["circuit_since"].isoformat() if s["circuit_since"] else None
+        return {"name": s["name"], "state": "unreachable", "reason": s["circuit_reason"], "since": since}
+    return {"name": s["name"], "state": s["status"], "reason": s["status_reason"], "since": None}
+
+
+def _check_queue(report: HealthReport, row: dict[str, Any], settings: Settings) -> None:
+    pending, oldest, since_send = (
+        report.pending,
+        report.oldest_pending_seconds,
+        report.seconds_since_last_send,
     )
     if pending > settings.health_max_pending:
         report.reasons.append(
@@ -118,4 +193,31 @@ def check_health(
             f" {_duration(settings.health_idle_grace_seconds)}"
             f" (MAILROOM_HEALTH_MAX_IDLE_SECONDS is {_duration(settings.health_max_idle_seconds)}); the worker may be down"
         )
-    return report
+
+
+def _check_senders(report: HealthReport, due: int, *, waited: bool) -> None:
+    usable = [s for s in report.senders if s["state"] in ("active", "warming_up")]
+    unreachable = [s for s in report.senders if s["state"] == "unreachable"]
+    if not usable and waited:
+        why = "; ".join(
+            f"{s['name']} {s['state']}" + (f" ({s['reason']})" if s["reason"] else "") for s in report.senders
+        )
+        report.reasons.append(
+            f"{due} emails are due and no sender can send them: {why or 'no sender account exists'};"
+            " resume or fix a sender (mailroom senders list / resume)"
+        )
+    for s in unreachable:
+        report.reasons.append(
+            f"sender {s['name']} is unreachable since {s['since']}: {s['reason']}; {due} emails are due"
+        )
+
+
+def _check_attempts(report: HealthReport, settings: Settings) -> None:
+    rate = report.attempt_failure_rate
+    if rate is None or report.attempts < settings.health_min_attempts:
+        return
+    if rate > settings.health_max_attempt_failure_rate:
+        report.reasons.append(
+            f"{rate:.0%} of the last {report.attempts} attempts failed in {_duration(settings.health_failure_window_seconds)},"
+            f" more than {settings.health_max_attempt_failure_rate:.0%} (MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE)"
+        )

@@ -42,7 +42,13 @@ RETURNING id
 """
 
 LIST_SENDERS = """
-SELECT s.id, s.name, s.from_email, s.smtp_host, s.smtp_port, s.smtp_security, s.status, s.status_reason,
+SELECT s.id, s.name, s.from_email, s.smtp_host, s.smtp_port, s.smtp_security,
+       -- an account that may send but whose relay fails is "unreachable" (its circuit is open)
+       CASE WHEN s.circuit_state <> 'closed' AND s.status IN ('active', 'warming_up') THEN 'unreachable'
+            ELSE s.status END AS status,
+       CASE WHEN s.circuit_state <> 'closed' AND s.status IN ('active', 'warming_up')
+            THEN s.circuit_reason ELSE s.status_reason END AS status_reason,
+       s.circuit_state, s.circuit_since, s.circuit_retry_at, s.circuit_failures,
        s.daily_limit, s.warmup_stage, s.warmup_limit, s.send_delay_ms, s.last_used_at,
        CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END
            AS effective_limit,

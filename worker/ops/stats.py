@@ -37,6 +37,8 @@ def queue_stats(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         {
             "name": s["name"],
             "status": s["status"],
+            "status_reason": s["status_reason"],
+            "unreachable_since": s["circuit_since"].isoformat() if s["circuit_since"] else None,
             "sent_today": s["sent_today"],
             "limit_today": s["effective_limit"],
             "bounces_today": s["bounces_today"],
