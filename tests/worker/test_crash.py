@@ -16,7 +16,7 @@ import pytest
 from tests.fixtures_db import restart_embedded_server
 from tests.worker.helpers import add_sender, statuses
 from worker.core.config import Settings
-from worker.devtools.sink import RunningSink
+from worker.devtools.sink import RunningSink, Stall
 
 CONCURRENCY = 4
 
@@ -105,3 +105,34 @@ async def test_worker_survives_a_postgresql_restart(
     worker.stop()
     await task
     assert statuses(db_url) == {"sent": 100}
+
+
+def test_kill_minus_nine_mid_batch_with_a_daily_limit_still_delivers_everything_today(
+    db_url: str, cli_env: dict[str, str], smtp_sink: RunningSink, tmp_path: Path
+) -> None:
+    # The limit is exactly the number of emails: quota a killed worker reserved and did not use must
+    # come back when its lease is rescued, or the rest would wait for the next UTC day.
+    total = 100
+    add_sender(db_url, smtp_sink.port, daily_limit=total)
+    smtp_sink.on_rcpt(lambda _: True, Stall(seconds=0.02))  # slow enough to be killed mid-batch
+    _bulk_enqueue(db_url, total)
+    env = {**cli_env, "MAILROOM_LEASE_SECONDS": "1", "MAILROOM_RETRY_BASE_SECONDS": "0.01"}
+    log = tmp_path / "worker.log"
+    proc = _start_worker(env, log)
+    smtp_sink.wait_for_sync(10, timeout=60)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert len(smtp_sink.messages) < total // 2  # killed mid-batch, most of its claims unsent
+    final = _start_worker(env, log)
+    assert final.wait(timeout=120) == 0, log.read_text()[-3000:]
+
+    assert statuses(db_url) == {"sent": total}
+    received = [m.rcpt_tos[0] for m in smtp_sink.messages]
+    assert len(set(received)) == total
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT sent FROM mailroom.sender_usage").fetchone()
+        claims = conn.execute("SELECT count(*) FROM mailroom.claims").fetchone()
+    # Charged once per email: a send the killed worker never recorded was refunded and charged again
+    # when it was sent again, so the day's count is the number of emails, duplicates or not.
+    assert row == (total,)
+    assert claims == (0,)
