@@ -1390,7 +1390,7 @@ CREATE TABLE mailroom.send_logs (
     CONSTRAINT send_logs_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT send_logs_duration_ms_check CHECK ((duration_ms >= 0)),
     CONSTRAINT send_logs_enhanced_code_check CHECK ((enhanced_code ~ '^[245]\.\d{1,3}\.\d{1,3}$'::text)),
-    CONSTRAINT send_logs_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'transient'::text, 'permanent'::text, 'bounced'::text, 'auth_failed'::text, 'local_error'::text, 'suppressed'::text]))),
+    CONSTRAINT send_logs_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'transient'::text, 'permanent'::text, 'bounced'::text, 'auth_failed'::text, 'local_error'::text, 'suppressed'::text, 'sender_unreachable'::text]))),
     CONSTRAINT send_logs_smtp_code_check CHECK (((smtp_code >= 100) AND (smtp_code <= 599)))
 )
 PARTITION BY RANGE (attempted_at);
@@ -1416,7 +1416,7 @@ CREATE TABLE mailroom.send_logs_default (
     CONSTRAINT send_logs_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT send_logs_duration_ms_check CHECK ((duration_ms >= 0)),
     CONSTRAINT send_logs_enhanced_code_check CHECK ((enhanced_code ~ '^[245]\.\d{1,3}\.\d{1,3}$'::text)),
-    CONSTRAINT send_logs_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'transient'::text, 'permanent'::text, 'bounced'::text, 'auth_failed'::text, 'local_error'::text, 'suppressed'::text]))),
+    CONSTRAINT send_logs_outcome_check CHECK ((outcome = ANY (ARRAY['sent'::text, 'transient'::text, 'permanent'::text, 'bounced'::text, 'auth_failed'::text, 'local_error'::text, 'suppressed'::text, 'sender_unreachable'::text]))),
     CONSTRAINT send_logs_smtp_code_check CHECK (((smtp_code >= 100) AND (smtp_code <= 599)))
 );
 

@@ -43,29 +43,49 @@ _SENDER_ADDRESS_CODES = ("5.1.7", "5.1.8")
 
 
 def classify(reply: Reply) -> Verdict:
-    """Map a reply to a verdict by its code, enhanced status code and the phase it answered."""
-    code, enhanced, phase = reply.code, reply.enhanced, reply.phase
-    if code is None:
-        return Verdict.TRANSIENT
-    if 200 <= code < 300:
+    """Map a reply to a verdict by the phase it answered, its code and its enhanced status code.
+
+    Only a 2xx to the end of DATA is a send. Before MAIL FROM, every failure is the relay's or the
+    sender's: `AUTH` (suspend) for an authentication answered with anything but 235 (RFC 4954),
+    `SENDER` (circuit) for the rest. A refused MAIL FROM is the sender's too, unless the message is
+    too big. RCPT and DATA replies are about the email and its recipient.
+    """
+    code, phase = reply.code, reply.phase
+    if phase == "data" and code is not None and 200 <= code < 300:
         return Verdict.SENT
-    if code in (530, 535) or (phase == "auth" and code >= 500):
-        return Verdict.AUTH
-    if 400 <= code < 500:
-        return Verdict.TRANSIENT
+    if phase == "auth":
+        return Verdict.SENDER if code is None else Verdict.AUTH
     if phase == "connect":
-        return Verdict.AUTH  # refused at the greeting (blocked IP, no service): the account's problem
-    if phase == "mail" or enhanced in _SENDER_ADDRESS_CODES:
+        return Verdict.SENDER
+    if code in (530, 535):
+        return Verdict.AUTH  # authentication required or refused, whatever the phase
+    if phase == "mail":
+        return Verdict.PERMANENT if _too_big(reply) else Verdict.SENDER
+    return _recipient_verdict(reply)
+
+
+def _too_big(reply: Reply) -> bool:
+    return reply.code == 552 or reply.enhanced == "5.3.4"
+
+
+def _recipient_verdict(reply: Reply) -> Verdict:
+    """RCPT and DATA: what the reply says about this email and its recipient."""
+    code, enhanced = reply.code, reply.enhanced
+    if code is None or 400 <= code < 500 or 200 <= code < 300:
+        # No reply (timeout, dropped connection) or a temporary refusal: retry. A 2xx here answered
+        # something other than the end of DATA (DATA itself, say), so nothing was sent.
+        return Verdict.TRANSIENT
+    if enhanced in _SENDER_ADDRESS_CODES:
         return Verdict.LOCAL  # our sender address was refused: never the recipient's fault
     if code in (500, 501, 502, 503, 504) and not (enhanced or "").startswith("5.1."):
         return Verdict.LOCAL
-    if code == 552 or enhanced == "5.3.4":
+    if _too_big(reply):
         return Verdict.PERMANENT  # message too big: the message's fault, not the mailbox's
     if "relay" in reply.text.lower():
         return Verdict.PERMANENT  # relaying denied: a routing problem, not a bad mailbox
     if enhanced is not None:
         return Verdict.BOUNCE if enhanced.startswith("5.1.") else Verdict.PERMANENT
-    if phase == "rcpt" and code in (550, 551, 553):
+    if reply.phase == "rcpt" and code in (550, 551, 553):
         return Verdict.BOUNCE
     return Verdict.PERMANENT
 

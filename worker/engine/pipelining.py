@@ -37,6 +37,8 @@ class PipeliningProtocol(SMTPProtocol):
     # Replies owed to commands written behind a message body (the next message's MAIL, RCPT and
     # DATA), read when that message's turn comes: see `send_body` and `read_announced`.
     _announced = 0
+    # Replies read so far of the group being read (MAIL, RCPT, DATA): where a timeout or drop struck.
+    group_read = 0
 
     def data_received(self, data: bytes) -> None:
         waiter = self._response_waiter
@@ -119,11 +121,13 @@ class PipeliningProtocol(SMTPProtocol):
         async with self._command_lock:
             self._response_pending = True
             self._pipelining = True
+            self.group_read = 0
             try:
                 self.write(b"".join(command + b"\r\n" for command in commands))
                 responses: list[SMTPResponse] = []
                 for _ in commands:
                     response = await self._next_response(timeout)
+                    self.group_read += 1
                     responses.append(response)
                     if response.code == CLOSING:
                         break
@@ -168,11 +172,13 @@ class PipeliningProtocol(SMTPProtocol):
             raise SMTPServerDisconnected("Server not connected")
         async with self._command_lock:
             self._pipelining = True
+            self.group_read = 0
             try:
                 responses: list[SMTPResponse] = []
                 while self._announced:
                     self._announced -= 1
                     response = await self._next_response(timeout)
+                    self.group_read += 1
                     responses.append(response)
                     if response.code == CLOSING:
                         self._announced = 0

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiosmtplib
@@ -47,11 +48,14 @@ class SmtpConnection:
     def __init__(self, account: SmtpAccount) -> None:
         self.account = account
         self._client: aiosmtplib.SMTP | None = None
+        # Where the session is: connect (TCP, greeting, EHLO, TLS), auth, mail, rcpt or data.
+        self._phase = "connect"
         # The message whose MAIL, RCPT and DATA went out behind the previous body (replies unread).
         self._announced: Envelope | None = None
 
     async def _connect(self) -> aiosmtplib.SMTP:
         account = self.account
+        self._phase = "connect"
         client = aiosmtplib.SMTP(
             hostname=account.host,
             port=account.port,
@@ -64,7 +68,9 @@ class SmtpConnection:
         await client.connect()
         await client.ehlo()
         if account.username:
+            self._phase = "auth"
             await client.login(account.username, account.password or "")
+        client.timeout = account.command_timeout
         return client
 
     async def close(self) -> None:
@@ -115,7 +121,6 @@ class SmtpConnection:
         return Attempt(reply=reply, duration_ms=int((time.perf_counter() - started) * 1000))
 
     async def _send(self, envelope: Envelope, upcoming: Envelope | None) -> Reply:
-        phase = "connect"
         announced, self._announced = self._announced, None
         if announced is not None and announced != envelope:
             self._drop()  # another message than the one announced: that session is out of step
@@ -124,12 +129,14 @@ class SmtpConnection:
             if client is None:
                 self._drop()
                 announced = None
-                phase = "auth" if self.account.username else "connect"
                 client = await self._connect()
-            phase = "mail"
-            reply, self._announced = await _transaction(client, envelope, announced is not None, upcoming)
+            self._phase = "mail"
+            reply, self._announced = await _transaction(
+                client, envelope, announced is not None, upcoming, self.account, self._enter
+            )
             return reply
         except aiosmtplib.SMTPAuthenticationError as exc:
+            # RFC 4954: only 235 completes AUTH; any other reply (a 250 too) is a failed authentication.
             self._drop()
             return clean_reply(exc.code, exc.message, "auth")
         except aiosmtplib.SMTPRecipientRefused as exc:
@@ -140,24 +147,30 @@ class SmtpConnection:
                 self._drop()
             else:
                 await self._reset()
+            if 200 <= exc.code < 300:
+                # DATA answered 2xx instead of 354 (or the end of DATA with 2xx other than 250): not a send.
+                return clean_reply(None, f"unexpected reply {exc.code} {exc.message}", "data")
             return clean_reply(exc.code, exc.message, "data")
         except aiosmtplib.SMTPSenderRefused as exc:
             await self._reset()
             return clean_reply(exc.code, exc.message, "mail")
         except aiosmtplib.SMTPResponseException as exc:
-            # Refused while connecting or greeting: start the next message on a new connection.
+            # Refused while connecting, greeting or authenticating: start the next one on a new connection.
             self._drop()
-            return clean_reply(exc.code, exc.message, phase)
+            return clean_reply(exc.code, exc.message, self._phase)
         except (aiosmtplib.SMTPNotSupported, aiosmtplib.SMTPException) as exc:
             self._drop()
-            if phase != "mail" and type(exc) in (aiosmtplib.SMTPNotSupported, aiosmtplib.SMTPException):
-                # STARTTLS or AUTH missing, no usable AUTH mechanism: the account is misconfigured.
+            if self._phase == "auth" and type(exc) in (aiosmtplib.SMTPNotSupported, aiosmtplib.SMTPException):
+                # AUTH missing or no usable mechanism: the account is misconfigured.
                 return clean_reply(530, f"{type(exc).__name__}: {exc}", "auth")
-            return clean_reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
+            return clean_reply(None, f"{type(exc).__name__}: {exc}".strip(), self._phase)
         except (OSError, TimeoutError) as exc:
-            # Timeouts, dropped connections, refused connects: nothing reliable is left on this socket.
+            # Timeouts, dropped connections, refused connects, TLS failures: nothing reliable is left.
             self._drop()
-            return clean_reply(None, f"{type(exc).__name__}: {exc}".strip(), phase)
+            return clean_reply(None, f"{type(exc).__name__}: {exc}".strip(), self._phase)
+
+    def _enter(self, phase: str) -> None:
+        self._phase = phase
 
 
 # What an envelope address may not hold to be written straight into MAIL FROM:<...> or RCPT TO:<...>.
@@ -178,7 +191,12 @@ def _envelope_commands(envelope: Envelope) -> tuple[bytes, bytes] | None:
 
 
 async def _transaction(
-    client: aiosmtplib.SMTP, envelope: Envelope, announced: bool, upcoming: Envelope | None
+    client: aiosmtplib.SMTP,
+    envelope: Envelope,
+    announced: bool,
+    upcoming: Envelope | None,
+    account: SmtpAccount,
+    enter: Callable[[str], None],
 ) -> tuple[Reply, Envelope | None]:
     """MAIL, RCPT and DATA for one message and one recipient: pipelined when the server allows it.
 
@@ -194,14 +212,16 @@ async def _transaction(
     mail, rcpt = commands
     protocol = enable_pipelining(client)
     if protocol is not None:
-        return await _pipelined(client, protocol, envelope, mail, rcpt, announced, upcoming)
+        return await _pipelined(client, protocol, envelope, (mail, rcpt), announced, upcoming, account, enter)
     response = await client.execute_command(b"MAIL", mail)
     if response.code != 250:
         raise aiosmtplib.SMTPSenderRefused(response.code, response.message, envelope.sender)
+    enter("rcpt")
     response = await client.execute_command(b"RCPT", rcpt)
     if response.code not in (250, 251):
         raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, envelope.recipient)
-    response = await client.data(envelope.content)
+    enter("data")
+    response = await client.data(envelope.content, timeout=account.data_timeout)
     return clean_reply(response.code, response.message, "data"), None
 
 
@@ -209,10 +229,11 @@ async def _pipelined(
     client: aiosmtplib.SMTP,
     protocol: PipeliningProtocol,
     envelope: Envelope,
-    mail: bytes,
-    rcpt: bytes,
+    commands: tuple[bytes, bytes],
     announced: bool,
     upcoming: Envelope | None,
+    account: SmtpAccount,
+    enter: Callable[[str], None],
 ) -> tuple[Reply, Envelope | None]:
     """RFC 2920: MAIL, RCPT and DATA in one write (or behind the previous body), their three replies,
     then the body, with the upcoming message's MAIL, RCPT and DATA behind it, and its reply.
@@ -220,26 +241,31 @@ async def _pipelined(
     Raises the same errors as the command-by-command path, so `SmtpConnection._send` treats a
     refusal the same way: every reply is read before raising, so RSET finds the session in step.
     """
+    mail, rcpt = commands
     try:
-        if announced and protocol.announced:
-            replies = await protocol.read_announced(client.timeout)
-        else:
-            replies = await protocol.execute_pipeline(
-                (b"MAIL " + mail, b"RCPT " + rcpt, b"DATA"), client.timeout
-            )
-        if replies[-1].code == CLOSING:
-            client.close()  # as aiosmtplib does after a 421 to a single command
-        if replies[0].code != 250:
-            _refused_data(client, replies)
-            raise aiosmtplib.SMTPSenderRefused(replies[0].code, replies[0].message, envelope.sender)
-        if replies[1].code not in (250, 251):
-            _refused_data(client, replies)
-            raise aiosmtplib.SMTPRecipientRefused(replies[1].code, replies[1].message, envelope.recipient)
-        if replies[2].code != 354:
-            raise aiosmtplib.SMTPDataError(replies[2].code, replies[2].message)
+        replies = await _read_group(protocol, announced, (b"MAIL " + mail, b"RCPT " + rcpt, b"DATA"), account)
+    except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPTimeoutError):
+        client.close()  # a lost or late reply leaves the session out of step, as in aiosmtplib
+        # Which reply never came says whose fault it is: MAIL's the sender's, RCPT's and DATA's the email's.
+        enter(("mail", "rcpt", "data")[min(protocol.group_read, 2)])
+        raise
+    if replies[-1].code == CLOSING:
+        client.close()  # as aiosmtplib does after a 421 to a single command
+    if replies[0].code != 250:
+        _refused_data(client, replies)
+        raise aiosmtplib.SMTPSenderRefused(replies[0].code, replies[0].message, envelope.sender)
+    enter("rcpt")
+    if replies[1].code not in (250, 251):
+        _refused_data(client, replies)
+        raise aiosmtplib.SMTPRecipientRefused(replies[1].code, replies[1].message, envelope.recipient)
+    enter("data")
+    if replies[2].code != 354:
+        raise aiosmtplib.SMTPDataError(replies[2].code, replies[2].message)
+    try:
         then = _envelope_commands(upcoming) if upcoming is not None else None
         trailer = (b"MAIL " + then[0], b"RCPT " + then[1], b"DATA") if then is not None else ()
-        response = await protocol.send_body(envelope.content, client.timeout, trailer)
+        enter("data")
+        response = await protocol.send_body(envelope.content, account.data_timeout, trailer)
     except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPTimeoutError):
         client.close()  # a lost or late reply leaves the session out of step, as in aiosmtplib
         raise
@@ -248,6 +274,15 @@ async def _pipelined(
         return clean_reply(response.code, response.message, "data"), None
     # The transaction is over whatever the reply (no RSET needed): the announced commands stand.
     return clean_reply(response.code, response.message, "data"), upcoming if trailer else None
+
+
+async def _read_group(
+    protocol: PipeliningProtocol, announced: bool, commands: tuple[bytes, ...], account: SmtpAccount
+) -> list[SMTPResponse]:
+    """The replies to MAIL, RCPT and DATA: owed already (announced behind the last body), or asked now."""
+    if announced and protocol.announced:
+        return await protocol.read_announced(account.command_timeout)
+    return await protocol.execute_pipeline(commands, account.command_timeout)
 
 
 def _refused_data(client: aiosmtplib.SMTP, replies: list[SMTPResponse]) -> None:

@@ -114,7 +114,8 @@ def check_health(
         senders = cur.execute(_SENDERS).fetchall()
         attempts = cur.execute(_ATTEMPTS, {"window": settings.health_failure_window_seconds}).fetchone()
         alive = cur.execute(_WORKERS, {"alive": WORKER_ALIVE_SECONDS}).fetchone()
-    assert row is not None and attempts is not None
+    assert row is not None
+    assert attempts is not None
     assert alive is not None
     report = _queue_report(row, settings)
     report.senders = [_sender_view(s) for s in senders]

@@ -1,3 +1,7 @@
+UPDATE mailroom.send_logs SET outcome = 'transient' WHERE outcome = 'sender_unreachable';
+ALTER TABLE mailroom.send_logs DROP CONSTRAINT send_logs_outcome_check;
+ALTER TABLE mailroom.send_logs ADD CONSTRAINT send_logs_outcome_check
+    CHECK (outcome IN ('sent', 'transient', 'permanent', 'bounced', 'auth_failed', 'local_error', 'suppressed'));
 DROP TABLE mailroom.workers;
 DROP FUNCTION mailroom.close_circuit(bigint);
 DROP FUNCTION mailroom.take_probe(bigint, float8);

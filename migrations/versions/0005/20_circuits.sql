@@ -69,3 +69,9 @@ CREATE TABLE mailroom.workers (
     started_at  timestamptz NOT NULL DEFAULT now(),
     seen_at     timestamptz NOT NULL DEFAULT now()
 );
+
+-- An attempt the relay failed (its circuit opened) is logged as such; the email was not charged.
+ALTER TABLE mailroom.send_logs DROP CONSTRAINT send_logs_outcome_check;
+ALTER TABLE mailroom.send_logs ADD CONSTRAINT send_logs_outcome_check
+    CHECK (outcome IN ('sent', 'transient', 'permanent', 'bounced', 'auth_failed', 'local_error', 'suppressed',
+                       'sender_unreachable'));

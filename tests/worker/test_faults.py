@@ -1,0 +1,287 @@
+"""Whose fault is it: a relay's faults are the sender's (circuit, email uncharged), a bug of ours fails one
+email, a dead worker's quota comes back, old email expires, and the worker never runs half-alive."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.worker.helpers import add_sender, enqueue_many, refuse_writes, statuses
+from worker.core.config import Settings
+from worker.devtools.sink import RunningSink, Stall, start_sink
+from worker.engine import claim as claiming
+from worker.engine import leases
+from worker.engine.delivery import Worker, WorkerOptions
+from worker.engine.smtp import SmtpConnection
+from worker.engine.supervision import Fatal, WorkerFailed, supervise
+from worker.ops.senders import list_senders
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    """Short retries, leases and circuit backoff so faults play out in seconds."""
+    return replace(
+        settings,
+        retry_base_seconds=0.01,
+        retry_cap_seconds=0.05,
+        lease_seconds=2.0,
+        circuit_base_seconds=0.2,
+        circuit_cap_seconds=0.4,
+        smtp_connect_timeout=1.0,
+        smtp_command_timeout=1.0,
+        smtp_data_timeout=1.0,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _eventually(check: Callable[[], bool], within: float = 20.0) -> None:
+    """Wait until another component's rows say `check` (polled, with a deadline)."""
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+def _emails(db_url: str) -> list[tuple[str, int]]:
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT status, retry_count FROM mailroom.email_queue ORDER BY id").fetchall()
+    return [(str(s), int(n)) for s, n in rows]
+
+
+def _sender(db_url: str, name: str = "primary") -> dict[str, Any]:
+    with psycopg.connect(db_url) as conn:
+        return next(s for s in list_senders(conn) if s["name"] == name)
+
+
+def _circuit(db_url: str) -> str:
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT circuit_state FROM mailroom.sender_accounts").fetchone()
+    return str(row[0]) if row else ""
+
+
+@pytest.fixture
+def dead_port() -> int:
+    """A loopback port where nothing listens (connection refused), until a test starts a sink on it."""
+    return _free_port()
+
+
+async def test_a_relay_outage_charges_no_email_and_everything_goes_once_it_returns(
+    db_url: str, fast: Settings, dead_port: int
+) -> None:
+    add_sender(db_url, dead_port)
+    enqueue_many(db_url, 5, max_retries=1)  # one retry only: an outage must not use it up
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=2, poll_seconds=0.2))
+    task = asyncio.create_task(worker.run())
+    try:
+        await _eventually(lambda: _circuit(db_url) != "closed")
+        # Several probes fail while the relay is down; still no email is charged.
+        await _eventually(lambda: _sender(db_url)["circuit_failures"] >= 3)
+        assert set(_emails(db_url)) == {("pending", 0)}
+        listed = _sender(db_url)
+        assert listed["status"] == "unreachable" and "connect" in listed["status_reason"]
+        sink = start_sink("127.0.0.1", dead_port)
+        try:
+            await _eventually(lambda: statuses(db_url) == {"sent": 5})
+            await _eventually(lambda: _circuit(db_url) == "closed")
+        finally:
+            sink.stop()
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert {n for _, n in _emails(db_url)} == {0}
+
+
+async def test_other_senders_deliver_the_queue_while_one_relay_is_down(
+    db_url: str, fast: Settings, dead_port: int, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, dead_port, name="down")
+    add_sender(db_url, smtp_sink.port, name="up")
+    enqueue_many(db_url, 40)
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=2, drain=True, poll_seconds=0.2))
+    await asyncio.wait_for(worker.run(), 60)
+    assert statuses(db_url) == {"sent": 40}
+    assert len(smtp_sink.messages) == 40
+    assert _sender(db_url, "down")["status"] == "unreachable"
+
+
+async def test_a_stalled_relay_opens_its_circuit_within_the_timeout_and_frees_the_slots(
+    db_url: str, fast: Settings, smtp_sink: RunningSink
+) -> None:
+    with socket.socket() as silent:  # accepts connections, never greets
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        add_sender(db_url, silent.getsockname()[1], name="stalled")
+        add_sender(db_url, smtp_sink.port, name="healthy")
+        enqueue_many(db_url, 20)
+        worker = Worker(db_url, fast, WorkerOptions(concurrency=2, drain=True, poll_seconds=0.2))
+        await asyncio.wait_for(worker.run(), 60)
+    assert statuses(db_url) == {"sent": 20}
+    stalled = _sender(db_url, "stalled")
+    assert stalled["status"] == "unreachable" and "Timeout" in stalled["status_reason"]
+
+
+async def test_an_unexpected_exception_in_one_email_fails_that_email_only(
+    db_url: str, fast: Settings, smtp_sink: RunningSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_send = SmtpConnection.send
+
+    async def buggy_send(self: SmtpConnection, envelope: Any, upcoming: Any = None) -> Any:
+        if envelope.recipient == "u2@example.com":
+            raise KeyError("a bug of ours")  # not an SMTP or database error
+        return await real_send(self, envelope, upcoming)
+
+    monkeypatch.setattr(SmtpConnection, "send", buggy_send)
+    add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 5)
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=1, drain=True, poll_seconds=0.2))
+    await asyncio.wait_for(worker.run(), 30)
+    assert statuses(db_url) == {"sent": 4, "failed": 1}
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT recipient_email, last_error FROM mailroom.email_queue WHERE status = 'failed'"
+        ).fetchone()
+    assert row is not None and row[0] == "u2@example.com" and "internal error: KeyError" in row[1]
+
+
+def test_email_past_the_queue_lifetime_fails_as_expired(db_url: str, smtp_sink: RunningSink) -> None:
+    add_sender(db_url, smtp_sink.port)
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, created_at)"
+            " VALUES ('old@example.com', 'old', 'b', now() - interval '6 days'),"
+            " ('older@example.com', 'old', 'b', now() - interval '7 days'),"
+            " ('new@example.com', 'new', 'b', now())"
+        )
+
+    async def run() -> tuple[claiming.Claim, int]:
+        from psycopg_pool import AsyncConnectionPool
+
+        async with AsyncConnectionPool(db_url, open=False, kwargs={"autocommit": True}) as pool:
+            await pool.open()
+            swept = await leases.expire_pending(pool, 5 * 86400)
+            return await claiming.take(pool, claiming.Lease("t:1", 60, 5 * 86400), 1, 10), swept
+
+    # The sweep fails one, a claim would fail the other the same way; the new one is claimed.
+    claim, swept = asyncio.run(run())
+    assert swept == 2 and [e["recipient_email"] for e in claim.emails] == ["new@example.com"]
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT status, last_error FROM mailroom.email_queue WHERE subject = 'old'"
+        ).fetchall()
+    assert {r[0] for r in rows} == {"failed"} and all(r[1].startswith("expired") for r in rows)
+
+
+async def test_a_dead_workers_claim_gives_back_the_quota_it_did_not_use(
+    db_url: str, smtp_sink: RunningSink
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    sender = add_sender(db_url, smtp_sink.port, daily_limit=10)
+    ids = enqueue_many(db_url, 10)
+    async with AsyncConnectionPool(db_url, open=False, kwargs={"autocommit": True}) as pool:
+        await pool.open()
+        claim = await claiming.take(pool, claiming.Lease("dead:1", 60), sender, 10)
+        assert claim.reserved == 10 and _sender(db_url)["sent_today"] == 10
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            # Three were sent and journalled before the worker died; nothing else was recorded.
+            for email_id in ids[:3]:
+                conn.execute(
+                    "INSERT INTO mailroom.sent_journal (email_id, lease_token, sender_account_id, response,"
+                    " duration_ms, worker) VALUES (%s, %s, %s, '250 ok', 1, 'dead:1')",
+                    (email_id, claim.token, sender),
+                )
+            conn.execute("UPDATE mailroom.claims SET expires_at = now() - interval '1 second'")
+        assert len(await leases.rescue_once(pool, 60)) == 7
+    assert statuses(db_url) == {"sent": 3, "pending": 7}
+    listed = _sender(db_url)
+    assert listed["sent_today"] == 3 and listed["status"] == "active"  # usable again today
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM mailroom.claims").fetchone() == (0,)
+
+
+async def test_leases_that_cannot_be_renewed_stop_the_worker_with_the_reason(
+    db_url: str, fast: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_rcpt("u0@example.com", Stall(seconds=3), "250 OK")
+    enqueue_many(db_url, 1)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        refuse_writes(conn, "claims", "UPDATE", message="renewal refused by test")
+    settings = replace(fast, lease_seconds=0.6, smtp_command_timeout=5.0)
+    worker = Worker(db_url, settings, WorkerOptions(concurrency=1, poll_seconds=0.2, grace_seconds=0.5))
+    with pytest.raises(WorkerFailed, match="lease renewal: leases not renewed"):
+        await asyncio.wait_for(worker.run(), 30)
+
+
+async def test_a_task_that_keeps_failing_is_fatal_and_one_that_recovers_is_restarted() -> None:
+    reasons: list[str] = []
+    runs = 0
+
+    async def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs < 3:
+            raise RuntimeError(f"failure {runs}")
+
+    await supervise("flaky", flaky, reasons.append, first_delay=0.001)
+    assert runs == 3 and reasons == []
+
+    async def broken() -> None:
+        raise RuntimeError("always")
+
+    await supervise("broken", broken, reasons.append, max_failures=3, first_delay=0.001)
+
+    async def fatal() -> None:
+        raise Fatal("at once")
+
+    await supervise("fatal", fatal, reasons.append)
+    assert reasons == ["broken failed 3 times within 60s (last: always)", "fatal: at once"]
+
+
+async def test_a_draining_worker_with_producers_ends_every_time(
+    db_url: str, fast: Settings, smtp_sink: RunningSink
+) -> None:
+    from worker.cli.wiring import worker_producers
+
+    add_sender(db_url, smtp_sink.port)
+    for round_ in range(5):
+        enqueue_many(db_url, 3, start=3 * round_)
+        worker = Worker(
+            db_url,
+            fast,
+            WorkerOptions(concurrency=2, drain=True, poll_seconds=0.2),
+            producers=worker_producers(),
+        )
+        await asyncio.wait_for(worker.run(), 30)
+    assert statuses(db_url) == {"sent": 15}
+
+
+async def test_drain_rescues_a_dead_workers_claim_even_with_no_usable_sender(
+    db_url: str, fast: Settings, smtp_sink: RunningSink
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    sender = add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 3)
+    async with AsyncConnectionPool(db_url, open=False, kwargs={"autocommit": True}) as pool:
+        await pool.open()
+        await claiming.take(pool, claiming.Lease("dead:1", 60), sender, 10)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE mailroom.claims SET expires_at = now() - interval '1 second'")
+        conn.execute("UPDATE mailroom.sender_accounts SET status = 'suspended'")  # nothing can send
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=1, drain=True, poll_seconds=0.2))
+    await asyncio.wait_for(worker.run(), 30)
+    assert statuses(db_url) == {"pending": 3}  # rescued, not left assigned under a dead lease
+    assert _sender(db_url)["sent_today"] == 0
