@@ -149,7 +149,9 @@ class Settings:
             health_max_oldest_pending_seconds=_float("MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS", 3600.0),
             health_max_idle_seconds=_float("MAILROOM_HEALTH_MAX_IDLE_SECONDS", 900.0),
             health_idle_grace_seconds=_float("MAILROOM_HEALTH_IDLE_GRACE_SECONDS", 60.0),
-            health_failure_window_seconds=_float("MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", 900.0, minimum=1.0),
+            health_failure_window_seconds=_float(
+                "MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", 900.0, minimum=1.0
+            ),
             health_max_attempt_failure_rate=_float("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", 0.25),
             health_min_attempts=_int("MAILROOM_HEALTH_MIN_ATTEMPTS", 20, minimum=1),
             signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
