@@ -50,7 +50,10 @@ from worker.engine.classify import Reply, Verdict, backoff_seconds, classify, cl
         # Only a 2xx to the end of DATA is a send.
         (Reply(250, "2.1.5 OK", "rcpt"), Verdict.TRANSIENT),
         (Reply(220, "ready", "connect"), Verdict.SENDER),
-        (Reply(None, "SMTPReadTimeoutError: Timed out waiting for server response", "data"), Verdict.TRANSIENT),
+        (
+            Reply(None, "SMTPReadTimeoutError: Timed out waiting for server response", "data"),
+            Verdict.TRANSIENT,
+        ),
         (Reply(534, "5.7.9 Authentication mechanism is too weak", "auth"), Verdict.AUTH),
         (Reply(504, "5.7.4 Unrecognized authentication type", "auth"), Verdict.AUTH),
     ],
