@@ -40,8 +40,9 @@ def test_worker_logs_batches_and_failures_as_json_with_recipients_masked(
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     enqueue_many(db_url, 5)
-    smtp_sink.on_rcpt("u1@example.com", "550 5.1.1 No such user")
-    smtp_sink.on_rcpt("u2@example.com", "450 4.2.0 Mailbox busy")
+    # Servers echo the address in their replies: the log must not.
+    smtp_sink.on_rcpt("u1@example.com", "550 5.1.1 <u1@example.com>: No such user")
+    smtp_sink.on_rcpt("u2@example.com", "450 4.2.0 <u2@example.com> Mailbox busy")
     env = {**cli_env, "MAILROOM_LOG_FORMAT": "json", "MAILROOM_RETRY_BASE_SECONDS": "3600"}
     done = _mailroom(["worker", "--drain", "--no-producers", "--concurrency", "1"], env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -61,10 +62,22 @@ def test_worker_logs_batches_and_failures_as_json_with_recipients_masked(
         "failed",
     )
     assert (failed[3]["code"], failed[3]["outcome"]) == (450, "retry") and failed[3]["retry_at"]
+    assert failed[2]["reply"] == "5.1.1 <u***@example.com>: No such user"
     assert failed[2]["recipient"] == "u***@example.com"
     # No full recipient address anywhere in the log.
     assert not any(f"u{i}@example.com" in done.stderr for i in range(5))
     assert statuses(db_url) == {"sent": 3, "failed": 1, "pending": 1}
+
+
+def test_addresses_inside_free_text_are_masked_and_the_rest_kept() -> None:
+    from worker.core.masking import mask_addresses_in
+
+    assert (
+        mask_addresses_in("550 5.1.1 <ada@example.com>: rejected; cc bob.smith+x@mail.example.org")
+        == "550 5.1.1 <ad***@example.com>: rejected; cc bob***@mail.example.org"
+    )
+    assert mask_addresses_in("no address @ here, nor a@b") == "no address @ here, nor a@b"
+    assert mask_addresses_in("") == ""
 
 
 def test_an_unknown_log_format_is_a_clear_error(cli_env: dict[str, str]) -> None:

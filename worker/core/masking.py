@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 _VISIBLE = 3
@@ -24,3 +25,14 @@ def mask_address(addr: str) -> str:
 def mask_addresses(addrs: Iterable[str]) -> str:
     """Mask several addresses and join them with ", " for a single log line."""
     return ", ".join(mask_address(addr) for addr in addrs)
+
+
+# An address inside free text (a reply echoing "<ada@example.com>: Recipient address rejected").
+_ADDRESS_IN_TEXT = re.compile(
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)+"
+)
+
+
+def mask_addresses_in(text: str) -> str:
+    """Mask every e-mail address inside free text (server replies echo them), leaving the rest as it is."""
+    return _ADDRESS_IN_TEXT.sub(lambda m: mask_address(m.group(0)), text)

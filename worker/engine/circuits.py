@@ -13,9 +13,12 @@ import logging
 
 from worker.core.config import Settings
 from worker.core.logs import event
-from worker.engine.classify import Reply
+from worker.core.masking import mask_addresses_in
+from worker.engine import queue_sql as q
+from worker.engine.classify import Reply, Verdict
 from worker.engine.database import Pool, fetch_scalar
-from worker.engine.sender_book import Sender
+from worker.engine.outcomes import Outcome
+from worker.engine.sender_book import Sender, SenderBook
 from worker.engine.senders import CLOSE_CIRCUIT, OPEN_CIRCUIT, TAKE_PROBE
 
 log = logging.getLogger("mailroom.worker")
@@ -28,6 +31,39 @@ class Circuits:
         self.pool = pool
         self.settings = settings
         self._mail_refusals: dict[int, int] = {}
+
+    async def judge(self, sender: Sender, outcome: Outcome, book: SenderBook) -> bool:
+        """What an attempt says about the sender; False when its batch must stop (suspended, circuit open)."""
+        reply = outcome.attempt.reply
+        if outcome.verdict is Verdict.AUTH:
+            await self.suspend(sender, reply)
+            book.forget()
+            return False
+        if outcome.verdict is Verdict.SENDER:
+            if not self.counts_as_sender_fault(sender, reply):
+                return True
+            await self.open(sender, reply)
+            book.set_aside(sender.id)
+            book.forget()
+            return False
+        if reply.phase in ("rcpt", "data"):
+            self.answered(sender)
+        if outcome.outcome == "sent" and sender.circuit_state != "closed":
+            await self.close(sender)
+            book.forget()
+        return True
+
+    async def suspend(self, sender: Sender, reply: Reply) -> None:
+        """Authentication failed: suspend the sender account (an operator resumes it)."""
+        reason = mask_addresses_in(f"authentication failed: {reply.code} {reply.text}")[:500]
+        async with self.pool.connection() as conn:
+            await conn.execute(q.SUSPEND_SENDER, {"sender": sender.id, "reason": reason})
+        log.error(
+            "sender account %s suspended: %s",
+            sender.name,
+            reason,
+            extra=event("sender_suspended", sender=sender.name, reason=reason),
+        )
 
     async def take_probe(self, sender: Sender) -> bool:
         """For a sender whose circuit is not closed: whether this worker may send its one probe email."""
@@ -50,7 +86,7 @@ class Circuits:
     async def open(self, sender: Sender, reply: Reply) -> None:
         """Open (or keep open) the sender's circuit with the reply as its reason."""
         self._mail_refusals.pop(sender.id, None)
-        reason = f"{reply.phase}: {reply.code or 'no reply'} {reply.text}".strip()[:500]
+        reason = mask_addresses_in(f"{reply.phase}: {reply.code or 'no reply'} {reply.text}".strip())[:500]
         settings = self.settings
         opened = await fetch_scalar(
             self.pool,

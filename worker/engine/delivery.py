@@ -27,7 +27,6 @@ from psycopg_pool import AsyncConnectionPool
 from worker.core.config import Settings
 from worker.core.dkim import sign_envelope
 from worker.core.listen import Listener, Waker
-from worker.core.logs import event
 from worker.core.message import Envelope, build_message
 from worker.engine import claim as claiming
 from worker.engine import leases
@@ -354,32 +353,12 @@ class Worker:
                     log.warning("lease lost for %d claimed email(s); leaving them to the queue", len(pending))
                     pending.clear()
                     break
-                if not await self._sender_goes_on(sender, outcome):
+                if not await self.circuits.judge(sender, outcome, self.book):
                     break
         finally:
             connection.forget_announced()  # a stop or a lost lease leaves the next one unsent
             await db.give_back()
         return [e["id"] for e in pending]
-
-    async def _sender_goes_on(self, sender: Sender, outcome: Outcome) -> bool:
-        """What an attempt says about the sender; False when the batch must stop (suspended, circuit open)."""
-        reply = outcome.attempt.reply
-        if outcome.verdict is Verdict.AUTH:
-            await self._suspend(sender, outcome.attempt)
-            return False
-        if outcome.verdict is Verdict.SENDER:
-            if not self.circuits.counts_as_sender_fault(sender, reply):
-                return True
-            await self.circuits.open(sender, reply)
-            self.book.set_aside(sender.id)
-            self.book.forget()
-            return False
-        if reply.phase in ("rcpt", "data"):
-            self.circuits.answered(sender)
-        if outcome.outcome == "sent" and sender.circuit_state != "closed":
-            await self.circuits.close(sender)
-            self.book.forget()
-        return True
 
     async def _attempt(
         self,
@@ -431,18 +410,6 @@ class Worker:
         if held:
             self.sent += 1
         return held
-
-    async def _suspend(self, sender: Sender, attempt: Attempt) -> None:
-        reason = f"authentication failed: {attempt.reply.code} {attempt.reply.text}"[:500]
-        async with self.pool.connection() as conn:
-            await conn.execute(q.SUSPEND_SENDER, {"sender": sender.id, "reason": reason})
-        self.book.forget()
-        log.error(
-            "sender account %s suspended: %s",
-            sender.name,
-            reason,
-            extra=event("sender_suspended", sender=sender.name, reason=reason),
-        )
 
     async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
         """The sent journal's own connection (asynchronous commit: see `worker.engine.database`)."""

@@ -15,7 +15,7 @@ import psycopg
 
 from worker.core.config import Settings
 from worker.core.logs import event
-from worker.core.masking import mask_address
+from worker.core.masking import mask_address, mask_addresses_in
 from worker.engine import queue_sql as q
 from worker.engine.classify import Verdict, backoff_seconds, classify
 from worker.engine.database import Borrowed
@@ -65,12 +65,13 @@ def decide(email: dict[str, Any], attempt: Attempt, message_id: str, settings: S
 def _log_failed_attempt(email: dict[str, Any], outcome: Outcome) -> None:
     recipient = mask_address(email["recipient_email"])
     reply = outcome.attempt.reply
+    text = mask_addresses_in(reply.text[:200])  # replies echo addresses: never a full one in a log line
     log.warning(
         "email %s to %s: %s %s (%s) -> %s",
         email["id"],
         recipient,
         reply.code,
-        reply.text[:200],
+        text,
         outcome.verdict.value,
         outcome.outcome,
         extra=event(
@@ -80,7 +81,7 @@ def _log_failed_attempt(email: dict[str, Any], outcome: Outcome) -> None:
             attempt=email["retry_count"] + 1,
             code=reply.code,
             enhanced=reply.enhanced,
-            reply=reply.text[:200],
+            reply=text,
             phase=reply.phase,
             verdict=outcome.verdict.value,
             outcome=outcome.outcome,
