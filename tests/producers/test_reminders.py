@@ -204,7 +204,7 @@ async def test_reminders_are_delivered_and_their_outcome_logged(
             "recipient_email": "bob@example.com",
             "status": "bounced",
             "finished": True,
-            "error_message": "5.1.1 User unknown",
+            "error_message": "550 5.1.1 User unknown",
         },
     ]
     # An operator retries the failed reminder: its log is queued again, its error cleared.

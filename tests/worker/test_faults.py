@@ -65,6 +65,13 @@ def _sender(db_url: str, name: str = "primary") -> dict[str, Any]:
         return next(s for s in list_senders(conn) if s["name"] == name)
 
 
+def _health(db_url: str, settings: Settings) -> list[str]:
+    from worker.ops.health import check_health
+
+    with psycopg.connect(db_url) as conn:
+        return check_health(conn, settings).reasons
+
+
 def _circuit(db_url: str) -> str:
     with psycopg.connect(db_url) as conn:
         row = conn.execute("SELECT circuit_state FROM mailroom.sender_accounts").fetchone()
@@ -91,10 +98,13 @@ async def test_a_relay_outage_charges_no_email_and_everything_goes_once_it_retur
         assert set(_emails(db_url)) == {("pending", 0)}
         listed = _sender(db_url)
         assert listed["status"] == "unreachable" and "connect" in listed["status_reason"]
+        outage = _health(db_url, fast)
+        assert any(r.startswith("sender primary is unreachable since") for r in outage), outage
         sink = start_sink("127.0.0.1", dead_port)
         try:
             await _eventually(lambda: statuses(db_url) == {"sent": 5})
             await _eventually(lambda: _circuit(db_url) == "closed")
+            assert _health(db_url, fast) == []  # healthy again once the relay is back
         finally:
             sink.stop()
     finally:

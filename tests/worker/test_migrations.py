@@ -118,3 +118,14 @@ def test_a_revision_without_its_sql_parts_fails_instead_of_migrating_nothing(tmp
 
     with pytest.raises(RuntimeError, match="no SQL parts"):
         parts.upgrade(tmp_path)
+
+
+def test_the_head_read_without_alembic_is_alembics_head() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    assert db.head_revision() == ScriptDirectory.from_config(config).get_current_head() == "0005"

@@ -17,8 +17,18 @@ Check the email queue and exit non-zero, saying why, when:
   - nothing was sent for MAILROOM_HEALTH_MAX_IDLE_SECONDS (default 900) while email has been
     pending for longer than MAILROOM_HEALTH_IDLE_GRACE_SECONDS (default 60): a fresh email after a
     quiet spell gets that long to go out before it counts,
+  - email is due and no sender can send it (each sender is named with its state and reason),
+  - a sender is unreachable (its relay failed; its circuit is open) while email is due,
+  - more than MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE (0.25) of the attempts of the last
+    MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS (900) failed, once there were at least
+    MAILROOM_HEALTH_MIN_ATTEMPTS (20),
+  - email is due and no worker has been alive for a minute,
   - or the database cannot be reached.
-Exit status: 0 healthy, 1 unhealthy. Suitable for monitoring probes."""
+One line per reason. Exit status: 0 healthy, 1 unhealthy. Suitable for monitoring probes.
+
+Examples:
+  mailroom health
+  mailroom health --json | jq .reasons"""
 
 
 def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
