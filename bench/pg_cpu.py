@@ -53,9 +53,9 @@ def postmaster_pid(url: str) -> int:
     """The server's postmaster: the parent of this connection's backend."""
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    assert row is not None
-    with open(f"/proc/{row[0]}/stat", encoding="ascii") as stat:
-        return int(stat.read().rsplit(")", 1)[1].split()[1])
+        assert row is not None
+        with open(f"/proc/{row[0]}/stat", encoding="ascii") as stat:  # while the backend lives
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
 
 
 def drain(url: str, concurrency: int) -> tuple[int, float]:
