@@ -507,6 +507,9 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[Registrar] = ()) -> 
     configure_logging(args.verbose, fmt)
     try:
         settings = Settings.from_env()
+        from worker.core import db
+
+        db.configure(settings)
         handler: Handler = args.handler
         return handler(args, settings)
     except (ConfigError, ValidationError) as exc:

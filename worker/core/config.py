@@ -66,6 +66,8 @@ class Settings:
     home: Path = field(default_factory=default_home)
     database_url: str | None = None
     listen_database_url: str | None = None
+    # MAILROOM_DATABASE_URL leads to a transaction-pooling PgBouncer: no server-side prepared statements
+    transaction_pooler: bool = False
     secret_key: str | None = None
     default_locale: str = "en"
     max_subject_chars: int = 998
@@ -119,6 +121,7 @@ class Settings:
             home=default_home(),
             database_url=os.environ.get("MAILROOM_DATABASE_URL") or None,
             listen_database_url=os.environ.get("MAILROOM_LISTEN_DATABASE_URL") or None,
+            transaction_pooler=_bool("MAILROOM_TRANSACTION_POOLER", False),
             secret_key=os.environ.get("MAILROOM_SECRET_KEY") or None,
             default_locale=os.environ.get("MAILROOM_DEFAULT_LOCALE", "en"),
             max_subject_chars=_int("MAILROOM_MAX_SUBJECT_CHARS", 998, minimum=1),

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -19,6 +20,31 @@ log = logging.getLogger(__name__)
 MIGRATE_LOCK_KEY = 7_243_001  # pg_advisory_lock key serialising concurrent migrations
 
 _embedded: EmbeddedPostgres | None = None
+# psycopg prepares a statement on the server after its 5th run on a connection; a transaction-pooling
+# PgBouncer hands the next transaction another server connection, where that statement does not exist.
+_prepare_threshold: int | None = 5
+
+
+def prepare_threshold(settings: Settings) -> int | None:
+    """psycopg's `prepare_threshold` for Mailroom's connections: None (never prepare) behind a pooler."""
+    return None if settings.transaction_pooler else 5
+
+
+def connection_kwargs(settings: Settings, *, asynchronous_commit: bool = False) -> dict[str, Any]:
+    """How a long-lived Mailroom connection (worker, tracker) is opened: autocommit, and
+    `synchronous_commit=off` where losing the last fraction of a second to a server crash is
+    acceptable -- but not behind a transaction pooler, which refuses startup options (and would
+    carry a session setting to other clients)."""
+    kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold(settings)}
+    if asynchronous_commit and not settings.transaction_pooler:
+        kwargs["options"] = "-c synchronous_commit=off"
+    return kwargs
+
+
+def configure(settings: Settings) -> None:
+    """Make `connect` follow `settings` for the rest of this process (the command line calls it once)."""
+    global _prepare_threshold
+    _prepare_threshold = prepare_threshold(settings)
 
 
 def embedded_server(settings: Settings) -> EmbeddedPostgres:
@@ -42,7 +68,9 @@ def database_url(settings: Settings, *, migrate: bool = True) -> str:
 @contextmanager
 def connect(url: str, *, autocommit: bool = False) -> Iterator[psycopg.Connection[dict[str, object]]]:
     """Open a dict-row connection; the transaction commits on success and rolls back on error."""
-    with psycopg.connect(url, autocommit=autocommit, row_factory=dict_row) as conn:
+    with psycopg.connect(
+        url, autocommit=autocommit, row_factory=dict_row, prepare_threshold=_prepare_threshold
+    ) as conn:
         yield conn
 
 

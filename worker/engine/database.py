@@ -11,12 +11,11 @@ from psycopg_pool import AsyncConnectionPool
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 Params = Sequence[Any] | dict[str, Any]
 
-# The pool's connections: autocommit, every commit durable (claims, quota, failures, circuits).
-SESSION: dict[str, Any] = {"autocommit": True}
-# The sent journal's own connection commits asynchronously: a killed worker loses nothing (the server
-# has every commit); only a crash of PostgreSQL itself can forget its last few hundred milliseconds,
-# and those emails are then rescued as unsent and sent again -- the at-least-once the design accepts.
-JOURNAL_SESSION: dict[str, Any] = {"autocommit": True, "options": "-c synchronous_commit=off"}
+# The pool's connections commit durably (claims, quota, failures, circuits). The sent journal's own
+# connection commits asynchronously (`worker.core.db.connection_kwargs`): a killed worker loses
+# nothing (the server has every commit); only a crash of PostgreSQL itself can forget its last few
+# hundred milliseconds, and those emails are then rescued as unsent and sent again -- the
+# at-least-once the design accepts.
 
 
 class Borrowed:

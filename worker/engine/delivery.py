@@ -25,6 +25,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from worker.core.config import Settings
+from worker.core.db import connection_kwargs
 from worker.core.dkim import sign_envelope
 from worker.core.listen import Listener, Waker
 from worker.core.message import Envelope, build_message
@@ -33,7 +34,7 @@ from worker.engine import leases
 from worker.engine import queue_sql as q
 from worker.engine.circuits import Circuits
 from worker.engine.classify import Reply, Verdict
-from worker.engine.database import JOURNAL_SESSION, SESSION, Borrowed, Pool, fetch_row, fetch_scalar
+from worker.engine.database import Borrowed, Pool, fetch_row, fetch_scalar
 from worker.engine.outcomes import Outcome, decide, failure_statements, record_failure
 from worker.engine.producer import Producer, run_producer
 from worker.engine.recording import Sent, SentRecorder
@@ -121,12 +122,17 @@ class Worker:
             max_size=self.options.concurrency + 3 + len(self.producers),
             open=False,
             check=AsyncConnectionPool.check_connection,
-            kwargs=SESSION,
+            kwargs=connection_kwargs(self.settings),
         )
         await self._pool.open(wait=True, timeout=30)
         self._book = SenderBook(self._pool, self.settings)
         self._circuits = Circuits(self._pool, self.settings)
-        self._recorder = SentRecorder(self._connect_for_recording, self.options.owner, self._retry_seconds())
+        self._recorder = SentRecorder(
+            self._connect_for_recording,
+            self.options.owner,
+            self._retry_seconds(),
+            prepared=not self.settings.transaction_pooler,
+        )
         slots = [
             asyncio.create_task(self._slot(i), name=f"slot-{i}") for i in range(self.options.concurrency)
         ]
@@ -413,7 +419,9 @@ class Worker:
 
     async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
         """The sent journal's own connection (asynchronous commit: see `worker.engine.database`)."""
-        return await psycopg.AsyncConnection.connect(self.url, **JOURNAL_SESSION)
+        return await psycopg.AsyncConnection.connect(
+            self.url, **connection_kwargs(self.settings, asynchronous_commit=True)
+        )
 
     def _retry_seconds(self) -> float:
         """How long recording an attempt keeps retrying a lost database before the claim is given up."""

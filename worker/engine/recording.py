@@ -58,8 +58,10 @@ class SentRecorder:
     once for every email or two, and this statement needs none of what they offer.
     """
 
-    def __init__(self, connect: Connect, owner: str, retry_seconds: float) -> None:
+    def __init__(self, connect: Connect, owner: str, retry_seconds: float, *, prepared: bool = True) -> None:
         self.connect = connect
+        # A named prepared statement lives in one server session: not behind a transaction pooler.
+        self.prepared = prepared
         self.owner = owner.encode()
         self.retry_seconds = retry_seconds
         self._pending: list[tuple[Sent, asyncio.Future[bool]]] = []
@@ -106,6 +108,12 @@ class SentRecorder:
             with contextlib.suppress(psycopg.Error):
                 await conn.close()
 
+    def _journal_request(self, sent: bytes) -> Callable[[pq.abc.PGconn], None]:
+        """The journal statement: prepared once per connection, or sent whole each time behind a pooler."""
+        if self.prepared:
+            return lambda pg: pg.send_query_prepared(_JOURNAL_NAME, [sent, self.owner])
+        return lambda pg: pg.send_query_params(_JOURNAL_SQL.encode(), [sent, self.owner])
+
     async def _write(self, batch: list[Sent]) -> set[int]:
         """Commit the batch, retrying a lost connection for a while."""
         # One JSON parameter rather than eight arrays: array parameters cost more than the insert.
@@ -130,14 +138,12 @@ class SentRecorder:
                 async with asyncio.timeout(self.retry_seconds):  # a database gone silent is a lost one
                     if self._conn is None:
                         self._conn = await self.connect()
-                        await _exchange(
-                            self._conn.pgconn,
-                            lambda pg: pg.send_prepare(_JOURNAL_NAME, _JOURNAL_SQL.encode()),
-                        )
-                    results = await _exchange(
-                        self._conn.pgconn,
-                        lambda pg: pg.send_query_prepared(_JOURNAL_NAME, [sent, self.owner]),
-                    )
+                        if self.prepared:
+                            await _exchange(
+                                self._conn.pgconn,
+                                lambda pg: pg.send_prepare(_JOURNAL_NAME, _JOURNAL_SQL.encode()),
+                            )
+                    results = await _exchange(self._conn.pgconn, self._journal_request(sent))
                 self.statements += 1
                 rows = results[0]
                 return {int(rows.get_value(i, 0) or 0) for i in range(rows.ntuples)}

@@ -54,8 +54,11 @@ async def run_once(conn: psycopg.AsyncConnection[Any], settings: Settings) -> in
     if now is None:
         return 0
     # The worker's own server: the configured URL (it may hold a password), else this connection's DSN
-    # (the embedded server, reached over its socket without one).
+    # (the embedded server, reached over its socket without one). Maintenance holds a session
+    # advisory lock across its steps, so behind a transaction pooler it takes the direct connection.
     url = settings.database_url or conn.info.dsn
+    if settings.transaction_pooler and settings.listen_database_url:
+        url = settings.listen_database_url
     report = await asyncio.to_thread(_run, url, settings, now)
     for error in report.errors:
         log.error("maintenance: %s", error)

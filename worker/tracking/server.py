@@ -26,6 +26,7 @@ from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
 from worker.core.config import Settings
+from worker.core.db import connection_kwargs
 from worker.core.links import ONE_CLICK
 from worker.core.masking import mask_address
 
@@ -379,7 +380,7 @@ def make_app(
             max_size=pool_size,
             open=False,
             timeout=pool_timeout,
-            kwargs={"autocommit": True, "options": "-c synchronous_commit=off"},
+            kwargs=connection_kwargs(settings, asynchronous_commit=True),
         )
         await pool.open(wait=False)
         writer = EventWriter(pool)
