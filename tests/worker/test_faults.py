@@ -295,3 +295,29 @@ async def test_drain_rescues_a_dead_workers_claim_even_with_no_usable_sender(
     await asyncio.wait_for(worker.run(), 30)
     assert statuses(db_url) == {"pending": 3}  # rescued, not left assigned under a dead lease
     assert _sender(db_url)["sent_today"] == 0
+
+
+async def test_a_journal_row_refused_for_its_data_fails_no_other_slot_and_the_send_is_still_recorded(
+    db_url: str, fast: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 12)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION mailroom.test_refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" IF NEW.email_id = {ids[5]} THEN RAISE EXCEPTION 'bad row' USING ERRCODE = 'check_violation';"
+            " END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER test_refuse_one BEFORE INSERT ON mailroom.sent_journal"
+            " FOR EACH ROW EXECUTE FUNCTION mailroom.test_refuse_one()"
+        )
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=3, batch_size=2, drain=True, poll_seconds=0.2))
+    await asyncio.wait_for(worker.run(), 60)  # no slot failed, the worker did not stop
+    assert statuses(db_url) == {"sent": 12}
+    assert len(smtp_sink.messages) == 12  # nothing sent twice
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT response FROM mailroom.send_logs WHERE email_id = %s", (ids[5],)
+        ).fetchone()
+    assert row is not None and row[0] == "(reply not storable: CheckViolation)"

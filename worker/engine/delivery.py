@@ -412,7 +412,17 @@ class Worker:
             outcome.attempt.duration_ms,
             outcome.message_id,
         )
-        held = await self._recorder.record(sent)
+        try:
+            held = await self._recorder.record(sent)
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            raise
+        except psycopg.Error as exc:
+            # The journal refused this row for its content (the rest of its group commit went in):
+            # record the send on its own, with a reply text that can be stored.
+            log.error("email %s: the sent journal refused it (%s); recording it directly", email["id"], exc)
+            statements = failure_statements(outcome, email, sender.id, token, self.options.owner)[:1]
+            statements[0][1]["response"] = f"(reply not storable: {type(exc).__name__})"
+            held = await record_failure(db, statements, email["id"], self._retry_seconds())
         if held:
             self.sent += 1
         return held

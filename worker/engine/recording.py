@@ -86,21 +86,32 @@ class SentRecorder:
                 batch, self._pending = self._pending, []
                 if not batch:
                     continue
-                try:
-                    held = await self._write([sent for sent, _ in batch])
-                except Exception as exc:  # every waiting slot sees the failure and releases its claim
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                for sent, future in batch:
-                    if not future.done():
-                        future.set_result(sent.email_id in held)
+                await self._commit(batch)
         finally:
             # Nobody is left waiting: neither the slots of the batch being written nor the next ones.
             for _, future in (*batch, *self._pending):
                 future.cancel()
             await self._close()
+
+    async def _commit(self, batch: list[tuple[Sent, asyncio.Future[bool]]]) -> None:
+        """Journal a batch and answer its waiters. A statement refused for its data (one bad row) is
+        tried again one email at a time, so only the bad row's slot sees the error."""
+        try:
+            held = await self._write([sent for sent, _ in batch])
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            _answer(batch, exc)  # the database is gone: every waiting slot releases its claim
+            return
+        except Exception as exc:
+            if len(batch) == 1:
+                _answer(batch, exc)
+                return
+            log.warning("journalling %d sent email(s) together failed (%s); one at a time", len(batch), exc)
+            for one in batch:
+                await self._commit([one])
+            return
+        for sent, future in batch:
+            if not future.done():
+                future.set_result(sent.email_id in held)
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
@@ -157,6 +168,12 @@ class SentRecorder:
                     raise
                 log.warning("recording %d sent email(s) failed (%s); retrying", len(batch), exc)
                 await asyncio.sleep(0.5)
+
+
+def _answer(batch: list[tuple[Sent, asyncio.Future[bool]]], exc: BaseException) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)
 
 
 async def _exchange(pg: pq.abc.PGconn, send: Callable[[pq.abc.PGconn], None]) -> list[pq.abc.PGresult]:
