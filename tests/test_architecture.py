@@ -1,21 +1,61 @@
-"""Layering: the worker engine never imports Textual or the console."""
+"""The layout holds: the worker never imports Textual, functions and modules stay small enough to read."""
 
 from __future__ import annotations
 
+import ast
+import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import worker
 
+ROOT = Path(__file__).resolve().parents[1]
+# A function a reader can hold in mind, a module one can read through (STYLE.md).
+MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 500
+CHECKED = ("worker", "console", "migrations")
+
+
+def _sources() -> list[Path]:
+    return sorted(p for top in CHECKED for p in (ROOT / top).rglob("*.py"))
+
 
 def test_worker_package_imports_without_textual() -> None:
-    modules = sorted(p.stem for p in __import__("pathlib").Path(worker.__file__).parent.glob("*.py"))
+    modules = sorted(m.name for m in pkgutil.walk_packages(worker.__path__, "worker."))
+    assert "worker.engine.delivery" in modules and "worker.cli.main" in modules
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
-        "    importlib.import_module('worker.' + name if name != '__init__' else 'worker')\n"
+        "    importlib.import_module(name)\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'console'))\n"
         "print(','.join(bad))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
+
+
+def test_no_function_is_longer_than_a_reader_can_hold() -> None:
+    long: list[str] = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
+
+
+def test_no_module_is_longer_than_one_can_read_through() -> None:
+    long = [
+        f"{path.relative_to(ROOT)} ({n} lines)"
+        for path in _sources()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert long == []
+
+
+def test_every_room_of_the_worker_is_a_package() -> None:
+    rooms = {p.parent.name for p in (ROOT / "worker").glob("*/__init__.py")}
+    assert rooms == {"core", "engine", "producers", "tracking", "ops", "cli", "devtools"}
+    assert sorted(p.name for p in (ROOT / "worker").glob("*.py")) == ["__init__.py"]

@@ -20,13 +20,12 @@ from hypothesis import strategies as st
 from worker.core import bulk
 from worker.core.bulk import Results
 from worker.core.config import Settings
+from worker.core.copy_rows import copy_row, insert_batch
 from worker.core.outbox import (
     COLUMNS,
     LINKS,
     EmailRequest,
-    copy_row,
     decode_line,
-    insert_batch,
     prepare,
     prepare_json,
     request_from_json,

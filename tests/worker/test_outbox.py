@@ -15,8 +15,9 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from worker.core.config import Settings
+from worker.core.copy_rows import insert_batch
 from worker.core.message import build_message
-from worker.core.outbox import EmailRequest, enqueue, enqueue_async, insert_batch, parse_line, prepare
+from worker.core.outbox import EmailRequest, enqueue, enqueue_async, parse_line, prepare
 from worker.core.templates import TemplateCatalog, builtin_templates
 from worker.core.validation import ValidationError
 

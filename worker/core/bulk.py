@@ -24,7 +24,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.config import Settings
-from worker.core.outbox import CopyRow, copy_row, decode_line, insert_copy_rows, prepare_json
+from worker.core.copy_rows import CopyRow, copy_row, insert_copy_rows
+from worker.core.outbox import decode_line, prepare_json
 from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.core.validation import ValidationError
 
@@ -159,19 +160,87 @@ def enqueue_lines(
     processes and stored by `WRITERS` connections at once (PostgreSQL then uses more than one core),
     committed and emitted in input order.
     """
-    counts = BulkCounts()
-    turns = _Turns()
     chunks = _chunks(lines, batch_size)
     # Read a few batches ahead to know whether the input is long enough for processes.
     ahead = list(islice(chunks, POOL_AFTER_BATCHES + 1))
     parallel = jobs > 1 and len(ahead) > POOL_AFTER_BATCHES
-    writers = WRITERS if parallel else 1
-    inboxes: list[queue.Queue[tuple[int, Future[Batch] | Batch] | None]] = [
-        queue.Queue(maxsize=jobs + 2) for _ in range(writers)
-    ]
+    run = _BulkRun(url, emit, WRITERS if parallel else 1, jobs)
+    with psycopg.connect(url) as conn, conn.cursor(row_factory=dict_row) as cur:
+        template_rows = cur.execute(SELECT_TEMPLATES).fetchall()
+    _init(settings, template_rows)
+    pool = None
+    if parallel:
+        pool = ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=_pool_context(),
+            initializer=_init,
+            initargs=(settings, template_rows),
+        )
+    run.feed(itertools.chain(ahead, chunks), pool)
+    if run.turns.error is not None:
+        raise run.turns.error
+    return run.counts
 
-    def store(conn: psycopg.Connection[Any], index: int, item: Future[Batch] | Batch) -> None:
+
+class _BulkRun:
+    """One bulk enqueue: writer threads that store prepared batches, in input order, through `turns`."""
+
+    def __init__(self, url: str, emit: Callable[[Results], None], writers: int, jobs: int) -> None:
+        self.url = url
+        self.emit = emit
+        self.counts = BulkCounts()
+        self.turns = _Turns()
+        self.inboxes: list[queue.Queue[tuple[int, Future[Batch] | Batch] | None]] = [
+            queue.Queue(maxsize=jobs + 2) for _ in range(writers)
+        ]
+
+    def feed(self, chunks: Iterable[list[tuple[int, str]]], pool: ProcessPoolExecutor | None) -> None:
+        """Prepare every chunk (the first one here while the pool's processes start) and hand it to a writer."""
+        threads = [
+            threading.Thread(target=self.writer, args=(inbox,), name=f"mailroom-bulk-writer-{n}", daemon=True)
+            for n, inbox in enumerate(self.inboxes)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            for index, chunk in enumerate(chunks):
+                if self.turns.failed_at is not None:
+                    break
+                item = (
+                    pool.submit(prepare_chunk, chunk)
+                    if pool is not None and index > 0
+                    else prepare_chunk(chunk)
+                )
+                self.inboxes[index % len(self.inboxes)].put((index, item))
+        finally:
+            for inbox in self.inboxes:
+                inbox.put(None)
+            for thread in threads:
+                thread.join()
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+
+    def writer(self, inbox: queue.Queue[tuple[int, Future[Batch] | Batch] | None]) -> None:
+        """Store what arrives in `inbox` until told to stop; a failure stops every later batch."""
+        index = -1
+        try:
+            with psycopg.connect(self.url) as conn:
+                while (got := inbox.get()) is not None:
+                    index, item = got
+                    self.store(conn, index, item)
+            return
+        except _Abandoned:
+            pass
+        except BaseException as exc:  # surfaced to the caller by enqueue_lines
+            self.counts.errors.append(exc)
+            self.turns.fail(index, exc)
+        while inbox.get() is not None:  # let the reader finish putting
+            pass
+
+    def store(self, conn: psycopg.Connection[Any], index: int, item: Future[Batch] | Batch) -> None:
+        """Insert one batch in its turn, commit it, and emit one result line per input line."""
         accepted, rejected = item.result() if isinstance(item, Future) else item
+        turns = self.turns
         ids = insert_copy_rows(
             conn,
             [row for _, row in accepted],
@@ -187,60 +256,7 @@ def enqueue_lines(
         ]
         if rejected:  # accepted lines are in input order already
             done.sort(key=lambda result: result[0])
-        emit(done)
-        counts.accepted += len(ids)
-        counts.rejected += len(rejected)
+        self.emit(done)
+        self.counts.accepted += len(ids)
+        self.counts.rejected += len(rejected)
         turns.committed(index)
-
-    def writer(inbox: queue.Queue[tuple[int, Future[Batch] | Batch] | None]) -> None:
-        index = -1
-        try:
-            with psycopg.connect(url) as conn:
-                while (got := inbox.get()) is not None:
-                    index, item = got
-                    store(conn, index, item)
-            return
-        except _Abandoned:
-            pass
-        except BaseException as exc:  # surfaced to the caller below
-            counts.errors.append(exc)
-            turns.fail(index, exc)
-        while inbox.get() is not None:  # let the reader finish putting
-            pass
-
-    with psycopg.connect(url) as conn, conn.cursor(row_factory=dict_row) as cur:
-        template_rows = cur.execute(SELECT_TEMPLATES).fetchall()
-    _init(settings, template_rows)
-    threads = [
-        threading.Thread(target=writer, args=(inbox,), name=f"mailroom-bulk-writer-{n}", daemon=True)
-        for n, inbox in enumerate(inboxes)
-    ]
-    for thread in threads:
-        thread.start()
-    pool: ProcessPoolExecutor | None = None
-    try:
-        if parallel:
-            pool = ProcessPoolExecutor(
-                max_workers=jobs,
-                mp_context=_pool_context(),
-                initializer=_init,
-                initargs=(settings, template_rows),
-            )
-        for index, chunk in enumerate(itertools.chain(ahead, chunks)):
-            if turns.failed_at is not None:
-                break
-            # The first batch is validated here while the pool's processes start.
-            item = (
-                pool.submit(prepare_chunk, chunk) if pool is not None and index > 0 else prepare_chunk(chunk)
-            )
-            inboxes[index % writers].put((index, item))
-    finally:
-        for inbox in inboxes:
-            inbox.put(None)
-        for thread in threads:
-            thread.join()
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
-    if turns.error is not None:
-        raise turns.error
-    return counts

@@ -65,6 +65,32 @@ def database_url(settings: Settings, *, migrate: bool = True) -> str:
     return url
 
 
+class SchemaMismatch(RuntimeError):
+    """The database's schema is missing, older or newer than this version of Mailroom."""
+
+
+def checked_url(settings: Settings) -> str:
+    """The DSN in use, after checking that its schema is the one this version needs.
+
+    The embedded server is migrated on the spot; an external database is only checked: migrating
+    a shared server is an operator's decision (`mailroom db upgrade`)."""
+    url = database_url(settings)
+    if not settings.database_url:
+        return url
+    current, head = current_revision(url), head_revision()
+    if current == head:
+        return url
+    if current is None:
+        raise SchemaMismatch("Mailroom is not installed in this database; run: mailroom db upgrade")
+    if current < head:
+        raise SchemaMismatch(
+            f"the database schema is at {current}, this Mailroom needs {head}; run: mailroom db upgrade"
+        )
+    raise SchemaMismatch(
+        f"the database schema is at {current}, newer than this Mailroom ({head}); upgrade Mailroom first"
+    )
+
+
 @contextmanager
 def connect(url: str, *, autocommit: bool = False) -> Iterator[psycopg.Connection[dict[str, object]]]:
     """Open a dict-row connection; the transaction commits on success and rolls back on error."""

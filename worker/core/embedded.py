@@ -14,8 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import time
 import warnings
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,33 @@ from psycopg import sql
 log = logging.getLogger(__name__)
 
 DATABASE = "mailroom"
+STARTS = 3  # attempts to start or attach while another process may be stopping the server
+
+
+@dataclass(frozen=True)
+class EmbeddedStatus:
+    """What `mailroom db status` shows of the running embedded server."""
+
+    pid: int
+    port: int | None
+    socket_dir: str
+    version: str
+    pgdata: Path
+    users: dict[int, str]
+
+
+def _wait_until_gone(pgdata: Path, timeout: float = 30.0) -> None:
+    """Wait (polling the postmaster's pid file) until no server runs on `pgdata`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid_file = pgdata / "postmaster.pid"
+        try:
+            pid = int(pid_file.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        if not _pid_alive(pid):
+            return
+        time.sleep(0.1)
 
 
 def _pgserver() -> Any:
@@ -75,13 +105,26 @@ class EmbeddedPostgres:
         self._server: Any = None
 
     def start(self) -> str:
-        """Start the server, or attach to the one already running; return the DSN of the `mailroom` database."""
+        """Start the server, or attach to the one already running; return the DSN of the `mailroom` database.
+
+        Another process may be stopping the server at this very moment (its last user exited): the
+        library then finds a postmaster that vanishes under it and fails an assertion. That is a
+        race, not an error: wait for the old server to be gone and start again."""
         pgserver = _pgserver()
         self.home.mkdir(parents=True, exist_ok=True)
         server_class = pgserver.postgres_server.PostgresServer
-        with server_class._lock:
-            prune_dead_handles(self.pgdata)
-        self._server = pgserver.get_server(self.pgdata, cleanup_mode=self.cleanup_mode)
+        for attempt in range(STARTS):
+            with server_class._lock:
+                prune_dead_handles(self.pgdata)
+            try:
+                self._server = pgserver.get_server(self.pgdata, cleanup_mode=self.cleanup_mode)
+                break
+            except AssertionError:
+                server_class._instances.pop(self.pgdata, None)
+                if attempt == STARTS - 1:
+                    raise RuntimeError(f"the embedded PostgreSQL in {self.pgdata} would not start") from None
+                log.info("embedded postgres: it was stopping as we attached; starting it again")
+                _wait_until_gone(self.pgdata)
         admin_url = str(self._server.get_uri())
         self._ensure_database(admin_url)
         return str(self._server.get_uri(database=DATABASE))
@@ -101,9 +144,53 @@ class EmbeddedPostgres:
             self._server = None
 
     def stop(self) -> None:
-        """Stop the server now, whoever else is attached (used by `mailroom db stop`)."""
+        """Stop the server this handle started or attached to, whoever else is attached."""
         if self._server is not None:
             self._server.stop()
+
+    def stop_now(self, timeout: float = 30.0) -> bool:
+        """Stop the running server (fast shutdown) without attaching to it, and forget its users; idempotent."""
+        pid = self.running_pid()
+        if pid is None:
+            return False
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)  # PostgreSQL's fast shutdown: sessions end, then a checkpoint
+        _wait_until_gone(self.pgdata, timeout)
+        handles = self.pgdata / ".handle_pids.json"
+        if handles.exists():
+            handles.write_text("[]")
+        return True
+
+    def users(self, *, exclude_self: bool = False) -> dict[int, str]:
+        """The live processes attached to the server (pid: command line)."""
+        handles = self.pgdata / ".handle_pids.json"
+        try:
+            pids = [int(p) for p in json.loads(handles.read_text() or "[]")]
+        except (OSError, ValueError, TypeError):
+            return {}
+        found = {}
+        for pid in pids:
+            if (exclude_self and pid == os.getpid()) or not _pid_alive(pid):
+                continue
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                cmdline = "?"
+            found[pid] = cmdline[:120]
+        return found
+
+    def status(self) -> EmbeddedStatus | None:
+        """Pid, port, socket directory, version and users of the running server; None when none runs."""
+        pid = self.running_pid()
+        if pid is None:
+            return None
+        lines = (self.pgdata / "postmaster.pid").read_text().splitlines()
+        version = (
+            (self.pgdata / "PG_VERSION").read_text().strip() if (self.pgdata / "PG_VERSION").exists() else "?"
+        )
+        port = int(lines[3]) if len(lines) > 3 and lines[3].strip().isdigit() else None
+        socket_dir = lines[4].strip() if len(lines) > 4 else ""
+        return EmbeddedStatus(pid, port, socket_dir, version, self.pgdata, self.users())
 
     def running_pid(self) -> int | None:
         """Return the postmaster pid when a server is running on this data directory."""

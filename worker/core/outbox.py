@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -271,68 +269,14 @@ def _prepare_fields(
     settings: Settings,
     created_by: str | None,
 ) -> tuple[Any, ...]:
-    recipient = normalise_address("to", to)
-    if to_name is not None:
-        check_header_text("to_name", to_name)
-        _check_short("to_name", to_name, 255)
-    for key, value in headers.items():
-        check_header_name(key)
-        check_header_text(f"headers.{key}", value)
-        if len(value) > 998:
-            raise ValidationError(f"headers.{key}", "longer than 998 characters")
+    recipient = _check_addressing(to, to_name, headers)
     given_locale = locale
     if template is not None:
-        if catalog is None:
-            raise ValidationError("template", "no template catalog available")
-        rendered = catalog.render(template, locale, data)
-        subject = subject if subject is not None else rendered.subject
-        text = text if text is not None else rendered.text_body
-        html = html if html is not None else rendered.html_body
-        locale = rendered.locale
+        subject, text, html, locale = _render(catalog, template, locale, data, subject, text, html)
     elif data is not None:
         raise ValidationError("data", "data is only used with a template")
-    # A header cannot carry leading or trailing white space through folding: store what will arrive.
-    subject = subject.strip() if subject is not None else None
-    if subject is None or not subject:
-        raise ValidationError("subject", "a subject is required (or a template that renders one)")
-    check_header_text("subject", subject)
-    if len(subject) > settings.max_subject_chars:
-        raise ValidationError("subject", f"longer than {settings.max_subject_chars} characters")
-    if not (text and text.strip()) and not (html and html.strip()):
-        raise ValidationError("text", "a body is required: text, html, or a template")
-    body_bytes = 0
-    for label, content in (
-        ("subject", subject),
-        ("text", text),
-        ("html", html),
-        ("to_name", to_name),
-    ):
-        if content is None:
-            continue
-        if "\x00" in content:
-            raise ValidationError(label, "contains a NUL character")
-        if content.isascii():  # one byte a character and no surrogates, known without encoding
-            size = len(content)
-        else:
-            try:
-                size = len(content.encode("utf-8"))
-            except UnicodeEncodeError:
-                raise ValidationError(
-                    label, "contains an unpaired surrogate (not valid Unicode text)"
-                ) from None
-        if label in ("text", "html"):
-            body_bytes += size
-    if body_bytes > settings.max_body_bytes:
-        raise ValidationError(
-            "text", f"body of {body_bytes} bytes exceeds the {settings.max_body_bytes}-byte limit"
-        )
-    if not -1000 <= priority <= 1000:
-        raise ValidationError("priority", "must be between -1000 and 1000")
-    max_retries = settings.default_max_retries if max_retries is None else max_retries
-    if not 0 <= max_retries <= 100:
-        raise ValidationError("max_retries", "must be between 0 and 100")
-    _check_short("idempotency_key", idempotency_key, 255)
-    _check_short("campaign_id", campaign_id, 100)
+    subject = _check_content(subject, text, html, to_name, settings)
+    max_retries = _check_limits(priority, max_retries, idempotency_key, campaign_id, settings)
     transactional = campaign_id is None if transactional is None else transactional
     tracked = None
     # The one check the common bulk case pays: transactional email without tracking adds nothing.
@@ -365,6 +309,95 @@ def _prepare_fields(
         tracked.track_clicks if tracked else False,
         tracked.links if tracked else (),
     )
+
+
+def _check_addressing(to: str, to_name: str | None, headers: Mapping[str, str]) -> str:
+    """The normalised recipient; the name and extra headers checked as header text."""
+    recipient = normalise_address("to", to)
+    if to_name is not None:
+        check_header_text("to_name", to_name)
+        _check_short("to_name", to_name, 255)
+    for key, value in headers.items():
+        check_header_name(key)
+        check_header_text(f"headers.{key}", value)
+        if len(value) > 998:
+            raise ValidationError(f"headers.{key}", "longer than 998 characters")
+    return recipient
+
+
+def _render(
+    catalog: TemplateCatalog | None,
+    template: str,
+    locale: str | None,
+    data: Mapping[str, Any] | None,
+    subject: str | None,
+    text: str | None,
+    html: str | None,
+) -> tuple[str | None, str | None, str | None, str | None]:
+    """Subject, text, html and locale from the template, where the request did not give its own."""
+    if catalog is None:
+        raise ValidationError("template", "no template catalog available")
+    rendered = catalog.render(template, locale, data)
+    return (
+        subject if subject is not None else rendered.subject,
+        text if text is not None else rendered.text_body,
+        html if html is not None else rendered.html_body,
+        rendered.locale,
+    )
+
+
+def _check_content(
+    subject: str | None, text: str | None, html: str | None, to_name: str | None, settings: Settings
+) -> str:
+    """The subject as stored (stripped: a header cannot carry leading or trailing white space through
+    folding); a body present, every part valid Unicode without NUL, sizes within the settings."""
+    subject = subject.strip() if subject is not None else None
+    if subject is None or not subject:
+        raise ValidationError("subject", "a subject is required (or a template that renders one)")
+    check_header_text("subject", subject)
+    if len(subject) > settings.max_subject_chars:
+        raise ValidationError("subject", f"longer than {settings.max_subject_chars} characters")
+    if not (text and text.strip()) and not (html and html.strip()):
+        raise ValidationError("text", "a body is required: text, html, or a template")
+    _encoded_size("subject", subject)
+    if to_name is not None:
+        _encoded_size("to_name", to_name)
+    body_bytes = sum(_encoded_size(label, part) for label, part in (("text", text), ("html", html)) if part)
+    if body_bytes > settings.max_body_bytes:
+        raise ValidationError(
+            "text", f"body of {body_bytes} bytes exceeds the {settings.max_body_bytes}-byte limit"
+        )
+    return subject
+
+
+def _encoded_size(label: str, content: str) -> int:
+    """UTF-8 size of a text part, refusing NUL and unpaired surrogates."""
+    if "\x00" in content:
+        raise ValidationError(label, "contains a NUL character")
+    if content.isascii():  # one byte a character and no surrogates, known without encoding
+        return len(content)
+    try:
+        return len(content.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(label, "contains an unpaired surrogate (not valid Unicode text)") from None
+
+
+def _check_limits(
+    priority: int,
+    max_retries: int | None,
+    idempotency_key: str | None,
+    campaign_id: str | None,
+    settings: Settings,
+) -> int:
+    """Priority, retry budget (the default when not given), key and campaign lengths; the retry budget."""
+    if not -1000 <= priority <= 1000:
+        raise ValidationError("priority", "must be between -1000 and 1000")
+    max_retries = settings.default_max_retries if max_retries is None else max_retries
+    if not 0 <= max_retries <= 100:
+        raise ValidationError("max_retries", "must be between 0 and 100")
+    _check_short("idempotency_key", idempotency_key, 255)
+    _check_short("campaign_id", campaign_id, 100)
+    return max_retries
 
 
 def load_catalog(conn: psycopg.Connection[Any], settings: Settings) -> TemplateCatalog:
@@ -428,202 +461,6 @@ async def enqueue_async(
             await cur.execute(INSERT_LINKS, _link_params(int(got[0]), row[LINKS]))
     assert got is not None
     return int(got[0])
-
-
-_ID_SEQUENCE = "SELECT pg_get_serial_sequence('mailroom.email_queue', 'id')"
-# The sequence comes as a parameter, looked up once: pg_get_serial_sequence in the select list runs
-# per row and made each id cost ~6 µs of server time instead of ~0.5.
-_ALLOCATE_IDS = "SELECT nextval(%s::regclass) FROM generate_series(1, %s)"
-# CREATE TABLE AS copies no NOT NULL constraints: NULL scheduled_for is filled by the queue's insert trigger.
-_STAGING = sql.SQL(
-    "CREATE TEMP TABLE IF NOT EXISTS mailroom_enqueue_staging ON COMMIT DELETE ROWS"
-    " AS SELECT id, {columns} FROM mailroom.email_queue WITH NO DATA"
-).format(columns=_COLUMN_LIST)
-_FROM_STAGING = sql.SQL(
-    "INSERT INTO mailroom.email_queue (id, {columns}) SELECT id, {columns}"
-    " FROM mailroom_enqueue_staging ORDER BY id ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-).format(columns=_COLUMN_LIST)
-_RESOLVE_KEYS = (
-    "SELECT s.id AS staged, q.id FROM mailroom_enqueue_staging s"
-    " JOIN mailroom.email_queue q ON q.idempotency_key = s.idempotency_key"
-)
-
-
-# One prepared email for COPY: its idempotency key (or None), its row in COPY text format without the id
-# (`COPY_COLUMNS`, then scheduled_for only when it has one), its tracked links as (token, url) (empty
-# unless click tracking is on), and whether it has a scheduled_for.
-CopyRow = tuple[str | None, str, tuple[tuple[Any, str], ...], bool]
-
-# COPY leaves scheduled_for out when an email has none: the column default (now(), the database's
-# clock) fills it, and the queue's insert trigger, which only runs for NULL scheduled_for or a status
-# other than pending, is skipped (it cost ~2.5 µs of server time per row).
-_SCHEDULED = COLUMNS.index("scheduled_for")
-COPY_COLUMNS = COLUMNS[:_SCHEDULED] + COLUMNS[_SCHEDULED + 1 :]
-
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
-_KEY_INDEX = COLUMNS.index("idempotency_key")
-
-
-def _copy_value(value: Any) -> str:
-    if value is None:
-        return "\\N"
-    if value is True:
-        return "t"
-    if value is False:
-        return "f"
-    if isinstance(value, str):
-        return value.translate(_COPY_ESCAPES)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-class _NotPlain(Exception):
-    """A value `copy_row`'s whole-row path does not format; the row takes the per-value path."""
-
-
-def _plain_value(value: Any) -> str:
-    # Values whose text never needs a COPY escape; a str subclass or anything else is not plain.
-    kind = type(value)
-    if kind is int or kind is uuid.UUID:
-        return str(value)
-    if kind is datetime:
-        stamp: str = value.isoformat()
-        return stamp
-    raise _NotPlain
-
-
-# Stand-ins while a row is escaped as one string: between values, and for NULL (whose `\N` must not be
-# escaped). A row with a value that holds either takes the per-value path.
-_SEPARATOR = "\x00"
-_NULL = "\x01"
-
-
-def copy_row(row: tuple[Any, ...]) -> CopyRow:
-    """Format a prepared row (from `prepare`) as COPY text once, wherever it was validated."""
-    scheduled_for = row[_SCHEDULED]
-    values = row[:_SCHEDULED] + row[_SCHEDULED + 1 : LINKS]
-    if scheduled_for is not None:
-        values += (scheduled_for,)
-    try:
-        # One join and five replaces for the whole row instead of a translate per value: the same
-        # text as `_copy_value` gives each value, as long as no value holds a stand-in.
-        text = _SEPARATOR.join(
-            [
-                value
-                if type(value) is str
-                else _NULL
-                if value is None
-                else "t"
-                if value is True
-                else "f"
-                if value is False
-                else _plain_value(value)
-                for value in values
-            ]
-        )
-    except _NotPlain:
-        text = None
-    if (
-        text is not None
-        and text.count(_SEPARATOR) == len(values) - 1
-        and text.count(_NULL) == values.count(None)
-    ):
-        text = (
-            text.replace("\\", "\\\\")
-            .replace("\n", "\\n")
-            .replace("\r", "\\r")
-            .replace("\t", "\\t")
-            .replace(_SEPARATOR, "\t")
-            .replace(_NULL, "\\N")
-        )
-    else:
-        text = "\t".join([_copy_value(v) for v in values])
-    return row[_KEY_INDEX], text, row[LINKS], scheduled_for is not None
-
-
-_COPY_LISTS = {
-    scheduled: sql.SQL(", ").join(
-        sql.Identifier(c) for c in (*COPY_COLUMNS, "scheduled_for")[: len(COLUMNS) - 1 + scheduled]
-    )
-    for scheduled in (False, True)
-}
-
-
-def _copy_text(
-    conn: psycopg.Connection[Any], table: sql.Composable, scheduled: bool, lines: Sequence[tuple[int, str]]
-) -> None:
-    statement = sql.SQL("COPY {table} (id, {columns}) FROM STDIN").format(
-        table=table, columns=_COPY_LISTS[scheduled]
-    )
-    with conn.cursor() as cur, cur.copy(statement) as copy:
-        copy.write("".join([f"{i}\t{text}\n" for i, text in lines]))
-
-
-def _copy_links(
-    conn: psycopg.Connection[Any], emails: Sequence[tuple[int, Sequence[tuple[Any, str]]]]
-) -> None:
-    statement = "COPY mailroom.tracked_links (token, email_id, position, url) FROM STDIN"
-    with conn.cursor() as cur, cur.copy(statement) as copy:
-        for email_id, links in emails:
-            for position, (token, url) in enumerate(links):
-                copy.write_row((token, email_id, position, url))
-
-
-def _no_wait() -> None:
-    pass
-
-
-def insert_copy_rows(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[CopyRow],
-    *,
-    ids_turn: AbstractContextManager[object] | None = None,
-    before_keys: Callable[[], None] = _no_wait,
-) -> list[int]:
-    """Store formatted rows with COPY in one transaction; return each row's email id (existing id for a repeated key).
-
-    Rows without idempotency keys are copied straight into the queue; rows with keys go
-    through a temporary staging table so conflicts resolve to the first email's id.
-    The ids are taken inside `ids_turn`, and `before_keys` runs before the first keyed row or
-    link is written: writers sharing a load use them to keep ids and keys in input order.
-    """
-    if not rows:
-        return []
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        got = cur.execute(_ID_SEQUENCE).fetchone()
-        assert got is not None
-        with ids_turn or nullcontext():
-            ids = [int(r[0]) for r in cur.execute(_ALLOCATE_IDS, (got[0], len(rows))).fetchall()]
-        allocated_ids = list(ids)
-        groups: dict[tuple[bool, bool], list[tuple[int, str]]] = {}
-        for i, (key, text, _, scheduled) in zip(ids, rows, strict=True):
-            groups.setdefault((key is not None, scheduled), []).append((i, text))
-        queue = sql.Identifier("mailroom", "email_queue")
-        for scheduled in (False, True):
-            if plain := groups.get((False, scheduled)):
-                _copy_text(conn, queue, scheduled, plain)
-        before_keys()
-        if (True, False) in groups or (True, True) in groups:
-            cur.execute(_STAGING)
-            staging = sql.Identifier("mailroom_enqueue_staging")
-            for scheduled in (False, True):
-                if keyed := groups.get((True, scheduled)):
-                    _copy_text(conn, staging, scheduled, keyed)
-            cur.execute(_FROM_STAGING)
-            resolved: dict[int, int] = {int(a): int(b) for a, b in cur.execute(_RESOLVE_KEYS).fetchall()}
-            ids = [resolved.get(i, i) for i in ids]
-        if any(r[2] for r in rows):
-            # Links of a repeated idempotency key are dropped with its email (its id resolved elsewhere).
-            _copy_links(
-                conn, [(i, r[2]) for i, r, final in zip(allocated_ids, rows, ids, strict=True) if i == final]
-            )
-    return ids
-
-
-def insert_batch(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> list[int]:
-    """Store prepared rows (from `prepare`) with COPY; see `insert_copy_rows`."""
-    return insert_copy_rows(conn, [copy_row(row) for row in rows])
 
 
 # The C scanner behind json.loads (a default decoder's), called directly for the common line.

@@ -242,7 +242,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "chains the signatures of a document so that any edit of a stored one is detected by `verify`.",
     )
     d_sub = docs.add_subparsers(dest="docs_command", required=True, metavar="ACTION")
+    _add_and_expect(d_sub)
+    _sign_and_status(d_sub)
+    _verify(d_sub)
+    _remind_and_checksum(d_sub)
 
+
+def _add_and_expect(d_sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `docs add` and `docs expect`."""
     add = d_sub.add_parser(
         "add",
         help="add a document",
@@ -275,6 +282,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     exp.add_argument("--by", default=_operator(), help="who adds the signer (default: your user name)")
     exp.set_defaults(handler=cmd_expect)
 
+
+def _sign_and_status(d_sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `docs sign` and `docs status`."""
     sign = d_sub.add_parser(
         "sign",
         help="record EMAIL's signature of DOC",
@@ -296,6 +306,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(handler=cmd_status)
 
+
+def _verify(d_sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `docs verify`."""
     vf = d_sub.add_parser(
         "verify",
         help="check every signature and the chain; name the first broken row",
@@ -306,6 +319,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     vf.add_argument("--json", action="store_true", help="machine-readable output")
     vf.set_defaults(handler=cmd_verify)
 
+
+def _remind_and_checksum(d_sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `docs remind` and `docs checksum`."""
     rm = d_sub.add_parser(
         "remind",
         help="email a reminder to every expected signer who has not signed",

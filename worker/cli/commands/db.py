@@ -1,0 +1,185 @@
+"""`mailroom db`: migrations, the DSN in use, the embedded server (serve, status, stop), backup and restore."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from worker.core.config import Settings
+
+DESCRIPTION = """\
+Migrate the schema, show the database in use, run or stop the embedded PostgreSQL, back it up.
+
+Without MAILROOM_DATABASE_URL every command uses a private embedded PostgreSQL in
+$MAILROOM_HOME/pg, started on demand and stopped when the last Mailroom process using it exits.
+
+Examples:
+  mailroom db upgrade                 migrate to the newest schema (run it against PostgreSQL itself,
+                                      not through a transaction-pooling PgBouncer)
+  mailroom db status                  the embedded server: pid, port, version, data directory, users
+  mailroom db backup mailroom.dump    a pg_dump of the mailroom schema (mode 0600)
+  mailroom db restore mailroom.dump   into an empty database (MAILROOM_DATABASE_URL)
+  mailroom db schema --check          compare the live schema with the one this version ships"""
+
+
+def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
+    """Dispatch `mailroom db ACTION`."""
+    handler = {
+        "stop": _stop,
+        "status": _status,
+        "serve": _serve,
+        "backup": _backup,
+        "restore": _restore,
+    }.get(args.db_command)
+    if handler is not None:
+        return handler(args, settings)
+    return _migrations(args, settings)
+
+
+def _migrations(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.core import db
+
+    url = db.database_url(settings, migrate=False)
+    if args.db_command == "upgrade":
+        ran = db.upgrade(url, args.revision)
+        print(f"database at {db.current_revision(url)}" + ("" if ran else " (already up to date)"))
+    elif args.db_command == "downgrade":
+        db.downgrade(url, args.revision)
+        print(f"database at {db.current_revision(url) or 'base'}")
+    elif args.db_command == "current":
+        print(db.current_revision(url) or "base (Mailroom is not installed in this database)")
+    elif args.db_command == "url":
+        db.upgrade(url)
+        print(url)
+        if not settings.database_url:
+            print(
+                "(the embedded server runs while a Mailroom process uses it; `mailroom db serve` keeps it up)",
+                file=sys.stderr,
+            )
+    elif args.db_command == "schema":
+        return _schema(url, check=args.check)
+    return 0
+
+
+def _schema(url: str, *, check: bool) -> int:
+    from worker.core.schema import dump_schema, schema_diff
+
+    if not check:
+        sys.stdout.write(dump_schema(url))
+        return 0
+    diff = schema_diff(url)
+    sys.stdout.write("".join(diff) if diff else "the live schema is the one this version ships\n")
+    return 1 if diff else 0
+
+
+def _stop(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.core import db
+
+    server = db.embedded_server(settings)
+    if server.running_pid() is None:
+        print("no embedded PostgreSQL is running in", server.pgdata)
+        return 0
+    users = server.users(exclude_self=True)
+    if users and not args.force:
+        print(
+            f"error: the embedded PostgreSQL is in use by {len(users)} process(es) ({_pids(users)});"
+            " stop them first, or `mailroom db stop --force`",
+            file=sys.stderr,
+        )
+        return 1
+    server.stop_now()
+    print("stopped the embedded PostgreSQL in", server.pgdata)
+    return 0
+
+
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.core import db
+
+    if settings.database_url:
+        print("MAILROOM_DATABASE_URL is set: Mailroom uses that server, not an embedded one")
+        return 0
+    server = db.embedded_server(settings)
+    status = server.status()
+    if status is None:
+        print(f"no embedded PostgreSQL is running in {server.pgdata}")
+        return 0
+    print(f"embedded PostgreSQL {status.version}, pid {status.pid}, port {status.port or 'socket only'}")
+    print(f"data directory {status.pgdata}")
+    print(f"socket directory {status.socket_dir}")
+    print(f"used by {len(status.users)} process(es)" + (f": {_pids(status.users)}" if status.users else ""))
+    return 0
+
+
+def _pids(users: dict[int, str]) -> str:
+    return ", ".join(f"{pid} {what}" for pid, what in sorted(users.items()))
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.core import db
+
+    url = db.database_url(settings)
+    print(url, flush=True)
+    print("embedded PostgreSQL is up; Ctrl-C stops it", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            signal.pause()
+    return 0
+
+
+def _backup(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.core.db import database_url
+    from worker.ops.backup import backup
+
+    print(f"backing up to {args.file} ...", file=sys.stderr, flush=True)
+    result = backup(database_url(settings), args.file)
+    print(f"wrote {result.path} ({result.bytes:,} bytes, PostgreSQL {result.server_major}, {result.tool})")
+    return 0
+
+
+def _restore(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.core.db import database_url
+    from worker.ops.backup import restore
+
+    print(f"restoring {args.file} ...", file=sys.stderr, flush=True)
+    result = restore(database_url(settings, migrate=False), args.file)
+    print(f"restored {result.path} ({result.bytes:,} bytes) into PostgreSQL {result.server_major}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `mailroom db` and its actions."""
+    parser = sub.add_parser(
+        "db",
+        help="migrate the schema, show, serve or stop the database, back it up and restore it",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    up = actions.add_parser("upgrade", help="migrate to a revision (default: head)")
+    up.add_argument("revision", nargs="?", default="head")
+    down = actions.add_parser("downgrade", help="migrate down to REV ('base' removes Mailroom's tables)")
+    down.add_argument("revision")
+    actions.add_parser("current", help="print the revision the database is at")
+    actions.add_parser("url", help="print the DSN in use")
+    schema = actions.add_parser("schema", help="print the live mailroom schema (as migrations/schema.sql)")
+    schema.add_argument(
+        "--check", action="store_true", help="compare it with the shipped schema; exit 1 on a difference"
+    )
+    actions.add_parser("serve", help="keep the embedded PostgreSQL running until Ctrl-C (for psql)")
+    actions.add_parser("status", help="the embedded server: pid, port, version, data directory, who uses it")
+    stop = actions.add_parser(
+        "stop", help="stop the embedded PostgreSQL (refused while other processes use it)"
+    )
+    stop.add_argument(
+        "--force", action="store_true", help="stop it even while other Mailroom processes use it"
+    )
+    backup = actions.add_parser("backup", help="write a backup of the mailroom schema and its data to FILE")
+    backup.add_argument("file", type=Path, metavar="FILE")
+    restore = actions.add_parser("restore", help="restore a backup into an empty database")
+    restore.add_argument("file", type=Path, metavar="FILE")
+    parser.set_defaults(handler=cmd_db)

@@ -1,0 +1,79 @@
+"""`mailroom stats`, `retry` and `cancel`: the queue as operators see and steer it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from worker.core.config import ConfigError, Settings
+
+
+def _url(settings: Settings) -> str:
+    from worker.core.db import checked_url
+
+    return checked_url(settings)
+
+
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom stats [--json]`."""
+    from worker.core.db import connect
+    from worker.ops.stats import queue_stats
+
+    with connect(_url(settings)) as conn:
+        stats = queue_stats(conn)
+    if args.json:
+        print(json.dumps(stats, indent=2))
+        return 0
+    print("queue:  " + "  ".join(f"{k} {v}" for k, v in stats["queue"].items()))
+    oldest = stats["oldest_pending_seconds"]
+    print(
+        f"due now {stats['due_now']}  scheduled later {stats['scheduled_later']}  retrying {stats['retrying']}"
+        f"  oldest pending {'-' if oldest is None else f'{oldest:.0f}s'}"
+    )
+    for s in stats["senders"]:
+        print(
+            f"sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today, "
+            f"{s['bounces_today']} bounces, {s['errors_today']} errors"
+        )
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom retry ID...|--all-failed`."""
+    from worker.core.db import connect
+    from worker.ops.actions import retry, retry_all_failed
+
+    if not args.ids and not args.all_failed:
+        raise ConfigError("give email ids or --all-failed")
+    with connect(_url(settings)) as conn:
+        result = retry_all_failed(conn) if args.all_failed else retry(conn, args.ids)
+    print(result.summary("retried"))
+    return 1 if result.skipped else 0
+
+
+def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom cancel ID...`."""
+    from worker.core.db import connect
+    from worker.ops.actions import cancel
+
+    with connect(_url(settings)) as conn:
+        result = cancel(conn, args.ids)
+    print(result.summary("cancelled"))
+    return 1 if result.skipped else 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `mailroom stats`, `retry` and `cancel`."""
+    stats = sub.add_parser("stats", help="queue depth and sender usage", description=cmd_stats.__doc__)
+    stats.add_argument("--json", action="store_true", help="machine-readable output")
+    stats.set_defaults(handler=cmd_stats)
+
+    rt = sub.add_parser("retry", help="send failed emails again", description=cmd_retry.__doc__)
+    rt.add_argument("ids", nargs="*", type=int, metavar="ID")
+    rt.add_argument("--all-failed", action="store_true", help="retry every failed email")
+    rt.set_defaults(handler=cmd_retry)
+
+    cn = sub.add_parser("cancel", help="cancel emails that are not yet sent", description=cmd_cancel.__doc__)
+    cn.add_argument("ids", nargs="+", type=int, metavar="ID")
+    cn.set_defaults(handler=cmd_cancel)
