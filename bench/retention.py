@@ -22,7 +22,8 @@ import psycopg
 
 from bench.common import database
 from worker.core.config import Settings
-from worker.ops.retention import read_archive, run_maintenance
+from worker.ops.archive_files import read_archive
+from worker.ops.retention import run_maintenance
 
 NOW = datetime(2026, 6, 15, 12, tzinfo=UTC)
 

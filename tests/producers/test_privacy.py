@@ -17,8 +17,9 @@ from tests.worker.helpers import add_sender, run_until_drained
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
 from worker.devtools.sink import RunningSink
+from worker.ops.archive_files import archive_directory, read_archive
 from worker.ops.privacy import erase_address, export_address
-from worker.ops.retention import archive_directory, read_archive, run_maintenance
+from worker.ops.retention import run_maintenance
 from worker.producers.inbox import ingest_event
 
 ADA = "ada@example.com"

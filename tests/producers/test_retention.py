@@ -18,7 +18,8 @@ import pytest
 
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
-from worker.ops.retention import archive_directory, archive_path, read_archive, run_maintenance
+from worker.ops.archive_files import archive_directory, archive_path, read_archive
+from worker.ops.retention import run_maintenance
 
 NOW = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
 

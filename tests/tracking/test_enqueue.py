@@ -11,8 +11,9 @@ import pytest
 from tests.tracking import CAMPAIGN_HTML, email_row, enqueue_one, https, scalar
 from worker.core.config import Settings
 from worker.core.copy_rows import insert_batch
+from worker.core.json_lines import parse_line
 from worker.core.links import rewrite_links, trackable_url
-from worker.core.outbox import EmailRequest, parse_line, prepare
+from worker.core.outbox import EmailRequest, prepare
 from worker.core.validation import ValidationError
 
 CLICK = re.compile(r'href="http://localhost:8025/c/([0-9a-f-]{36})"')

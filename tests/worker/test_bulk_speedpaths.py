@@ -21,11 +21,11 @@ from worker.core import bulk
 from worker.core.bulk import Results
 from worker.core.config import Settings
 from worker.core.copy_rows import copy_row, insert_batch
+from worker.core.json_lines import decode_line
 from worker.core.outbox import (
     COLUMNS,
     LINKS,
     EmailRequest,
-    decode_line,
     prepare,
     prepare_json,
     request_from_json,

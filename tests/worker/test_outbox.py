@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from worker.core.config import Settings
 from worker.core.copy_rows import insert_batch
+from worker.core.json_lines import parse_line
 from worker.core.message import build_message
-from worker.core.outbox import EmailRequest, enqueue, enqueue_async, parse_line, prepare
+from worker.core.outbox import EmailRequest, enqueue, enqueue_async, prepare
 from worker.core.templates import TemplateCatalog, builtin_templates
 from worker.core.validation import ValidationError
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -281,8 +281,7 @@ def _prepare_fields(
     tracked = None
     # The one check the common bulk case pays: transactional email without tracking adds nothing.
     if track or not transactional:
-        wanted = tracking.wants_tracking(track, transactional, campaign_id, settings)
-        tracked = tracking.apply(html, headers, track=wanted, transactional=transactional, settings=settings)
+        tracked = _tracked(html, headers, track, transactional, campaign_id, settings)
         html, headers = tracked.html, tracked.headers
     return (
         recipient,
@@ -303,11 +302,33 @@ def _prepare_fields(
         reference_type,
         reference_id,
         created_by,
-        tracked.tracking_token if tracked else None,
-        tracked.unsubscribe_token if tracked else None,
-        tracked.track_opens if tracked else False,
-        tracked.track_clicks if tracked else False,
-        tracked.links if tracked else (),
+        *_tracking_columns(tracked),
+    )
+
+
+def _tracked(
+    html: str | None,
+    headers: Mapping[str, str],
+    track: bool | None,
+    transactional: bool,
+    campaign_id: str | None,
+    settings: Settings,
+) -> tracking.Tracking:
+    """The HTML and headers with tracking and unsubscribe applied as this email wants them."""
+    wanted = tracking.wants_tracking(track, transactional, campaign_id, settings)
+    return tracking.apply(html, headers, track=wanted, transactional=transactional, settings=settings)
+
+
+def _tracking_columns(tracked: tracking.Tracking | None) -> tuple[Any, ...]:
+    """Tracking token, unsubscribe token, opens, clicks and links: as applied, or none."""
+    if tracked is None:
+        return (None, None, False, False, ())
+    return (
+        tracked.tracking_token,
+        tracked.unsubscribe_token,
+        tracked.track_opens,
+        tracked.track_clicks,
+        tracked.links,
     )
 
 
@@ -461,31 +482,3 @@ async def enqueue_async(
             await cur.execute(INSERT_LINKS, _link_params(int(got[0]), row[LINKS]))
     assert got is not None
     return int(got[0])
-
-
-# The C scanner behind json.loads (a default decoder's), called directly for the common line.
-_SCAN_JSON: Callable[[str, int], tuple[object, int]] = cast(Any, json.JSONDecoder()).scan_once
-_JSON_SPACE = " \t\n\r"
-
-
-def decode_line(text: str) -> object:
-    """Decode one JSON line; malformed JSON is a `ValidationError` on field `line`."""
-    if text[:1] == "{":
-        # An object followed by nothing but JSON white space is what json.loads would return;
-        # anything else (or any error) goes through json.loads for its exact result or message.
-        try:
-            obj, end = _SCAN_JSON(text, 0)
-        except (StopIteration, ValueError):
-            pass
-        else:
-            if not text[end:].strip(_JSON_SPACE):
-                return obj
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValidationError("line", f"malformed JSON: {exc.msg} at column {exc.colno}") from None
-
-
-def parse_line(text: str) -> EmailRequest:
-    """Decode one JSON line into a request; malformed JSON is a `ValidationError` on field `line`."""
-    return request_from_json(decode_line(text))

@@ -26,20 +26,19 @@ from psycopg_pool import AsyncConnectionPool
 
 from worker.core.config import Settings
 from worker.core.db import connection_kwargs
-from worker.core.dkim import sign_envelope
 from worker.core.listen import Listener, Waker
-from worker.core.message import Envelope, build_message
+from worker.core.message import Envelope
 from worker.engine import claim as claiming
 from worker.engine import leases
 from worker.engine import queue_sql as q
 from worker.engine.circuits import Circuits
-from worker.engine.classify import Reply, Verdict
+from worker.engine.classify import Verdict
 from worker.engine.database import Borrowed, Pool, fetch_row, fetch_scalar
-from worker.engine.outcomes import Outcome, decide, failure_statements, record_failure
+from worker.engine.outcomes import Outcome, decide, failed_locally, failure_statements, record_failure
 from worker.engine.producer import Producer, run_producer
 from worker.engine.recording import Sent, SentRecorder
 from worker.engine.sender_book import Sender, SenderBook
-from worker.engine.smtp import Attempt, SmtpConnection
+from worker.engine.smtp import SmtpConnection
 from worker.engine.supervision import WorkerFailed, supervise
 
 log = logging.getLogger("mailroom.worker")
@@ -341,12 +340,12 @@ class Worker:
         db = Borrowed(self.pool)
         # Each message is built one turn ahead, so its MAIL, RCPT and DATA can ride behind the body
         # before it (see SmtpConnection.send).
-        upcoming = _build(sender, pending[0]) if pending else None
+        upcoming = sender.build(pending[0]) if pending else None
         try:
             while pending and not self.stopping.is_set():
                 email = pending.pop(0)
                 built = upcoming
-                upcoming = _build(sender, pending[0]) if pending else None
+                upcoming = sender.build(pending[0]) if pending else None
                 await self.book.pace(sender)
                 outcome = await self._attempt(email, built, upcoming, connection)
                 if outcome.outcome == "sent" or outcome.verdict is Verdict.PERMANENT:
@@ -377,7 +376,7 @@ class Worker:
         sending raised something unexpected (a bug of ours), fails alone with the reason."""
         if isinstance(built, Exception):
             # A row written around the API (a header that is not text, say): fail this email only.
-            return _failed(email, f"cannot build the message: {built}")
+            return failed_locally(email, f"cannot build the message: {built}")
         assert built is not None
         next_envelope = upcoming if isinstance(upcoming, Envelope) else None
         try:
@@ -385,7 +384,7 @@ class Worker:
         except Exception as exc:  # ours, not the relay's: this email fails, the worker goes on
             log.exception("email %s: unexpected error while sending", email["id"])
             await connection.close()  # the session's state is unknown after that
-            return _failed(email, f"internal error: {type(exc).__name__}: {exc}")
+            return failed_locally(email, f"internal error: {type(exc).__name__}: {exc}")
         return decide(email, attempt, built.message_id, self.settings)
 
     async def _record(
@@ -472,24 +471,6 @@ class Worker:
         if self.book.all_exhausted():
             return True
         return not await fetch_scalar(self.pool, q.ANY_DUE)
-
-
-def _failed(email: dict[str, Any], reason: str) -> Outcome:
-    """An attempt that failed before any SMTP reply, for a reason of ours: the email fails, nothing else."""
-    attempt = Attempt(Reply(None, reason, "build"), 0)
-    return Outcome(email["id"], "failed", Verdict.LOCAL, attempt, None, None)
-
-
-def _build(sender: Sender, email: dict[str, Any]) -> Envelope | Exception:
-    """The message as it goes on the wire, or why it cannot be built."""
-    try:
-        envelope = build_message(email, sender.from_email, sender.from_name)
-        if sender.dkim is not None:
-            # Inline on the event loop on purpose (~1 ms a message): see worker.core.dkim.
-            envelope = sign_envelope(envelope, sender.dkim)
-    except (TypeError, ValueError, AttributeError) as exc:
-        return exc
-    return envelope
 
 
 async def run_worker(

@@ -17,7 +17,7 @@ from worker.core.config import Settings
 from worker.core.logs import event
 from worker.core.masking import mask_address, mask_addresses_in
 from worker.engine import queue_sql as q
-from worker.engine.classify import Verdict, backoff_seconds, classify
+from worker.engine.classify import Reply, Verdict, backoff_seconds, classify
 from worker.engine.database import Borrowed
 from worker.engine.smtp import Attempt
 
@@ -60,6 +60,12 @@ def decide(email: dict[str, Any], attempt: Attempt, message_id: str, settings: S
     if outcome != "sent":
         _log_failed_attempt(email, result)
     return result
+
+
+def failed_locally(email: dict[str, Any], reason: str) -> Outcome:
+    """An attempt that failed before any SMTP reply, for a reason of ours: the email fails, nothing else."""
+    attempt = Attempt(Reply(None, reason, "build"), 0)
+    return Outcome(email["id"], "failed", Verdict.LOCAL, attempt, None, None)
 
 
 def _log_failed_attempt(email: dict[str, Any], outcome: Outcome) -> None:

@@ -12,7 +12,8 @@ from psycopg.rows import dict_row
 
 from worker.core.config import ConfigError, Settings
 from worker.core.crypto import SecretBox, secret_box
-from worker.core.dkim import DkimKey
+from worker.core.dkim import DkimKey, sign_envelope
+from worker.core.message import Envelope, build_message
 from worker.engine.database import Pool, fetch_scalar
 from worker.engine.senders import ELIGIBLE_SENDERS, TAKE_SEND_SLOT
 from worker.engine.smtp import SmtpAccount, SmtpConnection
@@ -40,6 +41,17 @@ class Sender:
     def id(self) -> int:
         """The sender account's id."""
         return self.account.sender_id
+
+    def build(self, email: dict[str, Any]) -> Envelope | Exception:
+        """The email as it goes on the wire from this sender (DKIM-signed if it has a key), or why it cannot be built."""
+        try:
+            envelope = build_message(email, self.from_email, self.from_name)
+            if self.dkim is not None:
+                # Inline on the event loop on purpose (~1 ms a message): see worker.core.dkim.
+                envelope = sign_envelope(envelope, self.dkim)
+        except (TypeError, ValueError, AttributeError) as exc:
+            return exc
+        return envelope
 
 
 class SenderBook:

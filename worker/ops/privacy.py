@@ -33,13 +33,8 @@ from psycopg.rows import dict_row
 
 from worker.core.masking import ERASED_DOMAIN, mask_address
 from worker.core.validation import ValidationError, check_header_text
-from worker.ops.retention import (
-    ARCHIVE_NAME,
-    MAINTENANCE_LOCK_KEY,
-    directory_lock,
-    read_archive,
-    write_archive_atomically,
-)
+from worker.ops.archive_files import ARCHIVE_NAME, directory_lock, read_archive, write_archive_atomically
+from worker.ops.retention import MAINTENANCE_LOCK_KEY
 
 log = logging.getLogger(__name__)
 
@@ -339,11 +334,7 @@ def erase_address(
     report = ErasureReport(address_masked=mask_address(addr), replacement=replacement, suppressed=suppress)
     pattern = address_pattern(addr)  # also a PostgreSQL regular expression
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        # Maintenance rewrites archive files too: wait for a running one, keep it out until we commit.
-        got = cur.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (MAINTENANCE_LOCK_KEY,)).fetchone()
-        if not (got and got["got"]):
-            log.info("privacy: waiting for the running maintenance (archiving) to finish")
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_KEY,))
+        _keep_maintenance_out(cur)
         params: dict[str, Any] = {
             "addr": addr,
             "anon": replacement,
@@ -354,26 +345,7 @@ def erase_address(
             "suppress": suppress,
             "order_keys": list(ORDER_KEYS),
         }
-        report.cancelled = cur.execute(
-            "UPDATE mailroom.email_queue SET status = 'cancelled'"
-            " WHERE lower(recipient_email) = %(addr)s AND status = 'pending'",
-            params,
-        ).rowcount
-        # An email a worker is sending right now would come back after the commit with the address
-        # in its SMTP response and bounce entry, or return to the queue with erased content. Such an
-        # erasure is refused (nothing changed): the send takes seconds, a dead worker's lease minutes.
-        busy = cur.execute(
-            "SELECT count(*) AS n, max(lease_expires_at) AS until FROM mailroom.email_queue"
-            " WHERE lower(recipient_email) = %(addr)s AND status = 'assigned'",
-            params,
-        ).fetchone()
-        assert busy is not None
-        if busy["n"]:
-            raise ErasureInFlight(
-                "email",
-                f"{busy['n']} email(s) to {report.address_masked} are being sent right now; erase again"
-                f" once they are done (at the latest when their lease ends, {busy['until']:%Y-%m-%d %H:%M:%S %Z})",
-            )
+        report.cancelled = _cancel_pending_or_refuse(cur, params, report.address_masked)
         params["ids"] = [
             r["id"]
             for r in cur.execute(
@@ -383,11 +355,7 @@ def erase_address(
         for name, statement in _ERASURES:
             report.rows[name] = cur.execute(statement, params).rowcount
         if suppress:
-            cur.execute(
-                "INSERT INTO mailroom.unsubscribe_list (email, source, reason)"
-                " VALUES (%(addr)s, 'privacy', 'erasure request') ON CONFLICT (email) DO NOTHING",
-                params,
-            )
+            cur.execute(_SUPPRESS, params)
         row = cur.execute(
             "SELECT count(*) AS n FROM mailroom.signatures WHERE signer_email = %(addr)s", params
         )
@@ -402,3 +370,45 @@ def erase_address(
         report.kept_signatures,
     )
     return report
+
+
+_SUPPRESS = (
+    "INSERT INTO mailroom.unsubscribe_list (email, source, reason)"
+    " VALUES (%(addr)s, 'privacy', 'erasure request') ON CONFLICT (email) DO NOTHING"
+)
+
+
+def _keep_maintenance_out(cur: psycopg.Cursor[dict[str, Any]]) -> None:
+    """Maintenance rewrites archive files too: wait for a running one, keep it out until we commit."""
+    got = cur.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (MAINTENANCE_LOCK_KEY,)).fetchone()
+    if not (got and got["got"]):
+        log.info("privacy: waiting for the running maintenance (archiving) to finish")
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_KEY,))
+
+
+def _cancel_pending_or_refuse(
+    cur: psycopg.Cursor[dict[str, Any]], params: dict[str, Any], masked: str
+) -> int:
+    """Cancel email not yet sent to the address; refuse (raise `ErasureInFlight`) while one is being sent.
+
+    An email a worker is sending right now would come back after the commit with the address in its
+    SMTP response and bounce entry, or return to the queue with erased content. Such an erasure is
+    refused (nothing changed): the send takes seconds, a dead worker's lease minutes."""
+    cancelled = cur.execute(
+        "UPDATE mailroom.email_queue SET status = 'cancelled'"
+        " WHERE lower(recipient_email) = %(addr)s AND status = 'pending'",
+        params,
+    ).rowcount
+    busy = cur.execute(
+        "SELECT count(*) AS n, max(lease_expires_at) AS until FROM mailroom.email_queue"
+        " WHERE lower(recipient_email) = %(addr)s AND status = 'assigned'",
+        params,
+    ).fetchone()
+    assert busy is not None
+    if busy["n"]:
+        raise ErasureInFlight(
+            "email",
+            f"{busy['n']} email(s) to {masked} are being sent right now; erase again"
+            f" once they are done (at the latest when their lease ends, {busy['until']:%Y-%m-%d %H:%M:%S %Z})",
+        )
+    return int(cancelled)

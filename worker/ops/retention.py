@@ -17,11 +17,8 @@ touched.
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import json
 import logging
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -35,9 +32,17 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
+from worker.ops.archive_files import (
+    ArchiveError,
+    archive_directory,
+    archive_path,
+    directory_lock,
+    read_archive,
+    write_archive_atomically,
+)
 
 if sys.platform != "win32":
-    import fcntl
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +50,11 @@ MAINTENANCE_LOCK_KEY = 7_243_003  # pg_advisory_lock key: one maintenance run at
 PARTITIONED = {"send_logs": "attempted_at", "open_events": "occurred_at", "click_events": "occurred_at"}
 DELETE_CHUNK = 10_000
 # zlib's default level: level 9 (gzip's default) costs about twice the time for a few percent less size.
-COMPRESS_LEVEL = 6
-ARCHIVE_NAME = re.compile(r"^emails-(\d{4}-\d{2}-\d{2})\.jsonl\.gz$")
 
 # Called with (stage, day): "written" (temporary file complete, not yet renamed), "archived" (file
 # renamed and read back), "deleted" (the day's rows left the queue). Tests stop a run at each.
 Checkpoint = Callable[[str, date], None]
 Progress = Callable[[str], None]
-
-
-class ArchiveError(RuntimeError):
-    """An archive file cannot be trusted; nothing of its day is deleted until an operator looks at it."""
 
 
 @dataclass
@@ -89,108 +88,6 @@ class MaintenanceReport:
             "steps": [{"name": s.name, "rows": s.rows, "details": s.details} for s in self.steps],
             "errors": self.errors,
         }
-
-
-def archive_directory(settings: Settings) -> Path:
-    """`MAILROOM_ARCHIVE_DIR`, or `$MAILROOM_HOME/archive`."""
-    return settings.archive_dir or settings.home / "archive"
-
-
-def archive_path(directory: Path, day: date) -> Path:
-    """The archive file of one UTC day."""
-    return directory / f"emails-{day.isoformat()}.jsonl.gz"
-
-
-def read_archive(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (email id, JSON line) of every record in an archive file; a damaged file raises `ArchiveError`."""
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                try:
-                    record = json.loads(line)
-                    email_id = int(record["id"])
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise ArchiveError(f"{path}: line {number} is not an archived email ({exc})") from None
-                yield email_id, line if line.endswith("\n") else line + "\n"
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise ArchiveError(f"{path} is unreadable ({exc}); move it aside to archive that day again") from None
-
-
-def archived_records(directory: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Every record of every archive file in `directory`, oldest day first."""
-    if not directory.is_dir():
-        return
-    for path in sorted(directory.iterdir()):
-        if ARCHIVE_NAME.match(path.name):
-            for _, line in read_archive(path):
-                yield path, json.loads(line)
-
-
-@contextlib.contextmanager
-def directory_lock(directory: Path, *, wait: bool) -> Iterator[None]:
-    """Hold an exclusive lock on the archive directory: one process rewrites its files at a time.
-
-    Processes of one database already take turns through the maintenance advisory lock; this lock
-    also covers several databases (or installs) configured with the same directory, whose runs
-    would otherwise replace each other's files. Without `wait`, a held lock is an `ArchiveError`.
-    On Windows (no `flock`) nothing is locked.
-    """
-    if sys.platform == "win32":
-        yield
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            raise ArchiveError(
-                f"{directory} is being written by another process (the maintenance of another database"
-                " using the same directory?); the next run archives this day"
-            ) from None
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
-
-
-def _open_private(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-
-
-def write_archive_atomically(
-    path: Path, lines: Iterator[str], before_rename: Callable[[], None] | None = None
-) -> int:
-    """Write `lines` gzip-compressed to `path` via a synced temporary file and a rename; return the count.
-
-    Until the rename, `path` keeps its previous content; a failure removes the temporary file.
-    """
-    tmp = path.with_name(path.name + ".tmp")
-    written = 0
-    try:
-        with os.fdopen(_open_private(tmp), "wb") as raw:
-            with gzip.GzipFile(
-                filename=path.name, mode="wb", fileobj=raw, mtime=0, compresslevel=COMPRESS_LEVEL
-            ) as out:
-                for line in lines:
-                    out.write(line.encode("utf-8"))
-                    written += 1
-            raw.flush()
-            os.fsync(raw.fileno())
-        if before_rename:
-            before_rename()
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
-    _sync_directory(path.parent)
-    return written
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _DAYS = """
@@ -266,15 +163,7 @@ def archive_day(
                 wanted.append(int(email_id))
 
     write_archive_atomically(path, lines(), (lambda: checkpoint("written", day)) if checkpoint else None)
-    # Read back what is on disk now: only what the complete file holds may leave the database.
-    stored: set[int] = set()
-    for email_id, _ in read_archive(path):
-        if email_id in stored:
-            raise ArchiveError(f"{path} holds email {email_id} twice")
-        stored.add(email_id)
-    missing = [i for i in wanted if i not in stored]
-    if missing:
-        raise ArchiveError(f"{path} lacks {len(missing)} email(s) it was written with, e.g. {missing[0]}")
+    _check_written(path, wanted)
     if checkpoint:
         checkpoint("archived", day)
     deleted = 0
@@ -284,6 +173,18 @@ def archive_day(
     if checkpoint:
         checkpoint("deleted", day)
     return written, deleted
+
+
+def _check_written(path: Path, wanted: list[int]) -> None:
+    """Read back what is on disk now: only what the complete file holds may leave the database."""
+    stored: set[int] = set()
+    for email_id, _ in read_archive(path):
+        if email_id in stored:
+            raise ArchiveError(f"{path} holds email {email_id} twice")
+        stored.add(email_id)
+    missing = [i for i in wanted if i not in stored]
+    if missing:
+        raise ArchiveError(f"{path} lacks {len(missing)} email(s) it was written with, e.g. {missing[0]}")
 
 
 def archive_sent(

@@ -219,6 +219,24 @@ def idempotency_key(message_id: str, consumer: str) -> str:
     return f"inbox:{digest}"
 
 
+def _usable_locale(
+    conn: psycopg.Connection[Any], settings: Settings, locale: str | None, message_id: str
+) -> str | None:
+    """The locale if a template is written in it, else None (the default locale).
+
+    An order email in English beats none at all (rejecting it would leave the customer without their
+    confirmation). The shipped templates' locales are known without a query; only others ask the
+    database's catalog."""
+    if (
+        locale is not None
+        and not _known_locale(locale, _builtin_locales())
+        and not _known_locale(locale, load_catalog(conn, settings).locales)
+    ):
+        log.info("inbox: no %s templates; message %s gets the default locale", locale, message_id)
+        return None
+    return locale
+
+
 def ingest_event(
     conn: psycopg.Connection[Any],
     message_id: str,
@@ -256,16 +274,7 @@ def ingest_event(
                 )
             assert email_id is not None
             return IngestResult(int(email_id), duplicate=True)
-        # A language no template is written in gets the default one: an order email in English beats
-        # none at all (rejecting it would leave the customer without their confirmation). The shipped
-        # templates' locales are known without a query; only others ask the database's catalog.
-        if (
-            locale is not None
-            and not _known_locale(locale, _builtin_locales())
-            and not _known_locale(locale, load_catalog(conn, settings).locales)
-        ):
-            log.info("inbox: no %s templates; message %s gets the default locale", locale, message_id)
-            locale = None
+        locale = _usable_locale(conn, settings, locale, message_id)
         email_id = enqueue(
             conn,
             EmailRequest(

@@ -42,8 +42,8 @@ def _progress(verb: str) -> Callable[[int, int], None]:
 def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
     """Run an export or an erasure."""
     from worker.core.db import connect, database_url
+    from worker.ops.archive_files import archive_directory
     from worker.ops.privacy import erase_address, export_address, jsonable, normalise
-    from worker.ops.retention import archive_directory
 
     address = normalise(args.email)
     directory = archive_directory(settings)

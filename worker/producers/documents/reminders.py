@@ -128,6 +128,36 @@ def _data(document: Document, row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _queue_reminder(
+    conn: psycopg.Connection[Any],
+    document: Document,
+    row: dict[str, Any],
+    now: datetime | None,
+    requested_by: str,
+    settings: Settings,
+) -> int:
+    """Log one signer's reminder and enqueue its email in the signer's locale; the log row's id."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        params = {"doc_id": document.doc_id, "email": row["email"], "now": now, "by": requested_by,
+                  "template": REMINDER_TEMPLATE}  # fmt: skip
+        log_row = cur.execute(INSERT_LOG, params).fetchone()
+        assert log_row is not None
+        log_id = int(log_row["id"])
+        request = EmailRequest(
+            to=row["email"],
+            to_name=row["name"] or None,
+            template=REMINDER_TEMPLATE,
+            locale=row["locale"],
+            data=_data(document, row),
+            idempotency_key=f"{REFERENCE_TYPE}:{log_id}",
+            reference_type=REFERENCE_TYPE,
+            reference_id=str(log_id),
+        )
+        email_id = enqueue(conn, request, settings=settings, created_by=requested_by or None)
+        cur.execute(SET_LOG_EMAIL, (email_id, log_id))
+    return log_id
+
+
 def send_reminders(
     conn: psycopg.Connection[Any],
     doc_id: str,
@@ -163,29 +193,8 @@ def send_reminders(
             continue
         try:
             # A savepoint per signer: one signer whose email cannot be built does not stop the others.
-            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-                params = {
-                    "doc_id": doc_id,
-                    "email": row["email"],
-                    "now": now,
-                    "by": requested_by,
-                    "template": REMINDER_TEMPLATE,
-                }
-                log_row = cur.execute(INSERT_LOG, params).fetchone()
-                assert log_row is not None
-                log_id = int(log_row["id"])
-                request = EmailRequest(
-                    to=row["email"],
-                    to_name=row["name"] or None,
-                    template=REMINDER_TEMPLATE,
-                    locale=row["locale"],
-                    data=_data(document, row),
-                    idempotency_key=f"{REFERENCE_TYPE}:{log_id}",
-                    reference_type=REFERENCE_TYPE,
-                    reference_id=str(log_id),
-                )
-                email_id = enqueue(conn, request, settings=settings, created_by=requested_by or None)
-                cur.execute(SET_LOG_EMAIL, (email_id, log_id))
+            with conn.transaction():
+                log_id = _queue_reminder(conn, document, row, now, requested_by, settings)
         except ValidationError as exc:
             skipped[row["email"]] = f"reminder could not be built: {exc}"
             log.warning("reminder for %s to %s not queued: %s", doc_id, mask_address(row["email"]), exc)

@@ -145,6 +145,21 @@ FROM mailroom.signatures WHERE doc_id = %s ORDER BY id
 """
 
 
+def _signer_name(
+    cur: psycopg.Cursor[dict[str, Any]], doc_id: str, address: str, name: str | None
+) -> str | None:
+    """The name to sign with (default: the expected signer's); a second signature by a signer is refused."""
+    existing = cur.execute(SELECT_EXISTING, (doc_id, address)).fetchone()
+    if existing is not None:
+        raise ValidationError(
+            "email", f"{address} already signed {doc_id} at {_utc_text(existing['signed_at'])}"
+        )
+    if name is None:
+        expected = cur.execute(SELECT_EXPECTED_NAME, (doc_id, address)).fetchone()
+        name = (expected["name"] or None) if expected else None
+    return name
+
+
 def sign_document(
     conn: psycopg.Connection[Any],
     doc_id: str,
@@ -170,14 +185,7 @@ def sign_document(
     if conn.info.transaction_status != TransactionStatus.INTRANS:
         raise ValueError("sign_document needs an open transaction: use a non-autocommit connection")
     with conn.cursor(row_factory=dict_row) as cur:
-        existing = cur.execute(SELECT_EXISTING, (doc_id, address)).fetchone()
-        if existing is not None:
-            raise ValidationError(
-                "email", f"{address} already signed {doc_id} at {_utc_text(existing['signed_at'])}"
-            )
-        if name is None:
-            expected = cur.execute(SELECT_EXPECTED_NAME, (doc_id, address)).fetchone()
-            name = (expected["name"] or None) if expected else None
+        name = _signer_name(cur, doc_id, address, name)
         tail = cur.execute(SELECT_TAIL, (doc_id,)).fetchone()
         assert tail is not None
         signed_at = now or tail["now"]
