@@ -55,7 +55,10 @@ class SentRecorder:
 
     It holds a connection of its own and speaks to it through libpq directly (a prepared statement,
     its own readiness waits): psycopg's cursor and waiting layers cost twice the statement itself,
-    once for every email or two, and this statement needs none of what they offer.
+    once for every email or two, and this statement needs none of what they offer. Measured against
+    the same statement through psycopg's API (`await conn.execute(JOURNAL_SENT, ..., prepare=True)`)
+    with `python -m bench.throughput 20000 4`, alternating the two: this loop 5,257-5,296 emails/s,
+    psycopg's API 4,698-4,753 (11% fewer, the raw ceiling 5,224-5,345 in all four runs), so it stays.
     """
 
     def __init__(self, connect: Connect, owner: str, retry_seconds: float, *, prepared: bool = True) -> None:
