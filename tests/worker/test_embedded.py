@@ -99,3 +99,61 @@ def test_prune_dead_handles_keeps_only_live_pids(tmp_path: Path) -> None:
     (tmp_path / ".handle_pids.json").write_text(f"[{os.getpid()}, {dead.pid}]")
     assert prune_dead_handles(tmp_path) == [dead.pid]
     assert (tmp_path / ".handle_pids.json").read_text() == f"[{os.getpid()}]"
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "MAILROOM_DATABASE_URL"}
+    env["MAILROOM_HOME"] = str(home)
+    script = Path(sys.executable).with_name("mailroom")
+    return subprocess.run(
+        [str(script), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_db_status_shows_the_server_and_who_uses_it_and_stop_never_pulls_it_from_under_them(
+    home: Path,
+) -> None:
+    holder, pid = _holder(home)
+    try:
+        status = _cli(home, "db", "status")
+        assert status.returncode == 0, status.stderr
+        assert f"pid {pid}" in status.stdout and "embedded PostgreSQL 18" in status.stdout
+        assert str((home / "pg").resolve()) in status.stdout
+        assert f"used by 1 process(es): {holder.pid} " in status.stdout
+        refused = _cli(home, "db", "stop")
+        assert refused.returncode == 1 and "in use by 1 process(es)" in refused.stderr
+        assert EmbeddedPostgres(home).running_pid() == pid  # still up for its user
+    finally:
+        _release(holder)
+
+
+def test_db_stop_is_idempotent_and_forced_stop_stops_a_server_in_use(home: Path) -> None:
+    holder, _ = _holder(home)
+    try:
+        forced = _cli(home, "db", "stop", "--force")
+        assert forced.returncode == 0 and "stopped the embedded PostgreSQL" in forced.stdout
+        assert EmbeddedPostgres(home).running_pid() is None
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.wait(timeout=60)
+        _close(holder)
+    again = _cli(home, "db", "stop")
+    assert again.returncode == 0 and "no embedded PostgreSQL is running" in again.stdout
+    assert _cli(home, "db", "status").stdout.startswith("no embedded PostgreSQL is running")
+
+
+def test_a_command_started_while_the_server_stops_does_not_crash(home: Path) -> None:
+    # A holder exits (its exit stops the server) while a command starts: the command waits for the
+    # old server to be gone and starts a new one instead of failing an assertion of the library.
+    for _ in range(3):
+        holder, _ = _holder(home)
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        done = _cli(home, "db", "current")
+        holder.wait(timeout=60)
+        _close(holder)
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
