@@ -128,6 +128,7 @@ def console_headless() -> None:
     """Start the console without a terminal, show the overview, and quit."""
     from console.app import MailroomConsole
     from console.wiring import ProducerActions
+    from worker.core import db
     from worker.core.config import Settings
     from worker.core.db import database_url
 
@@ -141,6 +142,7 @@ def console_headless() -> None:
             await pilot.press("q")
 
     asyncio.run(run())
+    db.embedded_server(settings).close()  # this process lets go of the server (the last user: it stops)
 
 
 def main() -> int:
@@ -156,7 +158,7 @@ def main() -> int:
         say("db upgrade, senders add, enqueue, worker --drain delivered to the sink")
         console_headless()
         say("console started headless")
-        mailroom("db", "stop")
+        mailroom("db", "stop")  # nothing left running: says so, exit 0
     return 0
 
 

@@ -400,7 +400,8 @@ async def test_email_that_cannot_be_built_fails_alone_and_the_worker_goes_on(
 async def test_a_paced_sender_claims_no_more_than_a_few_seconds_of_its_sending(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
-    from worker.engine.delivery import PACED_CLAIM_SECONDS, Worker, WorkerOptions
+    from worker.engine.claim import PACED_CLAIM_SECONDS
+    from worker.engine.delivery import Worker, WorkerOptions
 
     add_sender(db_url, smtp_sink.port)
     with psycopg.connect(db_url) as conn:

@@ -119,7 +119,8 @@ async def test_other_senders_deliver_the_queue_while_one_relay_is_down(
     add_sender(db_url, dead_port, name="down")
     add_sender(db_url, smtp_sink.port, name="up")
     enqueue_many(db_url, 40)
-    worker = Worker(db_url, fast, WorkerOptions(concurrency=2, drain=True, poll_seconds=0.2))
+    # Claims of 5: the slot that picks the down sender claims before the other has taken everything.
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=2, batch_size=5, drain=True, poll_seconds=0.2))
     await asyncio.wait_for(worker.run(), 60)
     assert statuses(db_url) == {"sent": 40}
     assert len(smtp_sink.messages) == 40
@@ -135,7 +136,9 @@ async def test_a_stalled_relay_opens_its_circuit_within_the_timeout_and_frees_th
         add_sender(db_url, silent.getsockname()[1], name="stalled")
         add_sender(db_url, smtp_sink.port, name="healthy")
         enqueue_many(db_url, 20)
-        worker = Worker(db_url, fast, WorkerOptions(concurrency=2, drain=True, poll_seconds=0.2))
+        worker = Worker(
+            db_url, fast, WorkerOptions(concurrency=2, batch_size=5, drain=True, poll_seconds=0.2)
+        )
         await asyncio.wait_for(worker.run(), 60)
     assert statuses(db_url) == {"sent": 20}
     stalled = _sender(db_url, "stalled")

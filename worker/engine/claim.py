@@ -27,6 +27,9 @@ from worker.engine.senders import RELEASE_QUOTA, RESERVE
 
 log = logging.getLogger("mailroom.worker")
 
+# A paced sender's claim holds at most this many seconds of its sending.
+PACED_CLAIM_SECONDS = 5
+
 EXPIRED = "expired: in the queue longer than the queue lifetime (MAILROOM_QUEUE_LIFETIME_SECONDS)"
 
 
@@ -50,6 +53,15 @@ class Claim:
     used: int = 0  # sends and permanent refusals: what the provider counted
     emails: list[dict[str, Any]] = field(default_factory=list)
     seen: int = 0  # rows the claim statement returned (suppressed and expired included)
+
+
+def claim_size(send_delay_ms: int, batch_size: int) -> int:
+    """How many emails to claim for a sender: the batch size, but no more than a paced sender sends in
+    `PACED_CLAIM_SECONDS`, so its claim (and its reserved quota) is never held for long and a more
+    urgent email waits for the next claim a few seconds at most."""
+    if send_delay_ms <= 0:
+        return batch_size
+    return max(1, min(batch_size, PACED_CLAIM_SECONDS * 1000 // send_delay_ms))
 
 
 async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:

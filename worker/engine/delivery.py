@@ -18,7 +18,6 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -30,21 +29,18 @@ from worker.core.listen import Listener, Waker
 from worker.core.message import Envelope
 from worker.engine import claim as claiming
 from worker.engine import leases
-from worker.engine import queue_sql as q
 from worker.engine.circuits import Circuits
 from worker.engine.classify import Verdict
-from worker.engine.database import Borrowed, Pool, fetch_row, fetch_scalar
-from worker.engine.outcomes import Outcome, decide, failed_locally, failure_statements, record_failure
+from worker.engine.database import Borrowed, Pool
+from worker.engine.leases import drained, idle_seconds
+from worker.engine.outcomes import Outcome, decide, failed_locally, record_attempt
 from worker.engine.producer import Producer, run_producer
-from worker.engine.recording import Sent, SentRecorder
+from worker.engine.recording import SentRecorder
 from worker.engine.sender_book import Sender, SenderBook
 from worker.engine.smtp import SmtpConnection
-from worker.engine.supervision import WorkerFailed, supervise
+from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
 
 log = logging.getLogger("mailroom.worker")
-
-# A paced sender's claim holds at most this many seconds of its sending.
-PACED_CLAIM_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -52,7 +48,7 @@ class WorkerOptions:
     """How one worker process runs."""
 
     concurrency: int = 4
-    batch_size: int = 300  # per claim; a paced sender's claims are smaller (see `_claim_size`)
+    batch_size: int = 300  # per claim; a paced sender's claims are smaller (see `claim.claim_size`)
     drain: bool = False
     grace_seconds: float = 10.0
     poll_seconds: float = 30.0
@@ -140,7 +136,9 @@ class Worker:
             "worker %s started: %d slots, batch %d", self.options.owner, len(slots), self.options.batch_size
         )
         try:
-            await self._supervise_slots(slots)
+            await supervise_slots(
+                slots, self.stopping, self.stop, self.waker.notify, self.options.grace_seconds
+            )
         finally:
             for task in background:
                 task.cancel()
@@ -177,32 +175,6 @@ class Worker:
         log.error("worker %s stopping: %s", self.options.owner, reason)
         self.failure = self.failure or reason
         self.stop()
-
-    async def _supervise_slots(self, slots: list[asyncio.Task[None]]) -> None:
-        """Wait for the slots to end (drained) or for a stop; a failed slot stops the worker."""
-        stop_wait = asyncio.create_task(self.stopping.wait())
-        try:
-            running: set[asyncio.Task[Any]] = set(slots)
-            failure: BaseException | None = None
-            while running and not self.stopping.is_set():
-                done, _ = await asyncio.wait(running | {stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                running -= done
-                failed = [t for t in done if t is not stop_wait and t.exception() is not None]
-                if failed:
-                    failure = failed[0].exception()
-                    log.error("a delivery slot failed (%s); stopping this worker", failure)
-                    self.stop()
-            if running:
-                # Stopping: in-flight sends get the grace period, then whatever is left is cancelled.
-                self.waker.notify()
-                _, late = await asyncio.wait(running, timeout=self.options.grace_seconds)
-                for task in late:
-                    task.cancel()
-                await asyncio.gather(*running, return_exceptions=True)
-            if failure is not None:
-                raise failure
-        finally:
-            stop_wait.cancel()
 
     def stop(self) -> None:
         """Stop claiming; in-flight sends finish within the grace period, the rest is released."""
@@ -246,31 +218,18 @@ class Worker:
             for sender_id in list(connections):
                 await self.book.close(connections, sender_id)
 
-    async def _connection_for(self, sender: Sender, connections: dict[int, SmtpConnection]) -> None:
-        """Make the slot's one SMTP connection the sender's (reconnecting if its settings changed)."""
-        held = next(iter(connections), None)
-        if sender.id == held and connections[held].account != sender.account:
-            # The account was reconfigured (new password, host, TLS): reconnect with the new settings.
-            await connections.pop(held).close()
-            connections[sender.id] = SmtpConnection(sender.account)
-        elif sender.id != held:
-            self.book.opened(sender.id)
-            if held is not None:
-                await self.book.close(connections, held)
-            connections[sender.id] = SmtpConnection(sender.account)
-
     async def _one_batch(self, index: int, connections: dict[int, SmtpConnection]) -> bool | None:
         """Claim and deliver one batch: True if it did work, False if nothing was due, None if no sender."""
         sender = await self.book.pick(index, next(iter(connections), None))
         if sender is None:
             return None
-        limit = self._claim_size(sender)
+        limit = claiming.claim_size(sender.send_delay_ms, self.options.batch_size)
         if sender.circuit_state != "closed":
             if not await self.circuits.take_probe(sender):
                 self.book.set_aside(sender.id)  # another worker probes it
                 return True
             limit = 1  # the probe: one email tells whether the relay is back
-        await self._connection_for(sender, connections)
+        await self.book.use(sender, connections)
         # Claim, reserve quota for what was claimed and record the claim: one transaction.
         claim = await claiming.take(self.pool, self.lease, sender.id, limit)
         if claim.seen == 0:
@@ -322,14 +281,6 @@ class Worker:
             if self.options.drain:
                 # Slots of a draining worker that found nothing wait for in-flight claims like this one.
                 self.waker.notify()
-
-    def _claim_size(self, sender: Sender) -> int:
-        """How many emails to claim for this sender: the batch size, but no more than a paced sender
-        sends in `PACED_CLAIM_SECONDS`, so its claim (and its reserved quota) is never held for long
-        and a more urgent email waits for the next claim a few seconds at most."""
-        if sender.send_delay_ms <= 0:
-            return self.options.batch_size
-        return max(1, min(self.options.batch_size, PACED_CLAIM_SECONDS * 1000 // sender.send_delay_ms))
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -392,37 +343,12 @@ class Worker:
     ) -> bool:
         """Commit the attempt before the next message goes out on this connection; False if the lease was lost.
 
-        So a killed worker leaves at most one message per connection sent but not recorded. A sent
-        email goes to the group commit of every slot's sends; a failure is one transaction that also
-        updates lists and counters.
-        """
-        if outcome.outcome != "sent":
-            statements = failure_statements(outcome, email, sender.id, token, self.options.owner)
-            return await record_failure(db, statements, email["id"], self._retry_seconds())
+        So a killed worker leaves at most one message per connection sent but not recorded."""
         assert self._recorder is not None
-        reply = outcome.attempt.reply
-        sent = Sent(
-            outcome.email_id,
-            token,
-            sender.id,
-            reply.code,
-            reply.enhanced,
-            reply.text or "(no text)",
-            outcome.attempt.duration_ms,
-            outcome.message_id,
+        held = await record_attempt(
+            self._recorder, db, outcome, email, sender.id, token, self.options.owner, self._retry_seconds()
         )
-        try:
-            held = await self._recorder.record(sent)
-        except (psycopg.OperationalError, psycopg.InterfaceError):
-            raise
-        except psycopg.Error as exc:
-            # The journal refused this row for its content (the rest of its group commit went in):
-            # record the send on its own, with a reply text that can be stored.
-            log.error("email %s: the sent journal refused it (%s); recording it directly", email["id"], exc)
-            statements = failure_statements(outcome, email, sender.id, token, self.options.owner)[:1]
-            statements[0][1]["response"] = f"(reply not storable: {type(exc).__name__})"
-            held = await record_failure(db, statements, email["id"], self._retry_seconds())
-        if held:
+        if held and outcome.outcome == "sent":
             self.sent += 1
         return held
 
@@ -447,30 +373,13 @@ class Worker:
 
     async def _idle_timeout(self) -> float:
         """Sleep until the next scheduled email is due, a NOTIFY arrives, or the fallback timer fires."""
-        fallback = self._fallback_seconds()
-        try:
-            due, lease_end = await fetch_row(self.pool, q.NEXT_DUE)
-        except psycopg.Error:
-            return 1.0
-        if self.options.drain and lease_end is not None:
-            # Another process's claim ends without a NOTIFY (sent email wakes nobody), and a dead
-            # one's comes back at its lease end: look again within a second.
-            fallback = min(fallback, 1.0)
-            due = lease_end if due is None else min(due, lease_end)
-        if due is None:
-            return fallback
-        return float(max(0.01, min(fallback, (due - datetime.now(UTC)).total_seconds())))
+        return await idle_seconds(self.pool, self._fallback_seconds(), drain=self.options.drain)
 
     async def _drained(self) -> bool:
-        """With `--drain`: rescue expired claims first; done when nothing is held under a live lease and
-        nothing due can be sent (no usable sender, or nothing due)."""
-        if await leases.rescue_once(self.pool, self.settings.lease_seconds):
-            return False
-        if self._tokens or await fetch_scalar(self.pool, q.ANY_HELD):
-            return False
-        if self.book.all_exhausted():
-            return True
-        return not await fetch_scalar(self.pool, q.ANY_DUE)
+        """With `--drain`: whether this slot may end (see `worker.engine.leases.drained`)."""
+        return await drained(
+            self.pool, self.settings.lease_seconds, bool(self._tokens), self.book.all_exhausted()
+        )
 
 
 async def run_worker(

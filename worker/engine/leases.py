@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 import uuid
+from datetime import UTC, datetime
 
 import psycopg
 
@@ -14,7 +15,7 @@ from worker.core.listen import Waker
 from worker.core.logs import event
 from worker.engine import queue_sql as q
 from worker.engine.claim import EXPIRED
-from worker.engine.database import Pool
+from worker.engine.database import Pool, fetch_row, fetch_scalar
 from worker.engine.supervision import Fatal
 
 log = logging.getLogger("mailroom.worker")
@@ -108,3 +109,31 @@ async def say_gone(pool: Pool, name: str) -> None:
             await conn.execute(q.WORKER_GONE, {"name": name})
     except psycopg.Error as exc:
         log.warning("could not remove the heartbeat of %s: %s", name, exc)
+
+
+async def idle_seconds(pool: Pool, fallback: float, *, drain: bool) -> float:
+    """How long an idle slot may sleep: until the next scheduled email is due, at most `fallback`."""
+    try:
+        due, lease_end = await fetch_row(pool, q.NEXT_DUE)
+    except psycopg.Error:
+        return 1.0
+    if drain and lease_end is not None:
+        # Another process's claim ends without a NOTIFY (sent email wakes nobody), and a dead one's
+        # comes back at its lease end: look again within a second.
+        fallback = min(fallback, 1.0)
+        due = lease_end if due is None else min(due, lease_end)
+    if due is None:
+        return fallback
+    return float(max(0.01, min(fallback, (due - datetime.now(UTC)).total_seconds())))
+
+
+async def drained(pool: Pool, lease_seconds: float, holding: bool, no_sender: bool) -> bool:
+    """With `--drain`: rescue expired claims first; done when nothing is held under a live lease
+    (`holding`: this process's own claims) and nothing due can be sent (no usable sender, or nothing due)."""
+    if await rescue_once(pool, lease_seconds):
+        return False
+    if holding or await fetch_scalar(pool, q.ANY_HELD):
+        return False
+    if no_sender:
+        return True
+    return not await fetch_scalar(pool, q.ANY_DUE)

@@ -19,6 +19,7 @@ from worker.core.masking import mask_address, mask_addresses_in
 from worker.engine import queue_sql as q
 from worker.engine.classify import Reply, Verdict, backoff_seconds, classify
 from worker.engine.database import Borrowed
+from worker.engine.recording import Sent, SentRecorder
 from worker.engine.smtp import Attempt
 
 log = logging.getLogger("mailroom.worker")
@@ -158,3 +159,34 @@ async def record_failure(
             log.warning("recording email %s failed (%s); retrying", email_id, exc)
             await db.give_back()
             await asyncio.sleep(0.5)
+
+
+async def record_attempt(
+    recorder: SentRecorder,
+    db: Borrowed,
+    outcome: Outcome,
+    email: dict[str, Any],
+    sender_id: int,
+    token: uuid.UUID,
+    owner: str,
+    retry_seconds: float,
+) -> bool:
+    """Record one attempt; False if the claim no longer held the email. A send goes to the group commit
+    of every slot's sends; a failure is one transaction that also updates lists and counters."""
+    if outcome.outcome != "sent":
+        statements = failure_statements(outcome, email, sender_id, token, owner)
+        return await record_failure(db, statements, email["id"], retry_seconds)
+    reply = outcome.attempt.reply
+    sent = Sent(outcome.email_id, token, sender_id, reply.code, reply.enhanced, reply.text or "(no text)",
+                outcome.attempt.duration_ms, outcome.message_id)  # fmt: skip
+    try:
+        return await recorder.record(sent)
+    except (psycopg.OperationalError, psycopg.InterfaceError):
+        raise
+    except psycopg.Error as exc:
+        # The journal refused this row for its content (the rest of its group commit went in):
+        # record the send on its own, with a reply text that can be stored.
+        log.error("email %s: the sent journal refused it (%s); recording it directly", email["id"], exc)
+        statements = failure_statements(outcome, email, sender_id, token, owner)[:1]
+        statements[0][1]["response"] = f"(reply not storable: {type(exc).__name__})"
+        return await record_failure(db, statements, email["id"], retry_seconds)

@@ -97,6 +97,19 @@ class SenderBook:
                 return sender
         return usable[index % len(usable)]
 
+    async def use(self, sender: Sender, connections: dict[int, SmtpConnection]) -> None:
+        """Make a slot's one SMTP connection the sender's (reconnecting if its settings changed)."""
+        held = next(iter(connections), None)
+        if sender.id == held and connections[held].account != sender.account:
+            # The account was reconfigured (new password, host, TLS): reconnect with the new settings.
+            await connections.pop(held).close()
+            connections[sender.id] = SmtpConnection(sender.account)
+        elif sender.id != held:
+            self.opened(sender.id)
+            if held is not None:
+                await self.close(connections, held)
+            connections[sender.id] = SmtpConnection(sender.account)
+
     def opened(self, sender_id: int) -> None:
         """Count a connection to the sender (before the next await, so two slots never both take the last)."""
         self._open[sender_id] = self._open.get(sender_id, 0) + 1

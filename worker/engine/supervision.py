@@ -12,6 +12,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 log = logging.getLogger("mailroom.worker")
 
@@ -55,3 +56,38 @@ async def supervise(
             log.error("%s failed (%s); restarting in %.1fs", name, exc, delay, exc_info=exc)
             await asyncio.sleep(delay)
             delay = min(max_delay, delay * 2)
+
+
+async def supervise_slots(
+    slots: list[asyncio.Task[None]],
+    stopping: asyncio.Event,
+    stop: Callable[[], None],
+    wake: Callable[[], None],
+    grace_seconds: float,
+) -> None:
+    """Wait for the delivery slots to end (drained) or for a stop; a failed slot stops the worker.
+
+    On a stop, in-flight sends get the grace period, then whatever is left is cancelled; a slot's
+    failure is raised once every slot has ended."""
+    stop_wait = asyncio.create_task(stopping.wait())
+    try:
+        running: set[asyncio.Task[Any]] = set(slots)
+        failure: BaseException | None = None
+        while running and not stopping.is_set():
+            done, _ = await asyncio.wait(running | {stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            running -= done
+            failed = [t for t in done if t is not stop_wait and t.exception() is not None]
+            if failed:
+                failure = failed[0].exception()
+                log.error("a delivery slot failed (%s); stopping this worker", failure)
+                stop()
+        if running:
+            wake()
+            _, late = await asyncio.wait(running, timeout=grace_seconds)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        if failure is not None:
+            raise failure
+    finally:
+        stop_wait.cancel()
