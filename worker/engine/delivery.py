@@ -42,6 +42,8 @@ from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
 
 log = logging.getLogger("mailroom.worker")
 
+SENT_IDS_KEPT = 100_000
+
 
 @dataclass(frozen=True)
 class WorkerOptions:
@@ -87,7 +89,15 @@ class Worker:
         self._tokens: set[uuid.UUID] = set()
         # Per slot: the bookkeeping of its last delivered claim, written beside its next claim.
         self._finishing: dict[int, asyncio.Task[None]] = {}
-        self.sent = 0
+        # Emails sent, each counted once however often it went out (a lost lease's email sent again):
+        # ids remembered in rounds of SENT_IDS_KEPT, so a long-running worker's memory stays flat.
+        self._sent_ids: set[int] = set()
+        self._sent_before = 0
+
+    @property
+    def sent(self) -> int:
+        """How many emails this worker sent, each once."""
+        return self._sent_before + len(self._sent_ids)
 
     @property
     def pool(self) -> Pool:
@@ -349,7 +359,10 @@ class Worker:
             self._recorder, db, outcome, email, sender.id, token, self.options.owner, self._retry_seconds()
         )
         if held and outcome.outcome == "sent":
-            self.sent += 1
+            if len(self._sent_ids) >= SENT_IDS_KEPT:
+                self._sent_before += len(self._sent_ids)
+                self._sent_ids.clear()
+            self._sent_ids.add(outcome.email_id)
         return held
 
     async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
