@@ -53,6 +53,7 @@ class Claim:
     used: int = 0  # sends and permanent refusals: what the provider counted
     emails: list[dict[str, Any]] = field(default_factory=list)
     seen: int = 0  # rows the claim statement returned (suppressed and expired included)
+    short: int = 0  # claimed emails the sender's quota did not cover (returned at once)
 
 
 def claim_size(send_delay_ms: int, batch_size: int) -> int:
@@ -92,6 +93,7 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
             assert reservation is not None
             claim.day, claim.reserved = reservation["day"], int(reservation["granted"] or 0)
             claim.emails, surplus = assigned[: claim.reserved], assigned[claim.reserved :]
+            claim.short = len(surplus)
             if surplus:
                 await cur.execute(q.UNCLAIM, {"ids": [e["id"] for e in surplus], "token": claim.token})
             if claim.emails:

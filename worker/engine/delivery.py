@@ -244,7 +244,7 @@ class Worker:
         claim = await claiming.take(self.pool, self.lease, sender.id, limit)
         if claim.seen == 0:
             return False
-        if claim.reserved < len(claim.emails) or (claim.seen and not claim.emails and claim.day is not None):
+        if claim.short:
             self.book.set_aside(sender.id)  # its limit is reached: the surplus went straight back
         if not claim.emails:
             return True
