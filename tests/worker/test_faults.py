@@ -324,3 +324,18 @@ async def test_a_journal_row_refused_for_its_data_fails_no_other_slot_and_the_se
             "SELECT response FROM mailroom.send_logs WHERE email_id = %s", (ids[5],)
         ).fetchone()
     assert row is not None and row[0] == "(reply not storable: CheckViolation)"
+
+
+def test_a_heartbeat_forgets_workers_silent_for_a_day(db_url: str) -> None:
+    from worker.engine import queue_sql as q
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO mailroom.workers (name, seen_at) VALUES ('killed:1', now() - interval '2 days')"
+        )
+        conn.execute(
+            "INSERT INTO mailroom.workers (name, seen_at) VALUES ('quiet:2', now() - interval '1 hour')"
+        )
+        conn.execute(q.HEARTBEAT, {"name": "alive:3"})
+        names = [r[0] for r in conn.execute("SELECT name FROM mailroom.workers ORDER BY name").fetchall()]
+    assert names == ["alive:3", "quiet:2"]

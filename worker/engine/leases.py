@@ -22,8 +22,9 @@ log = logging.getLogger("mailroom.worker")
 
 # How often a worker says it is alive (health calls a worker dead after a few missed beats).
 HEARTBEAT_SECONDS = 15.0
-# Pending email past the queue lifetime is swept this often (claiming catches what is claimed sooner).
-EXPIRE_EVERY_SECONDS = 60.0
+# Pending email past the queue lifetime is swept this often (claiming catches what is claimed sooner):
+# the sweep reads every pending row, and a lifetime is days.
+EXPIRE_EVERY_SECONDS = 600.0
 
 
 async def renew_forever(pool: Pool, lease_seconds: float, tokens: set[uuid.UUID]) -> None:

@@ -188,7 +188,9 @@ WHERE status = 'pending' AND created_at < now() - make_interval(secs => %(lifeti
 RETURNING id
 """
 
+# A killed worker's row is forgotten a day after its last beat (health counts only recent ones).
 HEARTBEAT = """
+WITH gone AS (DELETE FROM mailroom.workers WHERE seen_at < now() - interval '1 day')
 INSERT INTO mailroom.workers (name) VALUES (%(name)s)
 ON CONFLICT (name) DO UPDATE SET seen_at = now()
 """
