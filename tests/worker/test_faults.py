@@ -339,3 +339,22 @@ def test_a_heartbeat_forgets_workers_silent_for_a_day(db_url: str) -> None:
         conn.execute(q.HEARTBEAT, {"name": "alive:3"})
         names = [r[0] for r in conn.execute("SELECT name FROM mailroom.workers ORDER BY name").fetchall()]
     assert names == ["alive:3", "quiet:2"]
+
+
+async def test_a_senders_own_timeout_wins_over_the_workers(
+    db_url: str, settings: Settings, smtp_sink: RunningSink, cli_env: dict[str, str]
+) -> None:
+    from worker.cli.main import main
+
+    args = ["senders", "add", "slowpoke", "--from", "noreply@example.org", "--host", "127.0.0.1",
+            "--port", str(smtp_sink.port), "--security", "none", "--command-timeout", "0.3"]  # fmt: skip
+    assert await asyncio.to_thread(main, args) == 0
+    smtp_sink.on_rcpt("u0@example.com", Stall(seconds=5), "250 OK")
+    enqueue_many(db_url, 1, max_retries=0)
+    worker = Worker(
+        db_url, settings, WorkerOptions(concurrency=1, drain=True, poll_seconds=0.2)
+    )  # 30 s default
+    await asyncio.wait_for(worker.run(), 30)
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT status, last_error FROM mailroom.email_queue").fetchone()
+    assert row is not None and row[0] == "failed" and "Timeout" in row[1]

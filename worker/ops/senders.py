@@ -30,14 +30,19 @@ class SenderSpec:
     max_connections: int = 4
     dkim_domain: str | None = None  # DKIM d=; with dkim_selector and a key given to `add_sender`
     dkim_selector: str | None = None
+    # SMTP timeouts of this account in seconds (None: the worker's MAILROOM_SMTP_*_TIMEOUT_SECONDS)
+    connect_timeout_seconds: float | None = None
+    command_timeout_seconds: float | None = None
+    data_timeout_seconds: float | None = None
 
 
 INSERT_SENDER = """
 INSERT INTO mailroom.sender_accounts
     (name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
      smtp_password_encrypted, daily_limit, warmup_stage, warmup_limit, send_delay_ms, max_connections, status,
-     dkim_domain, dkim_selector, dkim_private_key_encrypted)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+     dkim_domain, dkim_selector, dkim_private_key_encrypted,
+     connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 RETURNING id
 """
 
@@ -90,6 +95,13 @@ def validate_spec(spec: SenderSpec) -> SenderSpec:
     for name, value in (("daily_limit", spec.daily_limit), ("send_delay_ms", spec.send_delay_ms)):
         if value < 0:
             raise ValidationError(name, "must not be negative")
+    for name, seconds in (
+        ("connect_timeout", spec.connect_timeout_seconds),
+        ("command_timeout", spec.command_timeout_seconds),
+        ("data_timeout", spec.data_timeout_seconds),
+    ):
+        if seconds is not None and not 0 < seconds <= 3600:
+            raise ValidationError(name, "must be more than 0 and at most 3600 seconds")
     return SenderSpec(**{**spec.__dict__, "from_email": from_email})
 
 
@@ -134,6 +146,9 @@ def add_sender(
                 spec.dkim_domain,
                 spec.dkim_selector,
                 dkim_encrypted,
+                spec.connect_timeout_seconds,
+                spec.command_timeout_seconds,
+                spec.data_timeout_seconds,
             ),
         )
         row = cur.fetchone()

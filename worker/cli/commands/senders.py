@@ -62,6 +62,9 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
         max_connections=args.max_connections,
         dkim_domain=args.dkim_domain,
         dkim_selector=args.dkim_selector,
+        connect_timeout_seconds=args.connect_timeout,
+        command_timeout_seconds=args.command_timeout,
+        data_timeout_seconds=args.data_timeout,
     )
     dkim_key = None
     if args.dkim_key_file:
@@ -119,6 +122,23 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom senders` and its actions."""
     senders = sub.add_parser("senders", help="manage sender accounts", description=cmd_senders.__doc__)
     s_sub = senders.add_subparsers(dest="senders_command", required=True, metavar="ACTION")
+    _register_add(s_sub)
+    lst = s_sub.add_parser("list", help="list sender accounts with today's usage")
+    lst.add_argument("--json", action="store_true")
+    for action, text in (
+        ("pause", "stop sending until resumed"),
+        ("resume", "start sending again"),
+        ("suspend", "take out of service (e.g. credentials revoked)"),
+    ):
+        p = s_sub.add_parser(action, help=text)
+        p.add_argument("name")
+        if action != "resume":
+            p.add_argument("--reason", help="why, shown to other operators")
+    senders.set_defaults(handler=cmd_senders)
+
+
+def _register_add(s_sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `mailroom senders add` and its options."""
     add = s_sub.add_parser(
         "add",
         help="add a sender account",
@@ -159,15 +179,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         help="RSA private key (PEM) to sign with; stored encrypted with MAILROOM_SECRET_KEY. "
         "All three --dkim-* options go together; the TXT record to publish is printed",
     )
-    lst = s_sub.add_parser("list", help="list sender accounts with today's usage")
-    lst.add_argument("--json", action="store_true")
-    for action, text in (
-        ("pause", "stop sending until resumed"),
-        ("resume", "start sending again"),
-        ("suspend", "take out of service (e.g. credentials revoked)"),
+    for flag, what, default in (
+        (
+            "--connect-timeout",
+            "connecting, greeting, TLS and login",
+            "MAILROOM_SMTP_CONNECT_TIMEOUT_SECONDS, 10",
+        ),
+        ("--command-timeout", "each of MAIL, RCPT and DATA", "MAILROOM_SMTP_COMMAND_TIMEOUT_SECONDS, 30"),
+        ("--data-timeout", "sending the body and its reply", "MAILROOM_SMTP_DATA_TIMEOUT_SECONDS, 120"),
     ):
-        p = s_sub.add_parser(action, help=text)
-        p.add_argument("name")
-        if action != "resume":
-            p.add_argument("--reason", help="why, shown to other operators")
-    senders.set_defaults(handler=cmd_senders)
+        add.add_argument(
+            flag, type=float, metavar="SECONDS", help=f"seconds allowed for {what} (default {default})"
+        )
