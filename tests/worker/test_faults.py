@@ -358,3 +358,19 @@ async def test_a_senders_own_timeout_wins_over_the_workers(
     with psycopg.connect(db_url) as conn:
         row = conn.execute("SELECT status, last_error FROM mailroom.email_queue").fetchone()
     assert row is not None and row[0] == "failed" and "Timeout" in row[1]
+
+
+async def test_a_database_error_while_claiming_strands_nothing(db_url: str, smtp_sink: RunningSink) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    sender = add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 5)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        refuse_writes(conn, "claims", message="claim row refused by test")  # after the rows and the quota
+    async with AsyncConnectionPool(db_url, open=False, kwargs={"autocommit": True}) as pool:
+        await pool.open()
+        with pytest.raises(psycopg.errors.CheckViolation, match="claim row refused"):
+            await claiming.take(pool, claiming.Lease("w:1", 60), sender, 10)
+    # One transaction: the emails are still pending (not assigned until a lease expires) and no quota is used.
+    assert statuses(db_url) == {"pending": 5}
+    assert _sender(db_url)["sent_today"] == 0
