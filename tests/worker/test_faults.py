@@ -374,3 +374,19 @@ async def test_a_database_error_while_claiming_strands_nothing(db_url: str, smtp
     # One transaction: the emails are still pending (not assigned until a lease expires) and no quota is used.
     assert statuses(db_url) == {"pending": 5}
     assert _sender(db_url)["sent_today"] == 0
+
+
+async def test_a_probe_the_relay_answers_closes_the_circuit_even_if_its_recipient_is_refused(
+    db_url: str, fast: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 3)
+    smtp_sink.on_rcpt("u0@example.com", "550 5.1.1 User unknown")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT mailroom.open_circuit(id, 'connect: earlier outage', 0.01, 0.01) FROM mailroom.sender_accounts"
+        )
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=1, drain=True, poll_seconds=0.2))
+    await asyncio.wait_for(worker.run(), 30)
+    assert _circuit(db_url) == "closed"
+    assert statuses(db_url) == {"failed": 1, "sent": 2}

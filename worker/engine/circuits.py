@@ -47,10 +47,11 @@ class Circuits:
             book.forget()
             return False
         if reply.phase in ("rcpt", "data"):
+            # The relay took MAIL FROM: it is reachable, whatever it thinks of this recipient or message.
             self.answered(sender)
-        if outcome.outcome == "sent" and sender.circuit_state != "closed":
-            await self.close(sender)
-            book.forget()
+            if sender.circuit_state != "closed":
+                await self.close(sender)
+                book.forget()
         return True
 
     async def suspend(self, sender: Sender, reply: Reply) -> None:
