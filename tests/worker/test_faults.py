@@ -390,3 +390,42 @@ async def test_a_probe_the_relay_answers_closes_the_circuit_even_if_its_recipien
     await asyncio.wait_for(worker.run(), 30)
     assert _circuit(db_url) == "closed"
     assert statuses(db_url) == {"failed": 1, "sent": 2}
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "reason"),
+    [
+        (
+            "subject",
+            "=?utf-8?q?Hi=0D=0ABcc:_victim@example.com?=",
+            "encoded word decodes to control character",
+        ),
+        (
+            "headers",
+            '{"X-Note": "=?utf-8?q?a=0D=0AInjected:_1?="}',
+            "encoded word decodes to control character",
+        ),
+        ("headers", '{"Bcc": "victim@example.com"}', "set by Mailroom and cannot be overridden"),
+        ("headers", '{"Bad Name": "x"}', "not a valid header name"),
+        ("headers", '{"X-Count": 3}', "a header value must be text"),
+    ],
+)
+async def test_a_row_written_around_the_api_is_checked_again_and_failed_not_sent(
+    db_url: str, fast: Settings, smtp_sink: RunningSink, column: str, value: str, reason: str
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, headers) VALUES"
+            " ('hostile@example.com', %s, 'body', %s::jsonb), ('fine@example.com', 'Fine', 'body', '{}')",
+            (value if column == "subject" else "Hi", value if column == "headers" else "{}"),
+        )
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=1, drain=True, poll_seconds=0.2))
+    await asyncio.wait_for(worker.run(), 30)
+    assert [m.rcpt_tos[0] for m in smtp_sink.messages] == ["fine@example.com"]
+    assert not any(b"Injected" in m.content or b"Bcc:" in m.content for m in smtp_sink.messages)
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT status, last_error FROM mailroom.email_queue WHERE recipient_email = 'hostile@example.com'"
+        ).fetchone()
+    assert row is not None and row[0] == "failed" and reason in row[1]

@@ -19,6 +19,8 @@ from email.policy import SMTP
 from email.utils import format_datetime
 from typing import Any
 
+from worker.core.validation import ValidationError, check_header_name, check_header_text
+
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 .'-]*$")
 
 
@@ -87,8 +89,29 @@ def _part(body: str, subtype: str) -> str:
     return f'Content-Type: text/{subtype}; charset="utf-8"\r\nContent-Transfer-Encoding: {encoding}\r\n\r\n{payload}'
 
 
+# Reserved headers Mailroom itself stores with an email (tracking and compliance, at enqueue).
+STORED_BY_MAILROOM = frozenset({"List-Unsubscribe", "List-Unsubscribe-Post"})
+
+
+def check_row(email: Mapping[str, Any]) -> None:
+    """Check a stored row again before it is built: a row written around the API (a plain INSERT, an
+    UPDATE) may hold what the API refuses. Raises `ValidationError` naming the field; encoded words
+    are refused here, so folding never decodes one into a line break on the wire."""
+    check_header_text("recipient_email", email["recipient_email"])
+    check_header_text("subject", email["subject"])
+    if email.get("recipient_name"):
+        check_header_text("recipient_name", email["recipient_name"])
+    for name, value in (email.get("headers") or {}).items():
+        if name not in STORED_BY_MAILROOM:  # List-Unsubscribe is written into the row at enqueue
+            check_header_name(name)
+        if not isinstance(value, str):
+            raise ValidationError(f"headers.{name}", "a header value must be text")
+        check_header_text(f"headers.{name}", value)
+
+
 def build_message(email: Mapping[str, Any], from_email: str, from_name: str | None = None) -> Envelope:
-    """Turn a stored `email_queue` row into bytes; content is used exactly as stored."""
+    """Turn a stored `email_queue` row into bytes (after `check_row`); content is used exactly as stored."""
+    check_row(email)
     message_id = message_id_for(int(email["id"]), email["created_at"], from_email)
     head = [
         _address_header("From", from_name, from_email),
