@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from collections.abc import Iterator
@@ -18,9 +19,14 @@ def _url(settings: Settings) -> str:
 
 
 def _open_input(path: str) -> IO[str]:
+    # Invalid UTF-8 in one line must not stop the others: bad bytes become lone surrogates, which the
+    # line's decoding reports as that line's error.
     if path == "-":
-        return sys.stdin
-    return open(path, encoding="utf-8")
+        buffer = getattr(sys.stdin, "buffer", None)
+        if buffer is None:  # already text (an embedding program's stream)
+            return sys.stdin
+        return io.TextIOWrapper(buffer, encoding="utf-8", errors="surrogateescape")
+    return open(path, encoding="utf-8", errors="surrogateescape")
 
 
 def _numbered_lines(handle: IO[str]) -> Iterator[tuple[int, str]]:
