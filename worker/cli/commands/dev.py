@@ -41,14 +41,22 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom sink`, `keygen` and `demo`."""
     sink = sub.add_parser(
-        "sink", help="run the local SMTP server that catches mail", description=cmd_sink.__doc__
+        "sink",
+        help="run the local SMTP server that catches mail",
+        description="A local SMTP server that accepts every message and logs it (recipients masked), like "
+        "MailPit: point a sender account at it while developing. Example: mailroom sink --port 2525 --maildir ./mail",
     )
     sink.add_argument("--host", default="127.0.0.1")
     sink.add_argument("--port", type=int, default=2525)
     sink.add_argument("--maildir", help="also store every message in this Maildir")
     sink.set_defaults(handler=cmd_sink)
 
-    kg = sub.add_parser("keygen", help="print a new MAILROOM_SECRET_KEY", description=cmd_keygen.__doc__)
+    kg = sub.add_parser(
+        "keygen",
+        help="print a new MAILROOM_SECRET_KEY",
+        description="Print a new random MAILROOM_SECRET_KEY (the key that encrypts SMTP passwords and DKIM keys at "
+        "rest). Keep it safe: without it stored secrets cannot be read.",
+    )
     kg.set_defaults(handler=cmd_keygen)
 
     demo = sub.add_parser("demo", help="run the whole product locally", description=cmd_demo.__doc__)

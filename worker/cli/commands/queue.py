@@ -63,17 +63,48 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if result.skipped else 0
 
 
+STATS = """\
+Show the queue by status, what is due now, scheduled later and retrying, the oldest pending email,
+and every sender account's day so far (sent against its limit, bounces, errors, and whether its relay
+is unreachable, since when and why).
+
+Examples:
+  mailroom stats
+  mailroom stats --json | jq '.senders[] | select(.status == "unreachable")'"""
+
+RETRY = """\
+Put failed (or suppressed) emails back in the queue, due now, with their retry budget reset.
+Emails in any other state are left alone and listed with their state; the exit status is then 1.
+An address on the bounce or unsubscribe list is suppressed again at claim time.
+
+Examples:
+  mailroom retry 1201 1202
+  mailroom retry --all-failed"""
+
+CANCEL = """\
+Cancel emails that are pending, failed or suppressed: they will never be sent. Emails being sent
+right now, sent or already cancelled are left alone and listed; the exit status is then 1.
+
+Example:
+  mailroom cancel 1201 1202"""
+
+
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom stats`, `retry` and `cancel`."""
-    stats = sub.add_parser("stats", help="queue depth and sender usage", description=cmd_stats.__doc__)
+    raw = argparse.RawDescriptionHelpFormatter
+    stats = sub.add_parser(
+        "stats", help="queue depth and sender usage", description=STATS, formatter_class=raw
+    )
     stats.add_argument("--json", action="store_true", help="machine-readable output")
     stats.set_defaults(handler=cmd_stats)
 
-    rt = sub.add_parser("retry", help="send failed emails again", description=cmd_retry.__doc__)
+    rt = sub.add_parser("retry", help="send failed emails again", description=RETRY, formatter_class=raw)
     rt.add_argument("ids", nargs="*", type=int, metavar="ID")
     rt.add_argument("--all-failed", action="store_true", help="retry every failed email")
     rt.set_defaults(handler=cmd_retry)
 
-    cn = sub.add_parser("cancel", help="cancel emails that are not yet sent", description=cmd_cancel.__doc__)
+    cn = sub.add_parser(
+        "cancel", help="cancel emails that are not yet sent", description=CANCEL, formatter_class=raw
+    )
     cn.add_argument("ids", nargs="+", type=int, metavar="ID")
     cn.set_defaults(handler=cmd_cancel)

@@ -120,7 +120,17 @@ def _set_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom senders` and its actions."""
-    senders = sub.add_parser("senders", help="manage sender accounts", description=cmd_senders.__doc__)
+    senders = sub.add_parser(
+        "senders",
+        help="manage sender accounts",
+        description="Add, list, pause, resume and suspend the SMTP accounts email goes out through.\n\n"
+        "Examples:\n"
+        "  SMTP_PASSWORD=... mailroom senders add transactional-1 --from noreply@example.com \\\n"
+        "      --host smtp.example.com --port 587 --username mailer --password-env SMTP_PASSWORD\n"
+        "  mailroom senders list\n"
+        "  mailroom senders suspend transactional-1 --reason 'credentials revoked'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     s_sub = senders.add_subparsers(dest="senders_command", required=True, metavar="ACTION")
     _register_add(s_sub)
     lst = s_sub.add_parser("list", help="list sender accounts with today's usage")
