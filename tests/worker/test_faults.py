@@ -384,8 +384,10 @@ async def test_a_probe_the_relay_answers_closes_the_circuit_even_if_its_recipien
     smtp_sink.on_rcpt("u0@example.com", "550 5.1.1 User unknown")
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(
-            "SELECT mailroom.open_circuit(id, 'connect: earlier outage', 0.01, 0.01) FROM mailroom.sender_accounts"
+            "SELECT mailroom.open_circuit(id, 'connect: earlier outage', 60, 60) FROM mailroom.sender_accounts"
         )
+        # Its backoff over: the next worker takes the probe (a drain finding no usable sender would just stop).
+        conn.execute("UPDATE mailroom.sender_accounts SET circuit_retry_at = now() - interval '1 second'")
     worker = Worker(db_url, fast, WorkerOptions(concurrency=1, drain=True, poll_seconds=0.2))
     await asyncio.wait_for(worker.run(), 30)
     assert _circuit(db_url) == "closed"
