@@ -86,3 +86,16 @@ def test_verbose_adds_the_traceback(cli_env: dict[str, str], empty_db_url: str) 
     done = _mailroom(["-v", "stats"], {**cli_env, "MAILROOM_DATABASE_URL": empty_db_url})
     assert done.returncode == 4
     assert "Traceback" in done.stderr
+
+
+def test_senders_add_refuses_a_login_without_password_and_warns_of_doubtful_choices(
+    cli_env: dict[str, str],
+) -> None:
+    base = ["senders", "add", "relay", "--from", "noreply@example.com", "--host", "smtp.example.com"]
+    refused = _mailroom([*base, "--username", "mailer"], cli_env)
+    assert refused.returncode == 2 and "--username needs a password" in _one_line(refused)
+    added = _mailroom([*base, "--security", "none"], cli_env)
+    assert added.returncode == 0, added.stderr
+    assert "no --port given: using 587" in added.stderr
+    assert "crosses the network unencrypted" in added.stderr
+    assert "no password" in added.stderr

@@ -46,6 +46,10 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
     from worker.ops.senders import SenderSpec, add_sender
 
     password = _password_from(args)
+    if args.username and password is None:
+        raise ConfigError("--username needs a password: give --password-env VAR or --password-prompt")
+    for warning in _doubtful_choices(args, password):
+        print(f"warning: {warning}", file=sys.stderr)
     box = secret_box(settings)
     spec = SenderSpec(
         name=args.name,
@@ -81,6 +85,23 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
         print(f"DKIM: publish this TXT record at {args.dkim_selector}._domainkey.{args.dkim_domain}:")
         print(dns_record(normalise_private_key(dkim_key)))
     return 0
+
+
+def _doubtful_choices(args: argparse.Namespace, password: str | None) -> list[str]:
+    """What an operator probably did not mean: a port left to its default, TLS on an odd port, no login."""
+    warnings = []
+    if args.port is None:
+        args.port = 465 if args.security == "tls" else 587
+        warnings.append(
+            f"no --port given: using {args.port} ({'implicit TLS' if args.port == 465 else 'submission'})"
+        )
+    elif args.security == "tls" and args.port == 587:
+        warnings.append("--security tls (implicit TLS) on port 587, which usually speaks STARTTLS")
+    if args.security == "none" and args.host not in ("localhost", "127.0.0.1", "::1"):
+        warnings.append(f"--security none: mail to {args.host} crosses the network unencrypted")
+    if password is None:
+        warnings.append("no password: the relay must accept mail from this host without a login")
+    return warnings
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
@@ -160,7 +181,7 @@ def _register_add(s_sub: argparse._SubParsersAction[Any]) -> None:
     add.add_argument("--from", dest="from_email", required=True, help="From address")
     add.add_argument("--from-name", help="From display name")
     add.add_argument("--host", required=True, help="SMTP host")
-    add.add_argument("--port", type=int, default=587, help="SMTP port (default 587)")
+    add.add_argument("--port", type=int, help="SMTP port (default 587, or 465 with --security tls)")
     add.add_argument(
         "--security",
         choices=("none", "starttls", "tls"),
