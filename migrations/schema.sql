@@ -98,6 +98,31 @@ CREATE FUNCTION mailroom.apply_sent_journal(token uuid) RETURNS integer
 $$;
 
 --
+-- Name: audit(text, text, text, bigint, jsonb); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.audit(action text, actor text, target text DEFAULT NULL::text, affected bigint DEFAULT 0, detail jsonb DEFAULT '{}'::jsonb) RETURNS bigint
+    LANGUAGE sql
+    AS $$
+    INSERT INTO mailroom.audit_log (actor, action, target, affected, detail)
+    VALUES (coalesce(nullif(left(actor, 200), ''), session_user), action, left(target, 500),
+            coalesce(affected, 0), coalesce(detail, '{}'))
+    RETURNING id
+$$;
+
+--
+-- Name: audit_log_append_only(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.audit_log_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'mailroom.audit_log is append-only (% refused)', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+--
 -- Name: birthday_in(date, integer); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -982,6 +1007,39 @@ CREATE TABLE mailroom.archived_emails (
 );
 
 --
+-- Name: audit_log; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.audit_log (
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    db_role text DEFAULT SESSION_USER NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    target text,
+    affected bigint DEFAULT 0 NOT NULL,
+    detail jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT audit_log_action_check CHECK ((action ~ '^[a-z][a-z0-9_.]{0,63}$'::text)),
+    CONSTRAINT audit_log_actor_check CHECK (((length(actor) >= 1) AND (length(actor) <= 200))),
+    CONSTRAINT audit_log_affected_check CHECK ((affected >= 0)),
+    CONSTRAINT audit_log_detail_check CHECK ((jsonb_typeof(detail) = 'object'::text)),
+    CONSTRAINT audit_log_target_check CHECK ((length(target) <= 500))
+);
+
+--
+-- Name: audit_log_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.audit_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.audit_log_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: bounce_list; Type: TABLE; Schema: mailroom; Owner: -
 --
 
@@ -1747,6 +1805,13 @@ ALTER TABLE ONLY mailroom.archived_emails
     ADD CONSTRAINT archived_emails_pkey PRIMARY KEY (email_id);
 
 --
+-- Name: audit_log audit_log_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.audit_log
+    ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+
+--
 -- Name: bounce_list bounce_list_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
 --
 
@@ -2014,6 +2079,12 @@ CREATE INDEX archived_emails_sent_at_idx ON mailroom.archived_emails USING brin 
 --
 
 CREATE UNIQUE INDEX archived_emails_unsubscribe_token_idx ON mailroom.archived_emails USING btree (unsubscribe_token) WHERE (unsubscribe_token IS NOT NULL);
+
+--
+-- Name: audit_log_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX audit_log_at_idx ON mailroom.audit_log USING btree (at DESC);
 
 --
 -- Name: claims_expires_idx; Type: INDEX; Schema: mailroom; Owner: -
@@ -2386,6 +2457,18 @@ CREATE TRIGGER accounts_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.acco
 --
 
 CREATE TRIGGER accounts_touch BEFORE UPDATE ON mailroom.accounts FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+--
+-- Name: audit_log audit_log_append_only; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER audit_log_append_only BEFORE DELETE OR UPDATE ON mailroom.audit_log FOR EACH ROW EXECUTE FUNCTION mailroom.audit_log_append_only();
+
+--
+-- Name: audit_log audit_log_no_truncate; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON mailroom.audit_log FOR EACH STATEMENT EXECUTE FUNCTION mailroom.audit_log_append_only();
 
 --
 -- Name: bounce_list bounce_list_notify; Type: TRIGGER; Schema: mailroom; Owner: -
