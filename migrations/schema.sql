@@ -1218,6 +1218,10 @@ CREATE TABLE mailroom.email_queue (
     sent_at timestamp with time zone,
     finished_at timestamp with time zone,
     unsubscribe_token uuid,
+    to_extra text[],
+    cc text[],
+    bcc text[],
+    reply_to text[],
     CONSTRAINT email_queue_campaign_id_check CHECK (((length(campaign_id) >= 1) AND (length(campaign_id) <= 100))),
     CONSTRAINT email_queue_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL))),
     CONSTRAINT email_queue_check1 CHECK ((retry_count <= max_retries)),
@@ -1394,6 +1398,41 @@ CREATE TABLE mailroom.people (
     CONSTRAINT people_email_check CHECK (((length(email) >= 3) AND (length(email) <= 254))),
     CONSTRAINT people_first_name_check CHECK (((length(first_name) >= 1) AND (length(first_name) <= 100))),
     CONSTRAINT people_last_name_check CHECK (((length(last_name) >= 1) AND (length(last_name) <= 100)))
+);
+
+--
+-- Name: recipient_outcomes; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.recipient_outcomes (
+    id bigint NOT NULL,
+    email_id bigint NOT NULL,
+    recipient text NOT NULL,
+    kind text NOT NULL,
+    outcome text NOT NULL,
+    smtp_code integer,
+    enhanced_code text,
+    reason text,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT recipient_outcomes_enhanced_code_check CHECK ((enhanced_code ~ '^[245]\.\d{1,3}\.\d{1,3}$'::text)),
+    CONSTRAINT recipient_outcomes_kind_check CHECK ((kind = ANY (ARRAY['to'::text, 'cc'::text, 'bcc'::text]))),
+    CONSTRAINT recipient_outcomes_outcome_check CHECK ((outcome = ANY (ARRAY['suppressed'::text, 'refused'::text, 'accepted'::text]))),
+    CONSTRAINT recipient_outcomes_reason_check CHECK ((length(reason) <= 2000)),
+    CONSTRAINT recipient_outcomes_recipient_check CHECK (((length(recipient) >= 3) AND (length(recipient) <= 254))),
+    CONSTRAINT recipient_outcomes_smtp_code_check CHECK (((smtp_code >= 100) AND (smtp_code <= 599)))
+);
+
+--
+-- Name: recipient_outcomes_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.recipient_outcomes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.recipient_outcomes_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 --
@@ -1931,6 +1970,13 @@ ALTER TABLE ONLY mailroom.people
     ADD CONSTRAINT people_pkey PRIMARY KEY (id);
 
 --
+-- Name: recipient_outcomes recipient_outcomes_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.recipient_outcomes
+    ADD CONSTRAINT recipient_outcomes_pkey PRIMARY KEY (id);
+
+--
 -- Name: reminder_logs reminder_logs_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
 --
 
@@ -2271,6 +2317,12 @@ CREATE INDEX open_events_occurred_at_idx ON ONLY mailroom.open_events USING btre
 --
 
 CREATE INDEX open_events_default_occurred_at_idx ON mailroom.open_events_default USING btree (occurred_at);
+
+--
+-- Name: recipient_outcomes_email_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX recipient_outcomes_email_idx ON mailroom.recipient_outcomes USING btree (email_id);
 
 --
 -- Name: reminder_logs_doc_idx; Type: INDEX; Schema: mailroom; Owner: -
@@ -2721,6 +2773,13 @@ ALTER TABLE ONLY mailroom.events
 
 ALTER TABLE ONLY mailroom.expected_signers
     ADD CONSTRAINT expected_signers_doc_id_fkey FOREIGN KEY (doc_id) REFERENCES mailroom.documents(doc_id) ON DELETE CASCADE;
+
+--
+-- Name: recipient_outcomes recipient_outcomes_email_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.recipient_outcomes
+    ADD CONSTRAINT recipient_outcomes_email_id_fkey FOREIGN KEY (email_id) REFERENCES mailroom.email_queue(id) ON DELETE CASCADE;
 
 --
 -- Name: reminder_logs reminder_logs_doc_id_recipient_email_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
