@@ -70,6 +70,38 @@ BEGIN
 END $$;
 
 --
+-- Name: address_list_problem(text, text[]); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.address_list_problem(field text, addresses text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE
+        WHEN addresses IS NULL THEN NULL
+        WHEN cardinality(addresses) = 0 THEN field || ': an empty list; give NULL for none'
+        WHEN array_ndims(addresses) <> 1 THEN field || ': a list of addresses, one dimension'
+        ELSE (SELECT field || '[' || i || ']: ' || mailroom.address_problem(a)
+              FROM unnest(addresses) WITH ORDINALITY AS x(a, i)
+              WHERE mailroom.address_problem(a) IS NOT NULL
+              ORDER BY i LIMIT 1)
+    END
+$$;
+
+--
+-- Name: address_problem(text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.address_problem(value text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+    SELECT CASE
+        WHEN value IS NULL OR btrim(value) = '' THEN 'an email address is required'
+        WHEN length(value) > 254 OR value !~  E'^(?=[^@]{1,64}@)[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$' THEN
+            'invalid email address ' || to_json(left(value, 80))::text
+    END
+$_$;
+
+--
 -- Name: apply_sent_journal(uuid); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -170,6 +202,123 @@ CREATE FUNCTION mailroom.close_circuit(sender bigint) RETURNS boolean
 $$;
 
 --
+-- Name: content_rules(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.content_rules() RETURNS jsonb
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$ SELECT  E'{"about": "What the database and the Python API both refuse in an email. One file: worker/core/rules.py loads it for Python, and revision 0006 writes it into the database''s checks (mailroom.content_rules() returns it). Patterns are written in the common subset of Python''s re and PostgreSQL''s regular expressions; a change here needs a revision that installs it again.", "forbidden_in_headers": "[\\\\x00-\\\\x1f\\\\x7f\\\\x85\\\\u2028\\\\u2029]", "encoded_word": "=\\\\?[^?\\\\s]+\\\\?[BbQq]\\\\?[^?\\\\s]*\\\\?=", "header_name": "^[!-9;-~]{1,76}$", "address": "^(?=[^@]{1,64}@)[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(\\\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\\\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$", "max_address_chars": 254, "reserved_headers": ["from", "to", "cc", "bcc", "reply-to", "subject", "date", "message-id", "mime-version", "content-type", "content-transfer-encoding", "content-disposition", "return-path", "received", "sender", "dkim-signature", "list-unsubscribe", "list-unsubscribe-post"], "stored_by_mailroom": ["list-unsubscribe", "list-unsubscribe-post"], "max_header_value_chars": 998, "max_name_chars": 255, "max_subject_chars": 998, "max_body_bytes": 26214400, "max_recipients": 100}'::jsonb $_$;
+
+--
+-- Name: email_queue; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.email_queue (
+    id bigint NOT NULL,
+    recipient_email text NOT NULL,
+    recipient_name text,
+    subject text NOT NULL,
+    text_body text,
+    html_body text,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    template text,
+    locale text,
+    template_data jsonb,
+    priority integer DEFAULT 0 NOT NULL,
+    scheduled_for timestamp with time zone DEFAULT now() NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    lease_owner text,
+    lease_token uuid,
+    lease_expires_at timestamp with time zone,
+    sender_account_id bigint,
+    retry_count integer DEFAULT 0 NOT NULL,
+    max_retries integer DEFAULT 5 NOT NULL,
+    next_retry_at timestamp with time zone,
+    last_error text,
+    error_details jsonb,
+    suppression_reason text,
+    idempotency_key text,
+    campaign_id text,
+    transactional boolean DEFAULT true NOT NULL,
+    track_opens boolean DEFAULT false NOT NULL,
+    track_clicks boolean DEFAULT false NOT NULL,
+    tracking_token uuid,
+    reference_type text,
+    reference_id text,
+    message_id text,
+    created_by text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    assigned_at timestamp with time zone,
+    sent_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    unsubscribe_token uuid,
+    to_extra text[],
+    cc text[],
+    bcc text[],
+    reply_to text[],
+    CONSTRAINT email_queue_campaign_id_check CHECK (((length(campaign_id) >= 1) AND (length(campaign_id) <= 100))),
+    CONSTRAINT email_queue_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL))),
+    CONSTRAINT email_queue_check1 CHECK ((retry_count <= max_retries)),
+    CONSTRAINT email_queue_check2 CHECK (((status = 'assigned'::text) = ((lease_token IS NOT NULL) AND (lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
+    CONSTRAINT email_queue_check3 CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
+    CONSTRAINT email_queue_check4 CHECK (((status <> 'suppressed'::text) OR (suppression_reason IS NOT NULL))),
+    CONSTRAINT email_queue_check5 CHECK (((status <> ALL (ARRAY['sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text])) OR (finished_at IS NOT NULL))),
+    CONSTRAINT email_queue_check6 CHECK (((status <> 'failed'::text) OR (last_error IS NOT NULL))),
+    CONSTRAINT email_queue_headers_check CHECK ((jsonb_typeof(headers) = 'object'::text)),
+    CONSTRAINT email_queue_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255))),
+    CONSTRAINT email_queue_max_retries_check CHECK (((max_retries >= 0) AND (max_retries <= 100))),
+    CONSTRAINT email_queue_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
+    CONSTRAINT email_queue_recipient_email_check CHECK ((((length(recipient_email) >= 3) AND (length(recipient_email) <= 254)) AND (recipient_email !~ '[\x00-\x20\x7f<>]'::text))),
+    CONSTRAINT email_queue_recipient_name_check CHECK ((recipient_name !~ '[\x00-\x1f\x7f]'::text)),
+    CONSTRAINT email_queue_retry_count_check CHECK ((retry_count >= 0)),
+    CONSTRAINT email_queue_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text]))),
+    CONSTRAINT email_queue_subject_check CHECK ((subject !~ '[\x00-\x1f\x7f]'::text))
+);
+
+--
+-- Name: email_content_problem(mailroom.email_queue); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.email_content_problem(e mailroom.email_queue) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    problem text;
+BEGIN
+    problem := mailroom.address_problem(e.recipient_email);
+    IF problem IS NOT NULL THEN
+        RETURN 'recipient_email: ' || problem;
+    END IF;
+    IF e.recipient_name IS NOT NULL THEN
+        problem := coalesce(mailroom.header_text_problem(e.recipient_name),
+            CASE WHEN length(e.recipient_name) > 255
+                 THEN 'longer than ' || 255 || ' characters' END);
+        IF problem IS NOT NULL THEN
+            RETURN 'recipient_name: ' || problem;
+        END IF;
+    END IF;
+    problem := coalesce(mailroom.header_text_problem(e.subject),
+        CASE WHEN btrim(e.subject, E' \t') = '' THEN 'a subject is required'
+             WHEN length(e.subject) > 998
+             THEN 'longer than ' || 998 || ' characters' END);
+    IF problem IS NOT NULL THEN
+        RETURN 'subject: ' || problem;
+    END IF;
+    IF coalesce(octet_length(e.text_body), 0) + coalesce(octet_length(e.html_body), 0) > 26214400 THEN
+        RETURN 'text_body: the body exceeds the ' || 26214400 || '-byte limit';
+    END IF;
+    problem := mailroom.headers_problem(e.headers);
+    IF problem IS NOT NULL THEN
+        RETURN problem;
+    END IF;
+    IF e.to_extra IS NOT NULL OR e.cc IS NOT NULL OR e.bcc IS NOT NULL OR e.reply_to IS NOT NULL THEN
+        RETURN mailroom.recipients_problem(e);
+    END IF;
+    RETURN NULL;
+END $$;
+
+--
 -- Name: email_queue_before_insert(); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -218,6 +367,25 @@ BEGIN
             NEW.lease_token := NULL;
             NEW.lease_expires_at := NULL;
         END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: email_queue_content_rules(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.email_queue_content_rules() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    problem text := mailroom.email_content_problem(NEW);
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', problem
+            USING ERRCODE = 'check_violation', COLUMN = split_part(split_part(split_part(problem, ':', 1), '[', 1), '.', 1),
+                  TABLE = 'email_queue', SCHEMA = 'mailroom',
+                  HINT = 'mailroom.content_rules() shows the rules every writer of the queue obeys';
     END IF;
     RETURN NEW;
 END $$;
@@ -273,6 +441,53 @@ BEGIN
 END $$;
 
 --
+-- Name: enqueue(text[], text, text, text, text, text[], text[], text[], jsonb, text, timestamp with time zone, integer, integer, text, text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.enqueue(recipients text[], subject text, text_body text DEFAULT NULL::text, html_body text DEFAULT NULL::text, to_name text DEFAULT NULL::text, cc text[] DEFAULT NULL::text[], bcc text[] DEFAULT NULL::text[], reply_to text[] DEFAULT NULL::text[], headers jsonb DEFAULT '{}'::jsonb, idempotency_key text DEFAULT NULL::text, scheduled_for timestamp with time zone DEFAULT NULL::timestamp with time zone, priority integer DEFAULT 0, max_retries integer DEFAULT NULL::integer, reference_type text DEFAULT NULL::text, reference_id text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    new_id bigint;
+    bad text;
+BEGIN
+    bad := CASE
+        WHEN recipients IS NULL OR cardinality(recipients) = 0 THEN 'recipients: at least one To address is required'
+        WHEN array_ndims(recipients) <> 1 THEN 'recipients: a list of addresses, one dimension'
+        WHEN subject IS NULL THEN 'subject: a subject is required'
+        WHEN coalesce(btrim(text_body), '') = '' AND coalesce(btrim(html_body), '') = ''
+            THEN 'text_body: a body is required: text_body, html_body or both'
+        WHEN headers IS NOT NULL AND jsonb_typeof(headers) <> 'object' THEN 'headers: must be a JSON object of name to text'
+        WHEN priority IS NULL OR priority NOT BETWEEN -1000 AND 1000 THEN 'priority: must be between -1000 and 1000'
+        WHEN max_retries NOT BETWEEN 0 AND 100 THEN 'max_retries: must be between 0 and 100'
+        WHEN length(idempotency_key) NOT BETWEEN 1 AND 255 THEN 'idempotency_key: must be 1 to 255 characters'
+    END;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION '%', bad USING ERRCODE = 'invalid_parameter_value', COLUMN = split_part(bad, ':', 1);
+    END IF;
+    INSERT INTO mailroom.email_queue AS q (
+        recipient_email, to_extra, cc, bcc, reply_to, recipient_name, subject, text_body, html_body, headers,
+        priority, scheduled_for, max_retries, idempotency_key, transactional, reference_type, reference_id,
+        created_by)
+    VALUES (
+        mailroom.normalise_address(recipients[1]),
+        mailroom.normalise_addresses(recipients[2:]),
+        mailroom.normalise_addresses(cc), mailroom.normalise_addresses(bcc),
+        mailroom.normalise_addresses(reply_to),
+        to_name, btrim(subject, E' \t'), text_body, html_body, coalesce(headers, '{}'), priority,
+        coalesce(scheduled_for, now()), coalesce(max_retries, 5), idempotency_key, true,
+        reference_type, reference_id, session_user)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING q.id INTO new_id;
+    IF new_id IS NULL THEN
+        SELECT e.id INTO new_id FROM mailroom.email_queue e WHERE e.idempotency_key = enqueue.idempotency_key;
+    END IF;
+    RETURN new_id;
+END $$;
+
+--
 -- Name: ensure_month_partitions(text, date, integer); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -311,6 +526,91 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+--
+-- Name: grant_app_role(name); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.grant_app_role(role_name name) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA mailroom TO %I', role_name);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.enqueue(text[], text, text, text, text, text[], text[], '
+                   'text[], jsonb, text, timestamptz, integer, integer, text, text) TO %I', role_name);
+    EXECUTE format('GRANT SELECT ON mailroom.my_emails TO %I', role_name);
+END $$;
+
+--
+-- Name: grant_read_only_role(name); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.grant_read_only_role(role_name name) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    t record;
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA mailroom TO %I', role_name);
+    FOR t IN
+        SELECT c.relname, string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) AS columns
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'mailroom'
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        WHERE c.relkind IN ('r', 'p', 'v')
+          AND NOT EXISTS (SELECT 1 FROM mailroom.secret_columns() s
+                          WHERE s.table_name = c.relname AND s.column_name = a.attname)
+        GROUP BY c.relname
+    LOOP
+        EXECUTE format('GRANT SELECT (%s) ON mailroom.%I TO %I', t.columns, t.relname, role_name);
+    END LOOP;
+END $$;
+
+--
+-- Name: header_text_problem(text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.header_text_problem(value text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE
+        WHEN value ~  E'[\\x00-\\x1f\\x7f\\x85\\u2028\\u2029]' THEN
+            'control character ' || to_json(substring(value FROM '(' ||  E'[\\x00-\\x1f\\x7f\\x85\\u2028\\u2029]' || ')'))::text
+            || ' is not allowed in a header'
+        WHEN value ~  E'=\\?[^?\\s]+\\?[BbQq]\\?[^?\\s]*\\?=' THEN
+            'looks like an RFC 2047 encoded word; give the plain text instead'
+        WHEN length(value) > 998 THEN
+            'longer than ' || 998 || ' characters'
+    END
+$$;
+
+--
+-- Name: headers_problem(jsonb); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.headers_problem(headers jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+    SELECT CASE
+        WHEN headers IS NULL OR headers = '{}'::jsonb THEN NULL
+        WHEN jsonb_typeof(headers) <> 'object' THEN 'headers: must be a JSON object of name to text'
+        ELSE (
+            SELECT 'headers.' || left(k, 80) || ': ' || CASE
+                WHEN k !~ '^[!-9;-~]{1,76}$' THEN 'not a valid header name'
+                WHEN lower(k) = ANY (ARRAY['from', 'to', 'cc', 'bcc', 'reply-to', 'subject', 'date', 'message-id', 'mime-version', 'content-type', 'content-transfer-encoding', 'content-disposition', 'return-path', 'received', 'sender', 'dkim-signature', 'list-unsubscribe', 'list-unsubscribe-post']::text[])
+                     AND lower(k) <> ALL (ARRAY['list-unsubscribe', 'list-unsubscribe-post']::text[]) THEN
+                    'this header is set by Mailroom and cannot be overridden'
+                WHEN jsonb_typeof(v) <> 'string' THEN 'a header value must be text'
+                ELSE mailroom.header_text_problem(v #>> '{}')
+            END
+            FROM jsonb_each(headers) AS h(k, v)
+            WHERE k !~ '^[!-9;-~]{1,76}$'
+               OR (lower(k) = ANY (ARRAY['from', 'to', 'cc', 'bcc', 'reply-to', 'subject', 'date', 'message-id', 'mime-version', 'content-type', 'content-transfer-encoding', 'content-disposition', 'return-path', 'received', 'sender', 'dkim-signature', 'list-unsubscribe', 'list-unsubscribe-post']::text[]) AND lower(k) <> ALL (ARRAY['list-unsubscribe', 'list-unsubscribe-post']::text[]))
+               OR jsonb_typeof(v) <> 'string'
+               OR mailroom.header_text_problem(v #>> '{}') IS NOT NULL
+            ORDER BY k LIMIT 1)
+    END
+$_$;
 
 --
 -- Name: is_time_zone(text); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -367,6 +667,31 @@ CREATE FUNCTION mailroom.next_birthday_of(person uuid, dob date, zone text, at t
         (SELECT max(e.local_due_at)::date FROM mailroom.events e
          WHERE e.person_id = person AND e.event_type = 'birthday'
            AND e.status IN ('completed', 'missed', 'failed')) + 1))
+$$;
+
+--
+-- Name: normalise_address(text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.normalise_address(address text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+    -- The local part as given, the domain in lower case: what the Python API stores.
+    SELECT CASE WHEN position('@' IN btrim(address)) > 0
+        THEN regexp_replace(btrim(address), '@[^@]*$', '') || '@' || lower(regexp_replace(btrim(address), '^.*@', ''))
+        ELSE btrim(address) END
+$_$;
+
+--
+-- Name: normalise_addresses(text[]); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.normalise_addresses(addresses text[]) RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN cardinality(addresses) > 0
+        THEN ARRAY(SELECT mailroom.normalise_address(a) FROM unnest(addresses) WITH ORDINALITY AS x(a, i) ORDER BY i)
+    END
 $$;
 
 --
@@ -552,6 +877,25 @@ CREATE FUNCTION mailroom.random_secret() RETURNS bytea
     AS $$
     SELECT decode(md5(gen_random_uuid()::text || gen_random_uuid()::text)
                   || md5(gen_random_uuid()::text || gen_random_uuid()::text), 'hex')
+$$;
+
+--
+-- Name: recipients_problem(mailroom.email_queue); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.recipients_problem(e mailroom.email_queue) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(
+        mailroom.address_list_problem('to_extra', e.to_extra),
+        mailroom.address_list_problem('cc', e.cc),
+        mailroom.address_list_problem('bcc', e.bcc),
+        mailroom.address_list_problem('reply_to', e.reply_to),
+        CASE WHEN 1 + coalesce(cardinality(e.to_extra), 0) + coalesce(cardinality(e.cc), 0)
+                    + coalesce(cardinality(e.bcc), 0) > 100
+             THEN 'recipients: more than ' || 100 || ' recipients' END,
+        CASE WHEN cardinality(e.reply_to) > 100
+             THEN 'reply_to: more than ' || 100 || ' addresses' END)
 $$;
 
 --
@@ -801,6 +1145,18 @@ BEGIN
     GET DIAGNOSTICS created = ROW_COUNT;
     RETURN created;
 END $$;
+
+--
+-- Name: secret_columns(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.secret_columns() RETURNS TABLE(table_name name, column_name name)
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    VALUES ('sender_accounts'::name, 'smtp_password_encrypted'::name),
+           ('sender_accounts', 'dkim_private_key_encrypted'),
+           ('tokens', 'secret'), ('tokens', 'secret_hash'), ('tokens', 'code')
+$$;
 
 --
 -- Name: sender_accounts_before_update(); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -1175,73 +1531,6 @@ CREATE TABLE mailroom.documents (
 );
 
 --
--- Name: email_queue; Type: TABLE; Schema: mailroom; Owner: -
---
-
-CREATE TABLE mailroom.email_queue (
-    id bigint NOT NULL,
-    recipient_email text NOT NULL,
-    recipient_name text,
-    subject text NOT NULL,
-    text_body text,
-    html_body text,
-    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
-    template text,
-    locale text,
-    template_data jsonb,
-    priority integer DEFAULT 0 NOT NULL,
-    scheduled_for timestamp with time zone DEFAULT now() NOT NULL,
-    status text DEFAULT 'pending'::text NOT NULL,
-    lease_owner text,
-    lease_token uuid,
-    lease_expires_at timestamp with time zone,
-    sender_account_id bigint,
-    retry_count integer DEFAULT 0 NOT NULL,
-    max_retries integer DEFAULT 5 NOT NULL,
-    next_retry_at timestamp with time zone,
-    last_error text,
-    error_details jsonb,
-    suppression_reason text,
-    idempotency_key text,
-    campaign_id text,
-    transactional boolean DEFAULT true NOT NULL,
-    track_opens boolean DEFAULT false NOT NULL,
-    track_clicks boolean DEFAULT false NOT NULL,
-    tracking_token uuid,
-    reference_type text,
-    reference_id text,
-    message_id text,
-    created_by text,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    assigned_at timestamp with time zone,
-    sent_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    unsubscribe_token uuid,
-    to_extra text[],
-    cc text[],
-    bcc text[],
-    reply_to text[],
-    CONSTRAINT email_queue_campaign_id_check CHECK (((length(campaign_id) >= 1) AND (length(campaign_id) <= 100))),
-    CONSTRAINT email_queue_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL))),
-    CONSTRAINT email_queue_check1 CHECK ((retry_count <= max_retries)),
-    CONSTRAINT email_queue_check2 CHECK (((status = 'assigned'::text) = ((lease_token IS NOT NULL) AND (lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
-    CONSTRAINT email_queue_check3 CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
-    CONSTRAINT email_queue_check4 CHECK (((status <> 'suppressed'::text) OR (suppression_reason IS NOT NULL))),
-    CONSTRAINT email_queue_check5 CHECK (((status <> ALL (ARRAY['sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text])) OR (finished_at IS NOT NULL))),
-    CONSTRAINT email_queue_check6 CHECK (((status <> 'failed'::text) OR (last_error IS NOT NULL))),
-    CONSTRAINT email_queue_headers_check CHECK ((jsonb_typeof(headers) = 'object'::text)),
-    CONSTRAINT email_queue_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255))),
-    CONSTRAINT email_queue_max_retries_check CHECK (((max_retries >= 0) AND (max_retries <= 100))),
-    CONSTRAINT email_queue_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
-    CONSTRAINT email_queue_recipient_email_check CHECK ((((length(recipient_email) >= 3) AND (length(recipient_email) <= 254)) AND (recipient_email !~ '[\x00-\x20\x7f<>]'::text))),
-    CONSTRAINT email_queue_recipient_name_check CHECK ((recipient_name !~ '[\x00-\x1f\x7f]'::text)),
-    CONSTRAINT email_queue_retry_count_check CHECK ((retry_count >= 0)),
-    CONSTRAINT email_queue_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text]))),
-    CONSTRAINT email_queue_subject_check CHECK ((subject !~ '[\x00-\x1f\x7f]'::text))
-);
-
---
 -- Name: email_queue_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
 --
 
@@ -1338,6 +1627,31 @@ CREATE TABLE mailroom.jobs (
     last_seq bigint DEFAULT 0 NOT NULL,
     last_run_at timestamp with time zone
 );
+
+--
+-- Name: my_emails; Type: VIEW; Schema: mailroom; Owner: -
+--
+
+CREATE VIEW mailroom.my_emails WITH (security_barrier='true') AS
+ SELECT id,
+    status,
+    recipient_email,
+    subject,
+    idempotency_key,
+    reference_type,
+    reference_id,
+    priority,
+    scheduled_for,
+    created_at,
+    sent_at,
+    finished_at,
+    retry_count,
+    max_retries,
+    next_retry_at,
+    last_error,
+    suppression_reason
+   FROM mailroom.email_queue
+  WHERE (created_by = SESSION_USER);
 
 --
 -- Name: open_events; Type: TABLE; Schema: mailroom; Owner: -
@@ -2559,6 +2873,12 @@ CREATE TRIGGER email_queue_before_insert BEFORE INSERT ON mailroom.email_queue F
 CREATE TRIGGER email_queue_before_update BEFORE UPDATE ON mailroom.email_queue FOR EACH ROW EXECUTE FUNCTION mailroom.email_queue_before_update();
 
 --
+-- Name: email_queue email_queue_content_rules; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER email_queue_content_rules BEFORE INSERT OR UPDATE OF recipient_email, recipient_name, subject, text_body, html_body, headers, to_extra, cc, bcc, reply_to ON mailroom.email_queue FOR EACH ROW EXECUTE FUNCTION mailroom.email_queue_content_rules();
+
+--
 -- Name: email_queue email_queue_keep_archived; Type: TRIGGER; Schema: mailroom; Owner: -
 --
 
@@ -2822,6 +3142,12 @@ ALTER TABLE ONLY mailroom.tokens
 
 ALTER TABLE ONLY mailroom.tracked_links
     ADD CONSTRAINT tracked_links_email_id_fkey FOREIGN KEY (email_id) REFERENCES mailroom.email_queue(id) ON DELETE CASCADE;
+
+--
+-- Name: FUNCTION enqueue(recipients text[], subject text, text_body text, html_body text, to_name text, cc text[], bcc text[], reply_to text[], headers jsonb, idempotency_key text, scheduled_for timestamp with time zone, priority integer, max_retries integer, reference_type text, reference_id text); Type: ACL; Schema: mailroom; Owner: -
+--
+
+REVOKE ALL ON FUNCTION mailroom.enqueue(recipients text[], subject text, text_body text, html_body text, to_name text, cc text[], bcc text[], reply_to text[], headers jsonb, idempotency_key text, scheduled_for timestamp with time zone, priority integer, max_retries integer, reference_type text, reference_id text) FROM PUBLIC;
 
 --
 -- PostgreSQL database dump complete

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.worker.helpers import add_sender, enqueue_many, refuse_writes, statuses
+from tests.worker.helpers import BYPASS_RULES, add_sender, enqueue_many, refuse_writes, statuses
 from worker.core.config import Settings
 from worker.devtools.sink import RunningSink, Stall, start_sink
 from worker.engine import claim as claiming
@@ -417,6 +417,7 @@ async def test_a_row_written_around_the_api_is_checked_again_and_failed_not_sent
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(BYPASS_RULES)
         conn.execute(
             "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, headers) VALUES"
             " ('hostile@example.com', %s, 'body', %s::jsonb), ('fine@example.com', 'Fine', 'body', '{}')",

@@ -10,34 +10,19 @@ from functools import lru_cache
 
 from email_validator import SPECIAL_USE_DOMAIN_NAMES, EmailNotValidError, validate_email
 
-# C0 controls, DEL, and the Unicode line breaks that Python's str.splitlines() honours
-# (NEL, LS, PS, FS, GS, RS, VT, FF): any of them in a header is an injection attempt.
-_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
-_HEADER_NAME = re.compile(r"^[!-9;-~]{1,76}$")
+from worker.core.rules import rules
+
+# C0 controls, DEL, and the Unicode line breaks that Python's str.splitlines() honours (NEL, LS,
+# PS, FS, GS, RS, VT, FF): any of them in a header is an injection attempt. These patterns and the
+# reserved names come from the specification the database enforces too (`worker.core.rules`).
+_FORBIDDEN = rules().forbidden
+_ENCODED_WORD = rules().encoded_word
+_HEADER_NAME = rules().header_name
+_ADDRESS = rules().address
 _READER = email.policy.default
 
 # Headers Mailroom writes itself; a caller may not set or override them.
-RESERVED_HEADERS = frozenset(
-    {
-        "from",
-        "to",
-        "cc",
-        "bcc",
-        "subject",
-        "date",
-        "message-id",
-        "mime-version",
-        "content-type",
-        "content-transfer-encoding",
-        "content-disposition",
-        "return-path",
-        "received",
-        "sender",
-        "dkim-signature",
-        "list-unsubscribe",
-        "list-unsubscribe-post",
-    }
-)
+RESERVED_HEADERS = rules().reserved_headers
 
 
 class ValidationError(ValueError):
@@ -64,7 +49,11 @@ def check_header_text(field: str, value: str) -> str:
         hidden = _FORBIDDEN.search(decoded or "")
         if hidden:
             raise ValidationError(field, f"encoded word decodes to control character {hidden.group()!r}")
-        if decoded != value or str(_READER.header_factory("subject", value)) != value:
+        if (
+            decoded != value
+            or _ENCODED_WORD.search(value)
+            or str(_READER.header_factory("subject", value)) != value
+        ):
             raise ValidationError(field, "looks like an RFC 2047 encoded word; give the plain text instead")
     return value
 
@@ -111,9 +100,13 @@ def normalise_address(field: str, address: object) -> str:
     if fast is not None:
         return fast
     try:
-        return _normalise_address(address)
+        normalised = _normalise_address(address)
     except EmailNotValidError as exc:
         raise ValidationError(field, f"invalid email address: {exc}") from None
+    if not _ADDRESS.match(normalised):
+        # email-validator accepts a few forms the database's rule does not (a numeric top-level domain).
+        raise ValidationError(field, "invalid email address: not a plain ASCII mailbox address")
+    return normalised
 
 
 def check_header_name(name: str) -> str:

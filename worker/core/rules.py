@@ -1,0 +1,60 @@
+"""The content rules every writer of the queue obeys, from one specification (`content_rules.json`).
+
+Python's validation reads them here; revision 0006 writes the same file into the database's checks,
+so a plain INSERT, an UPDATE, COPY, `mailroom.enqueue(...)` and the Python API refuse the same rows.
+`mailroom.content_rules()` returns the specification the database enforces; a test holds the two equal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ContentRules:
+    """The specification, with its patterns compiled for Python."""
+
+    spec: dict[str, Any]
+    forbidden: re.Pattern[str]
+    encoded_word: re.Pattern[str]
+    header_name: re.Pattern[str]
+    address: re.Pattern[str]
+    reserved_headers: frozenset[str]
+    stored_by_mailroom: frozenset[str]
+    max_address_chars: int
+    max_header_value_chars: int
+    max_name_chars: int
+    max_subject_chars: int
+    max_body_bytes: int
+    max_recipients: int
+
+
+def spec_text() -> str:
+    """The specification file as shipped (what revision 0006 installs)."""
+    return resources.files("worker.core").joinpath("content_rules.json").read_text(encoding="utf-8")
+
+
+@cache
+def rules() -> ContentRules:
+    """The shipped rules, loaded once."""
+    spec: dict[str, Any] = json.loads(spec_text())
+    return ContentRules(
+        spec=spec,
+        forbidden=re.compile(spec["forbidden_in_headers"]),
+        encoded_word=re.compile(spec["encoded_word"]),
+        header_name=re.compile(spec["header_name"]),
+        address=re.compile(spec["address"]),
+        reserved_headers=frozenset(spec["reserved_headers"]),
+        stored_by_mailroom=frozenset(spec["stored_by_mailroom"]),
+        max_address_chars=int(spec["max_address_chars"]),
+        max_header_value_chars=int(spec["max_header_value_chars"]),
+        max_name_chars=int(spec["max_name_chars"]),
+        max_subject_chars=int(spec["max_subject_chars"]),
+        max_body_bytes=int(spec["max_body_bytes"]),
+        max_recipients=int(spec["max_recipients"]),
+    )
