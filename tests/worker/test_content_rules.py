@@ -163,19 +163,22 @@ def test_copy_of_the_hostile_case_is_refused(
     conn: psycopg.Connection[Any], field: str, value: Any, reason: str
 ) -> None:
     row = _row(field, value)
-    with pytest.raises(errors.CheckViolation, match=reason), conn.transaction():
-        with conn.cursor().copy(
+    with (
+        pytest.raises(errors.CheckViolation, match=reason),
+        conn.transaction(),
+        conn.cursor().copy(
             "COPY mailroom.email_queue (recipient_email, recipient_name, subject, text_body, headers) FROM STDIN"
-        ) as copy:
-            copy.write_row(
-                (
-                    row["recipient_email"],
-                    row["recipient_name"],
-                    row["subject"],
-                    "body",
-                    json.dumps(row["headers"]),
-                )
+        ) as copy,
+    ):
+        copy.write_row(
+            (
+                row["recipient_email"],
+                row["recipient_name"],
+                row["subject"],
+                "body",
+                json.dumps(row["headers"]),
             )
+        )
 
 
 SQL_ONLY: list[tuple[str, str, str]] = [

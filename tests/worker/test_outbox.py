@@ -176,7 +176,8 @@ def test_bad_input_is_rejected_naming_the_field_and_nothing_is_stored(
     [
         ("{not json", "line"),
         ("[1, 2]", "line"),
-        ('{"to": "a@example.com", "subject": "s", "text": "b", "bcc": "x@y.z"}', "bcc"),
+        ('{"to": "a@example.com", "subject": "s", "text": "b", "bcc": 5}', "bcc"),
+        ('{"to": "a@example.com", "subject": "s", "text": "b", "sender": "x@y.z"}', "sender"),
         (
             '{"to": "a@example.com", "subject": "s", "text": "b", "scheduled_for": "tomorrow"}',
             "scheduled_for",

@@ -26,6 +26,15 @@ def _int(name: str, default: int, minimum: int = 0) -> int:
     return value
 
 
+def _recipients_limit() -> int:
+    from worker.core.rules import rules
+
+    value = _int("MAILROOM_MAX_RECIPIENTS", 50, minimum=1)
+    if value > rules().max_recipients:
+        raise ConfigError(f"MAILROOM_MAX_RECIPIENTS must be at most {rules().max_recipients}, got {value}")
+    return value
+
+
 def _float(name: str, default: float, minimum: float = 0.0) -> float:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -72,6 +81,8 @@ class Settings:
     default_locale: str = "en"
     max_subject_chars: int = 998
     max_body_bytes: int = 10 * 1024 * 1024
+    # recipients of one email (To, Cc and Bcc together); the database's ceiling is content_rules.json's
+    max_recipients: int = 50
     default_max_retries: int = 5
     retry_base_seconds: float = 60.0
     retry_cap_seconds: float = 6 * 3600.0
@@ -126,6 +137,7 @@ class Settings:
             default_locale=os.environ.get("MAILROOM_DEFAULT_LOCALE", "en"),
             max_subject_chars=_int("MAILROOM_MAX_SUBJECT_CHARS", 998, minimum=1),
             max_body_bytes=_int("MAILROOM_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1),
+            max_recipients=_recipients_limit(),
             default_max_retries=_int("MAILROOM_MAX_RETRIES", 5),
             retry_base_seconds=_float("MAILROOM_RETRY_BASE_SECONDS", 60.0),
             retry_cap_seconds=_float("MAILROOM_RETRY_CAP_SECONDS", 6 * 3600.0),

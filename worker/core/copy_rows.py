@@ -63,7 +63,15 @@ def _copy_value(value: Any) -> str:
         return value.translate(_COPY_ESCAPES)
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, list):
+        return _array(value)
     return str(value)
+
+
+def _array(addresses: list[str]) -> str:
+    # A text[] literal of validated addresses: atext holds no quote, backslash or white space but may
+    # hold braces, so each element is quoted, and needs no escape.
+    return "{" + ",".join(f'"{a}"' for a in addresses) + "}"
 
 
 class _NotPlain(Exception):
@@ -78,6 +86,8 @@ def _plain_value(value: Any) -> str:
     if kind is datetime:
         stamp: str = value.isoformat()
         return stamp
+    if kind is list:
+        return _array(value)
     raise _NotPlain
 
 

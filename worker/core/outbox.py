@@ -20,9 +20,12 @@ from worker.core.validation import ValidationError, check_header_name, check_hea
 
 @dataclass(frozen=True)
 class EmailRequest:
-    """One email to enqueue: literal content, or a template with its data (rendered now, stored as sent)."""
+    """One email to enqueue: literal content, or a template with its data (rendered now, stored as sent).
 
-    to: str
+    `to` is one address or several (the first is the email's recipient in lists, logs and suppression);
+    `cc`, `bcc` and `reply_to` are lists; Bcc goes in the envelope only, never in a header."""
+
+    to: str | Sequence[str]
     subject: str | None = None
     text: str | None = None
     html: str | None = None
@@ -41,6 +44,9 @@ class EmailRequest:
     reference_id: str | None = None
     # open and click tracking: None = on for campaign email (MAILROOM_TRACK_CAMPAIGNS), off otherwise
     track: bool | None = None
+    cc: Sequence[str] | None = None
+    bcc: Sequence[str] | None = None
+    reply_to: Sequence[str] | None = None
 
 
 # Column order shared by the single INSERT and the bulk COPY.
@@ -67,6 +73,10 @@ COLUMNS = (
     "unsubscribe_token",
     "track_opens",
     "track_clicks",
+    "to_extra",
+    "cc",
+    "bcc",
+    "reply_to",
 )
 # A prepared row is COLUMNS followed by one more item: the email's tracked links, (token, url) each.
 LINKS = len(COLUMNS)
@@ -121,12 +131,19 @@ _TEXT_FIELDS = frozenset(
     }
 )
 _INT_FIELDS = frozenset({"priority", "max_retries"})
-FIELDS = _TEXT_FIELDS | _INT_FIELDS | {"data", "headers", "transactional", "track", "scheduled_for"}
+# One address or a list of addresses.
+_ADDRESS_FIELDS = frozenset({"to", "cc", "bcc", "reply_to"})
+FIELDS = (
+    _TEXT_FIELDS
+    | _INT_FIELDS
+    | _ADDRESS_FIELDS
+    | {"data", "headers", "transactional", "track", "scheduled_for"}
+)
 
 
 # An `EmailRequest`'s fields in order, as checked from one JSON line.
 _Fields = tuple[
-    str,
+    str | Sequence[str],
     str | None,
     str | None,
     str | None,
@@ -144,6 +161,9 @@ _Fields = tuple[
     str | None,
     str | None,
     bool | None,
+    Sequence[str] | None,
+    Sequence[str] | None,
+    Sequence[str] | None,
 ]
 
 
@@ -156,7 +176,7 @@ def _json_fields(obj: object) -> _Fields:
         if value is None:
             continue
         if key in _TEXT_FIELDS:
-            if type(value) is not str:
+            if type(value) is not str and not (key in _ADDRESS_FIELDS and _string_list(value)):
                 raise ValidationError(key, f"must be a string, got {type(value).__name__}")
         elif key in _INT_FIELDS:
             if type(value) is not int:
@@ -167,6 +187,9 @@ def _json_fields(obj: object) -> _Fields:
         elif key == "headers":
             if type(value) is not dict or not all(type(v) is str for v in value.values()):
                 raise ValidationError("headers", "must be a JSON object of string values")
+        elif key in _ADDRESS_FIELDS:
+            if type(value) is not str and not _string_list(value):
+                raise ValidationError(key, "must be an address or a list of addresses")
         elif key in ("transactional", "track"):
             if type(value) is not bool:
                 raise ValidationError(key, "must be true or false")
@@ -195,7 +218,18 @@ def _json_fields(obj: object) -> _Fields:
         get("reference_type"),
         get("reference_id"),
         get("track"),
+        _listed(get("cc")),
+        _listed(get("bcc")),
+        _listed(get("reply_to")),
     )
+
+
+def _string_list(value: object) -> bool:
+    return type(value) is list and all(type(v) is str for v in value)
+
+
+def _listed(value: str | list[str] | None) -> list[str] | None:
+    return [value] if isinstance(value, str) else value
 
 
 def request_from_json(obj: object) -> EmailRequest:
@@ -232,6 +266,9 @@ def prepare(
         r.reference_type,
         r.reference_id,
         r.track,
+        r.cc,
+        r.bcc,
+        r.reply_to,
         catalog,
         settings,
         created_by,
@@ -247,7 +284,7 @@ def prepare_json(
 
 # One parameter per `EmailRequest` field, in its order: building the request costs more than the checks.
 def _prepare_fields(
-    to: str,
+    to: str | Sequence[str],
     subject: str | None,
     text: str | None,
     html: str | None,
@@ -265,11 +302,18 @@ def _prepare_fields(
     reference_type: str | None,
     reference_id: str | None,
     track: bool | None,
+    cc: Sequence[str] | None,
+    bcc: Sequence[str] | None,
+    reply_to: Sequence[str] | None,
     catalog: TemplateCatalog | None,
     settings: Settings,
     created_by: str | None,
 ) -> tuple[Any, ...]:
-    recipient = _check_addressing(to, to_name, headers)
+    if type(to) is str and cc is None and bcc is None and reply_to is None:  # the common case, first
+        recipient, more = _check_addressing(to, to_name, headers), _ONE_RECIPIENT
+    else:
+        listed = [to] if isinstance(to, str) else list(to)
+        recipient, more = _check_many(listed, to_name, headers, cc, bcc, reply_to, settings)
     given_locale = locale
     if template is not None:
         subject, text, html, locale = _render(catalog, template, locale, data, subject, text, html)
@@ -278,7 +322,7 @@ def _prepare_fields(
     subject = _check_content(subject, text, html, to_name, settings)
     max_retries = _check_limits(priority, max_retries, idempotency_key, campaign_id, settings)
     transactional = campaign_id is None if transactional is None else transactional
-    tracked = None
+    tracked: tracking.Tracking | None = None
     # The one check the common bulk case pays: transactional email without tracking adds nothing.
     if track or not transactional:
         tracked = _tracked(html, headers, track, transactional, campaign_id, settings)
@@ -303,7 +347,49 @@ def _prepare_fields(
         reference_id,
         created_by,
         *_tracking_columns(tracked),
+        *more,
+        _links(tracked),
     )
+
+
+_ONE_RECIPIENT: tuple[list[str] | None, ...] = (None, None, None, None)
+
+
+def _address_list(field_name: str, addresses: Sequence[str] | None) -> list[str] | None:
+    """Normalised addresses of one list (None for none); each checked, named by its position."""
+    if addresses is None:
+        return None
+    if isinstance(addresses, str):
+        addresses = [addresses]
+    found = [normalise_address(f"{field_name}[{i}]", a) for i, a in enumerate(addresses, 1)]
+    return found or None
+
+
+def _check_many(
+    to: Sequence[str],
+    to_name: str | None,
+    headers: Mapping[str, str],
+    cc: Sequence[str] | None,
+    bcc: Sequence[str] | None,
+    reply_to: Sequence[str] | None,
+    settings: Settings,
+) -> tuple[str, tuple[list[str] | None, ...]]:
+    """The first To address and the columns of the others (more To, Cc, Bcc, Reply-To), checked."""
+    if not to:
+        raise ValidationError("to", "at least one address is required")
+    recipient = _check_addressing(to[0], to_name, headers)
+    lists = (
+        _address_list("to", to[1:]),
+        _address_list("cc", cc),
+        _address_list("bcc", bcc),
+        _address_list("reply_to", reply_to),
+    )
+    count = 1 + sum(len(found) for found in lists[:3] if found)
+    if count > settings.max_recipients or len(lists[3] or ()) > settings.max_recipients:
+        raise ValidationError(
+            "to", f"more than {settings.max_recipients} recipients (MAILROOM_MAX_RECIPIENTS)"
+        )
+    return recipient, lists
 
 
 def _tracked(
@@ -320,16 +406,15 @@ def _tracked(
 
 
 def _tracking_columns(tracked: tracking.Tracking | None) -> tuple[Any, ...]:
-    """Tracking token, unsubscribe token, opens, clicks and links: as applied, or none."""
+    """Tracking token, unsubscribe token, opens and clicks: as applied, or none."""
     if tracked is None:
-        return (None, None, False, False, ())
-    return (
-        tracked.tracking_token,
-        tracked.unsubscribe_token,
-        tracked.track_opens,
-        tracked.track_clicks,
-        tracked.links,
-    )
+        return (None, None, False, False)
+    return (tracked.tracking_token, tracked.unsubscribe_token, tracked.track_opens, tracked.track_clicks)
+
+
+def _links(tracked: tracking.Tracking | None) -> tuple[tuple[Any, str], ...]:
+    """The tracked links (token, url) of a prepared row, after its columns."""
+    return () if tracked is None else tracked.links
 
 
 def _check_addressing(to: str, to_name: str | None, headers: Mapping[str, str]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import signal
 import sys
 from pathlib import Path
@@ -23,7 +24,11 @@ Examples:
   mailroom db status                  the embedded server: pid, port, version, data directory, users
   mailroom db backup mailroom.dump    a pg_dump of the mailroom schema (mode 0600)
   mailroom db restore mailroom.dump   into an empty database (MAILROOM_DATABASE_URL)
-  mailroom db schema --check          compare the live schema with the one this version ships"""
+  mailroom db schema --check          compare the live schema with the one this version ships
+  mailroom db grant app shop          let role "shop" enqueue (mailroom.enqueue) and read its own
+                                      email's status (mailroom.my_emails), nothing else
+  mailroom db grant read-only grafana let role "grafana" read every table but the secrets
+                                      (after an upgrade, grant again: new tables need it)"""
 
 
 def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
@@ -34,6 +39,7 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         "serve": _serve,
         "backup": _backup,
         "restore": _restore,
+        "grant": _grant,
     }.get(args.db_command)
     if handler is not None:
         return handler(args, settings)
@@ -151,6 +157,35 @@ def _restore(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _actor() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _grant(args: argparse.Namespace, settings: Settings) -> int:
+    import psycopg
+
+    from worker.core import db
+    from worker.ops import roles
+
+    url = db.database_url(settings)
+    with psycopg.connect(url) as conn:
+        try:
+            created = roles.grant(conn, args.kind, args.role, create=args.create, actor=_actor())
+        except roles.RoleError as exc:
+            print(f"mailroom db grant: {exc}", file=sys.stderr)
+            return 2
+    what = "enqueue and read its own email's status" if args.kind == "app" else "read everything but secrets"
+    print(f"{'created role' if created else 'role'} {args.role}: may now {what}")
+    if created:
+        print(
+            f"it has no password yet: ALTER ROLE {args.role} PASSWORD '...' (or use certificate/peer login)"
+        )
+    return 0
+
+
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom db` and its actions."""
     parser = sub.add_parser(
@@ -182,4 +217,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     backup.add_argument("file", type=Path, metavar="FILE")
     restore = actions.add_parser("restore", help="restore a backup into an empty database")
     restore.add_argument("file", type=Path, metavar="FILE")
+    grant = actions.add_parser(
+        "grant", help="grant a role the least it needs: an application's (app) or a reader's (read-only)"
+    )
+    grant.add_argument(
+        "kind", choices=("app", "read-only"), help="app: enqueue and read own status; read-only"
+    )
+    grant.add_argument("role", help="the database role (lower-case letters, digits, _)")
+    grant.add_argument(
+        "--create", action="store_true", help="create the role (LOGIN, no password) if missing"
+    )
     parser.set_defaults(handler=cmd_db)

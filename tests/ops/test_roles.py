@@ -1,0 +1,130 @@
+"""Least privilege: an application's role enqueues and reads its own email's status, nothing else;
+a read-only role reads all but the secrets and changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from psycopg.conninfo import make_conninfo
+
+from worker.cli.main import main
+from worker.ops import roles
+
+
+def _as(db_url: str, role: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(make_conninfo(db_url, user=role))
+
+
+def _drop_role(db_url: str, role: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(f"DROP OWNED BY {role}")  # the test's own role name
+        conn.execute(f"DROP ROLE {role}")
+
+
+@pytest.fixture
+def app_role(db_url: str) -> Any:
+    with psycopg.connect(db_url) as conn:
+        assert roles.grant(conn, "app", "mr_test_app", create=True, actor="tester")
+    yield "mr_test_app"
+    _drop_role(db_url, "mr_test_app")
+
+
+@pytest.fixture
+def reader_role(db_url: str) -> Any:
+    with psycopg.connect(db_url) as conn:
+        roles.grant(conn, "read-only", "mr_test_reader", create=True, actor="tester")
+    yield "mr_test_reader"
+    _drop_role(db_url, "mr_test_reader")
+
+
+def test_the_app_role_enqueues_and_reads_only_its_own_emails_status(db_url: str, app_role: str) -> None:
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body) VALUES ('other@example.com', 's', 'b')"
+        )
+    with _as(db_url, app_role) as conn:
+        row = conn.execute(
+            "SELECT mailroom.enqueue(recipients => ARRAY['ada@example.com'], subject => 'Hi', text_body => 'b')"
+        ).fetchone()
+        assert row is not None
+        conn.commit()
+        mine = conn.execute("SELECT id, status, recipient_email FROM mailroom.my_emails").fetchall()
+    assert mine == [(row[0], "pending", "ada@example.com")]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT count(*) FROM mailroom.send_logs",
+        "SELECT smtp_password_encrypted FROM mailroom.sender_accounts",
+        "SELECT count(*) FROM mailroom.email_queue",
+        "SELECT count(*) FROM mailroom.tokens",
+        "SELECT count(*) FROM mailroom.audit_log",
+        "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body) VALUES ('a@example.com', 's', 'b')",
+        "UPDATE mailroom.email_queue SET status = 'cancelled'",
+        "SELECT mailroom.rescue_expired_claims()",
+    ],
+)
+def test_the_app_role_cannot_read_logs_secrets_or_other_tables(
+    db_url: str, app_role: str, statement: str
+) -> None:
+    with _as(db_url, app_role) as conn, pytest.raises(errors.InsufficientPrivilege):
+        conn.execute(statement)
+
+
+def test_the_read_only_role_reads_the_queue_but_no_secret_and_changes_nothing(
+    db_url: str, reader_role: str
+) -> None:
+    with _as(db_url, reader_role) as conn:
+        assert conn.execute("SELECT count(*) FROM mailroom.email_queue").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM mailroom.send_logs").fetchone() == (0,)
+        assert (
+            conn.execute("SELECT name, status, circuit_state FROM mailroom.sender_accounts").fetchall() == []
+        )
+        for statement in (
+            "SELECT smtp_password_encrypted FROM mailroom.sender_accounts",
+            "SELECT secret_hash FROM mailroom.tokens",
+            "UPDATE mailroom.email_queue SET status = 'cancelled'",
+            "DELETE FROM mailroom.bounce_list",
+            "SELECT mailroom.enqueue(recipients => ARRAY['a@example.com'], subject => 's', text_body => 'b')",
+        ):
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(statement)
+            conn.rollback()
+
+
+def test_nobody_else_may_call_the_enqueue_function(db_url: str, reader_role: str) -> None:
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT has_function_privilege('public', 'mailroom.enqueue(text[], text, text, text, text, text[],"
+            " text[], text[], jsonb, text, timestamptz, integer, integer, text, text)', 'EXECUTE')"
+        ).fetchone()
+    assert row == (False,)
+
+
+def test_db_grant_through_the_cli_creates_the_role_and_audits_it(
+    db_url: str, cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        assert main(["db", "grant", "app", "mr_cli_app", "--create"]) == 0
+        assert "created role mr_cli_app" in capsys.readouterr().out
+        assert main(["db", "grant", "app", "mr_cli_app"]) == 0
+        with psycopg.connect(db_url) as conn:
+            audit = conn.execute(
+                "SELECT action, target, detail->>'created' FROM mailroom.audit_log ORDER BY id"
+            ).fetchall()
+        assert audit == [("role.grant", "mr_cli_app", "true"), ("role.grant", "mr_cli_app", "false")]
+    finally:
+        _drop_role(db_url, "mr_cli_app")
+
+
+def test_db_grant_refuses_a_missing_role_without_create_and_a_bad_name(
+    cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["db", "grant", "read-only", "mr_nobody"]) == 2
+    assert "does not exist; add --create" in capsys.readouterr().err
+    assert main(["db", "grant", "read-only", "Robert'); DROP TABLE x;--"]) == 2
+    assert "lower-case letters" in capsys.readouterr().err
