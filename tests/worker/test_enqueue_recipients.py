@@ -7,8 +7,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from worker.core.copy_rows import insert_batch
 from worker.core.config import Settings
+from worker.core.copy_rows import insert_batch
 from worker.core.outbox import EmailRequest, enqueue, prepare_json
 from worker.core.validation import ValidationError
 
