@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
@@ -12,21 +13,33 @@ from typing import Any
 from worker.core.config import ConfigError, Settings
 
 EXPORT_HELP = """\
-Write everything stored about EMAIL as one JSON document: its emails (queued and archived), every
-delivery attempt, opens, clicks, tracked links, unsubscribe and bounce entries, inbox events,
-document signers, signatures and reminders, accounts and people rows. Written to standard output,
-or to --output (created with mode 0600)."""
+Write everything stored about EMAIL as one JSON document: its emails (queued, and archived in any
+final state: sent, failed, expired, cancelled, suppressed), every delivery attempt, opens, clicks,
+tracked links, unsubscribe and bounce entries, inbox events, document signers, signatures and
+reminders, accounts and people rows. Written to standard output, or to --output (created with mode
+0600). The export is recorded in the audit trail (action privacy.export, your OS user, the address
+masked, how many rows)."""
 
 ERASE_HELP = """\
-Anonymise EMAIL everywhere, in one transaction, archive files included: the address becomes
-erased-<random>@erased.invalid; names, subjects, bodies, template data, IP addresses and user agents
-are cleared. Counts, timestamps and statuses stay. Email not yet sent to it is cancelled. Signatures
-are kept unchanged (signed evidence; rewriting them would break the chain), and so are the signers
-of documents they signed and those documents' reminder logs: `docs verify` still passes and
-`privacy export` still lists them. Signer rows of documents not yet signed are anonymised and get no
-more reminders. While a worker is sending email to the address the erasure is refused (exit
-status 2, nothing changed): run it again once that send is done. The address is put on no list unless --suppress is given, which keeps it (or puts
-it) on the unsubscribe list with source 'privacy'."""
+Anonymise EMAIL everywhere, in one transaction, archive files of every final state included (sent,
+failed, expired, cancelled, suppressed): the address becomes erased-<random>@erased.invalid; names,
+subjects, bodies, template data, IP addresses and user agents are cleared. Counts, timestamps and
+statuses stay. Email not yet sent to it is cancelled. Signatures are kept unchanged (signed
+evidence; rewriting them would break the chain), and so are the signers of documents they signed and
+those documents' reminder logs: `docs verify` still passes and `privacy export` still lists them.
+Signer rows of documents not yet signed are anonymised and get no more reminders. While a worker is
+sending email to the address the erasure is refused (exit status 2, nothing changed): run it again
+once that send is done. The address is put on no list unless --suppress is given, which keeps it (or
+puts it) on the unsubscribe list with source 'privacy'. The erasure is recorded in the audit trail
+(action privacy.erase, your OS user, the address masked, how many rows) in the same transaction."""
+
+
+def _operator() -> str:
+    """The OS user asking, for the audit row (empty: the database role stands in)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
 
 
 def _progress(verb: str) -> Callable[[int, int], None]:
@@ -49,7 +62,7 @@ def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
     directory = archive_directory(settings)
     if args.privacy_command == "export":
         with connect(database_url(settings)) as conn:
-            data = export_address(conn, address, directory, progress=_progress("searched"))
+            data = export_address(conn, address, directory, progress=_progress("searched"), actor=_operator())
         text = json.dumps(data, default=jsonable, indent=2, ensure_ascii=False) + "\n"
         if args.output in (None, "-"):
             sys.stdout.write(text)
@@ -72,7 +85,12 @@ def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
             return 1
     with connect(database_url(settings)) as conn:
         report = erase_address(
-            conn, address, suppress=args.suppress, archive_dir=directory, progress=_progress("searched")
+            conn,
+            address,
+            suppress=args.suppress,
+            archive_dir=directory,
+            progress=_progress("searched"),
+            actor=_operator(),
         )
     if args.json:
         print(
