@@ -293,3 +293,26 @@ def test_default_ages_and_their_environment_variables(monkeypatch: pytest.Monkey
         read.archive_cancelled_after_days,
         read.archive_suppressed_after_days,
     ) == (3, 4, 1, 2)
+
+
+def test_rows_archived_before_the_revision_become_sent_ones_and_the_undo_restores_0005(
+    empty_db_url: str,
+) -> None:
+    from worker.core import db
+    from worker.core.schema import dump_schema
+
+    db.upgrade(empty_db_url, "0005")
+    at_0005 = dump_schema(empty_db_url)
+    with psycopg.connect(empty_db_url) as conn:
+        conn.execute(
+            "INSERT INTO mailroom.archived_emails (email_id, sent_at, campaign_id, track_opens, track_clicks)"
+            " VALUES (7, '2026-01-02 03:04:05+00', 'spring', true, false)"
+        )
+    db.upgrade(empty_db_url)
+    with psycopg.connect(empty_db_url) as conn:
+        row = conn.execute(
+            "SELECT status, finished_at = sent_at, last_error, bounced FROM mailroom.archived_emails"
+        ).fetchone()
+    assert row == ("sent", True, None, False)
+    db.downgrade(empty_db_url, "0005")
+    assert dump_schema(empty_db_url) == at_0005
