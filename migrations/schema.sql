@@ -229,6 +229,8 @@ END $$;
 CREATE FUNCTION mailroom.email_queue_keep_archived() RETURNS trigger
     LANGUAGE plpgsql
     AS $_$
+DECLARE
+    keep_from timestamptz;
 BEGIN
     INSERT INTO mailroom.archived_emails
         (email_id, sent_at, campaign_id, unsubscribe_token, track_opens, track_clicks,
@@ -243,9 +245,10 @@ BEGIN
       AND (campaign_id IS NOT NULL
            OR (status = 'sent' AND unsubscribe_token IS NOT NULL AND NOT transactional))
     ON CONFLICT DO NOTHING;
-    -- A day of margin: an email's last send log is written in the transaction that ends it.
-    DELETE FROM mailroom.archived_emails
-    WHERE finished_at < (SELECT min(attempted_at) FROM mailroom.send_logs) - interval '1 day';
+    -- A day of margin: an email's last send log is written in the transaction that ends it. Sent
+    -- rows go by sent_at as they always did; the others by finished_at (both BRIN-indexed).
+    keep_from := (SELECT min(attempted_at) FROM mailroom.send_logs) - interval '1 day';
+    DELETE FROM mailroom.archived_emails WHERE sent_at < keep_from OR finished_at < keep_from;
     RETURN NULL;
 END;
 $_$;
@@ -1011,9 +1014,10 @@ CREATE TABLE mailroom.archived_emails (
     track_opens boolean NOT NULL,
     track_clicks boolean NOT NULL,
     status text DEFAULT 'sent'::text NOT NULL,
-    finished_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
     last_error text,
     bounced boolean DEFAULT false NOT NULL,
+    CONSTRAINT archived_emails_finished_check CHECK (((status = 'sent'::text) OR (finished_at IS NOT NULL))),
     CONSTRAINT archived_emails_sent_check CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
     CONSTRAINT archived_emails_status_check CHECK ((status = ANY (ARRAY['sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text])))
 );

@@ -344,6 +344,20 @@ _ERASURES: tuple[tuple[str, str], ...] = (
 )
 
 
+def _erasure_params(addr: str, anon_local: str, pattern: str, suppress: bool) -> dict[str, Any]:
+    """The parameters every statement of `_ERASURES` draws on."""
+    return {
+        "addr": addr,
+        "anon": f"{anon_local}@{ERASED_DOMAIN}",
+        "anon_local": anon_local,
+        "domain": ERASED_DOMAIN,
+        "erased": ERASED,
+        "re": pattern,
+        "suppress": suppress,
+        "order_keys": list(ORDER_KEYS),
+    }
+
+
 def erase_address(
     conn: psycopg.Connection[Any],
     address: str,
@@ -369,16 +383,7 @@ def erase_address(
     pattern = address_pattern(addr)  # also a PostgreSQL regular expression
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         _keep_maintenance_out(cur)
-        params: dict[str, Any] = {
-            "addr": addr,
-            "anon": replacement,
-            "anon_local": anon_local,
-            "domain": ERASED_DOMAIN,
-            "erased": ERASED,
-            "re": pattern,
-            "suppress": suppress,
-            "order_keys": list(ORDER_KEYS),
-        }
+        params = _erasure_params(addr, anon_local, pattern, suppress)
         report.cancelled = _cancel_pending_or_refuse(cur, params, report.address_masked)
         params["ids"] = [
             r["id"]

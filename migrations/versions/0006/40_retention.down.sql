@@ -18,6 +18,7 @@ $$;
 DELETE FROM mailroom.archived_emails WHERE status <> 'sent';
 DROP INDEX mailroom.archived_emails_finished_at_idx;
 ALTER TABLE mailroom.archived_emails
+    DROP CONSTRAINT archived_emails_finished_check,
     DROP CONSTRAINT archived_emails_sent_check,
     ALTER COLUMN sent_at SET NOT NULL,
     DROP COLUMN bounced,

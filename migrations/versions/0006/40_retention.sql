@@ -14,13 +14,16 @@ ALTER TABLE mailroom.archived_emails
     ADD COLUMN last_error text,
     ADD COLUMN bounced boolean NOT NULL DEFAULT false;
 UPDATE mailroom.archived_emails SET finished_at = sent_at;
+-- finished_at stays nullable for writers that know only sent_at (it is then the sent row's age).
 ALTER TABLE mailroom.archived_emails
-    ALTER COLUMN finished_at SET NOT NULL,
     ALTER COLUMN sent_at DROP NOT NULL,
-    ADD CONSTRAINT archived_emails_sent_check CHECK ((status = 'sent') = (sent_at IS NOT NULL));
+    ADD CONSTRAINT archived_emails_sent_check CHECK ((status = 'sent') = (sent_at IS NOT NULL)),
+    ADD CONSTRAINT archived_emails_finished_check CHECK (status = 'sent' OR finished_at IS NOT NULL);
 CREATE INDEX archived_emails_finished_at_idx ON mailroom.archived_emails USING brin (finished_at);
 
 CREATE OR REPLACE FUNCTION mailroom.email_queue_keep_archived() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    keep_from timestamptz;
 BEGIN
     INSERT INTO mailroom.archived_emails
         (email_id, sent_at, campaign_id, unsubscribe_token, track_opens, track_clicks,
@@ -35,9 +38,10 @@ BEGIN
       AND (campaign_id IS NOT NULL
            OR (status = 'sent' AND unsubscribe_token IS NOT NULL AND NOT transactional))
     ON CONFLICT DO NOTHING;
-    -- A day of margin: an email's last send log is written in the transaction that ends it.
-    DELETE FROM mailroom.archived_emails
-    WHERE finished_at < (SELECT min(attempted_at) FROM mailroom.send_logs) - interval '1 day';
+    -- A day of margin: an email's last send log is written in the transaction that ends it. Sent
+    -- rows go by sent_at as they always did; the others by finished_at (both BRIN-indexed).
+    keep_from := (SELECT min(attempted_at) FROM mailroom.send_logs) - interval '1 day';
+    DELETE FROM mailroom.archived_emails WHERE sent_at < keep_from OR finished_at < keep_from;
     RETURN NULL;
 END;
 $$;
