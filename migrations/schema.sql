@@ -396,21 +396,30 @@ END $$;
 
 CREATE FUNCTION mailroom.email_queue_keep_archived() RETURNS trigger
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
+DECLARE
+    keep_from timestamptz;
 BEGIN
     INSERT INTO mailroom.archived_emails
-        (email_id, sent_at, campaign_id, unsubscribe_token, track_opens, track_clicks)
-    SELECT id, sent_at, campaign_id, CASE WHEN NOT transactional THEN unsubscribe_token END,
-           track_opens, track_clicks
+        (email_id, sent_at, campaign_id, unsubscribe_token, track_opens, track_clicks,
+         status, finished_at, last_error, bounced)
+    SELECT id, sent_at, campaign_id,
+           CASE WHEN status = 'sent' AND NOT transactional THEN unsubscribe_token END,
+           track_opens, track_clicks, status, coalesce(finished_at, sent_at),
+           regexp_replace(last_error, '[A-Za-z0-9.!#$%&''*+/=?^_`{|}~-]+@', '***@', 'g'),
+           coalesce(error_details ->> 'outcome' = 'bounced', false)
     FROM old_rows
-    WHERE status = 'sent' AND (campaign_id IS NOT NULL OR (unsubscribe_token IS NOT NULL AND NOT transactional))
+    WHERE status IN ('sent', 'failed', 'cancelled', 'suppressed')
+      AND (campaign_id IS NOT NULL
+           OR (status = 'sent' AND unsubscribe_token IS NOT NULL AND NOT transactional))
     ON CONFLICT DO NOTHING;
-    -- A day of margin: an email's sent log is written in the transaction that sets its sent_at.
-    DELETE FROM mailroom.archived_emails
-    WHERE sent_at < (SELECT min(attempted_at) FROM mailroom.send_logs) - interval '1 day';
+    -- A day of margin: an email's last send log is written in the transaction that ends it. Sent
+    -- rows go by sent_at as they always did; the others by finished_at (both BRIN-indexed).
+    keep_from := (SELECT min(attempted_at) FROM mailroom.send_logs) - interval '1 day';
+    DELETE FROM mailroom.archived_emails WHERE sent_at < keep_from OR finished_at < keep_from;
     RETURN NULL;
 END;
-$$;
+$_$;
 
 --
 -- Name: email_queue_notify_insert(); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -1355,11 +1364,18 @@ CREATE TABLE mailroom.alembic_version (
 
 CREATE TABLE mailroom.archived_emails (
     email_id bigint NOT NULL,
-    sent_at timestamp with time zone NOT NULL,
+    sent_at timestamp with time zone,
     campaign_id text,
     unsubscribe_token uuid,
     track_opens boolean NOT NULL,
-    track_clicks boolean NOT NULL
+    track_clicks boolean NOT NULL,
+    status text DEFAULT 'sent'::text NOT NULL,
+    finished_at timestamp with time zone,
+    last_error text,
+    bounced boolean DEFAULT false NOT NULL,
+    CONSTRAINT archived_emails_finished_check CHECK (((status = 'sent'::text) OR (finished_at IS NOT NULL))),
+    CONSTRAINT archived_emails_sent_check CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
+    CONSTRAINT archived_emails_status_check CHECK ((status = ANY (ARRAY['sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text])))
 );
 
 --
@@ -2429,6 +2445,12 @@ CREATE INDEX accounts_status_idx ON mailroom.accounts USING btree (status);
 CREATE INDEX archived_emails_campaign_idx ON mailroom.archived_emails USING btree (campaign_id) WHERE (campaign_id IS NOT NULL);
 
 --
+-- Name: archived_emails_finished_at_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX archived_emails_finished_at_idx ON mailroom.archived_emails USING brin (finished_at);
+
+--
 -- Name: archived_emails_sent_at_idx; Type: INDEX; Schema: mailroom; Owner: -
 --
 
@@ -2493,6 +2515,12 @@ CREATE INDEX click_events_default_occurred_at_idx ON mailroom.click_events_defau
 --
 
 CREATE INDEX email_queue_campaign_idx ON mailroom.email_queue USING btree (campaign_id) WHERE (campaign_id IS NOT NULL);
+
+--
+-- Name: email_queue_cancelled_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_cancelled_idx ON mailroom.email_queue USING btree (finished_at) WHERE (status = 'cancelled'::text);
 
 --
 -- Name: email_queue_claim_idx; Type: INDEX; Schema: mailroom; Owner: -

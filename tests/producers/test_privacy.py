@@ -392,3 +392,120 @@ def test_erase_waits_for_a_running_maintenance_and_says_so(
         logger.removeHandler(handler)
         logger.setLevel(logging.NOTSET)
     assert done == [1]
+
+
+def audit_rows(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    conn.commit()
+    return conn.execute(
+        "SELECT action, actor, target, affected, detail FROM mailroom.audit_log ORDER BY id"
+    ).fetchall()
+
+
+def archived_lines(directory: Path) -> list[str]:
+    return [line for path in sorted(directory.glob("emails-*.jsonl.gz")) for _, line in read_archive(path)]
+
+
+@pytest.fixture
+def archived_every_state(db_url: str, conn: psycopg.Connection[Any], settings: Settings) -> dict[str, int]:
+    """Ada's email in every final state (and one failed email of Bob's), past every default age, archived."""
+    from tests.producers.test_retention_states import AGES, finished_email
+
+    long_ago = datetime.now(UTC) - timedelta(days=120)
+    ids = {state: finished_email(conn, settings, state, long_ago, to=ADA) for state in AGES}
+    ids["bob"] = finished_email(conn, settings, "failed", long_ago, to=BOB)
+    with psycopg.connect(db_url, autocommit=True) as maintenance:
+        report = run_maintenance(maintenance, settings)
+    assert not report.errors and not {r["id"] for r in conn.execute("SELECT id FROM mailroom.email_queue")}
+    conn.commit()
+    return ids
+
+
+def test_export_and_erase_cover_the_archives_of_every_final_state(
+    conn: psycopg.Connection[Any], settings: Settings, archived_every_state: dict[str, int]
+) -> None:
+    directory = archive_directory(settings)
+    exported = export_address(conn, ADA, directory)["archived_emails"]
+    assert sorted((a["status"], a["archive_file"].rsplit("-", 3)[0]) for a in exported) == [
+        ("cancelled", "emails-cancelled"),
+        ("failed", "emails-expired"),
+        ("failed", "emails-failed"),
+        ("sent", "emails"),
+        ("suppressed", "emails-suppressed"),
+    ]
+    assert any(ADA in (a["last_error"] or "") for a in exported)  # the bounce echoes the address
+    report = erase_address(conn, ADA, archive_dir=directory)
+    conn.commit()
+    assert report.rows["archived_emails"] == 5 and len(report.archive_files) == 5
+    lines = archived_lines(directory)
+    assert len(lines) == 6 and not [line for line in lines if ADA in line.lower()]
+    assert sum(report.replacement in line for line in lines) == 5
+    assert export_address(conn, ADA, directory)["archived_emails"] == []
+    [bob] = export_address(conn, BOB, directory)["archived_emails"]
+    assert bob["id"] == archived_every_state["bob"] and BOB in bob["last_error"]
+
+
+def test_export_and_erase_each_write_one_audit_row_in_their_transaction(
+    conn: psycopg.Connection[Any], settings: Settings, archived_every_state: dict[str, int]
+) -> None:
+    from worker.core.masking import mask_address
+
+    directory = archive_directory(settings)
+    enqueue(conn, EmailRequest(to=ADA, subject="Later", text="x"), settings=settings)
+    conn.commit()
+    export_address(conn, ADA, directory, actor="alice")
+    conn.commit()
+    # Inside the caller's transaction, an erasure rolled back leaves neither its changes nor its audit row.
+    conn.execute("SELECT 1")
+    erase_address(conn, ADA, archive_dir=None, actor="alice")
+    conn.rollback()
+    assert len(audit_rows(conn)) == 1
+    assert conn.execute("SELECT status FROM mailroom.email_queue").fetchall() == [{"status": "pending"}]
+    report = erase_address(conn, ADA, archive_dir=directory, actor="alice")
+    conn.commit()
+    export, erase = audit_rows(conn)
+    masked = mask_address(ADA)
+    assert (export["action"], export["actor"], export["target"]) == ("privacy.export", "alice", masked)
+    assert export["affected"] == 6 and export["detail"]["rows"] == {"emails": 1, "archived_emails": 5}
+    assert (erase["action"], erase["actor"], erase["target"]) == ("privacy.erase", "alice", masked)
+    assert erase["affected"] == report.total and erase["detail"]["rows"]["archived_emails"] == 5
+    assert erase["detail"]["cancelled"] == 1 and erase["detail"]["archive_files"] == 5
+    trail = json.dumps([export, erase], default=str).lower()
+    assert ADA not in trail and report.replacement not in trail
+
+
+def test_refused_erasure_writes_no_audit_row(conn: psycopg.Connection[Any], settings: Settings) -> None:
+    from worker.ops.privacy import ErasureInFlight
+
+    sending = enqueue(conn, EmailRequest(to=ADA, subject="Now", text="x"), settings=settings)
+    conn.execute(
+        "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'w', lease_token = gen_random_uuid(),"
+        " lease_expires_at = now() + interval '5 minutes' WHERE id = %s",
+        (sending,),
+    )
+    conn.commit()
+    with pytest.raises(ErasureInFlight):
+        erase_address(conn, ADA, actor="alice")
+    conn.rollback()
+    assert audit_rows(conn) == []
+
+
+def test_privacy_cli_audits_as_the_os_user(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    archived_every_state: dict[str, int],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import getpass
+
+    from worker.cli.main import main
+
+    assert main(["privacy", "export", ADA]) == 0
+    assert main(["privacy", "erase", ADA, "--yes"]) == 0
+    capsys.readouterr()
+    rows = audit_rows(conn)
+    assert [(r["action"], r["actor"], r["affected"]) for r in rows] == [
+        ("privacy.export", getpass.getuser(), 5),
+        ("privacy.erase", getpass.getuser(), rows[1]["affected"]),
+    ]
+    assert rows[1]["affected"] >= 5

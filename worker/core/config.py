@@ -105,7 +105,13 @@ class Settings:
     unsubscribe_mailto: str | None = None
     # retention, maintenance and health (reference 03)
     archive_dir: Path | None = None  # None: $MAILROOM_HOME/archive
-    archive_after_days: int = 90
+    archive_after_days: int = 90  # sent email
+    # the other final states, each after its own age: failed ones wait for review and `retry`,
+    # expired ones (failed by the queue lifetime) likewise; cancelled and suppressed ones are done
+    archive_failed_after_days: int = 30
+    archive_expired_after_days: int = 30
+    archive_cancelled_after_days: int = 7
+    archive_suppressed_after_days: int = 7
     inbox_retention_days: int = 30
     log_retention_months: int = 24
     partitions_ahead_months: int = 3
@@ -156,6 +162,10 @@ class Settings:
             if os.environ.get("MAILROOM_ARCHIVE_DIR")
             else None,
             archive_after_days=_int("MAILROOM_ARCHIVE_AFTER_DAYS", 90, minimum=1),
+            archive_failed_after_days=_int("MAILROOM_ARCHIVE_FAILED_AFTER_DAYS", 30, minimum=1),
+            archive_expired_after_days=_int("MAILROOM_ARCHIVE_EXPIRED_AFTER_DAYS", 30, minimum=1),
+            archive_cancelled_after_days=_int("MAILROOM_ARCHIVE_CANCELLED_AFTER_DAYS", 7, minimum=1),
+            archive_suppressed_after_days=_int("MAILROOM_ARCHIVE_SUPPRESSED_AFTER_DAYS", 7, minimum=1),
             inbox_retention_days=_int("MAILROOM_INBOX_RETENTION_DAYS", 30, minimum=1),
             log_retention_months=_int("MAILROOM_LOG_RETENTION_MONTHS", 24, minimum=2),
             partitions_ahead_months=_int("MAILROOM_PARTITIONS_AHEAD_MONTHS", 3, minimum=1),

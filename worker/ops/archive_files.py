@@ -1,4 +1,9 @@
-"""The archive files of retention: one gzip JSON-lines file per UTC day, written atomically, read back, locked."""
+"""The archive files of retention: one gzip JSON-lines file per final state and UTC day, written atomically, read back, locked.
+
+Sent email goes to `emails-YYYY-MM-DD.jsonl.gz` (the name it always had); the other final states to
+`emails-<state>-YYYY-MM-DD.jsonl.gz` (failed, expired, cancelled, suppressed), so every archive
+file of every state starts with `emails-` and each state's files are written independently.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +28,9 @@ log = logging.getLogger(__name__)
 
 
 COMPRESS_LEVEL = 6
-ARCHIVE_NAME = re.compile(r"^emails-(\d{4}-\d{2}-\d{2})\.jsonl\.gz$")
+ARCHIVE_NAME = re.compile(
+    r"^emails-(?:(failed|expired|cancelled|suppressed)-)?(\d{4}-\d{2}-\d{2})\.jsonl\.gz$"
+)
 
 
 class ArchiveError(RuntimeError):
@@ -35,9 +42,10 @@ def archive_directory(settings: Settings) -> Path:
     return settings.archive_dir or settings.home / "archive"
 
 
-def archive_path(directory: Path, day: date) -> Path:
-    """The archive file of one UTC day."""
-    return directory / f"emails-{day.isoformat()}.jsonl.gz"
+def archive_path(directory: Path, day: date, state: str = "sent") -> Path:
+    """The archive file of one final state's email of one UTC day."""
+    prefix = "emails" if state == "sent" else f"emails-{state}"
+    return directory / f"{prefix}-{day.isoformat()}.jsonl.gz"
 
 
 def read_archive(path: Path) -> Iterator[tuple[int, str]]:

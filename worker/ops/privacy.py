@@ -1,11 +1,12 @@
 """Privacy requests for one address: export everything stored about it, or anonymise it everywhere.
 
-Export gathers the address's emails (queued and archived), their attempts, opens and clicks,
+Export gathers the address's emails (queued, and archived in every final state), their attempts, opens and clicks,
 tracked links, list entries, inbox events, document signers, signatures and reminders, accounts and
 people rows. Erase replaces the address with a fresh `erased-…@erased.invalid` and clears names,
 content, IP addresses and user agents in one transaction, so counts, timestamps and statuses stay;
-the archive files are rewritten just before it commits (should the commit fail, erasing again
-finishes the job). Signatures are kept unchanged: they are signed evidence, and rewriting
+the archive files (of every final state: sent, failed, expired, cancelled, suppressed) are rewritten
+just before it commits (should the commit fail, erasing again finishes the job). Each export and
+each erasure writes one audit row (`privacy.export`, `privacy.erase`) in its transaction. Signatures are kept unchanged: they are signed evidence, and rewriting
 them would break their chain (the report says how many were kept). So are the expected-signer rows
 and reminder logs of the documents the address signed (status and completion stay true); `docs
 verify` still passes and `privacy export` still lists them. The signer rows of documents it had not
@@ -103,19 +104,46 @@ def _is_for(line: str, addr: str) -> dict[str, Any] | None:
     return record if str(record.get("recipient_email", "")).lower() == addr else None
 
 
+# One audit row per request, in the request's transaction: who, which address (masked), how many rows.
+_AUDIT = "SELECT mailroom.audit(%(action)s, %(actor)s, %(target)s, %(affected)s, %(detail)s::jsonb)"
+
+
+def _audit(
+    cur: psycopg.Cursor[Any],
+    action: str,
+    actor: str | None,
+    masked: str,
+    affected: int,
+    detail: dict[str, Any],
+) -> None:
+    """Record a privacy request; `actor` None or empty leaves the database role as the actor."""
+    params = {
+        "action": action,
+        "actor": actor,
+        "target": masked,
+        "affected": affected,
+        "detail": json.dumps(detail),
+    }
+    cur.execute(_AUDIT, params)
+
+
 def export_address(
     conn: psycopg.Connection[Any],
     address: str,
     archive_dir: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    actor: str | None = None,
 ) -> dict[str, Any]:
     """Everything stored about `address`, table by table, plus its archived emails; JSON-ready with `jsonable`.
 
+    Archived emails of every final state are searched (every archive file). One `privacy.export`
+    audit row (by `actor`, the address masked, the rows found) is written in the same transaction.
     `progress` is called with (files done, files) as the archive files are scanned.
     """
     addr = normalise(address)
     result: dict[str, Any] = {"address": addr}
-    with conn.cursor(row_factory=dict_row) as cur:
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         result["exported_at"] = cur.execute("SELECT now() AS now").fetchone()["now"]  # type: ignore[index]
         params: dict[str, Any] = {"addr": addr, "ids": []}
         for name, query in _EXPORTS.items():
@@ -123,16 +151,19 @@ def export_address(
             if name == "emails":
                 params["ids"] = [row["id"] for row in rows]
             result[name] = rows
-    archived: list[dict[str, Any]] = []
-    files = _archive_files(archive_dir)
-    for done, path in enumerate(files, start=1):
-        for _, line in read_archive(path):
-            record = _is_for(line, addr)
-            if record is not None:
-                archived.append({"archive_file": path.name, **record})
-        if progress:
-            progress(done, len(files))
-    result["archived_emails"] = archived
+        archived: list[dict[str, Any]] = []
+        files = _archive_files(archive_dir)
+        for done, path in enumerate(files, start=1):
+            for _, line in read_archive(path):
+                record = _is_for(line, addr)
+                if record is not None:
+                    archived.append({"archive_file": path.name, **record})
+            if progress:
+                progress(done, len(files))
+        result["archived_emails"] = archived
+        counts = {k: len(v) for k, v in result.items() if isinstance(v, list) and v}
+        detail = {"rows": counts, "archive_files_searched": len(files)}
+        _audit(cur, "privacy.export", actor, mask_address(addr), sum(counts.values()), detail)
     return result
 
 
@@ -313,6 +344,20 @@ _ERASURES: tuple[tuple[str, str], ...] = (
 )
 
 
+def _erasure_params(addr: str, anon_local: str, pattern: str, suppress: bool) -> dict[str, Any]:
+    """The parameters every statement of `_ERASURES` draws on."""
+    return {
+        "addr": addr,
+        "anon": f"{anon_local}@{ERASED_DOMAIN}",
+        "anon_local": anon_local,
+        "domain": ERASED_DOMAIN,
+        "erased": ERASED,
+        "re": pattern,
+        "suppress": suppress,
+        "order_keys": list(ORDER_KEYS),
+    }
+
+
 def erase_address(
     conn: psycopg.Connection[Any],
     address: str,
@@ -320,13 +365,16 @@ def erase_address(
     suppress: bool = False,
     archive_dir: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    actor: str | None = None,
 ) -> ErasureReport:
     """Anonymise `address` in every table and archive file, in one transaction; see the module docstring.
 
     Email not yet sent to the address is cancelled (nothing is sent to an erased person); email a
     worker is sending at this moment makes the erasure fail with `ErasureInFlight`, changing nothing. With
     `suppress`, the address stays on (or is added to) the unsubscribe list with source `privacy`.
-    `progress` is called with (files done, files) as the archive files are scanned.
+    `progress` is called with (files done, files) as the archive files are scanned. One
+    `privacy.erase` audit row (by `actor`, the address masked, the rows changed) is written in the
+    same transaction; a refused erasure writes none.
     """
     addr = normalise(address)
     anon_local = f"erased-{secrets.token_hex(8)}"
@@ -335,16 +383,7 @@ def erase_address(
     pattern = address_pattern(addr)  # also a PostgreSQL regular expression
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         _keep_maintenance_out(cur)
-        params: dict[str, Any] = {
-            "addr": addr,
-            "anon": replacement,
-            "anon_local": anon_local,
-            "domain": ERASED_DOMAIN,
-            "erased": ERASED,
-            "re": pattern,
-            "suppress": suppress,
-            "order_keys": list(ORDER_KEYS),
-        }
+        params = _erasure_params(addr, anon_local, pattern, suppress)
         report.cancelled = _cancel_pending_or_refuse(cur, params, report.address_masked)
         params["ids"] = [
             r["id"]
@@ -361,6 +400,7 @@ def erase_address(
         )
         report.kept_signatures = int(row.fetchone()["n"])  # type: ignore[index]
         _erase_archives(archive_dir, addr, replacement, report, progress)
+        _audit(cur, "privacy.erase", actor, report.address_masked, report.total, _erasure_detail(report))
     log.info(
         "privacy: erased %s as %s: %d row(s), %d pending email(s) cancelled, %d signature(s) kept",
         report.address_masked,
@@ -370,6 +410,17 @@ def erase_address(
         report.kept_signatures,
     )
     return report
+
+
+def _erasure_detail(report: ErasureReport) -> dict[str, Any]:
+    """The audit detail of an erasure: counts only (the replacement address stays out of the audit trail)."""
+    return {
+        "rows": {k: v for k, v in report.rows.items() if v},
+        "cancelled": report.cancelled,
+        "kept_signatures": report.kept_signatures,
+        "archive_files": len(report.archive_files),
+        "suppressed": report.suppressed,
+    }
 
 
 _SUPPRESS = (

@@ -1,30 +1,16 @@
-"""Retention and maintenance: archive old sent email, purge the inbox, create and drop monthly partitions.
+"""Retention and maintenance: archive old email of every final state, purge the inbox, create and drop monthly partitions.
 
-Sent email older than `archive_after_days` is written to one gzip JSON-lines file per UTC day of
-`sent_at` (`emails-YYYY-MM-DD.jsonl.gz` in the archive directory). A file is written whole to a
-temporary name, synced and renamed, then read back; only the ids found in the complete file are
-deleted from the queue. A run killed at any instant therefore loses nothing: either the file was not
-renamed (the next run writes it again) or it is complete (the next run merges the day's remaining
-rows into it, skipping emails it already holds, and deletes them). An email is "already held" only
-when the file's record has the same id and creation time: a file of another database (or of this one
-before a reset) holding other emails under the same ids stops its day with an error, deleting nothing.
-Files are rewritten under an exclusive `flock` of the archive directory (privacy erasures rewrite
-them too), so two databases configured with one directory never replace each other's files.
-Partitions are made one month at a time; rows of a month that already sit in the default partition
-are moved into the month's new partition. Every step reports how many rows it
-touched.
+Archiving is `worker.ops.archiving` (one step per final state: sent, failed, expired, cancelled,
+suppressed, each after its own age). Partitions are made one month at a time; rows of a month that
+already sit in the default partition are moved into the month's new partition. Every step reports
+how many rows it touched, and the run reports per final state what it archived and deleted.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -32,194 +18,16 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
-from worker.ops.archive_files import (
-    ArchiveError,
-    archive_directory,
-    archive_path,
-    directory_lock,
-    read_archive,
-    write_archive_atomically,
-)
+from worker.core.logs import event
+from worker.ops.archiving import DELETE_CHUNK, FINAL_STATES, Checkpoint, Progress, archive_state, day_start
+from worker.ops.maintenance_report import MaintenanceReport, StateCounts, StepReport
 
-if sys.platform != "win32":
-    pass
+__all__ = ["MAINTENANCE_LOCK_KEY", "MaintenanceReport", "StateCounts", "StepReport", "run_maintenance"]
 
 log = logging.getLogger(__name__)
 
 MAINTENANCE_LOCK_KEY = 7_243_003  # pg_advisory_lock key: one maintenance run at a time
 PARTITIONED = {"send_logs": "attempted_at", "open_events": "occurred_at", "click_events": "occurred_at"}
-DELETE_CHUNK = 10_000
-# zlib's default level: level 9 (gzip's default) costs about twice the time for a few percent less size.
-
-# Called with (stage, day): "written" (temporary file complete, not yet renamed), "archived" (file
-# renamed and read back), "deleted" (the day's rows left the queue). Tests stop a run at each.
-Checkpoint = Callable[[str, date], None]
-Progress = Callable[[str], None]
-
-
-@dataclass
-class StepReport:
-    """One maintenance step: how many rows it touched (or would touch, in a dry run) and what it did."""
-
-    name: str
-    rows: int = 0
-    details: list[str] = field(default_factory=list)
-
-
-@dataclass
-class MaintenanceReport:
-    """Everything one run did; `errors` lists what it could not do (the rest still ran)."""
-
-    dry_run: bool
-    steps: list[StepReport] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    skipped: str | None = None
-
-    @property
-    def total(self) -> int:
-        """Rows touched by every step."""
-        return sum(step.rows for step in self.steps)
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-friendly form for `--json` output."""
-        return {
-            "dry_run": self.dry_run,
-            "skipped": self.skipped,
-            "steps": [{"name": s.name, "rows": s.rows, "details": s.details} for s in self.steps],
-            "errors": self.errors,
-        }
-
-
-_DAYS = """
-SELECT (sent_at AT TIME ZONE 'UTC')::date AS day, count(*) AS n
-FROM mailroom.email_queue
-WHERE status = 'sent' AND sent_at < %(cutoff)s
-GROUP BY 1 ORDER BY 1
-"""
-# The database writes each record: every column of the email, and the tracked links that go with it.
-_DAY_ROWS = """
-SELECT q.id, q.created_at, (to_jsonb(q) || jsonb_build_object('tracked_links', coalesce(
-           (SELECT jsonb_agg(to_jsonb(l) - 'email_id' ORDER BY l.position)
-            FROM mailroom.tracked_links l WHERE l.email_id = q.id), '[]'::jsonb)))::text
-FROM mailroom.email_queue q
-WHERE q.status = 'sent' AND q.sent_at >= %(start)s AND q.sent_at < %(end)s AND q.sent_at < %(cutoff)s
-ORDER BY q.id
-"""
-_DELETE_ARCHIVED = "DELETE FROM mailroom.email_queue WHERE id = ANY(%s) AND status = 'sent'"
-
-
-def _created_at(record: dict[str, Any]) -> datetime | None:
-    value = record.get("created_at")
-    try:
-        return datetime.fromisoformat(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
-
-
-def _day_start(day: date) -> datetime:
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
-
-
-def archive_day(
-    conn: psycopg.Connection[Any],
-    directory: Path,
-    day: date,
-    cutoff: datetime,
-    checkpoint: Checkpoint | None = None,
-) -> tuple[int, int]:
-    """Archive one day's sent email older than `cutoff`, then delete it; return (records written, rows deleted)."""
-    path = archive_path(directory, day)
-    wanted: list[int] = []
-    written = 0
-
-    def lines() -> Iterator[str]:
-        nonlocal written
-        # id -> created_at of each email the file already holds (None when the record lacks it).
-        seen: dict[int, datetime | None] = {}
-        if path.exists():
-            for email_id, line in read_archive(path):
-                if email_id not in seen:
-                    seen[email_id] = _created_at(json.loads(line))
-                    yield line
-        params = {"start": _day_start(day), "end": _day_start(day) + timedelta(days=1), "cutoff": cutoff}
-        with conn.transaction(), conn.cursor(name="mailroom_archive_day", row_factory=tuple_row) as cur:
-            cur.itersize = 2000
-            cur.execute(_DAY_ROWS, params)
-            for email_id, created_at, record in cur:
-                if email_id in seen:
-                    # The same id in the file must be the same email (created_at never changes). If it
-                    # is not, the file came from another database (or one since reset): deleting this
-                    # email on the strength of that record would lose it.
-                    if seen[email_id] != created_at:
-                        raise ArchiveError(
-                            f"{path} holds an email {email_id} created at {seen[email_id]}, but the database's"
-                            f" email {email_id} was created at {created_at}: the file belongs to another"
-                            " database; move it aside to archive that day again"
-                        )
-                else:
-                    seen[email_id] = created_at
-                    written += 1
-                    yield record + "\n"
-                wanted.append(int(email_id))
-
-    write_archive_atomically(path, lines(), (lambda: checkpoint("written", day)) if checkpoint else None)
-    _check_written(path, wanted)
-    if checkpoint:
-        checkpoint("archived", day)
-    deleted = 0
-    for start in range(0, len(wanted), DELETE_CHUNK):
-        with conn.transaction():
-            deleted += conn.execute(_DELETE_ARCHIVED, (wanted[start : start + DELETE_CHUNK],)).rowcount
-    if checkpoint:
-        checkpoint("deleted", day)
-    return written, deleted
-
-
-def _check_written(path: Path, wanted: list[int]) -> None:
-    """Read back what is on disk now: only what the complete file holds may leave the database."""
-    stored: set[int] = set()
-    for email_id, _ in read_archive(path):
-        if email_id in stored:
-            raise ArchiveError(f"{path} holds email {email_id} twice")
-        stored.add(email_id)
-    missing = [i for i in wanted if i not in stored]
-    if missing:
-        raise ArchiveError(f"{path} lacks {len(missing)} email(s) it was written with, e.g. {missing[0]}")
-
-
-def archive_sent(
-    conn: psycopg.Connection[Any],
-    settings: Settings,
-    now: datetime,
-    report: MaintenanceReport,
-    checkpoint: Checkpoint | None = None,
-    progress: Progress | None = None,
-) -> StepReport:
-    """Archive and delete sent email older than `archive_after_days`, one file per UTC day."""
-    step = StepReport("archive_sent")
-    cutoff = now - timedelta(days=settings.archive_after_days)
-    directory = archive_directory(settings)
-    days = conn.cursor(row_factory=tuple_row).execute(_DAYS, {"cutoff": cutoff}).fetchall()
-    if report.dry_run:
-        for day, n in days:
-            step.rows += int(n)
-            step.details.append(f"{day}: would archive {n} email(s) to {archive_path(directory, day)}")
-        return step
-    for day, _ in days:
-        try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with directory_lock(directory, wait=False):
-                written, deleted = archive_day(conn, directory, day, cutoff, checkpoint)
-        except (ArchiveError, OSError) as exc:
-            report.errors.append(f"archive_sent {day}: {exc}")
-            log.error("maintenance: archive of %s failed, nothing of it deleted: %s", day, exc)
-            continue
-        step.rows += deleted
-        line = f"{day}: {deleted} email(s) deleted, {written} new record(s) in {archive_path(directory, day)}"
-        step.details.append(line)
-        if progress:
-            progress(f"archive_sent {line}")
-    return step
 
 
 def purge_inbox(
@@ -304,7 +112,7 @@ def _create_partition(conn: psycopg.Connection[Any], parent: str, month: date) -
     if _first(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"mailroom.{name}",)).fetchone()):
         return False, 0
     conn.execute("SET LOCAL lock_timeout = '10s'")
-    start, end = _day_start(month), _day_start(_month(month, 1))
+    start, end = day_start(month), day_start(_month(month, 1))
     default = sql.Identifier("mailroom", f"{parent}_default")
     column = sql.Identifier(PARTITIONED[parent])
     stray = conn.execute(
@@ -379,7 +187,7 @@ def drop_partitions(
         verb = sql.SQL("SELECT count(*) FROM" if report.dry_run else "DELETE FROM")
         with conn.transaction():
             cur = conn.execute(
-                sql.SQL("{} {} WHERE {}").format(verb, default, condition), (_day_start(keep_from),)
+                sql.SQL("{} {} WHERE {}").format(verb, default, condition), (day_start(keep_from),)
             )
             old = int(_first(cur.fetchone())) if report.dry_run else cur.rowcount
         if old:
@@ -422,10 +230,27 @@ def run_maintenance(
             progress(f"{step.name}: {step.rows} row(s){suffix}")
 
     try:
-        record(archive_sent(conn, settings, now, report, checkpoint, progress))
+        for state in FINAL_STATES:
+            record(archive_state(conn, settings, now, report, state, checkpoint, progress))
+        _log_retention(report)
         record(purge_inbox(conn, settings, now, report))
         record(ensure_partitions(conn, settings, now, report))
         record(drop_partitions(conn, settings, now, report))
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (MAINTENANCE_LOCK_KEY,))
     return report
+
+
+def _log_retention(report: MaintenanceReport) -> None:
+    """One line (and its machine-readable fields) saying what retention did with each final state."""
+    summary = report.retention_summary()
+    text = ", ".join(
+        f"{name} {c['archived']} archived / {c['deleted']} deleted" for name, c in summary.items()
+    )
+    suffix = " (dry run: nothing archived or deleted)" if report.dry_run else ""
+    log.info(
+        "maintenance: retention %s%s",
+        text,
+        suffix,
+        extra=event("retention", dry_run=report.dry_run, **summary),
+    )

@@ -9,8 +9,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 # One statement: one pass over the campaign's queued emails (index on campaign_id), one over its
-# archived ones, and the event tables and unsubscribe list by their campaign indexes. Sent email
-# that retention has archived and deleted from the queue is still counted, through `archived_emails`.
+# archived ones, and the event tables and unsubscribe list by their campaign indexes. Email that
+# retention has archived and deleted from the queue (sent, failed, bounced, suppressed, cancelled)
+# is still counted, through `archived_emails`.
 CAMPAIGN_STATS = """
 WITH q AS (
     SELECT count(*) AS emails,
@@ -23,15 +24,20 @@ WITH q AS (
            count(*) FILTER (WHERE status IN ('pending', 'assigned')) AS queued
     FROM mailroom.email_queue WHERE campaign_id = %(c)s
 ), a AS (
-    SELECT count(*) AS sent,
-           count(*) FILTER (WHERE track_opens) AS sent_with_pixel,
-           count(*) FILTER (WHERE track_clicks) AS sent_with_links
+    SELECT count(*) AS emails,
+           count(*) FILTER (WHERE status = 'sent') AS sent,
+           count(*) FILTER (WHERE status = 'sent' AND track_opens) AS sent_with_pixel,
+           count(*) FILTER (WHERE status = 'sent' AND track_clicks) AS sent_with_links,
+           count(*) FILTER (WHERE status = 'failed') AS failed,
+           count(*) FILTER (WHERE status = 'failed' AND bounced) AS bounced,
+           count(*) FILTER (WHERE status = 'suppressed') AS suppressed
     FROM mailroom.archived_emails WHERE campaign_id = %(c)s
 )
 SELECT
-    q.emails + a.sent AS emails,
+    q.emails + a.emails AS emails,
     q.sent + a.sent AS sent,
-    q.failed, q.bounced, q.suppressed, q.queued,
+    q.failed + a.failed AS failed, q.bounced + a.bounced AS bounced,
+    q.suppressed + a.suppressed AS suppressed, q.queued,
     q.sent_with_pixel + a.sent_with_pixel AS sent_with_pixel,
     q.sent_with_links + a.sent_with_links AS sent_with_links,
     (SELECT count(DISTINCT email_id) FROM mailroom.open_events WHERE campaign_id = %(c)s) AS opened,

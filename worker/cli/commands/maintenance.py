@@ -5,23 +5,36 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.core.config import Settings
 
+if TYPE_CHECKING:
+    from worker.ops.maintenance_report import MaintenanceReport
+
 DESCRIPTION = """\
 Run every maintenance step once (the worker also runs them by itself, hourly by default):
-  archive_sent       sent email older than MAILROOM_ARCHIVE_AFTER_DAYS (default 90) is written to
-                     gzip JSON lines, one file per UTC day (emails-YYYY-MM-DD.jsonl.gz in
-                     MAILROOM_ARCHIVE_DIR, default $MAILROOM_HOME/archive), read back, and only
-                     then deleted from the queue
+  archive_<state>    email in a final state older than that state's age is written to gzip JSON
+                     lines, one file per state and UTC day in MAILROOM_ARCHIVE_DIR (default
+                     $MAILROOM_HOME/archive), read back, and only then deleted from the queue:
+                       sent        MAILROOM_ARCHIVE_AFTER_DAYS (default 90), by sent_at,
+                                   emails-YYYY-MM-DD.jsonl.gz
+                       failed      MAILROOM_ARCHIVE_FAILED_AFTER_DAYS (default 30), by finished_at,
+                                   emails-failed-YYYY-MM-DD.jsonl.gz
+                       expired     failed by the queue lifetime: MAILROOM_ARCHIVE_EXPIRED_AFTER_DAYS
+                                   (default 30), emails-expired-YYYY-MM-DD.jsonl.gz
+                       cancelled   MAILROOM_ARCHIVE_CANCELLED_AFTER_DAYS (default 7)
+                       suppressed  MAILROOM_ARCHIVE_SUPPRESSED_AFTER_DAYS (default 7)
+                     Each record holds the whole email (final status and last error included) and
+                     its tracked links. Pending and assigned email is never touched.
   purge_inbox        inbox rows older than MAILROOM_INBOX_RETENTION_DAYS (default 30)
   create_partitions  monthly send_logs / open_events / click_events partitions through
                      MAILROOM_PARTITIONS_AHEAD_MONTHS (default 3) ahead; rows of such a month
                      already in the default partition are moved into the new one
   drop_partitions    partitions that ended more than MAILROOM_LOG_RETENTION_MONTHS (default 24) ago
-Each step reports how many rows it touched. Interrupting a run loses nothing: the next run
-completes it. The exit status is 1 when a step reported an error."""
+Each step reports how many rows it touched, and a retention summary says per final state how many
+rows were due, archived and deleted. Interrupting a run loses nothing: the next run completes it.
+The exit status is 1 when a step reported an error."""
 
 
 def cmd_maintenance(args: argparse.Namespace, settings: Settings) -> int:
@@ -44,16 +57,27 @@ def cmd_maintenance(args: argparse.Namespace, settings: Settings) -> int:
             print(f"{step.name}: {verb} {step.rows} row(s)")
             for detail in step.details:
                 print(f"  {detail}")
+        _print_retention(report)
     for error in report.errors:
         print(f"error: {error}", file=sys.stderr)
     return 1 if report.errors else 0
+
+
+def _print_retention(report: MaintenanceReport) -> None:
+    """One line per final state: its age, and how many rows were due, archived and deleted."""
+    print("retention (dry run: nothing archived or deleted):" if report.dry_run else "retention:")
+    for name, counts in report.retention.items():
+        print(
+            f"  {name:<10} older than {counts.age_days} day(s): {counts.due} due,"
+            f" {counts.archived} archived, {counts.deleted} deleted"
+        )
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom maintenance run`."""
     parser = sub.add_parser(
         "maintenance",
-        help="archive old sent email, purge the inbox, create and drop partitions",
+        help="archive old email of every final state, purge the inbox, create and drop partitions",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

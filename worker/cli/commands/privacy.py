@@ -3,30 +3,44 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from worker.core.config import ConfigError, Settings
 
 EXPORT_HELP = """\
-Write everything stored about EMAIL as one JSON document: its emails (queued and archived), every
-delivery attempt, opens, clicks, tracked links, unsubscribe and bounce entries, inbox events,
-document signers, signatures and reminders, accounts and people rows. Written to standard output,
-or to --output (created with mode 0600)."""
+Write everything stored about EMAIL as one JSON document: its emails (queued, and archived in any
+final state: sent, failed, expired, cancelled, suppressed), every delivery attempt, opens, clicks,
+tracked links, unsubscribe and bounce entries, inbox events, document signers, signatures and
+reminders, accounts and people rows. Written to standard output, or to --output (created with mode
+0600). The export is recorded in the audit trail (action privacy.export, your OS user, the address
+masked, how many rows)."""
 
 ERASE_HELP = """\
-Anonymise EMAIL everywhere, in one transaction, archive files included: the address becomes
-erased-<random>@erased.invalid; names, subjects, bodies, template data, IP addresses and user agents
-are cleared. Counts, timestamps and statuses stay. Email not yet sent to it is cancelled. Signatures
-are kept unchanged (signed evidence; rewriting them would break the chain), and so are the signers
-of documents they signed and those documents' reminder logs: `docs verify` still passes and
-`privacy export` still lists them. Signer rows of documents not yet signed are anonymised and get no
-more reminders. While a worker is sending email to the address the erasure is refused (exit
-status 2, nothing changed): run it again once that send is done. The address is put on no list unless --suppress is given, which keeps it (or puts
-it) on the unsubscribe list with source 'privacy'."""
+Anonymise EMAIL everywhere, in one transaction, archive files of every final state included (sent,
+failed, expired, cancelled, suppressed): the address becomes erased-<random>@erased.invalid; names,
+subjects, bodies, template data, IP addresses and user agents are cleared. Counts, timestamps and
+statuses stay. Email not yet sent to it is cancelled. Signatures are kept unchanged (signed
+evidence; rewriting them would break the chain), and so are the signers of documents they signed and
+those documents' reminder logs: `docs verify` still passes and `privacy export` still lists them.
+Signer rows of documents not yet signed are anonymised and get no more reminders. While a worker is
+sending email to the address the erasure is refused (exit status 2, nothing changed): run it again
+once that send is done. The address is put on no list unless --suppress is given, which keeps it (or
+puts it) on the unsubscribe list with source 'privacy'. The erasure is recorded in the audit trail
+(action privacy.erase, your OS user, the address masked, how many rows) in the same transaction."""
+
+
+def _operator() -> str:
+    """The OS user asking, for the audit row (empty: the database role stands in)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
 
 
 def _progress(verb: str) -> Callable[[int, int], None]:
@@ -41,28 +55,13 @@ def _progress(verb: str) -> Callable[[int, int], None]:
 
 def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
     """Run an export or an erasure."""
-    from worker.core.db import connect, database_url
     from worker.ops.archive_files import archive_directory
-    from worker.ops.privacy import erase_address, export_address, jsonable, normalise
+    from worker.ops.privacy import normalise
 
     address = normalise(args.email)
     directory = archive_directory(settings)
     if args.privacy_command == "export":
-        with connect(database_url(settings)) as conn:
-            data = export_address(conn, address, directory, progress=_progress("searched"))
-        text = json.dumps(data, default=jsonable, indent=2, ensure_ascii=False) + "\n"
-        if args.output in (None, "-"):
-            sys.stdout.write(text)
-        else:
-            try:
-                fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            except OSError as exc:
-                raise ConfigError(f"cannot write {args.output}: {exc.strerror}") from None
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-        counts = ", ".join(f"{len(v)} {k}" for k, v in data.items() if isinstance(v, list) and v)
-        print(f"privacy: exported {counts or 'nothing'}", file=sys.stderr)
-        return 0
+        return _export(args, settings, address, directory)
     if not args.yes:
         if not sys.stdin.isatty():
             raise ConfigError("erasure cannot be undone: add --yes to confirm")
@@ -70,24 +69,48 @@ def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
         if answer.strip() != "erase":
             print("nothing changed", file=sys.stderr)
             return 1
+    return _erase(args, settings, address, directory)
+
+
+def _export(args: argparse.Namespace, settings: Settings, address: str, directory: Path) -> int:
+    """Write the export to stdout or --output; its audit row is committed with it."""
+    from worker.core.db import connect, database_url
+    from worker.ops.privacy import export_address, jsonable
+
+    with connect(database_url(settings)) as conn:
+        data = export_address(conn, address, directory, progress=_progress("searched"), actor=_operator())
+    text = json.dumps(data, default=jsonable, indent=2, ensure_ascii=False) + "\n"
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        try:
+            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {args.output}: {exc.strerror}") from None
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+    counts = ", ".join(f"{len(v)} {k}" for k, v in data.items() if isinstance(v, list) and v)
+    print(f"privacy: exported {counts or 'nothing'}", file=sys.stderr)
+    return 0
+
+
+def _erase(args: argparse.Namespace, settings: Settings, address: str, directory: Path) -> int:
+    """Erase the address and print what changed (as JSON with --json)."""
+    from worker.core.db import connect, database_url
+    from worker.ops.privacy import erase_address
+
     with connect(database_url(settings)) as conn:
         report = erase_address(
-            conn, address, suppress=args.suppress, archive_dir=directory, progress=_progress("searched")
+            conn,
+            address,
+            suppress=args.suppress,
+            archive_dir=directory,
+            progress=_progress("searched"),
+            actor=_operator(),
         )
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "replacement": report.replacement,
-                    "rows": report.rows,
-                    "cancelled": report.cancelled,
-                    "kept_signatures": report.kept_signatures,
-                    "archive_files": report.archive_files,
-                    "suppressed": report.suppressed,
-                },
-                indent=2,
-            )
-        )
+        fields = ("replacement", "rows", "cancelled", "kept_signatures", "archive_files", "suppressed")
+        print(json.dumps({name: getattr(report, name) for name in fields}, indent=2))
         return 0
     print(f"erased {report.address_masked}: now {report.replacement}")
     for table, rows in report.rows.items():
