@@ -12,11 +12,11 @@ from worker.core.copy_rows import insert_batch
 from worker.core.outbox import EmailRequest, enqueue, prepare_json
 from worker.core.validation import ValidationError
 
-_COLUMNS = "recipient_email, to_extra, cc, bcc, reply_to"
+_SELECT = "SELECT recipient_email, to_extra, cc, bcc, reply_to FROM mailroom.email_queue WHERE id = %s"
 
 
 def _stored(conn: psycopg.Connection[Any], email_id: int) -> dict[str, Any]:
-    row = conn.execute(f"SELECT {_COLUMNS} FROM mailroom.email_queue WHERE id = %s", (email_id,)).fetchone()
+    row = conn.execute(_SELECT, (email_id,)).fetchone()
     assert row is not None
     return dict(row)
 
