@@ -903,11 +903,11 @@ END $$;
 CREATE FUNCTION mailroom.signature_maintenance_allows(doc text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $_$
-    SELECT coalesce(current_setting('mailroom.signature_maintenance', true), '') ~ '^[0-9]{1,18}$'
-       AND EXISTS (
-           SELECT 1 FROM mailroom.audit_log a
-           WHERE a.id = nullif(current_setting('mailroom.signature_maintenance', true), '')::bigint
-             AND a.action = 'signatures.maintenance' AND a.target = doc AND a.at >= now())
+    SELECT EXISTS (
+        SELECT 1 FROM mailroom.audit_log a
+        WHERE a.id = CASE WHEN current_setting('mailroom.signature_maintenance', true) ~ '^[0-9]{1,18}$'
+                          THEN current_setting('mailroom.signature_maintenance', true)::bigint END
+          AND a.action = 'signatures.maintenance' AND a.target = doc AND a.at >= now())
 $_$;
 
 --

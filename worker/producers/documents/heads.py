@@ -54,16 +54,25 @@ SELECT id, at, actor, affected, detail ->> 'reason' AS reason FROM mailroom.audi
 WHERE action = 'signatures.maintenance' AND target = %(doc_id)s AND (%(since)s::timestamptz IS NULL OR at >= %(since)s)
 ORDER BY id
 """
+SELECT_NOW = "SELECT clock_timestamp() AS now"
 CALL_MAINTENANCE = "SELECT mailroom.signature_maintenance(%s, %s, %s) AS removed"
 
 
-def chain_heads(conn: psycopg.Connection[Any], doc_ids: Sequence[str] = ()) -> list[ChainHead]:
-    """The heads of `doc_ids` (default: every document), by document id; an unknown document is an error."""
+def chain_heads(
+    conn: psycopg.Connection[Any], doc_ids: Sequence[str] = ()
+) -> tuple[list[ChainHead], datetime]:
+    """The heads of `doc_ids` (default: every document), by document id, and the database's time of reading.
+
+    An unknown document is a `DocumentNotFound`.
+    """
     for doc_id in doc_ids:
         get_document(conn, doc_id)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(SELECT_HEADS, {"all": not doc_ids, "ids": list(doc_ids)}).fetchall()
-    return [ChainHead(**row) for row in rows]
+        now = cur.execute(SELECT_NOW).fetchone()
+    assert now is not None
+    heads = [ChainHead(r["doc_id"], r["count"], r["last_hash"], r["updated_at"]) for r in rows]
+    return heads, now["now"]
 
 
 def export_heads(heads: Iterable[ChainHead], exported_at: datetime) -> dict[str, Any]:
