@@ -317,7 +317,7 @@ def test_verify_against_an_exported_head_names_rows_removed_even_when_the_head_t
     assert "the newest signature of the exported head (position 3) is no longer in the chain" in out
 
 
-def test_verify_against_an_exported_head_names_the_maintenance_that_removed_rows(
+def test_remove_signatures_command_is_audited_and_an_exported_head_names_it(
     conn: Conn,
     settings: Settings,
     cli_env: dict[str, str],
@@ -329,8 +329,12 @@ def test_verify_against_an_exported_head_names_the_maintenance_that_removed_rows
     _export(capsys, head_file, "--json", "policy")
     exported = json.loads(head_file.read_text())
     assert [(h["doc_id"], h["count"]) for h in exported["heads"]] == [("policy", 3)]
-    remove_signatures(conn, "policy", reason="privacy erase", actor="ops")
-    conn.commit()
+    remove = ["docs", "remove-signatures", "policy", "--reason", "privacy erase", "--by", "ops"]
+    assert main(remove) == 2
+    assert "add --yes to confirm" in capsys.readouterr().err
+    assert main(["docs", "verify", "policy", "--head", str(head_file)]) == 0
+    assert main([*remove, "--yes"]) == 0
+    assert "policy: removed 3 signature(s)" in capsys.readouterr().out
 
     assert main(["docs", "verify", "policy", "--head", str(head_file), "--json"]) == 1
     [report] = json.loads(capsys.readouterr().out)
@@ -353,3 +357,12 @@ def test_head_command_names_an_unknown_document_and_verify_refuses_a_foreign_fil
     foreign.write_text(json.dumps({"heads": []}))
     assert main(["docs", "verify", "--head", str(foreign)]) == 2
     assert "not a head file written by `mailroom docs head`" in capsys.readouterr().err
+
+
+def test_a_document_never_signed_can_still_be_deleted_and_its_head_goes_with_it(conn: Conn) -> None:
+    add_document(conn, "draft")
+    conn.commit()
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.signature_heads").fetchone() == {"n": 1}
+    conn.execute("DELETE FROM mailroom.documents WHERE doc_id = 'draft'")
+    conn.commit()
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.signature_heads").fetchone() == {"n": 0}

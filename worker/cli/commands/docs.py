@@ -1,4 +1,4 @@
-"""`mailroom docs add|expect|sign|status|verify|head|remind|checksum`: signed document acknowledgements."""
+"""`mailroom docs add|expect|sign|status|verify|head|remove-signatures|remind|checksum`: signed document acknowledgements."""
 
 from __future__ import annotations
 
@@ -241,6 +241,29 @@ def cmd_head(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if missing else 0
 
 
+def cmd_remove_signatures(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs remove-signatures DOC --reason TEXT`: the audited way signatures leave the database."""
+    from worker.core.config import ConfigError
+    from worker.core.db import connect
+    from worker.producers.documents.signatures import remove_signatures
+
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("removing signatures cannot be undone: add --yes to confirm")
+        answer = input(
+            f"Remove every signature of {args.doc_id}? This cannot be undone. Type 'remove' to confirm: "
+        )
+        if answer.strip() != "remove":
+            print("nothing changed", file=sys.stderr)
+            return 1
+    with connect(_url(settings)) as conn:
+        removed = remove_signatures(conn, args.doc_id, reason=args.reason, actor=args.by)
+    print(
+        f"{args.doc_id}: removed {removed} signature(s); chain head reset; audited as signatures.maintenance"
+    )
+    return 0
+
+
 def cmd_remind(args: argparse.Namespace, settings: Settings) -> int:
     """`mailroom docs remind DOC`: exit status 1 when a signer was skipped."""
     from datetime import timedelta
@@ -378,6 +401,20 @@ def _verify(d_sub: argparse._SubParsersAction[Any]) -> None:
     hd.add_argument("doc_ids", metavar="DOC", nargs="*", help="documents (default: every document)")
     hd.add_argument("--json", action="store_true", help="JSON, as `docs verify --head` reads it")
     hd.set_defaults(handler=cmd_head)
+
+    rs = d_sub.add_parser(
+        "remove-signatures",
+        help="remove every signature of DOC (audited; the only way signatures are removed)",
+        description="Remove every signature of DOC (a privacy erase, a test document) through "
+        "mailroom.signature_maintenance(): one `signatures.maintenance` audit row with the reason, and the "
+        "chain head reset to an empty chain, in one transaction. Heads exported earlier will report the "
+        "removal and name the audit row; export them again afterwards.",
+    )
+    rs.add_argument("doc_id", metavar="DOC")
+    rs.add_argument("--reason", required=True, help="why (kept in the audit row)")
+    rs.add_argument("--by", default=_operator(), help="who removes them (default: your user name)")
+    rs.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    rs.set_defaults(handler=cmd_remove_signatures)
 
 
 def _remind_and_checksum(d_sub: argparse._SubParsersAction[Any]) -> None:
