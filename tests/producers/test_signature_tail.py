@@ -22,6 +22,7 @@ from worker.producers.documents.chain import canonical_payload, link_hash, sha25
 from worker.producers.documents.heads import chain_heads, parse_exported_heads, remove_signatures
 from worker.producers.documents.signatures import (
     add_document,
+    document_status,
     expect_signer,
     sign_document,
     verify_chain,
@@ -366,3 +367,17 @@ def test_a_document_never_signed_can_still_be_deleted_and_its_head_goes_with_it(
     conn.execute("DELETE FROM mailroom.documents WHERE doc_id = 'draft'")
     conn.commit()
     assert conn.execute("SELECT count(*) AS n FROM mailroom.signature_heads").fetchone() == {"n": 0}
+
+
+def test_status_shows_a_signer_by_the_name_they_signed_with(conn: Conn, settings: Settings) -> None:
+    add_document(conn, "policy")
+    for email in ("ada@example.com", "bob@example.com"):
+        expect_signer(conn, "policy", email, name="Expected", settings=settings)
+    sign_document(conn, "policy", "ada@example.com", name="Ada Lovelace", settings=settings)
+    expect_signer(conn, "policy", "ada@example.com", name="Renamed Later", settings=settings)
+    conn.commit()
+    status = document_status(conn, "policy")
+    assert [(s.email, s.name) for s in status.expected] == [
+        ("ada@example.com", "Ada Lovelace"),
+        ("bob@example.com", "Expected"),
+    ]

@@ -359,8 +359,10 @@ class DocumentStatus:
         return round(100.0 * self.signed / len(self.expected), 2)
 
 
+# A signer who signed is shown with the name they signed with (covered by the signature), not the
+# expected signer's name as edited since.
 SELECT_EXPECTED_STATE = """
-SELECT e.email, e.name, e.locale, s.signed_at,
+SELECT e.email, coalesce(s.signer_name, e.name) AS name, e.locale, s.signed_at,
        (SELECT count(*) FROM mailroom.reminder_logs r
         WHERE r.doc_id = e.doc_id AND r.recipient_email = e.email) AS reminders,
        (SELECT max(requested_at) FROM mailroom.reminder_logs r
