@@ -210,6 +210,18 @@ CREATE FUNCTION mailroom.content_rules() RETURNS jsonb
     AS $_$ SELECT  E'{"about": "What the database and the Python API both refuse in an email. One file: worker/core/rules.py loads it for Python, and revision 0006 writes it into the database''s checks (mailroom.content_rules() returns it). Patterns are written in the common subset of Python''s re and PostgreSQL''s regular expressions; a change here needs a revision that installs it again.", "forbidden_in_headers": "[\\\\x00-\\\\x1f\\\\x7f\\\\x85\\\\u2028\\\\u2029]", "encoded_word": "=\\\\?[^?\\\\s]+\\\\?[BbQq]\\\\?[^?\\\\s]*\\\\?=", "header_name": "^[!-9;-~]{1,76}$", "address": "^(?=[^@]{1,64}@)[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(\\\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\\\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$", "max_address_chars": 254, "reserved_headers": ["from", "to", "cc", "bcc", "reply-to", "subject", "date", "message-id", "mime-version", "content-type", "content-transfer-encoding", "content-disposition", "return-path", "received", "sender", "dkim-signature", "list-unsubscribe", "list-unsubscribe-post"], "stored_by_mailroom": ["list-unsubscribe", "list-unsubscribe-post"], "max_header_value_chars": 998, "max_name_chars": 255, "max_subject_chars": 998, "max_body_bytes": 26214400, "max_recipients": 100}'::jsonb $_$;
 
 --
+-- Name: documents_create_signature_head(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.documents_create_signature_head() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO mailroom.signature_heads (doc_id) VALUES (NEW.doc_id) ON CONFLICT (doc_id) DO NOTHING;
+    RETURN NULL;
+END $$;
+
+--
 -- Name: email_queue; Type: TABLE; Schema: mailroom; Owner: -
 --
 
@@ -1188,6 +1200,124 @@ BEGIN
 END $$;
 
 --
+-- Name: signature_heads_guard(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.signature_heads_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_LEVEL = 'ROW' AND (pg_trigger_depth() > 1 OR mailroom.signature_maintenance_allows(
+            CASE WHEN TG_OP = 'DELETE' THEN OLD.doc_id ELSE NEW.doc_id END)) THEN
+        RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
+    RAISE EXCEPTION 'mailroom.signature_heads is kept by the signatures'' triggers (% refused)', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+--
+-- Name: signature_link_hash(text, text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.signature_link_hash(payload_hash text, signature text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT encode(sha256(convert_to(payload_hash || ':' || signature, 'UTF8')), 'hex')
+$$;
+
+--
+-- Name: signature_maintenance(text, text, text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.signature_maintenance(doc_id text, reason text, actor text) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    doc CONSTANT text := signature_maintenance.doc_id;
+    head record;
+    removed bigint;
+    audit_id bigint;
+BEGIN
+    IF coalesce(btrim(reason), '') = '' OR coalesce(btrim(actor), '') = '' THEN
+        RAISE EXCEPTION 'signature maintenance needs a reason and an actor'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The document lock waits for signers in flight, as they hold it while they sign.
+    PERFORM 1 FROM mailroom.documents d WHERE d.doc_id = doc FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no document %', doc USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT h.count, h.last_hash INTO head FROM mailroom.signature_heads h WHERE h.doc_id = doc FOR UPDATE;
+    SELECT count(*) INTO removed FROM mailroom.signatures s WHERE s.doc_id = doc;
+    audit_id := mailroom.audit('signatures.maintenance', actor, doc, removed,
+        jsonb_build_object('reason', reason, 'removed', removed,
+                           'head_count', head.count, 'head_last_hash', head.last_hash));
+    PERFORM set_config('mailroom.signature_maintenance', audit_id::text, true);
+    DELETE FROM mailroom.signatures s WHERE s.doc_id = doc;
+    INSERT INTO mailroom.signature_heads AS h (doc_id, count, last_hash) VALUES (doc, 0, NULL)
+    ON CONFLICT ON CONSTRAINT signature_heads_pkey
+    DO UPDATE SET count = 0, last_hash = NULL, updated_at = clock_timestamp();
+    PERFORM set_config('mailroom.signature_maintenance', '', true);
+    RETURN removed;
+END $$;
+
+--
+-- Name: signature_maintenance_allows(text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.signature_maintenance_allows(doc text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $_$
+    SELECT EXISTS (
+        SELECT 1 FROM mailroom.audit_log a
+        WHERE a.id = CASE WHEN current_setting('mailroom.signature_maintenance', true) ~ '^[0-9]{1,18}$'
+                          THEN current_setting('mailroom.signature_maintenance', true)::bigint END
+          AND a.action = 'signatures.maintenance' AND a.target = doc AND a.at >= now())
+$_$;
+
+--
+-- Name: signatures_advance_head(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.signatures_advance_head() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    head_count integer;
+BEGIN
+    INSERT INTO mailroom.signature_heads (doc_id) VALUES (NEW.doc_id) ON CONFLICT (doc_id) DO NOTHING;
+    SELECT h.count INTO head_count FROM mailroom.signature_heads h WHERE h.doc_id = NEW.doc_id FOR UPDATE;
+    IF NEW.seq IS NULL THEN
+        NEW.seq := head_count + 1;
+    ELSIF NEW.seq <> head_count + 1 THEN
+        RAISE EXCEPTION 'signature of % at position % refused: the chain''s next position is %',
+            NEW.doc_id, NEW.seq, head_count + 1
+            USING ERRCODE = 'check_violation';
+    END IF;
+    UPDATE mailroom.signature_heads
+    SET count = NEW.seq, last_hash = mailroom.signature_link_hash(NEW.payload_hash, NEW.signature),
+        updated_at = clock_timestamp()
+    WHERE doc_id = NEW.doc_id;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: signatures_append_only(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.signatures_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND mailroom.signature_maintenance_allows(OLD.doc_id) THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'mailroom.signatures is append-only (% refused)', TG_OP
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'remove a document''s signatures with mailroom.signature_maintenance(doc_id, reason, actor)';
+END $$;
+
+--
 -- Name: take_probe(bigint, double precision); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -1980,6 +2110,20 @@ CREATE TABLE mailroom.sent_journal (
 WITH (autovacuum_vacuum_threshold='1000', autovacuum_vacuum_scale_factor='0');
 
 --
+-- Name: signature_heads; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.signature_heads (
+    doc_id text NOT NULL,
+    count integer DEFAULT 0 NOT NULL,
+    last_hash text,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT signature_heads_check CHECK (((count = 0) = (last_hash IS NULL))),
+    CONSTRAINT signature_heads_count_check CHECK ((count >= 0)),
+    CONSTRAINT signature_heads_last_hash_check CHECK ((last_hash ~ '^[0-9a-f]{64}$'::text))
+);
+
+--
 -- Name: signatures; Type: TABLE; Schema: mailroom; Owner: -
 --
 
@@ -1995,9 +2139,11 @@ CREATE TABLE mailroom.signatures (
     signature text NOT NULL,
     prev_hash text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    seq integer NOT NULL,
     CONSTRAINT signatures_nonce_check CHECK ((length(nonce) >= 16)),
     CONSTRAINT signatures_payload_hash_check CHECK ((payload_hash ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT signatures_prev_hash_check CHECK ((prev_hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT signatures_seq_check CHECK ((seq >= 1)),
     CONSTRAINT signatures_signer_email_check CHECK ((signer_email = lower(signer_email)))
 );
 
@@ -2354,6 +2500,13 @@ ALTER TABLE ONLY mailroom.sender_pacing
 
 ALTER TABLE ONLY mailroom.sender_usage
     ADD CONSTRAINT sender_usage_pkey PRIMARY KEY (sender_account_id, day);
+
+--
+-- Name: signature_heads signature_heads_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.signature_heads
+    ADD CONSTRAINT signature_heads_pkey PRIMARY KEY (doc_id);
 
 --
 -- Name: signatures signatures_doc_id_signer_email_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
@@ -2733,6 +2886,12 @@ CREATE UNIQUE INDEX signatures_chain_idx ON mailroom.signatures USING btree (doc
 CREATE INDEX signatures_doc_idx ON mailroom.signatures USING btree (doc_id, id);
 
 --
+-- Name: signatures_seq_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE UNIQUE INDEX signatures_seq_idx ON mailroom.signatures USING btree (doc_id, seq);
+
+--
 -- Name: tokens_account_idx; Type: INDEX; Schema: mailroom; Owner: -
 --
 
@@ -2883,6 +3042,12 @@ CREATE TRIGGER click_events_notify AFTER INSERT ON mailroom.click_events FOR EAC
 CREATE TRIGGER documents_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.documents FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
 --
+-- Name: documents documents_signature_head; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER documents_signature_head AFTER INSERT ON mailroom.documents FOR EACH ROW EXECUTE FUNCTION mailroom.documents_create_signature_head();
+
+--
 -- Name: documents documents_touch; Type: TRIGGER; Schema: mailroom; Owner: -
 --
 
@@ -3021,6 +3186,24 @@ CREATE TRIGGER sender_accounts_notify AFTER INSERT OR DELETE OR UPDATE ON mailro
 CREATE TRIGGER sender_accounts_touch BEFORE UPDATE ON mailroom.sender_accounts FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
 
 --
+-- Name: signature_heads signature_heads_guard; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER signature_heads_guard BEFORE INSERT OR DELETE OR UPDATE ON mailroom.signature_heads FOR EACH ROW EXECUTE FUNCTION mailroom.signature_heads_guard();
+
+--
+-- Name: signature_heads signature_heads_no_truncate; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER signature_heads_no_truncate BEFORE TRUNCATE ON mailroom.signature_heads FOR EACH STATEMENT EXECUTE FUNCTION mailroom.signature_heads_guard();
+
+--
+-- Name: signatures signatures_chain_head; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER signatures_chain_head BEFORE INSERT ON mailroom.signatures FOR EACH ROW EXECUTE FUNCTION mailroom.signatures_advance_head();
+
+--
 -- Name: signatures signatures_created_at; Type: TRIGGER; Schema: mailroom; Owner: -
 --
 
@@ -3031,6 +3214,18 @@ CREATE TRIGGER signatures_created_at BEFORE UPDATE ON mailroom.signatures FOR EA
 --
 
 CREATE TRIGGER signatures_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.signatures FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: signatures signatures_refuse_change; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER signatures_refuse_change BEFORE DELETE OR UPDATE ON mailroom.signatures FOR EACH ROW EXECUTE FUNCTION mailroom.signatures_append_only();
+
+--
+-- Name: signatures signatures_refuse_truncate; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER signatures_refuse_truncate BEFORE TRUNCATE ON mailroom.signatures FOR EACH STATEMENT EXECUTE FUNCTION mailroom.signatures_append_only();
 
 --
 -- Name: templates templates_touch; Type: TRIGGER; Schema: mailroom; Owner: -
@@ -3149,6 +3344,13 @@ ALTER TABLE ONLY mailroom.sender_pacing
 
 ALTER TABLE ONLY mailroom.sender_usage
     ADD CONSTRAINT sender_usage_sender_account_id_fkey FOREIGN KEY (sender_account_id) REFERENCES mailroom.sender_accounts(id) ON DELETE CASCADE;
+
+--
+-- Name: signature_heads signature_heads_doc_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.signature_heads
+    ADD CONSTRAINT signature_heads_doc_id_fkey FOREIGN KEY (doc_id) REFERENCES mailroom.documents(doc_id) ON DELETE CASCADE;
 
 --
 -- Name: signatures signatures_doc_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -

@@ -60,7 +60,7 @@ def test_a_backup_restored_into_an_empty_database_has_everything(
         assert SecretBox(settings.secret_key or "").decrypt(bytes(row[0])) == "relay-secret"
         assert verify_chain(conn, "policy", settings=settings).ok
         revision = conn.execute("SELECT version_num FROM mailroom.alembic_version").fetchone()
-    assert revision is not None and revision[0] == "0005"
+    assert revision is not None and revision[0] == "0006"
 
 
 def test_restore_refuses_a_database_that_already_has_mailroom_and_changes_nothing(

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from tests.producers.signature_attacks import triggers_disabled
 from worker.cli.main import main
 from worker.core.config import ConfigError, Settings
 from worker.core.validation import ValidationError
@@ -46,12 +47,12 @@ def _doc(conn: Conn, settings: Settings, doc_id: str = "policy", signers: tuple[
 def test_signature_is_ed25519_over_the_canonical_payload(conn: Conn, settings: Settings) -> None:
     add_document(conn, "policy", checksum="ab" * 32)
     moment = datetime(2026, 11, 21, 9, 30, 15, 123456, tzinfo=UTC)
-    sig = sign_document(conn, "policy", "Ada@Example.com", now=moment, settings=settings)
+    sig = sign_document(conn, "policy", "Ada@Example.com", name="Ada Lovelace", now=moment, settings=settings)
     conn.commit()
 
     fields = json.loads(sig.payload)
     assert fields == {
-        "v": 1,
+        "v": 2,
         "key": load_signing_key(settings).fingerprint,
         "doc_id": "policy",
         "checksum": "ab" * 32,
@@ -60,6 +61,8 @@ def test_signature_is_ed25519_over_the_canonical_payload(conn: Conn, settings: S
         "signed_at": "2026-11-21T09:30:15.123456Z",
         "nonce": sig.nonce,
         "prev_hash": None,
+        "signer_name": "Ada Lovelace",
+        "seq": 1,
     }
     assert sig.payload == json.dumps(fields, sort_keys=True, separators=(",", ":"))
     stored = conn.execute("SELECT * FROM mailroom.signatures").fetchone()
@@ -222,7 +225,8 @@ def test_verify_names_the_first_tampered_row(conn: Conn, settings: Settings, col
     target = sigs[1].id
     forged = load_signing_key(replace(settings, signing_key=generate_key())).sign(b"forged")
     params = (forged, target) if column == "signature" else (target,)
-    conn.execute(TAMPERING[column], params)
+    with triggers_disabled(conn):
+        conn.execute(TAMPERING[column], params)
     conn.commit()
 
     report = verify_chain(conn, "policy", settings=settings)
@@ -242,9 +246,10 @@ def test_verify_command_exits_1_and_names_the_broken_row(
     assert "2 signature(s) verified, chain intact" in capsys.readouterr().out
     first = conn.execute("SELECT min(id) AS id FROM mailroom.signatures").fetchone()
     assert first is not None
-    conn.execute(
-        "UPDATE mailroom.signatures SET payload_hash = repeat('0', 64) WHERE id = %s", (first["id"],)
-    )
+    with triggers_disabled(conn):
+        conn.execute(
+            "UPDATE mailroom.signatures SET payload_hash = repeat('0', 64) WHERE id = %s", (first["id"],)
+        )
     conn.commit()
     assert main(["docs", "verify", "policy"]) == 1
     out = capsys.readouterr().out

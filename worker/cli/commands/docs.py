@@ -1,4 +1,4 @@
-"""`mailroom docs add|expect|sign|status|verify|remind|checksum`: signed document acknowledgements."""
+"""`mailroom docs add|expect|sign|status|verify|head|remove-signatures|remind|checksum`: signed document acknowledgements."""
 
 from __future__ import annotations
 
@@ -163,40 +163,105 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _report_json(report: Any) -> dict[str, Any]:
+    head = report.head
+    return {
+        "doc_id": report.doc_id,
+        "checked": report.checked,
+        "ok": report.ok,
+        "key": report.key_fingerprint,
+        "head": None if head is None else {"count": head.count, "last_hash": head.last_hash},
+        "missing_positions": list(report.missing),
+        "problems": report.problems(),
+        "broken": [{"id": b.id, "signer": b.signer_email, "reasons": b.reasons} for b in report.broken],
+    }
+
+
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
-    """`mailroom docs verify [DOC]`: exit status 1 when any signature or link is broken."""
+    """`mailroom docs verify [DOC] [--head FILE]`: exit status 1 when anything is broken or removed."""
     from worker.core.db import connect
+    from worker.producers.documents.heads import ExportedHeads, parse_exported_heads
     from worker.producers.documents.signatures import all_doc_ids, verify_chain
 
+    exported = ExportedHeads(None, {})
+    if args.head is not None:
+        exported = parse_exported_heads(Path(args.head).read_text(encoding="utf-8"))
     with connect(_url(settings)) as conn:
         doc_ids = [args.doc_id] if args.doc_id else all_doc_ids(conn)
-        reports = [verify_chain(conn, doc_id, settings=settings) for doc_id in doc_ids]
-    if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "doc_id": r.doc_id,
-                        "checked": r.checked,
-                        "ok": r.ok,
-                        "key": r.key_fingerprint,
-                        "broken": [
-                            {"id": b.id, "signer": b.signer_email, "reasons": b.reasons} for b in r.broken
-                        ],
-                    }
-                    for r in reports
-                ],
-                indent=2,
+        reports = [
+            verify_chain(
+                conn,
+                doc_id,
+                settings=settings,
+                exported=exported.heads.get(doc_id),
+                exported_at=exported.exported_at,
             )
-        )
+            for doc_id in doc_ids
+        ]
+    # A document the exported head names that is gone altogether (its signatures went with it).
+    gone = [h for d, h in sorted(exported.heads.items()) if d not in doc_ids and not args.doc_id]
+    gone_lines = [
+        f"{h.doc_id}: BROKEN: document missing since the exported head ({h.count} signature(s))" for h in gone
+    ]
+    if args.json:
+        out = [_report_json(r) for r in reports]
+        out += [{"doc_id": h.doc_id, "ok": False, "problems": ["document missing"]} for h in gone]
+        print(json.dumps(out, indent=2))
     else:
         for report in reports:
             print(report.summary())
-            for broken in report.broken[1:]:
-                print(f"  also {broken.describe()}")
-        if not reports:
+            for line in report.problems()[1:]:
+                print(f"  also {line}")
+        for line in gone_lines:
+            print(line)
+        if not reports and not gone:
             print("no documents")
-    return 0 if all(r.ok for r in reports) else 1
+    return 0 if all(r.ok for r in reports) and not gone else 1
+
+
+def cmd_head(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs head [DOC...]`: print chain heads for keeping outside the database."""
+    from datetime import UTC
+
+    from worker.core.db import connect
+    from worker.producers.documents.heads import chain_heads, export_heads
+
+    with connect(_url(settings)) as conn:
+        heads, exported_at = chain_heads(conn, args.doc_ids)
+    if args.json:
+        print(json.dumps(export_heads(heads, exported_at), indent=2))
+    else:
+        print(f"# mailroom signature heads, exported {exported_at.astimezone(UTC).isoformat()}")
+        print("# check later with: mailroom docs verify --head FILE")
+        for head in heads:
+            print(f"{head.doc_id} {head.count} {head.last_hash or '-'}")
+    missing = sorted(set(args.doc_ids) - {h.doc_id for h in heads})
+    for doc_id in missing:
+        print(f"error: {doc_id} has no chain head (run `mailroom docs verify {doc_id}`)", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def cmd_remove_signatures(args: argparse.Namespace, settings: Settings) -> int:
+    """`mailroom docs remove-signatures DOC --reason TEXT`: the audited way signatures leave the database."""
+    from worker.core.config import ConfigError
+    from worker.core.db import connect
+    from worker.producers.documents.signatures import remove_signatures
+
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("removing signatures cannot be undone: add --yes to confirm")
+        answer = input(
+            f"Remove every signature of {args.doc_id}? This cannot be undone. Type 'remove' to confirm: "
+        )
+        if answer.strip() != "remove":
+            print("nothing changed", file=sys.stderr)
+            return 1
+    with connect(_url(settings)) as conn:
+        removed = remove_signatures(conn, args.doc_id, reason=args.reason, actor=args.by)
+    print(
+        f"{args.doc_id}: removed {removed} signature(s); chain head reset; audited as signatures.maintenance"
+    )
+    return 0
 
 
 def cmd_remind(args: argparse.Namespace, settings: Settings) -> int:
@@ -308,16 +373,48 @@ def _sign_and_status(d_sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _verify(d_sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `docs verify`."""
+    """Add `docs verify` and `docs head`."""
     vf = d_sub.add_parser(
         "verify",
-        help="check every signature and the chain; name the first broken row",
+        help="check every signature, the chain and its head; name the first broken row or missing position",
         description="Check each signature's canonical payload, its SHA-256, its Ed25519 signature and its "
-        "link to the previous signature. Exit status 1 when anything is broken; the first broken row is named.",
+        "link to the previous signature, and that every position the document's chain head records is there "
+        "(a deleted signature, the newest or any other, is named by its position). With --head FILE, also "
+        "check against heads exported earlier by `docs head`, which catches removals even if the head table "
+        "was rewritten too. Exit status 1 when anything is broken or missing.",
     )
     vf.add_argument("doc_id", metavar="DOC", nargs="?", help="one document (default: every document)")
+    vf.add_argument(
+        "--head", metavar="FILE", help="heads exported earlier by `mailroom docs head` (text or --json)"
+    )
     vf.add_argument("--json", action="store_true", help="machine-readable output")
     vf.set_defaults(handler=cmd_verify)
+
+    hd = d_sub.add_parser(
+        "head",
+        help="print each document's chain head (signature count, last hash) to keep outside the database",
+        description="Print the chain head of each document (default: all): its signature count and the "
+        "hash the newest signature ends the chain with. Keep the output somewhere the database's writers "
+        "cannot reach (a ticket, another host, a printout) and check later with `docs verify --head FILE`. "
+        "Example: mailroom docs head --json > heads-2026-11-25.json",
+    )
+    hd.add_argument("doc_ids", metavar="DOC", nargs="*", help="documents (default: every document)")
+    hd.add_argument("--json", action="store_true", help="JSON, as `docs verify --head` reads it")
+    hd.set_defaults(handler=cmd_head)
+
+    rs = d_sub.add_parser(
+        "remove-signatures",
+        help="remove every signature of DOC (audited; the only way signatures are removed)",
+        description="Remove every signature of DOC (a privacy erase, a test document) through "
+        "mailroom.signature_maintenance(): one `signatures.maintenance` audit row with the reason, and the "
+        "chain head reset to an empty chain, in one transaction. Heads exported earlier will report the "
+        "removal and name the audit row; export them again afterwards.",
+    )
+    rs.add_argument("doc_id", metavar="DOC")
+    rs.add_argument("--reason", required=True, help="why (kept in the audit row)")
+    rs.add_argument("--by", default=_operator(), help="who removes them (default: your user name)")
+    rs.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    rs.set_defaults(handler=cmd_remove_signatures)
 
 
 def _remind_and_checksum(d_sub: argparse._SubParsersAction[Any]) -> None:

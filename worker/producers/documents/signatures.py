@@ -1,10 +1,13 @@
 """Signed document acknowledgements (reference 04): Ed25519 signatures in one hash chain per document.
 
-A signature covers a canonical JSON payload (document id, its checksum, signer, signed-at, nonce
-and the link to the previous signature), stores the payload's SHA-256 and the base64 signature,
-and links to the previous signature of the same document through `prev_hash`, the SHA-256 of that
-signature's `payload_hash:signature`. Signers of one document are serialised by a lock on the
-document row, and the unique index on `(doc_id, prev_hash)` makes a fork impossible anyway.
+A signature covers a canonical JSON payload (`worker.producers.documents.chain`: the document and its
+checksum, the signer's address and name, signed-at, nonce, the link to the previous signature and the
+position in the chain), stores the payload's SHA-256 and the base64 signature, and links to the previous
+signature of the same document through `prev_hash`, the SHA-256 of that signature's
+`payload_hash:signature`. Signers of one document are serialised by a lock on the document row, and the
+unique indexes on `(doc_id, prev_hash)` and `(doc_id, seq)` make a fork impossible anyway. Signatures are
+append-only in the database, and the chain head it keeps per document
+(`worker.producers.documents.heads`) makes a deleted signature visible to `verify_chain`.
 
 This module is also the one import for the whole domain: documents, expected signers, checksums
 (`worker.producers.documents.records`) and reminders (`worker.producers.documents.reminders`) are re-exported here.
@@ -12,11 +15,9 @@ This module is also the one import for the whole domain: documents, expected sig
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -25,6 +26,22 @@ from psycopg.rows import dict_row
 
 from worker.core.config import Settings
 from worker.core.validation import ValidationError, check_header_text
+from worker.producers.documents.chain import (
+    PAYLOAD_VERSION,
+    canonical_payload,
+    link_hash,
+    row_problems,
+    sha256_hex,
+    utc_text,
+)
+from worker.producers.documents.heads import (
+    ChainHead,
+    chain_heads,
+    describe_missing,
+    export_findings,
+    head_findings,
+    remove_signatures,
+)
 from worker.producers.documents.records import (
     ChecksumResult,
     Document,
@@ -39,6 +56,8 @@ from worker.producers.documents.reminders import ReminderResult, reminder_candid
 from worker.producers.documents.signing_key import SigningKey, load_signing_key
 
 __all__ = [
+    "PAYLOAD_VERSION",
+    "ChainHead",
     "ChainReport",
     "ChecksumResult",
     "Document",
@@ -48,17 +67,18 @@ __all__ = [
     "Signature",
     "add_document",
     "canonical_payload",
+    "chain_heads",
     "document_status",
     "expect_signer",
     "link_hash",
     "reminder_candidates",
+    "remove_signatures",
     "send_reminders",
+    "sha256_hex",
     "sign_document",
     "verify_chain",
     "verify_checksum",
 ]
-
-PAYLOAD_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -75,73 +95,27 @@ class Signature:
     payload_hash: str
     signature: str
     prev_hash: str | None
+    seq: int
 
 
-def _utc_text(moment: datetime) -> str:
-    if moment.tzinfo is None:
-        raise ValidationError("signed_at", "a signing time needs a time zone")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def canonical_payload(
-    *,
-    doc_id: str,
-    checksum: str | None,
-    checksum_algorithm: str | None,
-    signer_email: str,
-    signed_at: datetime,
-    nonce: str,
-    prev_hash: str | None,
-    key: str,
-) -> str:
-    """The exact text a signature covers: sorted-key compact JSON, UTF-8, times in UTC to the microsecond.
-
-    `key` is the signing key's fingerprint, so a signature made with another key is named as such.
-    """
-    fields = {
-        "v": PAYLOAD_VERSION,
-        "key": key,
-        "doc_id": doc_id,
-        "checksum": checksum,
-        "checksum_algorithm": checksum_algorithm,
-        "signer": signer_email,
-        "signed_at": _utc_text(signed_at),
-        "nonce": nonce,
-        "prev_hash": prev_hash,
-    }
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def sha256_hex(text: str) -> str:
-    """SHA-256 of UTF-8 text, in hex."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def link_hash(payload_hash: str, signature: str) -> str:
-    """What the next signature's `prev_hash` must be: it commits to this signature's payload and bytes."""
-    return sha256_hex(f"{payload_hash}:{signature}")
-
-
-# After the document lock: the chain's current tail, and the database clock for signed_at.
-SELECT_TAIL = """
-SELECT clock_timestamp() AS now, t.payload_hash, t.signature
+# After the document lock: the chain head (the trigger on INSERT moves it) and the database clock for signed_at.
+SELECT_HEAD = """
+SELECT clock_timestamp() AS now, coalesce(h.count, 0) AS count, h.last_hash
 FROM (SELECT 1) one
-LEFT JOIN LATERAL (
-    SELECT payload_hash, signature FROM mailroom.signatures WHERE doc_id = %s ORDER BY id DESC LIMIT 1
-) t ON true
+LEFT JOIN mailroom.signature_heads h ON h.doc_id = %s
 """
 SELECT_EXISTING = "SELECT signed_at FROM mailroom.signatures WHERE doc_id = %s AND signer_email = %s"
 SELECT_EXPECTED_NAME = "SELECT name FROM mailroom.expected_signers WHERE doc_id = %s AND email = %s"
 INSERT_SIGNATURE = """
 INSERT INTO mailroom.signatures
-    (doc_id, signer_email, signer_name, signed_at, nonce, payload, payload_hash, signature, prev_hash)
+    (doc_id, signer_email, signer_name, signed_at, nonce, payload, payload_hash, signature, prev_hash, seq)
 VALUES (%(doc_id)s, %(signer_email)s, %(signer_name)s, %(signed_at)s, %(nonce)s, %(payload)s,
-        %(payload_hash)s, %(signature)s, %(prev_hash)s)
+        %(payload_hash)s, %(signature)s, %(prev_hash)s, %(seq)s)
 RETURNING id
 """
 SELECT_CHAIN = """
-SELECT id, doc_id, signer_email, signer_name, signed_at, nonce, payload, payload_hash, signature, prev_hash
-FROM mailroom.signatures WHERE doc_id = %s ORDER BY id
+SELECT id, doc_id, signer_email, signer_name, signed_at, nonce, payload, payload_hash, signature, prev_hash, seq
+FROM mailroom.signatures WHERE doc_id = %s ORDER BY seq, id
 """
 
 
@@ -152,12 +126,51 @@ def _signer_name(
     existing = cur.execute(SELECT_EXISTING, (doc_id, address)).fetchone()
     if existing is not None:
         raise ValidationError(
-            "email", f"{address} already signed {doc_id} at {_utc_text(existing['signed_at'])}"
+            "email", f"{address} already signed {doc_id} at {utc_text(existing['signed_at'])}"
         )
     if name is None:
         expected = cur.execute(SELECT_EXPECTED_NAME, (doc_id, address)).fetchone()
         name = (expected["name"] or None) if expected else None
     return name
+
+
+def _signed_row(
+    document: Document,
+    address: str,
+    name: str | None,
+    head: dict[str, Any],
+    signed_at: datetime,
+    key: SigningKey,
+) -> dict[str, Any]:
+    """The row to insert: a version 2 payload at the chain's next position, and its Ed25519 signature."""
+    # The head, not the newest row left: a signature deleted behind the head's back stays a visible gap.
+    prev_hash: str | None = head["last_hash"]
+    seq = int(head["count"]) + 1
+    nonce = secrets.token_urlsafe(24)
+    payload = canonical_payload(
+        doc_id=document.doc_id,
+        checksum=document.checksum,
+        checksum_algorithm=document.checksum_algorithm,
+        signer_email=address,
+        signer_name=name,
+        signed_at=signed_at,
+        nonce=nonce,
+        prev_hash=prev_hash,
+        seq=seq,
+        key=key.fingerprint,
+    )
+    return {
+        "doc_id": document.doc_id,
+        "signer_email": address,
+        "signer_name": name,
+        "signed_at": signed_at,
+        "nonce": nonce,
+        "payload": payload,
+        "payload_hash": sha256_hex(payload),
+        "signature": key.sign(payload.encode("utf-8")),
+        "prev_hash": prev_hash,
+        "seq": seq,
+    }
 
 
 def sign_document(
@@ -186,32 +199,9 @@ def sign_document(
         raise ValueError("sign_document needs an open transaction: use a non-autocommit connection")
     with conn.cursor(row_factory=dict_row) as cur:
         name = _signer_name(cur, doc_id, address, name)
-        tail = cur.execute(SELECT_TAIL, (doc_id,)).fetchone()
-        assert tail is not None
-        signed_at = now or tail["now"]
-        prev_hash = link_hash(tail["payload_hash"], tail["signature"]) if tail["payload_hash"] else None
-        nonce = secrets.token_urlsafe(24)
-        payload = canonical_payload(
-            doc_id=doc_id,
-            checksum=document.checksum,
-            checksum_algorithm=document.checksum_algorithm,
-            signer_email=address,
-            signed_at=signed_at,
-            nonce=nonce,
-            prev_hash=prev_hash,
-            key=key.fingerprint,
-        )
-        row: dict[str, Any] = {
-            "doc_id": doc_id,
-            "signer_email": address,
-            "signer_name": name,
-            "signed_at": signed_at,
-            "nonce": nonce,
-            "payload": payload,
-            "payload_hash": sha256_hex(payload),
-            "signature": key.sign(payload.encode("utf-8")),
-            "prev_hash": prev_hash,
-        }
+        head = cur.execute(SELECT_HEAD, (doc_id,)).fetchone()
+        assert head is not None
+        row = _signed_row(document, address, name, head, now or head["now"], key)
         inserted = cur.execute(INSERT_SIGNATURE, row).fetchone()
     assert inserted is not None
     return Signature(id=int(inserted["id"]), **row)
@@ -237,90 +227,47 @@ class BrokenSignature:
 
 @dataclass(frozen=True)
 class ChainReport:
-    """The result of checking every signature of one document and the links between them."""
+    """The result of checking every signature of one document, the links between them and its chain head."""
 
     doc_id: str
     checked: int
     key_fingerprint: str | None
     broken: tuple[BrokenSignature, ...]
+    head: ChainHead | None = None
+    missing: tuple[int, ...] = ()
+    head_problems: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        """True when every signature verifies and the chain is unbroken."""
-        return not self.broken
+        """True when every signature verifies, the chain is unbroken and every position the head records is there."""
+        return not self.broken and not self.missing and not self.head_problems
 
     @property
     def first_broken(self) -> BrokenSignature | None:
         """The earliest signature (in chain order) that failed."""
         return self.broken[0] if self.broken else None
 
+    def problems(self) -> list[str]:
+        """Every problem, one line each: missing positions first, then the head's, then broken rows."""
+        lines = [describe_missing(self.missing, self.head.count)] if self.missing and self.head else []
+        return lines + list(self.head_problems) + [b.describe() for b in self.broken]
+
     def summary(self) -> str:
         """One line for an operator."""
         if self.ok:
             return f"{self.doc_id}: {self.checked} signature(s) verified, chain intact"
         first = self.first_broken
-        assert first is not None
+        if self.missing or self.head_problems or first is None:
+            return f"{self.doc_id}: BROKEN: {self.problems()[0]}"
         return (
             f"{self.doc_id}: BROKEN at {first.describe()}"
             f" ({len(self.broken)} of {self.checked} signature(s) fail)"
         )
 
 
-def _row_problems(
-    row: dict[str, Any], document: Document, expected_prev: str | None, key: SigningKey
-) -> list[str]:
-    problems: list[str] = []
-    payload: str = row["payload"]
-    try:
-        fields = json.loads(payload)
-    except ValueError:
-        fields = None
-    if not isinstance(fields, dict):
-        problems.append("payload is not a JSON object")
-        fields = {}
-    else:
-        try:
-            rebuilt = canonical_payload(
-                doc_id=fields["doc_id"],
-                checksum=fields["checksum"],
-                checksum_algorithm=fields["checksum_algorithm"],
-                signer_email=fields["signer"],
-                signed_at=datetime.fromisoformat(fields["signed_at"]),
-                nonce=fields["nonce"],
-                prev_hash=fields["prev_hash"],
-                key=fields["key"],
-            )
-        except (KeyError, TypeError, ValueError):
-            rebuilt = None
-        if rebuilt != payload or fields.get("v") != PAYLOAD_VERSION:
-            problems.append("payload is not in canonical form")
-    stored = {
-        "doc_id": row["doc_id"],
-        "signer": row["signer_email"],
-        "signed_at": _utc_text(row["signed_at"]),
-        "nonce": row["nonce"],
-        "prev_hash": row["prev_hash"],
-    }
-    for name, value in stored.items():
-        if name in fields and fields[name] != value:
-            problems.append(f"payload {name} {fields[name]!r} differs from the stored {value!r}")
-    # The signer acknowledged the file with this checksum; the document row must still name that file.
-    for name, value in (("checksum", document.checksum), ("checksum_algorithm", document.checksum_algorithm)):
-        if name in fields and fields[name] != value:
-            problems.append(f"signed {name} {fields[name]!r} differs from the document's {value!r}")
-    if sha256_hex(payload) != row["payload_hash"]:
-        problems.append("payload_hash is not the SHA-256 of the payload")
-    if not key.verify(payload.encode("utf-8"), row["signature"]):
-        problems.append("Ed25519 signature does not verify")
-        if "key" in fields and fields["key"] != key.fingerprint:
-            problems.append(f"it was made with key {fields['key']}, not the configured key {key.fingerprint}")
-    if row["prev_hash"] != expected_prev:
-        problems.append(
-            "prev_hash should be empty (first signature)"
-            if expected_prev is None
-            else "prev_hash does not link to the previous signature"
-        )
-    return problems
+SELECT_ONE_HEAD = (
+    "SELECT doc_id, count, last_hash, updated_at FROM mailroom.signature_heads WHERE doc_id = %s"
+)
 
 
 def verify_chain(
@@ -329,25 +276,35 @@ def verify_chain(
     *,
     settings: Settings | None = None,
     key: SigningKey | None = None,
+    exported: ChainHead | None = None,
+    exported_at: datetime | None = None,
 ) -> ChainReport:
-    """Check every signature of `doc_id` (payload, hash, Ed25519 signature) and every link, in chain order.
+    """Check every signature of `doc_id` (payload, hash, Ed25519 signature), every link and the chain head.
 
-    A signature whose signed checksum is no longer the document's is broken too: it acknowledged another file.
+    A signature whose signed checksum is no longer the document's is broken too: it acknowledged another
+    file. Positions the database's head records but no row holds are named (a deleted signature), and
+    with `exported` (a head exported earlier) so are positions removed since then, head rewritten or not.
     """
     document = get_document(conn, doc_id)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(SELECT_CHAIN, (doc_id,)).fetchall()
-    if not rows:
-        return ChainReport(doc_id, 0, None, ())
-    key = key or load_signing_key(settings or Settings.from_env(), create=False)
+        found = cur.execute(SELECT_ONE_HEAD, (doc_id,)).fetchone()
+    head = ChainHead(**found) if found else None
+    missing, head_problems = head_findings(rows, head)
+    if exported is not None:
+        head_problems += export_findings(conn, rows, exported, exported_at)
     broken: list[BrokenSignature] = []
-    expected_prev: str | None = None
-    for row in rows:
-        problems = _row_problems(row, document, expected_prev, key)
-        if problems:
-            broken.append(BrokenSignature(int(row["id"]), row["signer_email"], tuple(problems)))
-        expected_prev = link_hash(row["payload_hash"], row["signature"])
-    return ChainReport(doc_id, len(rows), key.fingerprint, tuple(broken))
+    fingerprint: str | None = None
+    if rows:
+        key = key or load_signing_key(settings or Settings.from_env(), create=False)
+        fingerprint = key.fingerprint
+        expected_prev: str | None = None
+        for row in rows:
+            problems = row_problems(row, document, expected_prev, key)
+            if problems:
+                broken.append(BrokenSignature(int(row["id"]), row["signer_email"], tuple(problems)))
+            expected_prev = link_hash(row["payload_hash"], row["signature"])
+    return ChainReport(doc_id, len(rows), fingerprint, tuple(broken), head, missing, tuple(head_problems))
 
 
 SELECT_DOC_IDS = "SELECT doc_id FROM mailroom.documents ORDER BY doc_id"
@@ -402,8 +359,10 @@ class DocumentStatus:
         return round(100.0 * self.signed / len(self.expected), 2)
 
 
+# A signer who signed is shown with the name they signed with (covered by the signature), not the
+# expected signer's name as edited since.
 SELECT_EXPECTED_STATE = """
-SELECT e.email, e.name, e.locale, s.signed_at,
+SELECT e.email, coalesce(s.signer_name, e.name) AS name, e.locale, s.signed_at,
        (SELECT count(*) FROM mailroom.reminder_logs r
         WHERE r.doc_id = e.doc_id AND r.recipient_email = e.email) AS reminders,
        (SELECT max(requested_at) FROM mailroom.reminder_logs r
