@@ -270,7 +270,7 @@ CREATE TABLE mailroom.email_queue (
     bcc text[],
     reply_to text[],
     CONSTRAINT email_queue_campaign_id_check CHECK (((length(campaign_id) >= 1) AND (length(campaign_id) <= 100))),
-    CONSTRAINT email_queue_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL))),
+    CONSTRAINT email_queue_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL) OR ((template IS NOT NULL) AND (status = ANY (ARRAY['unrendered'::text, 'failed'::text, 'cancelled'::text]))))),
     CONSTRAINT email_queue_check1 CHECK ((retry_count <= max_retries)),
     CONSTRAINT email_queue_check2 CHECK (((status = 'assigned'::text) = ((lease_token IS NOT NULL) AND (lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
     CONSTRAINT email_queue_check3 CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
@@ -284,8 +284,9 @@ CREATE TABLE mailroom.email_queue (
     CONSTRAINT email_queue_recipient_email_check CHECK ((((length(recipient_email) >= 3) AND (length(recipient_email) <= 254)) AND (recipient_email !~ '[\x00-\x20\x7f<>]'::text))),
     CONSTRAINT email_queue_recipient_name_check CHECK ((recipient_name !~ '[\x00-\x1f\x7f]'::text)),
     CONSTRAINT email_queue_retry_count_check CHECK ((retry_count >= 0)),
-    CONSTRAINT email_queue_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text]))),
-    CONSTRAINT email_queue_subject_check CHECK ((subject !~ '[\x00-\x1f\x7f]'::text))
+    CONSTRAINT email_queue_status_check CHECK ((status = ANY (ARRAY['unrendered'::text, 'pending'::text, 'assigned'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text]))),
+    CONSTRAINT email_queue_subject_check CHECK ((subject !~ '[\x00-\x1f\x7f]'::text)),
+    CONSTRAINT email_queue_unrendered_has_template CHECK (((status <> 'unrendered'::text) OR (template IS NOT NULL)))
 );
 
 --
@@ -310,8 +311,9 @@ BEGIN
             RETURN 'recipient_name: ' || problem;
         END IF;
     END IF;
+    -- An email enqueued by SQL with a template has its subject rendered later (status unrendered).
     problem := coalesce(mailroom.header_text_problem(e.subject),
-        CASE WHEN btrim(e.subject, E' \t') = '' THEN 'a subject is required'
+        CASE WHEN btrim(e.subject, E' \t') = '' AND e.status <> 'unrendered' THEN 'a subject is required'
              WHEN length(e.subject) > 998
              THEN 'longer than ' || 998 || ' characters' END);
     IF problem IS NOT NULL THEN
@@ -340,8 +342,9 @@ CREATE FUNCTION mailroom.email_queue_before_insert() RETURNS trigger
 BEGIN
     -- Bulk COPY sends NULL for "now": the database clock decides, not the client's.
     NEW.scheduled_for := coalesce(NEW.scheduled_for, now());
-    IF NEW.status <> 'pending' THEN
-        RAISE EXCEPTION 'a new email starts pending, not %', NEW.status USING ERRCODE = 'check_violation';
+    IF NEW.status NOT IN ('pending', 'unrendered') THEN
+        RAISE EXCEPTION 'a new email starts pending (or unrendered), not %', NEW.status
+            USING ERRCODE = 'check_violation';
     END IF;
     RETURN NEW;
 END $$;
@@ -358,9 +361,14 @@ BEGIN
         RAISE EXCEPTION 'created_at of mailroom.email_queue is immutable' USING ERRCODE = 'check_violation';
     END IF;
     NEW.updated_at := now();
+    IF NEW.status = 'pending' AND OLD.status = 'failed' AND NEW.text_body IS NULL AND NEW.html_body IS NULL THEN
+        NEW.status := 'unrendered';  -- retrying an email its template failed to render: render it again
+    END IF;
     IF NEW.status IS DISTINCT FROM OLD.status THEN
         IF NOT (
-            (OLD.status = 'pending'    AND NEW.status IN ('assigned', 'cancelled', 'suppressed', 'failed'))
+            (OLD.status = 'unrendered' AND NEW.status IN ('pending', 'failed', 'cancelled'))
+         OR (OLD.status = 'failed'     AND NEW.status = 'unrendered')
+         OR (OLD.status = 'pending'    AND NEW.status IN ('assigned', 'cancelled', 'suppressed', 'failed'))
          OR (OLD.status = 'assigned'   AND NEW.status IN ('pending', 'sent', 'failed', 'suppressed'))
          OR (OLD.status = 'failed'     AND NEW.status IN ('pending', 'cancelled'))
          OR (OLD.status = 'suppressed' AND NEW.status IN ('pending', 'cancelled'))
@@ -371,7 +379,7 @@ BEGIN
         CASE NEW.status
             WHEN 'assigned' THEN NEW.assigned_at := now();
             WHEN 'sent' THEN NEW.sent_at := coalesce(NEW.sent_at, now()); NEW.finished_at := now();
-            WHEN 'pending' THEN NEW.finished_at := NULL; NEW.suppression_reason := NULL;
+            WHEN 'pending', 'unrendered' THEN NEW.finished_at := NULL; NEW.suppression_reason := NULL;
             ELSE NEW.finished_at := now();
         END CASE;
         IF NEW.status <> 'assigned' THEN
@@ -462,13 +470,13 @@ BEGIN
 END $$;
 
 --
--- Name: enqueue(text[], text, text, text, text, text[], text[], text[], jsonb, text, timestamp with time zone, integer, integer, text, text); Type: FUNCTION; Schema: mailroom; Owner: -
+-- Name: enqueue(text[], text, text, text, text, text[], text[], text[], jsonb, text, timestamp with time zone, integer, integer, text, text, text, jsonb, text); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
-CREATE FUNCTION mailroom.enqueue(recipients text[], subject text, text_body text DEFAULT NULL::text, html_body text DEFAULT NULL::text, to_name text DEFAULT NULL::text, cc text[] DEFAULT NULL::text[], bcc text[] DEFAULT NULL::text[], reply_to text[] DEFAULT NULL::text[], headers jsonb DEFAULT '{}'::jsonb, idempotency_key text DEFAULT NULL::text, scheduled_for timestamp with time zone DEFAULT NULL::timestamp with time zone, priority integer DEFAULT 0, max_retries integer DEFAULT NULL::integer, reference_type text DEFAULT NULL::text, reference_id text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION mailroom.enqueue(recipients text[], subject text DEFAULT NULL::text, text_body text DEFAULT NULL::text, html_body text DEFAULT NULL::text, to_name text DEFAULT NULL::text, cc text[] DEFAULT NULL::text[], bcc text[] DEFAULT NULL::text[], reply_to text[] DEFAULT NULL::text[], headers jsonb DEFAULT '{}'::jsonb, idempotency_key text DEFAULT NULL::text, scheduled_for timestamp with time zone DEFAULT NULL::timestamp with time zone, priority integer DEFAULT 0, max_retries integer DEFAULT NULL::integer, reference_type text DEFAULT NULL::text, reference_id text DEFAULT NULL::text, template text DEFAULT NULL::text, template_data jsonb DEFAULT NULL::jsonb, locale text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+    AS $_$
 #variable_conflict use_column
 DECLARE
     new_id bigint;
@@ -477,9 +485,14 @@ BEGIN
     bad := CASE
         WHEN recipients IS NULL OR cardinality(recipients) = 0 THEN 'recipients: at least one To address is required'
         WHEN array_ndims(recipients) <> 1 THEN 'recipients: a list of addresses, one dimension'
-        WHEN subject IS NULL THEN 'subject: a subject is required'
-        WHEN coalesce(btrim(text_body), '') = '' AND coalesce(btrim(html_body), '') = ''
-            THEN 'text_body: a body is required: text_body, html_body or both'
+        WHEN template IS NOT NULL AND template !~ '^[a-z][a-z0-9_]{0,63}$' THEN 'template: not a template name'
+        WHEN template IS NOT NULL AND template_data IS NOT NULL AND jsonb_typeof(template_data) <> 'object'
+            THEN 'template_data: must be a JSON object'
+        WHEN template IS NULL AND template_data IS NOT NULL THEN 'template_data: data is only used with a template'
+        WHEN locale IS NOT NULL AND locale !~ '^[a-z]{2}(-[A-Z]{2})?$' THEN 'locale: like en or pt-BR'
+        WHEN template IS NULL AND subject IS NULL THEN 'subject: a subject is required (or a template)'
+        WHEN template IS NULL AND coalesce(btrim(text_body), '') = '' AND coalesce(btrim(html_body), '') = ''
+            THEN 'text_body: a body is required: text_body, html_body or both (or a template)'
         WHEN headers IS NOT NULL AND jsonb_typeof(headers) <> 'object' THEN 'headers: must be a JSON object of name to text'
         WHEN priority IS NULL OR priority NOT BETWEEN -1000 AND 1000 THEN 'priority: must be between -1000 and 1000'
         WHEN max_retries NOT BETWEEN 0 AND 100 THEN 'max_retries: must be between 0 and 100'
@@ -491,22 +504,23 @@ BEGIN
     INSERT INTO mailroom.email_queue AS q (
         recipient_email, to_extra, cc, bcc, reply_to, recipient_name, subject, text_body, html_body, headers,
         priority, scheduled_for, max_retries, idempotency_key, transactional, reference_type, reference_id,
-        created_by)
+        created_by, status, template, template_data, locale)
     VALUES (
         mailroom.normalise_address(recipients[1]),
         mailroom.normalise_addresses(recipients[2:]),
         mailroom.normalise_addresses(cc), mailroom.normalise_addresses(bcc),
         mailroom.normalise_addresses(reply_to),
-        to_name, btrim(subject, E' \t'), text_body, html_body, coalesce(headers, '{}'), priority,
+        to_name, coalesce(btrim(subject, E' \t'), ''), text_body, html_body, coalesce(headers, '{}'), priority,
         coalesce(scheduled_for, now()), coalesce(max_retries, 5), idempotency_key, true,
-        reference_type, reference_id, session_user)
+        reference_type, reference_id, session_user,
+        CASE WHEN template IS NULL THEN 'pending' ELSE 'unrendered' END, template, template_data, locale)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING q.id INTO new_id;
     IF new_id IS NULL THEN
         SELECT e.id INTO new_id FROM mailroom.email_queue e WHERE e.idempotency_key = enqueue.idempotency_key;
     END IF;
     RETURN new_id;
-END $$;
+END $_$;
 
 --
 -- Name: ensure_month_partitions(text, date, integer); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -557,8 +571,7 @@ CREATE FUNCTION mailroom.grant_app_role(role_name name) RETURNS void
     AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA mailroom TO %I', role_name);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.enqueue(text[], text, text, text, text, text[], text[], '
-                   'text[], jsonb, text, timestamptz, integer, integer, text, text) TO %I', role_name);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.enqueue TO %I', role_name);
     EXECUTE format('GRANT SELECT ON mailroom.my_emails TO %I', role_name);
 END $$;
 
@@ -2742,6 +2755,12 @@ CREATE INDEX email_queue_suppressed_idx ON mailroom.email_queue USING btree (fin
 CREATE UNIQUE INDEX email_queue_tracking_token_idx ON mailroom.email_queue USING btree (tracking_token) WHERE (tracking_token IS NOT NULL);
 
 --
+-- Name: email_queue_unrendered_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_unrendered_idx ON mailroom.email_queue USING btree (id) WHERE (status = 'unrendered'::text);
+
+--
 -- Name: email_queue_unsubscribe_token_idx; Type: INDEX; Schema: mailroom; Owner: -
 --
 
@@ -3374,10 +3393,10 @@ ALTER TABLE ONLY mailroom.tracked_links
     ADD CONSTRAINT tracked_links_email_id_fkey FOREIGN KEY (email_id) REFERENCES mailroom.email_queue(id) ON DELETE CASCADE;
 
 --
--- Name: FUNCTION enqueue(recipients text[], subject text, text_body text, html_body text, to_name text, cc text[], bcc text[], reply_to text[], headers jsonb, idempotency_key text, scheduled_for timestamp with time zone, priority integer, max_retries integer, reference_type text, reference_id text); Type: ACL; Schema: mailroom; Owner: -
+-- Name: FUNCTION enqueue(recipients text[], subject text, text_body text, html_body text, to_name text, cc text[], bcc text[], reply_to text[], headers jsonb, idempotency_key text, scheduled_for timestamp with time zone, priority integer, max_retries integer, reference_type text, reference_id text, template text, template_data jsonb, locale text); Type: ACL; Schema: mailroom; Owner: -
 --
 
-REVOKE ALL ON FUNCTION mailroom.enqueue(recipients text[], subject text, text_body text, html_body text, to_name text, cc text[], bcc text[], reply_to text[], headers jsonb, idempotency_key text, scheduled_for timestamp with time zone, priority integer, max_retries integer, reference_type text, reference_id text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mailroom.enqueue(recipients text[], subject text, text_body text, html_body text, to_name text, cc text[], bcc text[], reply_to text[], headers jsonb, idempotency_key text, scheduled_for timestamp with time zone, priority integer, max_retries integer, reference_type text, reference_id text, template text, template_data jsonb, locale text) FROM PUBLIC;
 
 --
 -- PostgreSQL database dump complete

@@ -8,6 +8,6 @@ from worker.engine.producer import Producer
 def worker_producers() -> list[Producer]:
     """Every producer a worker runs when asked to (`--no-producers` runs none), in a fixed order."""
     from worker.ops import maintenance
-    from worker.producers import birthdays, lifecycle
+    from worker.producers import birthdays, lifecycle, rendering
 
-    return [birthdays.PRODUCER, lifecycle.PRODUCER, maintenance.PRODUCER]
+    return [rendering.PRODUCER, birthdays.PRODUCER, lifecycle.PRODUCER, maintenance.PRODUCER]

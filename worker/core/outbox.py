@@ -14,6 +14,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from worker.core import links as tracking
 from worker.core.config import Settings
+from worker.core.request_json import json_fields
 from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.core.validation import ValidationError, check_header_name, check_header_text, normalise_address
 
@@ -101,140 +102,9 @@ def _link_params(email_id: int, links: Sequence[tuple[Any, str]]) -> dict[str, A
     return {"email_id": email_id, "tokens": [t for t, _ in links], "urls": [u for _, u in links]}
 
 
-def _parse_time(value: object) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValidationError("scheduled_for", "must be an ISO 8601 timestamp string")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValidationError("scheduled_for", f"{value!r} is not an ISO 8601 timestamp") from None
-    if parsed.tzinfo is None:
-        raise ValidationError("scheduled_for", "include a UTC offset, e.g. 2026-11-21T09:00:00Z")
-    return parsed
-
-
-_TEXT_FIELDS = frozenset(
-    {
-        "to",
-        "to_name",
-        "subject",
-        "text",
-        "html",
-        "template",
-        "locale",
-        "idempotency_key",
-        "campaign_id",
-        "reference_type",
-        "reference_id",
-    }
-)
-_INT_FIELDS = frozenset({"priority", "max_retries"})
-# One address or a list of addresses.
-_ADDRESS_FIELDS = frozenset({"to", "cc", "bcc", "reply_to"})
-FIELDS = (
-    _TEXT_FIELDS
-    | _INT_FIELDS
-    | _ADDRESS_FIELDS
-    | {"data", "headers", "transactional", "track", "scheduled_for"}
-)
-
-
-# An `EmailRequest`'s fields in order, as checked from one JSON line.
-_Fields = tuple[
-    str | Sequence[str],
-    str | None,
-    str | None,
-    str | None,
-    str | None,
-    str | None,
-    str | None,
-    Mapping[str, Any] | None,
-    int,
-    datetime | None,
-    str | None,
-    str | None,
-    Mapping[str, str],
-    int | None,
-    bool | None,
-    str | None,
-    str | None,
-    bool | None,
-    Sequence[str] | None,
-    Sequence[str] | None,
-    Sequence[str] | None,
-]
-
-
-def _json_fields(obj: object) -> _Fields:
-    """Check one decoded JSON line's types and return its values in `EmailRequest` field order."""
-    if not isinstance(obj, dict):
-        raise ValidationError("line", "each line must be a JSON object")
-    # One pass over the keys the line actually has: this runs once per line of a bulk load.
-    for key, value in obj.items():
-        if value is None:
-            continue
-        if key in _TEXT_FIELDS:
-            if type(value) is not str and not (key in _ADDRESS_FIELDS and _string_list(value)):
-                raise ValidationError(key, f"must be a string, got {type(value).__name__}")
-        elif key in _INT_FIELDS:
-            if type(value) is not int:
-                raise ValidationError(key, "must be a whole number")
-        elif key == "data":
-            if type(value) is not dict:
-                raise ValidationError("data", "must be a JSON object")
-        elif key == "headers":
-            if type(value) is not dict or not all(type(v) is str for v in value.values()):
-                raise ValidationError("headers", "must be a JSON object of string values")
-        elif key in _ADDRESS_FIELDS:
-            if type(value) is not str and not _string_list(value):
-                raise ValidationError(key, "must be an address or a list of addresses")
-        elif key in ("transactional", "track"):
-            if type(value) is not bool:
-                raise ValidationError(key, "must be true or false")
-        elif key != "scheduled_for":
-            raise ValidationError(key, f"unknown field; known fields: {', '.join(sorted(FIELDS))}")
-    get = obj.get
-    to = get("to")
-    if to is None:
-        raise ValidationError("to", "an email address is required")
-    return (
-        to,
-        get("subject"),
-        get("text"),
-        get("html"),
-        get("to_name"),
-        get("template"),
-        get("locale"),
-        get("data"),
-        get("priority") or 0,
-        _parse_time(get("scheduled_for")),
-        get("idempotency_key"),
-        get("campaign_id"),
-        get("headers") or {},
-        get("max_retries"),
-        get("transactional"),
-        get("reference_type"),
-        get("reference_id"),
-        get("track"),
-        _listed(get("cc")),
-        _listed(get("bcc")),
-        _listed(get("reply_to")),
-    )
-
-
-def _string_list(value: object) -> bool:
-    return type(value) is list and all(type(v) is str for v in value)
-
-
-def _listed(value: str | list[str] | None) -> list[str] | None:
-    return [value] if isinstance(value, str) else value
-
-
 def request_from_json(obj: object) -> EmailRequest:
     """Turn one decoded JSON object into an `EmailRequest`, naming the field at fault when it cannot."""
-    return EmailRequest(*_json_fields(obj))
+    return EmailRequest(*json_fields(obj))
 
 
 def _check_short(field_name: str, value: str | None, limit: int) -> None:
@@ -279,7 +149,7 @@ def prepare_json(
     obj: object, catalog: TemplateCatalog | None, settings: Settings, created_by: str | None = None
 ) -> tuple[Any, ...]:
     """`prepare(request_from_json(obj), ...)` without building the request: the bulk path, once per line."""
-    return _prepare_fields(*_json_fields(obj), catalog, settings, created_by)
+    return _prepare_fields(*json_fields(obj), catalog, settings, created_by)
 
 
 # One parameter per `EmailRequest` field, in its order: building the request costs more than the checks.
@@ -450,6 +320,20 @@ def _render(
         html if html is not None else rendered.html_body,
         rendered.locale,
     )
+
+
+def render_stored(
+    catalog: TemplateCatalog,
+    template: str,
+    locale: str | None,
+    data: Mapping[str, Any] | None,
+    given: tuple[str | None, str | None, str | None],
+    settings: Settings,
+) -> tuple[str, str | None, str | None, str | None]:
+    """Subject, text, html and locale of an email stored unrendered (enqueued from SQL with a template),
+    rendered and checked as `enqueue` would have; `given` subject, text and html win over the template's."""
+    subject, text, html, locale = _render(catalog, template, locale, data, *given)
+    return _check_content(subject, text, html, None, settings), text, html, locale
 
 
 def _check_content(

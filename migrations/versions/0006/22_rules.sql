@@ -88,8 +88,9 @@ BEGIN
             RETURN 'recipient_name: ' || problem;
         END IF;
     END IF;
+    -- An email enqueued by SQL with a template has its subject rendered later (status unrendered).
     problem := coalesce(mailroom.header_text_problem(e.subject),
-        CASE WHEN btrim(e.subject, E' \t') = '' THEN 'a subject is required'
+        CASE WHEN btrim(e.subject, E' \t') = '' AND e.status <> 'unrendered' THEN 'a subject is required'
              WHEN length(e.subject) > {{rules.max_subject_chars}}
              THEN 'longer than ' || {{rules.max_subject_chars}} || ' characters' END);
     IF problem IS NOT NULL THEN

@@ -5,8 +5,7 @@
 CREATE FUNCTION mailroom.grant_app_role(role_name name) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA mailroom TO %I', role_name);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.enqueue(text[], text, text, text, text, text[], text[], '
-                   'text[], jsonb, text, timestamptz, integer, integer, text, text) TO %I', role_name);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.enqueue TO %I', role_name);
     EXECUTE format('GRANT SELECT ON mailroom.my_emails TO %I', role_name);
 END $$;
 
