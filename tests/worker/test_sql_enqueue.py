@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+import pytest
 
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
@@ -16,17 +17,15 @@ _CALL = (
     " to_name => %s, headers => %s::jsonb, idempotency_key => %s, scheduled_for => %s, priority => %s,"
     " max_retries => %s, reference_type => %s, reference_id => %s) AS id"
 )
-_COMPARED = (
-    "recipient_email, recipient_name, subject, text_body, html_body, headers, priority, scheduled_for,"
+_SELECT_COMPARED = (
+    "SELECT recipient_email, recipient_name, subject, text_body, html_body, headers, priority, scheduled_for,"
     " max_retries, idempotency_key, transactional, reference_type, reference_id, status, to_extra, cc, bcc"
+    " FROM mailroom.email_queue WHERE id = %s"
 )
 
 
 def _row(conn: psycopg.Connection[Any], email_id: int) -> dict[str, Any]:
-    row = conn.execute(
-        "SELECT " + _COMPARED + " FROM mailroom.email_queue WHERE id = %s",  # a constant column list
-        (email_id,),
-    ).fetchone()
+    row = conn.execute(_SELECT_COMPARED, (email_id,)).fetchone()
     assert row is not None
     return dict(row)
 
@@ -82,14 +81,11 @@ def test_the_email_exists_exactly_when_the_callers_transaction_commits(db_url: s
 
 
 def test_a_refused_call_names_the_field_in_the_diagnostics(conn: psycopg.Connection[Any]) -> None:
-    try:
+    with pytest.raises(psycopg.errors.CheckViolation) as caught:
         conn.execute("SELECT mailroom.enqueue(ARRAY['ada@example.com'], 'Hi', 'b', cc => ARRAY['x@@y'])")
-    except psycopg.errors.CheckViolation as exc:
-        assert exc.sqlstate == "23514"
-        assert exc.diag.column_name == "cc"
-        assert str(exc).startswith("cc[1]: invalid email address")
-    else:
-        raise AssertionError("the bad cc address was stored")
+    assert caught.value.sqlstate == "23514"
+    assert caught.value.diag.column_name == "cc"
+    assert str(caught.value).startswith("cc[1]: invalid email address")
 
 
 def test_the_function_wakes_the_worker_like_any_insert(db_url: str) -> None:
