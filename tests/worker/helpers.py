@@ -118,4 +118,7 @@ def refuse_writes(
 
 # Rows that got past the database's content rules: written before revision 0006, or by a superuser
 # who disabled the trigger. The worker must still refuse to put them on the wire.
-BYPASS_RULES = "ALTER TABLE mailroom.email_queue DISABLE TRIGGER email_queue_content_rules"
+BYPASS_RULES = (
+    "ALTER TABLE mailroom.email_queue DISABLE TRIGGER email_queue_content_rules_insert;"
+    " ALTER TABLE mailroom.email_queue DISABLE TRIGGER email_queue_content_rules_update"
+)

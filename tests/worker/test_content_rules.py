@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
+from tests.worker.helpers import BYPASS_RULES
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
 from worker.core.rules import rules
@@ -239,12 +240,12 @@ def test_the_database_enforces_the_specification_python_reads(conn: psycopg.Conn
 
 def test_status_changes_do_not_check_content_again(conn: psycopg.Connection[Any]) -> None:
     # A row that got past the rules (the trigger disabled by a superuser) can still be moved along by the worker.
-    conn.execute("ALTER TABLE mailroom.email_queue DISABLE TRIGGER email_queue_content_rules")
+    conn.execute(BYPASS_RULES)
     email_id = conn.execute(
         "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, headers)"
         " VALUES ('ada@example.com', 'Hi', 'b', '{\"X-Note\": \"=?utf-8?q?a=0D=0AX:_1?=\"}') RETURNING id"
     ).fetchone()["id"]  # type: ignore[index]
-    conn.execute("ALTER TABLE mailroom.email_queue ENABLE TRIGGER email_queue_content_rules")
+    conn.execute(BYPASS_RULES.replace("DISABLE", "ENABLE"))
     conn.execute("UPDATE mailroom.email_queue SET status = 'cancelled' WHERE id = %s", (email_id,))
     assert conn.execute("SELECT status FROM mailroom.email_queue WHERE id = %s", (email_id,)).fetchone() == {
         "status": "cancelled"

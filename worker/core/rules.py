@@ -24,6 +24,8 @@ class ContentRules:
     encoded_word: re.Pattern[str]
     header_name: re.Pattern[str]
     address: re.Pattern[str]
+    address_long_label: re.Pattern[str]
+    max_local_chars: int
     reserved_headers: frozenset[str]
     stored_by_mailroom: frozenset[str]
     max_address_chars: int
@@ -49,6 +51,8 @@ def rules() -> ContentRules:
         encoded_word=re.compile(spec["encoded_word"]),
         header_name=re.compile(spec["header_name"]),
         address=re.compile(spec["address"]),
+        address_long_label=re.compile(spec["address_long_label"]),
+        max_local_chars=int(spec["max_local_chars"]),
         reserved_headers=frozenset(spec["reserved_headers"]),
         stored_by_mailroom=frozenset(spec["stored_by_mailroom"]),
         max_address_chars=int(spec["max_address_chars"]),
@@ -57,4 +61,15 @@ def rules() -> ContentRules:
         max_subject_chars=int(spec["max_subject_chars"]),
         max_body_bytes=int(spec["max_body_bytes"]),
         max_recipients=int(spec["max_recipients"]),
+    )
+
+
+def plain_address(address: str) -> bool:
+    """Whether a normalised address passes the specification's address rule (as the database checks it)."""
+    r = rules()
+    return (
+        len(address) <= r.max_address_chars
+        and 0 < address.find("@") <= r.max_local_chars
+        and r.address.match(address) is not None
+        and r.address_long_label.search(address) is None
     )

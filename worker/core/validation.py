@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from email_validator import SPECIAL_USE_DOMAIN_NAMES, EmailNotValidError, validate_email
 
-from worker.core.rules import rules
+from worker.core.rules import plain_address, rules
 
 # C0 controls, DEL, and the Unicode line breaks that Python's str.splitlines() honours (NEL, LS,
 # PS, FS, GS, RS, VT, FF): any of them in a header is an injection attempt. These patterns and the
@@ -18,7 +18,6 @@ from worker.core.rules import rules
 _FORBIDDEN = rules().forbidden
 _ENCODED_WORD = rules().encoded_word
 _HEADER_NAME = rules().header_name
-_ADDRESS = rules().address
 _READER = email.policy.default
 
 # Headers Mailroom writes itself; a caller may not set or override them.
@@ -103,7 +102,7 @@ def normalise_address(field: str, address: object) -> str:
         normalised = _normalise_address(address)
     except EmailNotValidError as exc:
         raise ValidationError(field, f"invalid email address: {exc}") from None
-    if not _ADDRESS.match(normalised):
+    if not plain_address(normalised):
         # email-validator accepts a few forms the database's rule does not (a numeric top-level domain).
         raise ValidationError(field, "invalid email address: not a plain ASCII mailbox address")
     return normalised

@@ -2,19 +2,28 @@
 -- UPDATE, COPY, the Python API), the database refuses what the Python API refuses. The rules come
 -- from worker/core/content_rules.json, written in here as literals when this revision runs.
 
+-- These column checks saw only part of the rules and answered without naming the field; the triggers
+-- below check all of it (and the worker's status updates no longer evaluate them on every row).
+ALTER TABLE mailroom.email_queue
+    DROP CONSTRAINT email_queue_subject_check,
+    DROP CONSTRAINT email_queue_recipient_name_check,
+    DROP CONSTRAINT email_queue_recipient_email_check;
+
 -- The specification this database enforces (applications in any language may read it).
 CREATE FUNCTION mailroom.content_rules() RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT {{rules}} $$;
 
 -- Why a header value is refused, or NULL: control characters and line breaks, RFC 2047 encoded
 -- words (which a reader would decode into something else, a line break included), over-long text.
+-- Every function here is immutable to the end so the planner inlines it into the trigger's checks.
 CREATE FUNCTION mailroom.header_text_problem(value text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE
         WHEN value ~ {{rules.forbidden_in_headers}} THEN
-            'control character ' || to_json(substring(value FROM '(' || {{rules.forbidden_in_headers}} || ')'))::text
+            'control character U+' || lpad(upper(to_hex(ascii(
+                substring(value FROM '(' || {{rules.forbidden_in_headers}} || ')')))), 4, '0')
             || ' is not allowed in a header'
-        WHEN value ~ {{rules.encoded_word}} THEN
+        WHEN strpos(value, '=?') > 0 AND value ~ {{rules.encoded_word}} THEN
             'looks like an RFC 2047 encoded word; give the plain text instead'
         WHEN length(value) > {{rules.max_header_value_chars}} THEN
             'longer than ' || {{rules.max_header_value_chars}} || ' characters'
@@ -26,8 +35,12 @@ CREATE FUNCTION mailroom.address_problem(value text) RETURNS text LANGUAGE sql I
 AS $$
     SELECT CASE
         WHEN value IS NULL OR btrim(value) = '' THEN 'an email address is required'
-        WHEN length(value) > {{rules.max_address_chars}} OR value !~ {{rules.address}} THEN
-            'invalid email address ' || to_json(left(value, 80))::text
+        WHEN length(value) > {{rules.max_address_chars}}
+          OR strpos(value, '@') > {{rules.max_local_chars}} + 1
+          OR value !~ {{rules.address}}
+          -- a label of 64 characters needs an address longer than 67: the costlier pattern only then
+          OR (length(value) > 67 AND value ~ {{rules.address_long_label}})
+        THEN 'invalid email address (a plain ASCII mailbox, local@domain.tld)'
     END
 $$;
 
@@ -70,7 +83,23 @@ AS $$
     END
 $$;
 
--- Why a queue row's content is refused, or NULL; the problem starts with the field at fault.
+-- The many-recipient part of the rules: every address valid, at most max_recipients in the envelope.
+CREATE FUNCTION mailroom.recipients_problem(e mailroom.email_queue) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(
+        mailroom.address_list_problem('to_extra', e.to_extra),
+        mailroom.address_list_problem('cc', e.cc),
+        mailroom.address_list_problem('bcc', e.bcc),
+        mailroom.address_list_problem('reply_to', e.reply_to),
+        CASE WHEN 1 + coalesce(cardinality(e.to_extra), 0) + coalesce(cardinality(e.cc), 0)
+                    + coalesce(cardinality(e.bcc), 0) > {{rules.max_recipients}}
+             THEN 'recipients: more than ' || {{rules.max_recipients}} || ' recipients' END,
+        CASE WHEN cardinality(e.reply_to) > {{rules.max_recipients}}
+             THEN 'reply_to: more than ' || {{rules.max_recipients}} || ' addresses' END)
+$$;
+
+-- The trigger: content is checked when it is written, by whatever writes it. Status changes (the
+-- worker's claims and results) name no content column, so they do not pay for it.
 CREATE FUNCTION mailroom.email_content_problem(e mailroom.email_queue) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -106,40 +135,65 @@ BEGIN
     IF e.to_extra IS NOT NULL OR e.cc IS NOT NULL OR e.bcc IS NOT NULL OR e.reply_to IS NOT NULL THEN
         RETURN mailroom.recipients_problem(e);
     END IF;
+    
     RETURN NULL;
 END $$;
 
--- The many-recipient part of the rules: every address valid, at most max_recipients in the envelope.
-CREATE FUNCTION mailroom.recipients_problem(e mailroom.email_queue) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(
-        mailroom.address_list_problem('to_extra', e.to_extra),
-        mailroom.address_list_problem('cc', e.cc),
-        mailroom.address_list_problem('bcc', e.bcc),
-        mailroom.address_list_problem('reply_to', e.reply_to),
-        CASE WHEN 1 + coalesce(cardinality(e.to_extra), 0) + coalesce(cardinality(e.cc), 0)
-                    + coalesce(cardinality(e.bcc), 0) > {{rules.max_recipients}}
-             THEN 'recipients: more than ' || {{rules.max_recipients}} || ' recipients' END,
-        CASE WHEN cardinality(e.reply_to) > {{rules.max_recipients}}
-             THEN 'reply_to: more than ' || {{rules.max_recipients}} || ' addresses' END)
-$$;
+-- Raise the first problem found, naming the field (SQLSTATE 23514, the column in the diagnostics).
+CREATE FUNCTION mailroom.refuse_content(problem text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '%', problem
+        USING ERRCODE = 'check_violation', COLUMN = split_part(split_part(split_part(problem, ':', 1), '[', 1), '.', 1),
+              TABLE = 'email_queue', SCHEMA = 'mailroom',
+              HINT = 'mailroom.content_rules() shows the rules every writer of the queue obeys';
+END $$;
 
--- The trigger: content is checked when it is written, by whatever writes it. Status changes (the
--- worker's claims and results) name no content column, so they do not pay for it.
-CREATE FUNCTION mailroom.email_queue_content_rules() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Inserts (one row, INSERT ... SELECT, COPY) are checked once per statement, as a set: a row whose
+-- common fields all pass the plain checks below and that has no custom headers and no more recipients
+-- costs a few regular-expression tests; only the others take the full check. Measured with
+-- `python -m bench.enqueue 200000 2`, a row trigger cost bulk enqueue about 40% of its rate; this does not.
+CREATE FUNCTION mailroom.email_queue_content_rules_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    problem text;
+BEGIN
+    SELECT mailroom.email_content_problem(n) INTO problem
+    FROM new_rows n
+    WHERE (length(n.recipient_email) > {{rules.max_address_chars}}
+           OR strpos(n.recipient_email, '@') > {{rules.max_local_chars}} + 1
+           OR n.recipient_email !~ {{rules.address}}
+           OR (length(n.recipient_email) > 67 AND n.recipient_email ~ {{rules.address_long_label}})
+           OR n.subject ~ {{rules.forbidden_in_headers}} OR strpos(n.subject, '=?') > 0
+           OR length(n.subject) > {{rules.max_subject_chars}} OR btrim(n.subject, E' \t') = ''
+           OR n.recipient_name ~ {{rules.forbidden_in_headers}} OR strpos(n.recipient_name, '=?') > 0
+           OR length(n.recipient_name) > {{rules.max_name_chars}}
+           OR coalesce(octet_length(n.text_body), 0) + coalesce(octet_length(n.html_body), 0) > {{rules.max_body_bytes}}
+           OR n.headers <> '{}'::jsonb
+           OR n.to_extra IS NOT NULL OR n.cc IS NOT NULL OR n.bcc IS NOT NULL OR n.reply_to IS NOT NULL)
+      AND mailroom.email_content_problem(n) IS NOT NULL
+    LIMIT 1;
+    IF problem IS NOT NULL THEN
+        PERFORM mailroom.refuse_content(problem);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER email_queue_content_rules_insert
+    AFTER INSERT ON mailroom.email_queue REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_content_rules_insert();
+
+-- Updates of content are rare (status changes, the worker's claims and results, name no content
+-- column and do not pay for this): checked row by row.
+CREATE FUNCTION mailroom.email_queue_content_rules_update() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     problem text := mailroom.email_content_problem(NEW);
 BEGIN
     IF problem IS NOT NULL THEN
-        RAISE EXCEPTION '%', problem
-            USING ERRCODE = 'check_violation', COLUMN = split_part(split_part(split_part(problem, ':', 1), '[', 1), '.', 1),
-                  TABLE = 'email_queue', SCHEMA = 'mailroom',
-                  HINT = 'mailroom.content_rules() shows the rules every writer of the queue obeys';
+        PERFORM mailroom.refuse_content(problem);
     END IF;
     RETURN NEW;
 END $$;
 
-CREATE TRIGGER email_queue_content_rules
-    BEFORE INSERT OR UPDATE OF recipient_email, recipient_name, subject, text_body, html_body, headers,
-                               to_extra, cc, bcc, reply_to
-    ON mailroom.email_queue FOR EACH ROW EXECUTE FUNCTION mailroom.email_queue_content_rules();
+CREATE TRIGGER email_queue_content_rules_update
+    BEFORE UPDATE OF recipient_email, recipient_name, subject, text_body, html_body, headers,
+                     to_extra, cc, bcc, reply_to
+    ON mailroom.email_queue FOR EACH ROW EXECUTE FUNCTION mailroom.email_queue_content_rules_update();
