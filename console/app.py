@@ -27,6 +27,7 @@ from console.screens.senders import SendersScreen
 from console.screens.signatures import SignaturesScreen
 from console.widgets.dialogs import HelpScreen
 from worker.core.config import Settings
+from worker.ops.audit import console_actor
 
 FALLBACK_REFRESH_SECONDS = 30.0
 
@@ -82,6 +83,7 @@ class MailroomConsole(App[int]):
         clock: Callable[[], datetime] = _utc_now,
         label: str | None = None,
         coalesce_seconds: float = 0.25,
+        actor: str | None = None,
     ) -> None:
         super().__init__()
         self.url = url
@@ -90,6 +92,7 @@ class MailroomConsole(App[int]):
         self.actions = actions
         self.clock = clock
         self.label = label or database_label(url)
+        self.actor = actor or console_actor()
         self.data = ConsoleData(url)
         self.feed = LiveFeed(url, self._on_change, self._on_state)
         self.coalescer = Coalescer(self._reload_screen, self._schedule, interval=coalesce_seconds)

@@ -68,6 +68,7 @@ class ConsoleContext(Protocol):
     settings: Settings
     read_only: bool
     label: str
+    actor: str  # who the audit trail says acted: console:<os user>
     data: ConsoleData
     actions: DomainActions
     clock: Callable[[], datetime]
