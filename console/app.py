@@ -15,10 +15,11 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 
-from console.context import SCREENS, Action, DomainActions
+from console.context import MORE_SCREENS, SCREENS, Action, DomainActions
 from console.live import ALL_TABLES, Coalescer, LiveFeed
 from console.queries import ConsoleData
 from console.screens.accounts import AccountsScreen
+from console.screens.audit import AuditScreen
 from console.screens.failures import FailuresScreen
 from console.screens.overview import OverviewScreen
 from console.screens.queue import QueueScreen
@@ -62,9 +63,13 @@ class MailroomConsole(App[int]):
         "signatures": SignaturesScreen,
         "schedule": ScheduleScreen,
         "queue": QueueScreen,
+        "audit": AuditScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
-        *(Binding(key, f"switch_mode('{mode}')", title, show=False) for mode, key, title in SCREENS),
+        *(
+            Binding(key, f"switch_mode('{mode}')", title, show=False)
+            for mode, key, title in (*SCREENS, *MORE_SCREENS)
+        ),
         Binding("question_mark", "help", "Help"),
         Binding("ctrl+p", "command_palette", "Commands", show=False),
         Binding("q", "quit", "Quit"),
@@ -209,7 +214,7 @@ class MailroomConsole(App[int]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The palette: every screen, help and quit."""
-        for mode, key, title in SCREENS:
+        for mode, key, title in (*SCREENS, *MORE_SCREENS):
             yield SystemCommand(f"{title} screen", f"Switch to {title} ({key})", _switcher(self, mode))
         yield SystemCommand("Help", "Every key of this screen (?)", self.action_help)
         yield SystemCommand("Refresh", "Reload this screen now", self.request_refresh)

@@ -32,6 +32,8 @@ SCREENS: tuple[tuple[str, str, str], ...] = (
     ("schedule", "6", "Schedule"),
     ("queue", "7", "Queue"),
 )
+# Screens reached by a key (and the palette) but left out of the tab line, where they show only while open.
+MORE_SCREENS: tuple[tuple[str, str, str], ...] = (("audit", "0", "Audit trail"),)
 
 Action = Callable[[psycopg.Connection[Any]], str]
 

@@ -15,13 +15,16 @@ from psycopg.types.json import Jsonb
 RECORD = "SELECT mailroom.audit(%(action)s, %(actor)s, %(target)s, %(affected)s, %(detail)s)"
 
 # Newest first, through audit_log_at_idx. `--action sender` matches sender.add, sender.suspend, ...
-# (a whole dotted prefix, compared with left(): action names may hold `_`, a LIKE wildcard).
+# (a whole dotted prefix, compared with left(): action names may hold `_`, a LIKE wildcard). The
+# console's filter is an ILIKE pattern over who, what and on what.
 RECENT = """
 SELECT id, at, db_role, actor, action, target, affected, detail
 FROM mailroom.audit_log
 WHERE (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)
   AND (%(action)s::text IS NULL OR action = %(action)s::text
        OR left(action, length(%(action)s::text) + 1) = %(action)s::text || '.')
+  AND (%(pattern)s::text IS NULL OR actor ILIKE %(pattern)s OR action ILIKE %(pattern)s
+       OR target ILIKE %(pattern)s)
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s
 """
@@ -77,6 +80,13 @@ def record(
     return int(row[0])
 
 
+def recent_params(
+    limit: int, since: datetime | None = None, action: str | None = None, pattern: str | None = None
+) -> dict[str, Any]:
+    """The parameters of RECENT (the console runs it on its own asynchronous connection)."""
+    return {"limit": limit, "since": since, "action": action, "pattern": pattern}
+
+
 def recent(
     conn: psycopg.Connection[Any],
     limit: int = 50,
@@ -85,7 +95,7 @@ def recent(
 ) -> list[dict[str, Any]]:
     """The latest audit rows, newest first: at most `limit`, from `since`, of one action or dotted prefix."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(RECENT, {"since": since, "action": action, "limit": limit}).fetchall()
+        return cur.execute(RECENT, recent_params(limit, since, action)).fetchall()
 
 
 def id_detail(ids: list[int]) -> dict[str, Any]:
