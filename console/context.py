@@ -32,7 +32,8 @@ SCREENS: tuple[tuple[str, str, str], ...] = (
     ("schedule", "6", "Schedule"),
     ("queue", "7", "Queue"),
 )
-# Screens reached by a key (and the palette) but left out of the tab line, where they show only while open.
+# Screens reached by a key (and the palette, and listed by help) but left out of the tab line, which is full
+# at 80 columns; their table's title says where the operator is.
 MORE_SCREENS: tuple[tuple[str, str, str], ...] = (("audit", "0", "Audit trail"),)
 
 Action = Callable[[psycopg.Connection[Any]], str]

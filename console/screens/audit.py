@@ -12,7 +12,7 @@ from textual.widgets import DataTable
 from console.queries import like_pattern
 from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
 from console.widgets.cells import one_line
-from worker.ops.audit import RECENT, recent_params
+from worker.ops.audit import RECENT, describe, recent_params
 
 
 class AuditScreen(DataScreen):
@@ -47,7 +47,7 @@ class AuditScreen(DataScreen):
     def show(self, data: Any) -> None:
         """Rows keyed by audit id, newest first."""
         table = self.query_one("#audit", DataTable)
-        table.border_title = self.subtitle(f"Recent operator actions ({len(data)})")
+        table.border_title = self.subtitle(f"Audit trail: recent operator actions ({len(data)})")
         fill_table(table, ((str(r["id"]), self._cells(r)) for r in data))
 
     def _cells(self, row: dict[str, Any]) -> tuple[Any, ...]:
@@ -61,10 +61,5 @@ class AuditScreen(DataScreen):
         ]
         if self.wide:
             cells.insert(1, one_line(row["db_role"], 16))
-            cells.append(one_line(_detail(row["detail"]), 60))
+            cells.append(one_line(describe(row["detail"]), 80))
         return tuple(cells)
-
-
-def _detail(detail: dict[str, Any]) -> str:
-    """The detail as `key=value` pairs, empty values left out."""
-    return " ".join(f"{k}={v}" for k, v in detail.items() if v is not None)

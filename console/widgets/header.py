@@ -7,7 +7,7 @@ from datetime import datetime
 from rich.text import Text
 from textual.widgets import Static
 
-from console.context import MORE_SCREENS, SCREENS, ConsoleContext, context_of
+from console.context import SCREENS, ConsoleContext, context_of
 
 STATE_STYLES = {"live": "bold green", "reconnecting": "bold yellow", "connecting": "yellow"}
 
@@ -46,7 +46,7 @@ class ConsoleHeader(Static):
         if self.console.read_only:
             text.append("  READ-ONLY", style="bold magenta")
         text.append("\n")
-        for mode, key, title in (*SCREENS, *(s for s in MORE_SCREENS if s[0] == self.mode)):
+        for mode, key, title in SCREENS:
             text.append(" ")
             text.append(f"{key} {title}", style="bold reverse" if mode == self.mode else "")
         return text

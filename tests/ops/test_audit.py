@@ -84,7 +84,12 @@ def test_each_sender_status_change_writes_one_audit_row_saying_from_what_to_what
     rows = audit_rows(db_url)
     assert len(rows) == 1 + len(steps)
     last = rows[-1]
-    assert (last["action"], last["actor"], last["target"], last["affected"]) == (action, "alice", "primary", 1)
+    assert (last["action"], last["actor"], last["target"], last["affected"]) == (
+        action,
+        "alice",
+        "primary",
+        1,
+    )
     assert (last["detail"]["from"], last["detail"]["to"]) == (before, after)
     assert last["detail"]["reason"] == steps[-1][1]
 

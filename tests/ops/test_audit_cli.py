@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+
 import pytest
 
 from tests.ops.test_audit import audit_rows, failed_emails
@@ -125,4 +126,3 @@ def test_audit_help_explains_with_examples(capsys: pytest.CaptureFixture[str]) -
         main(["audit", "--help"])
     out = capsys.readouterr().out
     assert "append-only" in out and "Examples:" in out and "mailroom audit --since" in out
-

@@ -78,8 +78,17 @@ def test_rotation_reencrypts_every_secret_so_only_the_new_key_reads_them_and_aud
     assert new.decrypt(secrets["first"][1]).startswith("-----BEGIN RSA PRIVATE KEY-----")
     assert secrets["open-relay"] == (None, None)
     rotation = audit_rows(db_url)[-1]
-    assert (rotation["action"], rotation["actor"], rotation["affected"]) == ("keys.rotate", getpass.getuser(), 3)
-    assert rotation["detail"] == {"accounts": 2, "passwords": 2, "dkim_keys": 1, "new_key_id": key_id(new_key)}
+    assert (rotation["action"], rotation["actor"], rotation["affected"]) == (
+        "keys.rotate",
+        getpass.getuser(),
+        3,
+    )
+    assert rotation["detail"] == {
+        "accounts": 2,
+        "passwords": 2,
+        "dkim_keys": 1,
+        "new_key_id": key_id(new_key),
+    }
 
 
 def test_rotation_refuses_when_a_secret_does_not_decrypt_with_the_current_key_and_changes_nothing(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import os
 from datetime import datetime
 from typing import Any
@@ -104,3 +105,14 @@ def id_detail(ids: list[int]) -> dict[str, Any]:
     if len(ids) > MAX_IDS:
         detail["ids_truncated"] = True
     return detail
+
+
+def describe(detail: dict[str, Any]) -> str:
+    """A detail as one line of `key=value` pairs, values in JSON (strings bare unless empty or spaced), None left out."""
+    parts = []
+    for key, value in detail.items():
+        if value is None:
+            continue
+        text = value if isinstance(value, str) and value and " " not in value else json.dumps(value)
+        parts.append(f"{key}={text}")
+    return " ".join(parts)

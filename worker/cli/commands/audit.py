@@ -66,6 +66,8 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
     """One line per audit row under a heading, the short columns aligned to their widest value."""
+    from worker.ops.audit import describe
+
     cells = [
         (
             f"{r['at']:%Y-%m-%d %H:%M:%S}",
@@ -74,7 +76,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             str(r["action"]),
             str(r["affected"]),
             str(r["target"] or "-"),
-            _detail(r["detail"]),
+            describe(r["detail"]),
         )
         for r in rows
     ]
@@ -88,17 +90,6 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         ]
         lines.append("  ".join([*fixed, line[6]]).rstrip())
     return "\n".join(lines)
-
-
-def _detail(detail: dict[str, Any]) -> str:
-    """`key=value` pairs, values as JSON (strings quoted only when they hold a space); empty ones left out."""
-    parts = []
-    for key, value in detail.items():
-        if value is None:
-            continue
-        text = value if isinstance(value, str) and value and " " not in value else json.dumps(value)
-        parts.append(f"{key}={text}")
-    return " ".join(parts)
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
