@@ -197,3 +197,14 @@ def test_a_rotation_rolled_back_leaves_the_old_key_in_force_and_no_audit_row(
         conn.rollback()
     assert stored(db_url) == before
     assert len(audit_rows(db_url)) == audited
+
+
+def test_keys_rotate_help_says_where_the_new_key_comes_from_with_an_example(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["keys", "rotate", "--help"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert "never goes on the command line" in out and "--new-key-file" in out
+    assert 'export MAILROOM_NEW_SECRET_KEY="$(mailroom keygen)"' in out
