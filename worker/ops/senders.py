@@ -79,14 +79,16 @@ _TRANSITIONS: dict[str, tuple[str, ...]] = {
     "active": ("paused", "suspended"),
 }
 
-# The self-join reads the row as it was before the update: the audit row says what it was changed from.
+# Locked first: the status it is changed from (for the audit row) is the one the update replaces, even
+# while a worker changes statuses too (a sender paused at its daily limit, or suspended by AUTH).
+LOCK_SENDER = "SELECT id, status FROM mailroom.sender_accounts WHERE name = %s FOR UPDATE"
+
 SET_STATUS = """
-UPDATE mailroom.sender_accounts s
-SET status = CASE WHEN %(status)s = 'active' AND s.warmup_stage > 0 THEN 'warming_up' ELSE %(status)s END,
+UPDATE mailroom.sender_accounts
+SET status = CASE WHEN %(status)s = 'active' AND warmup_stage > 0 THEN 'warming_up' ELSE %(status)s END,
     status_reason = %(reason)s
-FROM mailroom.sender_accounts old
-WHERE old.id = s.id AND s.name = %(name)s AND s.status = ANY(%(from)s)
-RETURNING s.id, s.status, old.status
+WHERE id = %(id)s
+RETURNING status
 """
 
 
@@ -206,18 +208,15 @@ def set_sender_status(
     Raises `LookupError` when no such account exists and `ValueError` when it is in a state the
     action does not apply to (resuming an active account, say); nothing is changed or audited then.
     """
-    allowed = _TRANSITIONS[status]
     with conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(
-            SET_STATUS, {"status": status, "reason": reason, "name": name, "from": list(allowed)}
-        ).fetchone()
-        if row is not None:
-            detail = {"id": int(row[0]), "from": str(row[2]), "to": str(row[1]), "reason": reason}
-            audit.record(conn, STATUS_ACTIONS[status], actor or audit.cli_actor(), name, 1, detail)
-            return str(row[1])
-        current = cur.execute(
-            "SELECT status FROM mailroom.sender_accounts WHERE name = %s", (name,)
-        ).fetchone()
-    if current is None:
-        raise LookupError(f"no sender account named {name!r}")
-    raise ValueError(f"sender account {name!r} is {current[0]}; cannot set it {status}")
+        current = cur.execute(LOCK_SENDER, (name,)).fetchone()
+        if current is None:
+            raise LookupError(f"no sender account named {name!r}")
+        sender_id, before = int(current[0]), str(current[1])
+        if before not in _TRANSITIONS[status]:
+            raise ValueError(f"sender account {name!r} is {before}; cannot set it {status}")
+        row = cur.execute(SET_STATUS, {"status": status, "reason": reason, "id": sender_id}).fetchone()
+    assert row is not None
+    detail = {"id": sender_id, "from": before, "to": str(row[0]), "reason": reason}
+    audit.record(conn, STATUS_ACTIONS[status], actor or audit.cli_actor(), name, 1, detail)
+    return str(row[0])
