@@ -126,3 +126,20 @@ def test_audit_help_explains_with_examples(capsys: pytest.CaptureFixture[str]) -
         main(["audit", "--help"])
     out = capsys.readouterr().out
     assert "append-only" in out and "Examples:" in out and "mailroom audit --since" in out
+
+
+def test_audit_text_keeps_each_row_on_one_line_and_control_characters_off_the_terminal(
+    cli_env: dict[str, str], db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "SELECT mailroom.audit('sender.suspend', %s, %s, 1, %s)",
+            ("eve\x1b[2J", "line\nbreak", Jsonb({"reason": "two\nlines", "word": "plain"})),
+        )
+    code, out, _ = run(capsys, "audit")
+    assert code == 0 and len(out.splitlines()) == 2 and "\x1b" not in out
+    assert "eve?[2J" in out and "line?break" in out
+    assert 'reason="two\\nlines"' in out and "word=plain" in out

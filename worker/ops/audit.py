@@ -108,11 +108,13 @@ def id_detail(ids: list[int]) -> dict[str, Any]:
 
 
 def describe(detail: dict[str, Any]) -> str:
-    """A detail as one line of `key=value` pairs, values in JSON (strings bare unless empty or spaced), None left out."""
+    """A detail as one line of `key=value` pairs, values in JSON (plain words bare), None left out."""
     parts = []
     for key, value in detail.items():
         if value is None:
             continue
-        text = value if isinstance(value, str) and value and " " not in value else json.dumps(value)
+        # Bare only when it cannot be misread or reach the terminal as a control character.
+        bare = isinstance(value, str) and value and all(c.isprintable() and not c.isspace() for c in value)
+        text = value if bare else json.dumps(value)
         parts.append(f"{key}={text}")
     return " ".join(parts)

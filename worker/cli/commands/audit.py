@@ -71,11 +71,11 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     cells = [
         (
             f"{r['at']:%Y-%m-%d %H:%M:%S}",
-            str(r["db_role"]),
-            str(r["actor"]),
+            _printable(r["db_role"]),
+            _printable(r["actor"]),
             str(r["action"]),
             str(r["affected"]),
-            str(r["target"] or "-"),
+            _printable(r["target"] or "-"),
             describe(r["detail"]),
         )
         for r in rows
@@ -90,6 +90,11 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         ]
         lines.append("  ".join([*fixed, line[6]]).rstrip())
     return "\n".join(lines)
+
+
+def _printable(text: str) -> str:
+    """A value on one line, control characters (a newline, a terminal escape) shown as `?`."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
