@@ -15,10 +15,11 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 
-from console.context import SCREENS, Action, DomainActions
+from console.context import MORE_SCREENS, SCREENS, Action, DomainActions
 from console.live import ALL_TABLES, Coalescer, LiveFeed
 from console.queries import ConsoleData
 from console.screens.accounts import AccountsScreen
+from console.screens.audit import AuditScreen
 from console.screens.failures import FailuresScreen
 from console.screens.overview import OverviewScreen
 from console.screens.queue import QueueScreen
@@ -27,6 +28,7 @@ from console.screens.senders import SendersScreen
 from console.screens.signatures import SignaturesScreen
 from console.widgets.dialogs import HelpScreen
 from worker.core.config import Settings
+from worker.ops.audit import console_actor
 
 FALLBACK_REFRESH_SECONDS = 30.0
 
@@ -61,9 +63,13 @@ class MailroomConsole(App[int]):
         "signatures": SignaturesScreen,
         "schedule": ScheduleScreen,
         "queue": QueueScreen,
+        "audit": AuditScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
-        *(Binding(key, f"switch_mode('{mode}')", title, show=False) for mode, key, title in SCREENS),
+        *(
+            Binding(key, f"switch_mode('{mode}')", title, show=False)
+            for mode, key, title in (*SCREENS, *MORE_SCREENS)
+        ),
         Binding("question_mark", "help", "Help"),
         Binding("ctrl+p", "command_palette", "Commands", show=False),
         Binding("q", "quit", "Quit"),
@@ -82,6 +88,7 @@ class MailroomConsole(App[int]):
         clock: Callable[[], datetime] = _utc_now,
         label: str | None = None,
         coalesce_seconds: float = 0.25,
+        actor: str | None = None,
     ) -> None:
         super().__init__()
         self.url = url
@@ -90,6 +97,7 @@ class MailroomConsole(App[int]):
         self.actions = actions
         self.clock = clock
         self.label = label or database_label(url)
+        self.actor = actor or console_actor()
         self.data = ConsoleData(url)
         self.feed = LiveFeed(url, self._on_change, self._on_state)
         self.coalescer = Coalescer(self._reload_screen, self._schedule, interval=coalesce_seconds)
@@ -206,7 +214,7 @@ class MailroomConsole(App[int]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The palette: every screen, help and quit."""
-        for mode, key, title in SCREENS:
+        for mode, key, title in (*SCREENS, *MORE_SCREENS):
             yield SystemCommand(f"{title} screen", f"Switch to {title} ({key})", _switcher(self, mode))
         yield SystemCommand("Help", "Every key of this screen (?)", self.action_help)
         yield SystemCommand("Refresh", "Reload this screen now", self.request_refresh)

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "console",
         help="the operators' console (Textual), live through LISTEN/NOTIFY",
         description="Watch the queue, senders, accounts, signatures and schedule, and retry, cancel, pause or "
-        "suspend from the keyboard. Keys: 1-7 switch screens, ? lists every key, / filters, ctrl+p opens the "
+        "suspend from the keyboard. Keys: 1-7 switch screens, 0 shows the audit trail, ? lists every key, / filters, ctrl+p opens the "
         "command palette, q quits. --read-only hides every action that changes the database.",
     )
     parser.add_argument(

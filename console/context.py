@@ -32,6 +32,9 @@ SCREENS: tuple[tuple[str, str, str], ...] = (
     ("schedule", "6", "Schedule"),
     ("queue", "7", "Queue"),
 )
+# Screens reached by a key (and the palette, and listed by help) but left out of the tab line, which is full
+# at 80 columns; their table's title says where the operator is.
+MORE_SCREENS: tuple[tuple[str, str, str], ...] = (("audit", "0", "Audit trail"),)
 
 Action = Callable[[psycopg.Connection[Any]], str]
 
@@ -68,6 +71,7 @@ class ConsoleContext(Protocol):
     settings: Settings
     read_only: bool
     label: str
+    actor: str  # who the audit trail says acted: console:<os user>
     data: ConsoleData
     actions: DomainActions
     clock: Callable[[], datetime]

@@ -3088,6 +3088,12 @@ CREATE TRIGGER audit_log_append_only BEFORE DELETE OR UPDATE ON mailroom.audit_l
 CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON mailroom.audit_log FOR EACH STATEMENT EXECUTE FUNCTION mailroom.audit_log_append_only();
 
 --
+-- Name: audit_log audit_log_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER audit_log_notify AFTER INSERT ON mailroom.audit_log FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
 -- Name: bounce_list bounce_list_notify; Type: TRIGGER; Schema: mailroom; Owner: -
 --
 

@@ -207,7 +207,10 @@ class FailuresScreen(DataScreen):
                 severity="warning",
             )
             return
-        self.console.perform(lambda conn: retry(conn, [email_id]).summary("retried"), what="retry")
+        actor = self.console.actor
+        self.console.perform(
+            lambda conn: retry(conn, [email_id], actor=actor).summary("retried"), what="retry"
+        )
 
     @work(group="confirm")
     async def action_retry_many(self) -> None:
@@ -233,10 +236,13 @@ class FailuresScreen(DataScreen):
         if not await self.app.push_screen_wait(ConfirmScreen(question, confirm="Retry")):
             return
         self.marked = {}
+        actor = self.console.actor
         if ids:
-            self.console.perform(lambda conn: retry(conn, ids).summary("retried"), what="retry")
+            self.console.perform(lambda conn: retry(conn, ids, actor=actor).summary("retried"), what="retry")
         else:
-            self.console.perform(lambda conn: retry_all_failed(conn).summary("retried"), what="retry all")
+            self.console.perform(
+                lambda conn: retry_all_failed(conn, actor=actor).summary("retried"), what="retry all"
+            )
 
     @work(group="confirm")
     async def action_cancel(self) -> None:
@@ -256,4 +262,5 @@ class FailuresScreen(DataScreen):
             return
         for email_id in ids:
             self.marked.pop(email_id, None)
-        self.console.perform(lambda conn: cancel(conn, ids).summary("cancelled"), what="cancel")
+        actor = self.console.actor
+        self.console.perform(lambda conn: cancel(conn, ids, actor=actor).summary("cancelled"), what="cancel")

@@ -89,9 +89,11 @@ class SendersScreen(DataScreen):
     def _set(self, name: str, target: str, verb: str) -> None:
         from worker.ops.senders import set_sender_status
 
+        actor = self.console.actor
+
         def act(conn: Any) -> str:
             reason = None if target == "active" else f"{verb} from the console"
-            status = set_sender_status(conn, name, target, reason)
+            status = set_sender_status(conn, name, target, reason, actor=actor)
             return f"sender account {name} is now {status.replace('_', ' ')}"
 
         self.console.perform(act, what=f"{verb} {name}")

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psycopg
 import pytest
 from textual.pilot import Pilot
 
 from console.app import MailroomConsole
+from tests.console.seed import FROZEN_NOW
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
 WAIT = 10.0
@@ -86,3 +88,25 @@ def test_read_only_failures_snapshot(
 ) -> None:
     app = make_console(seeded_url, read_only=True)
     assert snap_compare(app, terminal_size=(120, 40), run_before=showing("2"))
+
+
+# Fixed times and role: the picture must not depend on the clock or on the test server's user.
+AUDIT_ROWS = """
+INSERT INTO mailroom.audit_log (at, db_role, actor, action, target, affected, detail) VALUES
+  (%(now)s - interval '2 hours', 'mailroom', 'alice', 'sender.add', 'transactional-1', 1,
+   '{"host": "smtp.example.com", "port": 587}'),
+  (%(now)s - interval '1 hour', 'mailroom', 'console:bob', 'queue.retry', 'every failed email', 1204,
+   '{"all_failed": true}'),
+  (%(now)s - interval '5 minutes', 'mailroom', 'console:bob', 'sender.suspend', 'transactional-1', 1,
+   '{"from": "active", "to": "suspended", "reason": "credentials revoked"}')
+"""
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_audit_screen_snapshot(
+    snap_compare: Any, seeded_url: str, make_console: Callable[..., MailroomConsole], size: tuple[int, int]
+) -> None:
+    with psycopg.connect(seeded_url) as conn:
+        conn.execute(AUDIT_ROWS, {"now": FROZEN_NOW})
+    app = make_console(seeded_url)
+    assert snap_compare(app, terminal_size=size, run_before=showing("0"))

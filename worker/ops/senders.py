@@ -1,4 +1,7 @@
-"""Sender accounts as operators manage them: add (secrets encrypted), list with today's usage, pause, suspend, resume."""
+"""Sender accounts as operators manage them: add (secrets encrypted), list with today's usage, pause, suspend, resume.
+
+Every change an operator makes here writes an audit row in the same transaction (`worker.ops.audit`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from worker.core.crypto import SecretBox
 from worker.core.validation import ValidationError, check_header_text, normalise_address
+from worker.ops import audit
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ LEFT JOIN mailroom.sender_usage u
 ORDER BY s.name
 """
 
+# The audit action of each status an operator sets.
+STATUS_ACTIONS = {"paused": "sender.pause", "suspended": "sender.suspend", "active": "sender.resume"}
+
 # Which statuses each operator action may start from.
 _TRANSITIONS: dict[str, tuple[str, ...]] = {
     "paused": ("active", "warming_up", "paused_limit_reached"),
@@ -72,12 +79,16 @@ _TRANSITIONS: dict[str, tuple[str, ...]] = {
     "active": ("paused", "suspended"),
 }
 
+# Locked first: the status it is changed from (for the audit row) is the one the update replaces, even
+# while a worker changes statuses too (a sender paused at its daily limit, or suspended by AUTH).
+LOCK_SENDER = "SELECT id, status FROM mailroom.sender_accounts WHERE name = %s FOR UPDATE"
+
 SET_STATUS = """
 UPDATE mailroom.sender_accounts
 SET status = CASE WHEN %(status)s = 'active' AND warmup_stage > 0 THEN 'warming_up' ELSE %(status)s END,
     status_reason = %(reason)s
-WHERE name = %(name)s AND status = ANY(%(from)s)
-RETURNING id, status
+WHERE id = %(id)s
+RETURNING status
 """
 
 
@@ -111,8 +122,13 @@ def add_sender(
     password: str | None,
     box: SecretBox,
     dkim_key: bytes | None = None,
+    *,
+    actor: str | None = None,
 ) -> int:
-    """Store a sender account, its password and DKIM private key (PEM) encrypted; return its id."""
+    """Store a sender account, its password and DKIM private key (PEM) encrypted, audited; return its id.
+
+    `actor` is who asked (default: the OS user); the audit row never holds a secret.
+    """
     spec = validate_spec(spec)
     encrypted = box.encrypt(password) if password else None
     dkim_encrypted = None
@@ -153,7 +169,24 @@ def add_sender(
         )
         row = cur.fetchone()
     assert row is not None
-    return int(row[0])
+    sender_id = int(row[0])
+    audit.record(conn, "sender.add", actor or audit.cli_actor(), spec.name, 1, _added_detail(sender_id, spec))
+    return sender_id
+
+
+def _added_detail(sender_id: int, spec: SenderSpec) -> dict[str, Any]:
+    """What an audit row says of a new sender account: where it sends from and through, never a secret."""
+    return {
+        "id": sender_id,
+        "from": spec.from_email,
+        "host": spec.smtp_host,
+        "port": spec.smtp_port,
+        "security": spec.smtp_security,
+        "login": spec.smtp_username is not None,
+        "daily_limit": spec.daily_limit,
+        "warmup_stage": spec.warmup_stage,
+        "dkim_domain": spec.dkim_domain,
+    }
 
 
 def list_senders(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
@@ -163,23 +196,27 @@ def list_senders(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 
 
 def set_sender_status(
-    conn: psycopg.Connection[Any], name: str, status: str, reason: str | None = None
+    conn: psycopg.Connection[Any],
+    name: str,
+    status: str,
+    reason: str | None = None,
+    *,
+    actor: str | None = None,
 ) -> str:
-    """Pause, suspend or resume one sender account by name; return its new status.
+    """Pause, suspend or resume one sender account by name, audited as `actor` (default: the OS user); its new status.
 
     Raises `LookupError` when no such account exists and `ValueError` when it is in a state the
-    action does not apply to (resuming an active account, say).
+    action does not apply to (resuming an active account, say); nothing is changed or audited then.
     """
-    allowed = _TRANSITIONS[status]
     with conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(
-            SET_STATUS, {"status": status, "reason": reason, "name": name, "from": list(allowed)}
-        ).fetchone()
-        if row is not None:
-            return str(row[1])
-        current = cur.execute(
-            "SELECT status FROM mailroom.sender_accounts WHERE name = %s", (name,)
-        ).fetchone()
-    if current is None:
-        raise LookupError(f"no sender account named {name!r}")
-    raise ValueError(f"sender account {name!r} is {current[0]}; cannot set it {status}")
+        current = cur.execute(LOCK_SENDER, (name,)).fetchone()
+        if current is None:
+            raise LookupError(f"no sender account named {name!r}")
+        sender_id, before = int(current[0]), str(current[1])
+        if before not in _TRANSITIONS[status]:
+            raise ValueError(f"sender account {name!r} is {before}; cannot set it {status}")
+        row = cur.execute(SET_STATUS, {"status": status, "reason": reason, "id": sender_id}).fetchone()
+    assert row is not None
+    detail = {"id": sender_id, "from": before, "to": str(row[0]), "reason": reason}
+    audit.record(conn, STATUS_ACTIONS[status], actor or audit.cli_actor(), name, 1, detail)
+    return str(row[0])

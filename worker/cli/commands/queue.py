@@ -75,7 +75,8 @@ Examples:
 RETRY = """\
 Put failed (or suppressed) emails back in the queue, due now, with their retry budget reset.
 Emails in any other state are left alone and listed with their state; the exit status is then 1.
-An address on the bounce or unsubscribe list is suppressed again at claim time.
+An address on the bounce or unsubscribe list is suppressed again at claim time. Each retry is
+recorded in the audit trail (`mailroom audit`) with how many emails it changed.
 
 Examples:
   mailroom retry 1201 1202
@@ -84,6 +85,7 @@ Examples:
 CANCEL = """\
 Cancel emails that are pending, failed or suppressed: they will never be sent. Emails being sent
 right now, sent or already cancelled are left alone and listed; the exit status is then 1.
+Each cancel is recorded in the audit trail (`mailroom audit`) with how many emails it changed.
 
 Example:
   mailroom cancel 1201 1202"""

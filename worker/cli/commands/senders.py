@@ -144,7 +144,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     senders = sub.add_parser(
         "senders",
         help="manage sender accounts",
-        description="Add, list, pause, resume and suspend the SMTP accounts email goes out through.\n\n"
+        description="Add, list, pause, resume and suspend the SMTP accounts email goes out through. "
+        "Every change is recorded in the audit trail (`mailroom audit`).\n\n"
         "Examples:\n"
         "  SMTP_PASSWORD=... mailroom senders add transactional-1 --from noreply@example.com \\\n"
         "      --host smtp.example.com --port 587 --username mailer --password-env SMTP_PASSWORD\n"

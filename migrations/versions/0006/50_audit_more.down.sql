@@ -1,0 +1,1 @@
+DROP TRIGGER audit_log_notify ON mailroom.audit_log;

@@ -1,0 +1,118 @@
+"""Key rotation: every stored secret re-encrypted from the current secret key to a new one, in one transaction.
+
+The secrets are the sender accounts' SMTP passwords and DKIM private keys. Either every one of
+them decrypts with the current key and all are re-encrypted, with one audit row (`keys.rotate`),
+or nothing changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from worker.core.config import ConfigError
+from worker.core.crypto import SecretBox
+from worker.ops import audit
+
+SECRETS = """
+SELECT id, name, smtp_password_encrypted, dkim_private_key_encrypted
+FROM mailroom.sender_accounts
+WHERE smtp_password_encrypted IS NOT NULL OR dkim_private_key_encrypted IS NOT NULL
+ORDER BY id
+"""
+
+# Taken first: an account added or given a secret during the rotation would be left on the old key, so
+# writers wait (a moment: the rotation is one pass) until it commits; readers go on.
+LOCK_NEW_ACCOUNTS = "LOCK TABLE mailroom.sender_accounts IN SHARE ROW EXCLUSIVE MODE"
+
+SET_SECRETS = """
+UPDATE mailroom.sender_accounts
+SET smtp_password_encrypted = %s, dkim_private_key_encrypted = %s
+WHERE id = %s
+"""
+
+
+class KeyMismatch(ConfigError):
+    """Some stored secret does not decrypt with the current key: nothing was re-encrypted."""
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """What a rotation re-encrypted."""
+
+    accounts: int
+    passwords: int
+    dkim_keys: int
+    key_id: str
+
+    @property
+    def secrets(self) -> int:
+        """Every secret re-encrypted."""
+        return self.passwords + self.dkim_keys
+
+
+def key_id(key: str) -> str:
+    """A short public name for a key (the start of its SHA-256): tells keys apart without showing one."""
+    return hashlib.sha256(key.strip().encode("ascii", "replace")).hexdigest()[:12]
+
+
+def rotate_secrets(
+    conn: psycopg.Connection[Any], old: SecretBox, new: SecretBox, new_key: str, *, actor: str | None = None
+) -> Rotation:
+    """Re-encrypt every stored secret from `old` to `new` (whose text is `new_key`) and audit it.
+
+    Raises `KeyMismatch`, having changed nothing, when any secret does not decrypt with `old`.
+    Runs in `conn`'s transaction: the caller commits (or rolls back) the whole rotation.
+    """
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(LOCK_NEW_ACCOUNTS)
+        rows = cur.execute(SECRETS).fetchall()
+        updates, failures = _reencrypt(rows, old, new)
+        if failures:
+            shown = ", ".join(failures[:10]) + (
+                f" and {len(failures) - 10} more" if len(failures) > 10 else ""
+            )
+            raise KeyMismatch(
+                f"{len(failures)} stored secret(s) do not decrypt with the current MAILROOM_SECRET_KEY "
+                f"({shown}); nothing was re-encrypted"
+            )
+        cur.executemany(SET_SECRETS, updates)
+    rotation = Rotation(
+        accounts=len(updates),
+        passwords=sum(1 for u in updates if u[0] is not None),
+        dkim_keys=sum(1 for u in updates if u[1] is not None),
+        key_id=key_id(new_key),
+    )
+    detail = {
+        "accounts": rotation.accounts,
+        "passwords": rotation.passwords,
+        "dkim_keys": rotation.dkim_keys,
+        "new_key_id": rotation.key_id,
+    }
+    audit.record(conn, "keys.rotate", actor or audit.cli_actor(), "sender_accounts", rotation.secrets, detail)
+    return rotation
+
+
+def _reencrypt(
+    rows: list[tuple[Any, ...]], old: SecretBox, new: SecretBox
+) -> tuple[list[tuple[bytes | None, bytes | None, int]], list[str]]:
+    """Each account's secrets under the new key, and which secrets (by account) the old key cannot read."""
+    updates: list[tuple[bytes | None, bytes | None, int]] = []
+    failures: list[str] = []
+    for sender_id, name, password, dkim in rows:
+        fresh: list[bytes | None] = []
+        for token, what in ((password, "password"), (dkim, "DKIM key")):
+            if token is None:
+                fresh.append(None)
+                continue
+            try:
+                fresh.append(new.encrypt(old.decrypt(bytes(token))))
+            except ConfigError:
+                failures.append(f"sender account {name}: {what}")
+                fresh.append(None)
+        updates.append((fresh[0], fresh[1], int(sender_id)))
+    return updates, failures
