@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from worker.core.config import Settings
+from worker.ops.audit import cli_actor
 
 DESCRIPTION = """\
 Migrate the schema, show the database in use, run or stop the embedded PostgreSQL, back it up.
@@ -157,13 +157,6 @@ def _restore(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _actor() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
-
-
 def _grant(args: argparse.Namespace, settings: Settings) -> int:
     import psycopg
 
@@ -173,7 +166,7 @@ def _grant(args: argparse.Namespace, settings: Settings) -> int:
     url = db.database_url(settings)
     with psycopg.connect(url) as conn:
         try:
-            created = roles.grant(conn, args.kind, args.role, create=args.create, actor=_actor())
+            created = roles.grant(conn, args.kind, args.role, create=args.create, actor=cli_actor())
         except roles.RoleError as exc:
             print(f"mailroom db grant: {exc}", file=sys.stderr)
             return 2

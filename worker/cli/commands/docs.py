@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
 from collections.abc import Callable
@@ -12,15 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from worker.core.config import Settings
+from worker.ops.audit import cli_actor
 
 _BIG_FILE = 64 << 20
-
-
-def _operator() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return ""
 
 
 def _url(settings: Settings) -> str:
@@ -330,7 +323,7 @@ def _add_and_expect(d_sub: argparse._SubParsersAction[Any]) -> None:
     add.add_argument(
         "--algorithm", choices=("SHA-256", "SHA-512"), help="checksum algorithm (default SHA-256)"
     )
-    add.add_argument("--by", default=_operator(), help="who adds it (default: your user name)")
+    add.add_argument("--by", default=cli_actor(), help="who adds it (default: your user name)")
     add.set_defaults(handler=cmd_add)
 
     exp = d_sub.add_parser(
@@ -344,7 +337,7 @@ def _add_and_expect(d_sub: argparse._SubParsersAction[Any]) -> None:
     exp.add_argument("--name", default="", help="the signer's name, used in reminders")
     exp.add_argument("--locale", help="the signer's language (default MAILROOM_DEFAULT_LOCALE)")
     exp.add_argument("--notes", help="free-form notes")
-    exp.add_argument("--by", default=_operator(), help="who adds the signer (default: your user name)")
+    exp.add_argument("--by", default=cli_actor(), help="who adds the signer (default: your user name)")
     exp.set_defaults(handler=cmd_expect)
 
 
@@ -412,7 +405,7 @@ def _verify(d_sub: argparse._SubParsersAction[Any]) -> None:
     )
     rs.add_argument("doc_id", metavar="DOC")
     rs.add_argument("--reason", required=True, help="why (kept in the audit row)")
-    rs.add_argument("--by", default=_operator(), help="who removes them (default: your user name)")
+    rs.add_argument("--by", default=cli_actor(), help="who removes them (default: your user name)")
     rs.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     rs.set_defaults(handler=cmd_remove_signatures)
 
@@ -432,7 +425,7 @@ def _remind_and_checksum(d_sub: argparse._SubParsersAction[Any]) -> None:
     rm.add_argument(
         "--interval", type=float, help="seconds between reminders to one signer (overrides setting)"
     )
-    rm.add_argument("--by", default=_operator(), help="who sends the reminders (default: your user name)")
+    rm.add_argument("--by", default=cli_actor(), help="who sends the reminders (default: your user name)")
     rm.set_defaults(handler=cmd_remind)
 
     ck = d_sub.add_parser(
@@ -443,5 +436,5 @@ def _remind_and_checksum(d_sub: argparse._SubParsersAction[Any]) -> None:
     )
     ck.add_argument("doc_id", metavar="DOC")
     ck.add_argument("--file", required=True, metavar="PATH", help="the file to check")
-    ck.add_argument("--by", default=_operator(), help="who verifies (default: your user name)")
+    ck.add_argument("--by", default=cli_actor(), help="who verifies (default: your user name)")
     ck.set_defaults(handler=cmd_checksum)

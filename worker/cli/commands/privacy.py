@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.core.config import ConfigError, Settings
+from worker.ops.audit import cli_actor
 
 EXPORT_HELP = """\
 Write everything stored about EMAIL as one JSON document: its emails (queued, and archived in any
@@ -33,14 +33,6 @@ sending email to the address the erasure is refused (exit status 2, nothing chan
 once that send is done. The address is put on no list unless --suppress is given, which keeps it (or
 puts it) on the unsubscribe list with source 'privacy'. The erasure is recorded in the audit trail
 (action privacy.erase, your OS user, the address masked, how many rows) in the same transaction."""
-
-
-def _operator() -> str:
-    """The OS user asking, for the audit row (empty: the database role stands in)."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return ""
 
 
 def _progress(verb: str) -> Callable[[int, int], None]:
@@ -78,7 +70,7 @@ def _export(args: argparse.Namespace, settings: Settings, address: str, director
     from worker.ops.privacy import export_address, jsonable
 
     with connect(database_url(settings)) as conn:
-        data = export_address(conn, address, directory, progress=_progress("searched"), actor=_operator())
+        data = export_address(conn, address, directory, progress=_progress("searched"), actor=cli_actor())
     text = json.dumps(data, default=jsonable, indent=2, ensure_ascii=False) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)
@@ -106,7 +98,7 @@ def _erase(args: argparse.Namespace, settings: Settings, address: str, directory
             suppress=args.suppress,
             archive_dir=directory,
             progress=_progress("searched"),
-            actor=_operator(),
+            actor=cli_actor(),
         )
     if args.json:
         fields = ("replacement", "rows", "cancelled", "kept_signatures", "archive_files", "suppressed")
