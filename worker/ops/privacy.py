@@ -35,6 +35,7 @@ from psycopg.rows import dict_row
 from worker.core.masking import ERASED_DOMAIN, mask_address
 from worker.core.validation import ValidationError, check_header_text
 from worker.ops.archive_files import ARCHIVE_NAME, directory_lock, read_archive, write_archive_atomically
+from worker.ops.privacy_sql import BEING_SENT, CANCEL_UNSENT, ERASURES, EXPORTS, MENTIONED_IDS
 from worker.ops.retention import MAINTENANCE_LOCK_KEY
 
 log = logging.getLogger(__name__)
@@ -69,27 +70,6 @@ def jsonable(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-_EXPORTS: dict[str, str] = {
-    "emails": "SELECT * FROM mailroom.email_queue WHERE lower(recipient_email) = %(addr)s ORDER BY id",
-    "send_logs": "SELECT * FROM mailroom.send_logs WHERE email_id = ANY(%(ids)s)"
-    " OR lower(recipient_email) = %(addr)s ORDER BY attempted_at, id",
-    "tracked_links": "SELECT * FROM mailroom.tracked_links WHERE email_id = ANY(%(ids)s) ORDER BY email_id, position",
-    "open_events": "SELECT * FROM mailroom.open_events WHERE email_id = ANY(%(ids)s) ORDER BY occurred_at, id",
-    "click_events": "SELECT * FROM mailroom.click_events WHERE email_id = ANY(%(ids)s) ORDER BY occurred_at, id",
-    "unsubscribe_list": "SELECT * FROM mailroom.unsubscribe_list WHERE email = %(addr)s",
-    "bounce_list": "SELECT * FROM mailroom.bounce_list WHERE email = %(addr)s",
-    "inbox": "SELECT * FROM mailroom.inbox WHERE lower(payload->>'customer_email') = %(addr)s"
-    " ORDER BY received_at",
-    "expected_signers": "SELECT * FROM mailroom.expected_signers WHERE email = %(addr)s ORDER BY doc_id",
-    "signatures": "SELECT * FROM mailroom.signatures WHERE signer_email = %(addr)s ORDER BY id",
-    "reminder_logs": "SELECT * FROM mailroom.reminder_logs WHERE recipient_email = %(addr)s ORDER BY id",
-    "accounts": "SELECT * FROM mailroom.accounts WHERE lower(email) = %(addr)s ORDER BY id",
-    "people": "SELECT * FROM mailroom.people WHERE lower(email) = %(addr)s ORDER BY id",
-    "events": "SELECT e.* FROM mailroom.events e JOIN mailroom.people p ON p.id = e.person_id"
-    " WHERE lower(p.email) = %(addr)s ORDER BY e.due_at",
-}
-
-
 def _archive_files(directory: Path | None) -> list[Path]:
     if directory is None or not directory.is_dir():
         return []
@@ -101,7 +81,18 @@ def _is_for(line: str, addr: str) -> dict[str, Any] | None:
     if addr not in line.lower():
         return None
     record: dict[str, Any] = json.loads(line)
-    return record if str(record.get("recipient_email", "")).lower() == addr else None
+    return record if addr in _addresses(record) else None
+
+
+_LISTS = ("to_extra", "cc", "bcc", "reply_to")
+
+
+def _addresses(record: dict[str, Any]) -> set[str]:
+    """Every address an archived email names, in lower case."""
+    found = {str(record.get("recipient_email", "")).lower()}
+    for key in _LISTS:
+        found.update(str(a).lower() for a in record.get(key) or ())
+    return found
 
 
 # One audit row per request, in the request's transaction: who, which address (masked), how many rows.
@@ -146,7 +137,7 @@ def export_address(
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         result["exported_at"] = cur.execute("SELECT now() AS now").fetchone()["now"]  # type: ignore[index]
         params: dict[str, Any] = {"addr": addr, "ids": []}
-        for name, query in _EXPORTS.items():
+        for name, query in EXPORTS.items():
             rows = cur.execute(query, params).fetchall()
             if name == "emails":
                 params["ids"] = [row["id"] for row in rows]
@@ -191,8 +182,11 @@ class ErasureReport:
 
 def _anonymise_record(record: dict[str, Any], replacement: str, pattern: re.Pattern[str]) -> dict[str, Any]:
     erased = dict(record)
+    for key in _LISTS:
+        if isinstance(erased.get(key), list):
+            erased[key] = [pattern.sub(replacement, str(a)) for a in erased[key]]
     erased.update(
-        recipient_email=replacement,
+        recipient_email=pattern.sub(replacement, str(erased.get("recipient_email", ""))),
         recipient_name=None,
         subject=ERASED,
         text_body=ERASED,
@@ -256,94 +250,6 @@ def _rewrite_archives(
             progress(done, len(files))
 
 
-# Each statement: (report key, SQL). %(addr)s is the address, %(anon)s its replacement, %(re)s a
-# case-insensitive regular expression matching it inside free text.
-_ERASURES: tuple[tuple[str, str], ...] = (
-    (
-        "email_queue",
-        """UPDATE mailroom.email_queue SET recipient_email = %(anon)s, recipient_name = NULL,
-               subject = %(erased)s, text_body = %(erased)s, html_body = NULL, template_data = NULL,
-               headers = '{}', last_error = regexp_replace(last_error, %(re)s, %(anon)s, 'gi'),
-               suppression_reason = regexp_replace(suppression_reason, %(re)s, %(anon)s, 'gi'),
-               error_details = regexp_replace(error_details::text, %(re)s, %(anon)s, 'gi')::jsonb
-           WHERE id = ANY(%(ids)s)""",
-    ),
-    (
-        "send_logs",
-        """UPDATE mailroom.send_logs SET recipient_email = %(anon)s,
-               response = regexp_replace(response, %(re)s, %(anon)s, 'gi')
-           WHERE email_id = ANY(%(ids)s) OR lower(recipient_email) = %(addr)s""",
-    ),
-    (
-        "tracked_links",
-        """UPDATE mailroom.tracked_links SET url = regexp_replace(url, %(re)s, %(anon)s, 'gi')
-           WHERE email_id = ANY(%(ids)s) AND url ~* %(re)s""",
-    ),
-    (
-        "open_events",
-        "UPDATE mailroom.open_events SET ip_address = NULL, user_agent = NULL WHERE email_id = ANY(%(ids)s)",
-    ),
-    (
-        "click_events",
-        """UPDATE mailroom.click_events SET ip_address = NULL, user_agent = NULL,
-               url = regexp_replace(url, %(re)s, %(anon)s, 'gi')
-           WHERE email_id = ANY(%(ids)s)""",
-    ),
-    (
-        "bounce_list",
-        """UPDATE mailroom.bounce_list SET email = %(anon)s,
-               reason = regexp_replace(reason, %(re)s, %(anon)s, 'gi')
-           WHERE email = %(addr)s""",
-    ),
-    (
-        "unsubscribe_list",
-        """UPDATE mailroom.unsubscribe_list SET email = CASE WHEN %(suppress)s THEN email ELSE %(anon)s END,
-               reason = regexp_replace(reason, %(re)s, %(anon)s, 'gi'), user_agent = NULL, ip_address = NULL
-           WHERE email = %(addr)s""",
-    ),
-    (
-        "inbox",
-        # Only the order's details stay; any other field the producer sent may be personal.
-        """UPDATE mailroom.inbox
-           SET payload = regexp_replace(
-                   (coalesce((SELECT jsonb_object_agg(key, value) FROM jsonb_each(payload)
-                              WHERE key = ANY(%(order_keys)s)), '{}'::jsonb)
-                    || jsonb_build_object('customer_email', %(anon)s::text, 'customer_name', %(erased)s::text))::text,
-                   %(re)s, %(anon)s, 'gi')::jsonb
-           WHERE lower(payload->>'customer_email') = %(addr)s""",
-    ),
-    # A signer of a document they have not signed; a signed one keeps its signer beside the signature.
-    # Both tables in one statement: the reminder logs' foreign key is checked when it ends.
-    (
-        "expected_signers",
-        """WITH unsigned AS (
-               SELECT e.doc_id FROM mailroom.expected_signers e
-               WHERE e.email = %(addr)s AND NOT EXISTS (
-                   SELECT 1 FROM mailroom.signatures s WHERE s.doc_id = e.doc_id AND s.signer_email = e.email)
-           ), logs AS (
-               UPDATE mailroom.reminder_logs SET recipient_email = %(anon)s,
-                   error_message = regexp_replace(error_message, %(re)s, %(anon)s, 'gi')
-               WHERE recipient_email = %(addr)s AND doc_id IN (SELECT doc_id FROM unsigned)
-               RETURNING 1
-           )
-           UPDATE mailroom.expected_signers SET email = %(anon)s, name = '', notes = NULL
-           WHERE email = %(addr)s AND doc_id IN (SELECT doc_id FROM unsigned)""",
-    ),
-    (
-        "accounts",
-        """UPDATE mailroom.accounts SET email = %(anon_local)s || '.' || id || '@' || %(domain)s,
-               login = %(anon_local)s || '.' || id || '@' || %(domain)s
-           WHERE lower(email) = %(addr)s""",
-    ),
-    (
-        "people",
-        """UPDATE mailroom.people SET email = %(anon_local)s || '.' || id || '@' || %(domain)s,
-               first_name = %(erased)s, last_name = %(erased)s
-           WHERE lower(email) = %(addr)s""",
-    ),
-)
-
-
 def _erasure_params(addr: str, anon_local: str, pattern: str, suppress: bool) -> dict[str, Any]:
     """The parameters every statement of `_ERASURES` draws on."""
     return {
@@ -385,13 +291,8 @@ def erase_address(
         _keep_maintenance_out(cur)
         params = _erasure_params(addr, anon_local, pattern, suppress)
         report.cancelled = _cancel_pending_or_refuse(cur, params, report.address_masked)
-        params["ids"] = [
-            r["id"]
-            for r in cur.execute(
-                "SELECT id FROM mailroom.email_queue WHERE lower(recipient_email) = %(addr)s", params
-            ).fetchall()
-        ]
-        for name, statement in _ERASURES:
+        params["ids"] = [r["id"] for r in cur.execute(MENTIONED_IDS, params).fetchall()]
+        for name, statement in ERASURES:
             report.rows[name] = cur.execute(statement, params).rowcount
         if suppress:
             cur.execute(_SUPPRESS, params)
@@ -446,13 +347,11 @@ def _cancel_pending_or_refuse(
     SMTP response and bounce entry, or return to the queue with erased content. Such an erasure is
     refused (nothing changed): the send takes seconds, a dead worker's lease minutes."""
     cancelled = cur.execute(
-        "UPDATE mailroom.email_queue SET status = 'cancelled'"
-        " WHERE lower(recipient_email) = %(addr)s AND status = 'pending'",
+        CANCEL_UNSENT,
         params,
     ).rowcount
     busy = cur.execute(
-        "SELECT count(*) AS n, max(lease_expires_at) AS until FROM mailroom.email_queue"
-        " WHERE lower(recipient_email) = %(addr)s AND status = 'assigned'",
+        BEING_SENT,
         params,
     ).fetchone()
     assert busy is not None
