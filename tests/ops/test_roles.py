@@ -11,6 +11,7 @@ from psycopg import errors
 from psycopg.conninfo import make_conninfo
 
 from worker.cli.main import main
+from worker.core.config import Settings
 from worker.ops import roles
 
 
@@ -128,3 +129,26 @@ def test_db_grant_refuses_a_missing_role_without_create_and_a_bad_name(
     assert "does not exist; add --create" in capsys.readouterr().err
     assert main(["db", "grant", "read-only", "Robert'); DROP TABLE x;--"]) == 2
     assert "lower-case letters" in capsys.readouterr().err
+
+
+async def test_the_console_reads_every_screen_under_the_read_only_role(
+    db_url: str, reader_role: str, settings: Settings
+) -> None:
+    from console.app import MailroomConsole
+    from console.context import MORE_SCREENS, SCREENS
+    from console.wiring import ProducerActions
+    from tests.console.seed import seed
+
+    seed(db_url)
+    app = MailroomConsole(
+        make_conninfo(db_url, user=reader_role), settings, ProducerActions(), read_only=True
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        live = await app.wait_until_shown(lambda: app.live_state == "live" and app.refreshes > 0, 10)
+        assert live, (app.live_state, app.refreshes, app.notices)
+        for _, key, _ in (*SCREENS[1:], *MORE_SCREENS):  # the first is shown already
+            before = app.refreshes
+            await pilot.press(key)
+            shown = await app.wait_until_shown(lambda: app.refreshes > before, 10)  # noqa: B023
+            assert shown, (key, app.notices)
+    assert not [text for severity, text in app.notices if severity == "error"]
