@@ -180,6 +180,7 @@ def test_stats_json_counts_every_status(
     stats = json.loads(out)
     assert code == 0
     assert stats["queue"] == {
+        "unrendered": 0,
         "pending": 2,
         "assigned": 0,
         "sent": 0,

@@ -179,11 +179,7 @@ def _prepare_fields(
     settings: Settings,
     created_by: str | None,
 ) -> tuple[Any, ...]:
-    if type(to) is str and cc is None and bcc is None and reply_to is None:  # the common case, first
-        recipient, more = _check_addressing(to, to_name, headers), _ONE_RECIPIENT
-    else:
-        listed = [to] if isinstance(to, str) else list(to)
-        recipient, more = _check_many(listed, to_name, headers, cc, bcc, reply_to, settings)
+    recipient, more = _addressing(to, to_name, headers, cc, bcc, reply_to, settings)
     given_locale = locale
     if template is not None:
         subject, text, html, locale = _render(catalog, template, locale, data, subject, text, html)
@@ -197,32 +193,32 @@ def _prepare_fields(
     if track or not transactional:
         tracked = _tracked(html, headers, track, transactional, campaign_id, settings)
         html, headers = tracked.html, tracked.headers
+    # In `COLUMNS` order, then the tracked links.
     return (
-        recipient,
-        to_name,
-        subject,
-        text,
-        html,
-        json.dumps(headers) if headers else "{}",
-        template,
-        locale if template else given_locale,
-        json.dumps(data) if data is not None else None,
-        priority,
-        scheduled_for,
-        max_retries,
-        idempotency_key,
-        campaign_id,
-        transactional,
-        reference_type,
-        reference_id,
-        created_by,
-        *_tracking_columns(tracked),
-        *more,
-        _links(tracked),
-    )
+        recipient, to_name, subject, text, html, json.dumps(headers) if headers else "{}", template,
+        locale if template else given_locale, json.dumps(data) if data is not None else None, priority,
+        scheduled_for, max_retries, idempotency_key, campaign_id, transactional, reference_type,
+        reference_id, created_by, *_tracking_columns(tracked), *more, _links(tracked),
+    )  # fmt: skip
 
 
 _ONE_RECIPIENT: tuple[list[str] | None, ...] = (None, None, None, None)
+
+
+def _addressing(
+    to: str | Sequence[str],
+    to_name: str | None,
+    headers: Mapping[str, str],
+    cc: Sequence[str] | None,
+    bcc: Sequence[str] | None,
+    reply_to: Sequence[str] | None,
+    settings: Settings,
+) -> tuple[str, tuple[list[str] | None, ...]]:
+    """The first To address and the columns of the other recipients (none, in the common case)."""
+    if type(to) is str and cc is None and bcc is None and reply_to is None:  # the common case, first
+        return _check_addressing(to, to_name, headers), _ONE_RECIPIENT
+    listed = [to] if isinstance(to, str) else list(to)
+    return _check_many(listed, to_name, headers, cc, bcc, reply_to, settings)
 
 
 def _address_list(field_name: str, addresses: Sequence[str] | None) -> list[str] | None:
