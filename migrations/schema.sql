@@ -99,8 +99,8 @@ CREATE FUNCTION mailroom.address_problem(value text) RETURNS text
         WHEN length(value) > 254
           OR strpos(value, '@') > 64 + 1
           OR value !~  E'^[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\.)+[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?$'
-          -- a label of 64 characters needs an address longer than 67: the costlier pattern only then
-          OR (length(value) > 67 AND value ~ '[A-Za-z0-9-]{64}')
+          -- a domain label of 64 characters needs an address longer than 67: the costlier pattern only then
+          OR (length(value) > 67 AND substring(value FROM strpos(value, '@') + 1) ~ '[A-Za-z0-9-]{64}')
         THEN 'invalid email address (a plain ASCII mailbox, local@domain.tld)'
     END
 $_$;
@@ -211,7 +211,7 @@ $$;
 
 CREATE FUNCTION mailroom.content_rules() RETURNS jsonb
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $_$ SELECT  E'{"about": "What the database and the Python API both refuse in an email. One file: worker/core/rules.py loads it for Python, and revision 0006 writes it into the database''s checks (mailroom.content_rules() returns it). Patterns are written in the common subset of Python''s re and PostgreSQL''s regular expressions, without capturing groups or bounded repeats where they run per row (PostgreSQL''s engine is many times slower with them); an address is also at most max_local_chars before the @ and has no label of 64 characters; a change here needs a revision that installs it again.", "forbidden_in_headers": "[\\\\x00-\\\\x1f\\\\x7f\\\\x85\\\\u2028\\\\u2029]", "encoded_word": "=\\\\?[^?\\\\s]+\\\\?[BbQq]\\\\?[^?\\\\s]*\\\\?=", "header_name": "^[!-9;-~]{1,76}$", "address": "^[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(?:\\\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\\\.)+[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?$", "address_long_label": "[A-Za-z0-9-]{64}", "max_local_chars": 64, "max_address_chars": 254, "reserved_headers": ["from", "to", "cc", "bcc", "reply-to", "subject", "date", "message-id", "mime-version", "content-type", "content-transfer-encoding", "content-disposition", "return-path", "received", "sender", "dkim-signature", "list-unsubscribe", "list-unsubscribe-post"], "stored_by_mailroom": ["list-unsubscribe", "list-unsubscribe-post"], "max_header_value_chars": 998, "max_name_chars": 255, "max_subject_chars": 998, "max_body_bytes": 26214400, "max_recipients": 100}'::jsonb $_$;
+    AS $_$ SELECT  E'{"about": "What the database and the Python API both refuse in an email. One file: worker/core/rules.py loads it for Python, and revision 0006 writes it into the database''s checks (mailroom.content_rules() returns it). Patterns are written in the common subset of Python''s re and PostgreSQL''s regular expressions, without capturing groups or bounded repeats where they run per row (PostgreSQL''s engine is many times slower with them); an address is also at most max_local_chars before the @ and has no domain label of 64 characters; a change here needs a revision that installs it again.", "forbidden_in_headers": "[\\\\x00-\\\\x1f\\\\x7f\\\\x85\\\\u2028\\\\u2029]", "encoded_word": "=\\\\?[^?\\\\s]+\\\\?[BbQq]\\\\?[^?\\\\s]*\\\\?=", "header_name": "^[!-9;-~]{1,76}$", "address": "^[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(?:\\\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\\\.)+[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?$", "address_long_label": "[A-Za-z0-9-]{64}", "max_local_chars": 64, "max_address_chars": 254, "reserved_headers": ["from", "to", "cc", "bcc", "reply-to", "subject", "date", "message-id", "mime-version", "content-type", "content-transfer-encoding", "content-disposition", "return-path", "received", "sender", "dkim-signature", "list-unsubscribe", "list-unsubscribe-post"], "stored_by_mailroom": ["list-unsubscribe", "list-unsubscribe-post"], "max_header_value_chars": 998, "max_name_chars": 255, "max_subject_chars": 998, "max_body_bytes": 26214400, "max_recipients": 100}'::jsonb $_$;
 
 --
 -- Name: documents_create_signature_head(); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -408,7 +408,8 @@ BEGIN
     WHERE (length(n.recipient_email) > 254
            OR strpos(n.recipient_email, '@') > 64 + 1
            OR n.recipient_email !~  E'^[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\.)+[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?$'
-           OR (length(n.recipient_email) > 67 AND n.recipient_email ~ '[A-Za-z0-9-]{64}')
+           OR (length(n.recipient_email) > 67
+               AND substring(n.recipient_email FROM strpos(n.recipient_email, '@') + 1) ~ '[A-Za-z0-9-]{64}')
            OR n.subject ~  E'[\\x00-\\x1f\\x7f\\x85\\u2028\\u2029]' OR strpos(n.subject, '=?') > 0
            OR length(n.subject) > 998 OR btrim(n.subject, E' \t') = ''
            OR n.recipient_name ~  E'[\\x00-\\x1f\\x7f\\x85\\u2028\\u2029]' OR strpos(n.recipient_name, '=?') > 0

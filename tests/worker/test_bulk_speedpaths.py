@@ -248,7 +248,9 @@ def test_explicit_null_scheduled_for_is_filled_from_the_database_clock(conn: psy
 def test_insert_of_an_email_that_is_not_pending_is_still_refused(
     conn: psycopg.Connection[Any], scheduled_for: str | None
 ) -> None:
-    with pytest.raises(psycopg.errors.CheckViolation, match=r"a new email starts pending \(or unrendered\), not sent"):
+    with pytest.raises(
+        psycopg.errors.CheckViolation, match=r"a new email starts pending \(or unrendered\), not sent"
+    ):
         conn.execute(
             "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, scheduled_for, status,"
             " sent_at, finished_at) VALUES ('a@example.com', 's', 't', %s, 'sent', now(), now())",

@@ -63,6 +63,7 @@ HOSTILE: list[tuple[str, Any, str]] = [
     ("to", '"quoted"@example.com', "invalid email address"),
     ("to", "l" * 65 + "@example.com", "invalid email address"),
     ("to", "a@localhost", "invalid email address"),
+    ("to", "a@" + "d" * 64 + ".com", "invalid email address"),
 ]
 IDS = [f"{field}-{i}" for i, (field, _, _) in enumerate(HOSTILE)]
 
@@ -250,3 +251,12 @@ def test_status_changes_do_not_check_content_again(conn: psycopg.Connection[Any]
     assert conn.execute("SELECT status FROM mailroom.email_queue WHERE id = %s", (email_id,)).fetchone() == {
         "status": "cancelled"
     }
+
+
+def test_a_local_part_of_64_characters_is_accepted_by_every_path(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    address = "l" * 64 + "@" + "d" * 63 + ".example.com"
+    enqueue(conn, EmailRequest(to=address, subject="Hi", text="b"), settings=settings)
+    conn.execute("SELECT mailroom.enqueue(ARRAY[%s], 'Hi', 'b')", (address,))
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.email_queue").fetchone() == {"n": 2}

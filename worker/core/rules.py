@@ -71,5 +71,5 @@ def plain_address(address: str) -> bool:
         len(address) <= r.max_address_chars
         and 0 < address.find("@") <= r.max_local_chars
         and r.address.match(address) is not None
-        and r.address_long_label.search(address) is None
+        and r.address_long_label.search(address.rpartition("@")[2]) is None
     )

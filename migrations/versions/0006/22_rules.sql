@@ -38,8 +38,8 @@ AS $$
         WHEN length(value) > {{rules.max_address_chars}}
           OR strpos(value, '@') > {{rules.max_local_chars}} + 1
           OR value !~ {{rules.address}}
-          -- a label of 64 characters needs an address longer than 67: the costlier pattern only then
-          OR (length(value) > 67 AND value ~ {{rules.address_long_label}})
+          -- a domain label of 64 characters needs an address longer than 67: the costlier pattern only then
+          OR (length(value) > 67 AND substring(value FROM strpos(value, '@') + 1) ~ {{rules.address_long_label}})
         THEN 'invalid email address (a plain ASCII mailbox, local@domain.tld)'
     END
 $$;
@@ -161,7 +161,8 @@ BEGIN
     WHERE (length(n.recipient_email) > {{rules.max_address_chars}}
            OR strpos(n.recipient_email, '@') > {{rules.max_local_chars}} + 1
            OR n.recipient_email !~ {{rules.address}}
-           OR (length(n.recipient_email) > 67 AND n.recipient_email ~ {{rules.address_long_label}})
+           OR (length(n.recipient_email) > 67
+               AND substring(n.recipient_email FROM strpos(n.recipient_email, '@') + 1) ~ {{rules.address_long_label}})
            OR n.subject ~ {{rules.forbidden_in_headers}} OR strpos(n.subject, '=?') > 0
            OR length(n.subject) > {{rules.max_subject_chars}} OR btrim(n.subject, E' \t') = ''
            OR n.recipient_name ~ {{rules.forbidden_in_headers}} OR strpos(n.recipient_name, '=?') > 0
