@@ -53,7 +53,8 @@ def test_each_command_has_a_description_with_examples_and_its_exit_status(
 ) -> None:
     text = parser.description or ""
     lines = text.splitlines()
-    assert issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
+    formatter = parser.formatter_class
+    assert isinstance(formatter, type) and issubclass(formatter, argparse.RawDescriptionHelpFormatter)
     assert text.strip() and text.strip() not in _docstrings()
     assert all(len(line) <= 100 for line in lines), "lines as written must fit a terminal"
     heading = next(i for i, line in enumerate(lines) if line in ("Example:", "Examples:"))

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from worker.cli.table import table
 from worker.core.config import Settings
 
 DESCRIPTION = """\
@@ -109,10 +110,9 @@ def cmd_accounts(args: argparse.Namespace, settings: Settings) -> int:
             if args.json:
                 print(json.dumps([_as_json(a) for a in accounts], indent=2))
                 return 0
-            print(f"{'ID':>6}  {'STATUS':<11}  {'LOGIN':<20}  {'EMAIL':<32}  CHANGED")
-            for a in accounts:
-                changed = a.status_changed_at.strftime("%Y-%m-%d %H:%M") if a.status_changed_at else "-"
-                print(f"{a.id:>6}  {a.status:<11}  {a.login[:20]:<20}  {a.email[:32]:<32}  {changed}")
+            # Whole values, the address last: a row wider than the terminal wraps instead of losing text.
+            rows = [[str(a.id), a.status, a.login, _when(a.status_changed_at), a.email] for a in accounts]
+            print("\n".join(table(("ID", "STATUS", "LOGIN", "CHANGED", "EMAIL"), rows, right=frozenset({0}))))
             print(f"{len(accounts)} account(s)", file=sys.stderr)
             return 0
         if args.accounts_command in ("suspend", "unsuspend", "resend"):
@@ -143,6 +143,10 @@ def cmd_accounts(args: argparse.Namespace, settings: Settings) -> int:
         )
         print(f"account {done.account_id} is {done.account_status}")
         return 0
+
+
+def _when(moment: Any) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M") if moment else "-"
 
 
 def _as_json(account: Any) -> dict[str, Any]:
