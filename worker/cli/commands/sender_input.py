@@ -128,20 +128,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, adding: bool) -> 
         help="none, starttls or tls (implicit TLS, usually port 465); asked on a terminal, else starttls",
     )
     parser.add_argument("--username", help="SMTP username (a login needs a password)")
-    pw = parser.add_mutually_exclusive_group()
-    pw.add_argument(
-        "--password-env", metavar="VAR", help="read the SMTP password from environment variable VAR"
-    )
-    pw.add_argument(
-        "--password-file",
-        metavar="PATH",
-        type=pathlib.Path,
-        help="read the SMTP password from the first line of PATH",
-    )
-    pw.add_argument(
-        "--password-prompt", action="store_true", help="prompt for the SMTP password (not echoed)"
-    )
-    pw.add_argument("--password", nargs="?", action=_RefusePassword, help=argparse.SUPPRESS)
+    _password_arguments(parser)
     parser.add_argument(
         "--daily-limit", type=int, default=default(2000), help="emails per UTC day (default 2000)"
     )
@@ -157,18 +144,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, adding: bool) -> 
     parser.add_argument(
         "--max-connections", type=int, default=default(4), help="parallel SMTP connections (default 4)"
     )
-    for flag, what, fallback in (
-        (
-            "--connect-timeout",
-            "connecting, greeting, TLS and login",
-            "MAILROOM_SMTP_CONNECT_TIMEOUT_SECONDS, 10",
-        ),
-        ("--command-timeout", "each of MAIL, RCPT and DATA", "MAILROOM_SMTP_COMMAND_TIMEOUT_SECONDS, 30"),
-        ("--data-timeout", "sending the body and its reply", "MAILROOM_SMTP_DATA_TIMEOUT_SECONDS, 120"),
-    ):
-        parser.add_argument(
-            flag, type=float, metavar="SECONDS", help=f"seconds allowed for {what} (default {fallback})"
-        )
+    _timeout_arguments(parser)
     if not adding:
         parser.add_argument(
             "--no-login",
@@ -180,4 +156,38 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, adding: bool) -> 
             type=int,
             metavar="N",
             help="change it only if it is still at version N (from list --json)",
+        )
+
+
+def _password_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the password comes from: never the command line itself."""
+    pw = parser.add_mutually_exclusive_group()
+    pw.add_argument(
+        "--password-env", metavar="VAR", help="read the SMTP password from environment variable VAR"
+    )
+    pw.add_argument(
+        "--password-file",
+        metavar="PATH",
+        type=pathlib.Path,
+        help="read the SMTP password from the first line of PATH",
+    )
+    pw.add_argument(
+        "--password-prompt", action="store_true", help="prompt for the SMTP password (not echoed)"
+    )
+    pw.add_argument("--password", nargs="?", action=_RefusePassword, help=argparse.SUPPRESS)
+
+
+def _timeout_arguments(parser: argparse.ArgumentParser) -> None:
+    """The account's own SMTP timeouts (none given: the worker's settings apply)."""
+    for flag, what, fallback in (
+        (
+            "--connect-timeout",
+            "connecting, greeting, TLS and login",
+            "MAILROOM_SMTP_CONNECT_TIMEOUT_SECONDS, 10",
+        ),
+        ("--command-timeout", "each of MAIL, RCPT and DATA", "MAILROOM_SMTP_COMMAND_TIMEOUT_SECONDS, 30"),
+        ("--data-timeout", "sending the body and its reply", "MAILROOM_SMTP_DATA_TIMEOUT_SECONDS, 120"),
+    ):
+        parser.add_argument(
+            flag, type=float, metavar="SECONDS", help=f"seconds allowed for {what} (default {fallback})"
         )
