@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,28 @@ def test_headless_demo_feeds_every_source_delivers_and_stops_its_worker(
         sent = conn.execute("SELECT count(*) FROM mailroom.email_queue WHERE status = 'sent'").fetchone()
     assert senders == [("demo-low-limit", 40), ("demo-primary", 5000)]
     assert sent is not None and sent[0] > 0
+
+
+def test_headless_demo_prints_its_summary_on_stdout_and_its_logs_in_demo_log(
+    cli_env: dict[str, str],
+) -> None:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "worker.cli.main", "demo", "--headless", "--rounds", "2"],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+        cwd=root,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = done.stdout.splitlines()
+    assert summary[0].startswith("Mailroom demo in ")
+    assert all(line.startswith("  ") for line in summary[1:]), summary
+    assert not any(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ", line) for line in summary)
+    assert "the worker handled everything due" in done.stdout
+    log_path = Path(cli_env["MAILROOM_HOME"]) / "demo.log"
+    assert f"  log: {log_path}" in summary
+    assert " INFO " not in done.stderr
+    assert " INFO worker.devtools.sink " in log_path.read_text()

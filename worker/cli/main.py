@@ -41,7 +41,14 @@ Without MAILROOM_DATABASE_URL every command starts (or reuses) a private embedde
 $MAILROOM_HOME/pg and migrates it. `mailroom COMMAND --help` explains each command.
 
 Exit status: 0 done, 1 the command reports a failure, 2 bad usage or settings, 3 database
-unreachable, 4 database schema missing or of another version."""
+unreachable, 4 database schema missing or of another version.
+
+Examples:
+  mailroom demo                        the whole product locally, the console in front
+  mailroom db upgrade                  install or migrate the schema
+  echo '{"to": "ada@example.com", "subject": "Hi", "text": "Hello"}' | mailroom enqueue
+  mailroom worker                      deliver email
+  mailroom senders --help              how to add the SMTP accounts email goes out through"""
 
 
 def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ summary instead.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -161,8 +162,54 @@ def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str],
     return DemoStack(settings, url, sink, worker, worker_log, feed, tracker)
 
 
+class _CountingFileHandler(logging.FileHandler):
+    """The demo's log file, counting the warnings and errors written to it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8")
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        self.warnings = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record; count it when it is a warning or worse."""
+        if record.levelno >= logging.WARNING:
+            self.warnings += 1
+        super().emit(record)
+
+
+@contextlib.contextmanager
+def _logs_to(path: Path) -> Iterator[_CountingFileHandler]:
+    """Every log line of this process goes to `path` meanwhile, so that the summary on stdout stands alone."""
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    handler = _CountingFileHandler(path)
+    for old in saved:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        for old in saved:
+            root.addHandler(old)
+
+
 def run_headless(settings: Settings, rounds: int = 20, timeout: float = 60.0) -> int:
-    """Feed `rounds` rounds of activity, wait until the worker has handled what is due, print a summary."""
+    """Feed `rounds` rounds of activity, wait until the worker has handled what is due, print a summary.
+
+    The summary goes to stdout and nothing else does: log lines go to $MAILROOM_HOME/demo.log (the
+    worker's and the tracker's to their own files), and a failure is said on stderr.
+    """
+    settings.home.mkdir(parents=True, exist_ok=True)
+    log_path = settings.home / "demo.log"
+    with _logs_to(log_path) as logged:
+        code = _headless(settings, rounds, timeout)
+    print(f"  log: {log_path}" + (f" ({logged.warnings} warning(s) or error(s))" if logged.warnings else ""))
+    return code
+
+
+def _headless(settings: Settings, rounds: int, timeout: float) -> int:
     from worker.ops.stats import queue_stats
 
     stack = start_demo(settings)
@@ -179,7 +226,10 @@ def run_headless(settings: Settings, rounds: int = 20, timeout: float = 60.0) ->
         for s in stats["senders"]:
             print(f"  sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today")
         if stack.worker.poll() is not None:
-            print(f"error: the worker exited with status {stack.worker.returncode}; see {stack.worker_log}")
+            print(
+                f"error: the worker exited with status {stack.worker.returncode}; see {stack.worker_log}",
+                file=sys.stderr,
+            )
             return 1
         return 0
     finally:

@@ -50,13 +50,24 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 
 RETURNING id
 """
 
-LIST_SENDERS = """
-SELECT s.id, s.name, s.from_email, s.smtp_host, s.smtp_port, s.smtp_security,
+# The status an account has now: one paused at its daily limit on an earlier UTC day may send again
+# (the worker writes that down only at its next reservation, which may be hours away).
+STATUS_NOW = """
+CASE WHEN s.status = 'paused_limit_reached' AND s.limit_reached_on < (now() AT TIME ZONE 'UTC')::date
+     THEN CASE WHEN s.warmup_stage > 0 THEN 'warming_up' ELSE 'active' END
+     ELSE s.status END"""
+REASON_NOW = """
+CASE WHEN s.status = 'paused_limit_reached' AND s.limit_reached_on < (now() AT TIME ZONE 'UTC')::date
+     THEN NULL ELSE s.status_reason END"""
+
+LIST_SENDERS = f"""
+SELECT s.id, s.name, s.from_email, s.from_name, s.smtp_host, s.smtp_port, s.smtp_security,
+       s.smtp_username, s.version, s.max_connections,
        -- an account that may send but whose relay fails is "unreachable" (its circuit is open)
-       CASE WHEN s.circuit_state <> 'closed' AND s.status IN ('active', 'warming_up') THEN 'unreachable'
-            ELSE s.status END AS status,
-       CASE WHEN s.circuit_state <> 'closed' AND s.status IN ('active', 'warming_up')
-            THEN s.circuit_reason ELSE s.status_reason END AS status_reason,
+       CASE WHEN s.circuit_state <> 'closed' AND {STATUS_NOW} IN ('active', 'warming_up') THEN 'unreachable'
+            ELSE {STATUS_NOW} END AS status,
+       CASE WHEN s.circuit_state <> 'closed' AND {STATUS_NOW} IN ('active', 'warming_up')
+            THEN s.circuit_reason ELSE {REASON_NOW} END AS status_reason,
        s.circuit_state, s.circuit_since, s.circuit_retry_at, s.circuit_failures,
        s.daily_limit, s.warmup_stage, s.warmup_limit, s.send_delay_ms, s.last_used_at,
        CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END
@@ -67,7 +78,7 @@ FROM mailroom.sender_accounts s
 LEFT JOIN mailroom.sender_usage u
        ON u.sender_account_id = s.id AND u.day = (now() AT TIME ZONE 'UTC')::date
 ORDER BY s.name
-"""
+"""  # noqa: S608 -- constant SQL text joined; values are parameters
 
 # The audit action of each status an operator sets.
 STATUS_ACTIONS = {"paused": "sender.pause", "suspended": "sender.suspend", "active": "sender.resume"}
@@ -76,12 +87,20 @@ STATUS_ACTIONS = {"paused": "sender.pause", "suspended": "sender.suspend", "acti
 _TRANSITIONS: dict[str, tuple[str, ...]] = {
     "paused": ("active", "warming_up", "paused_limit_reached"),
     "suspended": ("active", "warming_up", "paused", "paused_limit_reached"),
-    "active": ("paused", "suspended"),
+    "active": ("paused", "suspended", "paused_limit_reached"),
 }
 
 # Locked first: the status it is changed from (for the audit row) is the one the update replaces, even
 # while a worker changes statuses too (a sender paused at its daily limit, or suspended by AUTH).
-LOCK_SENDER = "SELECT id, status FROM mailroom.sender_accounts WHERE name = %s FOR UPDATE"
+LOCK_SENDER = f"""
+SELECT id, status, {STATUS_NOW} AS status_now,
+       coalesce(u.sent, 0) AS sent_today,
+       CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END AS cap
+FROM mailroom.sender_accounts s
+LEFT JOIN mailroom.sender_usage u ON u.sender_account_id = s.id AND u.day = (now() AT TIME ZONE 'UTC')::date
+WHERE s.name = %s
+FOR UPDATE OF s
+"""  # noqa: S608 -- constant SQL text joined; values are parameters
 
 SET_STATUS = """
 UPDATE mailroom.sender_accounts
@@ -89,6 +108,30 @@ SET status = CASE WHEN %(status)s = 'active' AND warmup_stage > 0 THEN 'warming_
     status_reason = %(reason)s
 WHERE id = %(id)s
 RETURNING status
+"""
+
+# An account that may send (resumed, its limit raised, a new day) takes the state today's usage gives it:
+# at or over its cap it is paused at its limit now, not when a worker next reserves; under it, it sends.
+SETTLE_LIMIT = """
+WITH today AS (
+    SELECT s.id, (now() AT TIME ZONE 'UTC')::date AS day, coalesce(u.sent, 0) AS sent,
+           CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END AS cap
+    FROM mailroom.sender_accounts s
+    LEFT JOIN mailroom.sender_usage u
+           ON u.sender_account_id = s.id AND u.day = (now() AT TIME ZONE 'UTC')::date
+    WHERE s.id = %(id)s
+)
+UPDATE mailroom.sender_accounts s
+SET status = CASE WHEN t.sent >= t.cap THEN 'paused_limit_reached'
+                  WHEN s.warmup_stage > 0 THEN 'warming_up' ELSE 'active' END,
+    limit_reached_on = CASE WHEN t.sent >= t.cap THEN t.day END,
+    status_reason = CASE WHEN t.sent >= t.cap THEN format('daily limit of %%s reached', t.cap)
+                         WHEN s.status = 'paused_limit_reached' THEN NULL ELSE s.status_reason END
+FROM today t
+WHERE s.id = t.id AND s.status IN ('active', 'warming_up', 'paused_limit_reached')
+  -- only a state that is wrong changes: an unchanged row keeps its version
+  AND ((t.sent >= t.cap) <> (s.status = 'paused_limit_reached') OR s.limit_reached_on < t.day)
+RETURNING s.status, t.sent, t.cap
 """
 
 
@@ -205,18 +248,180 @@ def set_sender_status(
 ) -> str:
     """Pause, suspend or resume one sender account by name, audited as `actor` (default: the OS user); its new status.
 
-    Raises `LookupError` when no such account exists and `ValueError` when it is in a state the
-    action does not apply to (resuming an active account, say); nothing is changed or audited then.
+    A resumed account takes the state today's usage gives it: one already at its daily limit is paused
+    at its limit (and resumes by itself the next UTC day). Raises `LookupError` when no such account
+    exists and `ValueError` when it is in a state the action does not apply to (resuming an active
+    account, or one still at today's limit); nothing is changed or audited then.
     """
     with conn.cursor(row_factory=tuple_row) as cur:
         current = cur.execute(LOCK_SENDER, (name,)).fetchone()
         if current is None:
             raise LookupError(f"no sender account named {name!r}")
-        sender_id, before = int(current[0]), str(current[1])
-        if before not in _TRANSITIONS[status]:
-            raise ValueError(f"sender account {name!r} is {before}; cannot set it {status}")
+        sender_id, before, now, sent, cap = (int(current[0]), str(current[1]), str(current[2]), *current[3:])
+        if before not in _TRANSITIONS[status] or (status == "active" and now in ("active", "warming_up")):
+            raise ValueError(f"sender account {name!r} is {now}; cannot set it {status}")
+        if status == "active" and before == "paused_limit_reached" and sent >= cap:
+            raise ValueError(
+                f"sender account {name!r} is at its daily limit ({sent}/{cap} sent today): it resumes by "
+                f"itself at 00:00 UTC, or raise the limit with `mailroom senders edit {name} --daily-limit N`"
+            )
         row = cur.execute(SET_STATUS, {"status": status, "reason": reason, "id": sender_id}).fetchone()
+        if status == "active":
+            row = cur.execute(SETTLE_LIMIT, {"id": sender_id}).fetchone() or row
     assert row is not None
     detail = {"id": sender_id, "from": before, "to": str(row[0]), "reason": reason}
     audit.record(conn, STATUS_ACTIONS[status], actor or audit.cli_actor(), name, 1, detail)
     return str(row[0])
+
+
+# What `edit_sender` may change: every setting of `SenderSpec` but the name and DKIM (add the account again).
+EDITABLE = (
+    "from_email",
+    "from_name",
+    "smtp_host",
+    "smtp_port",
+    "smtp_security",
+    "smtp_username",
+    "daily_limit",
+    "warmup_stage",
+    "warmup_limit",
+    "send_delay_ms",
+    "max_connections",
+    "connect_timeout_seconds",
+    "command_timeout_seconds",
+    "data_timeout_seconds",
+)
+
+LOCK_FOR_EDIT = f"""
+SELECT id, name, version, smtp_password_encrypted IS NOT NULL AS has_password, {", ".join(EDITABLE)}
+FROM mailroom.sender_accounts WHERE name = %s FOR UPDATE
+"""  # noqa: S608 -- constant SQL text joined; values are parameters
+
+# Every editable column is written (unchanged ones with their own value): one statement, no SQL built
+# from the names given. The password is kept unless a new one, or none, is given.
+UPDATE_SENDER = f"""
+UPDATE mailroom.sender_accounts
+SET {", ".join(f"{column} = %({column})s" for column in EDITABLE)},
+    smtp_password_encrypted = CASE WHEN %(password_change)s THEN %(password)s ELSE smtp_password_encrypted END
+WHERE id = %(id)s
+RETURNING version
+"""  # noqa: S608 -- constant SQL text joined; values are parameters
+
+# Emails a sender account still holds: pending or being sent through it, and its open claims.
+BOUND_EMAILS = """
+SELECT (SELECT count(*) FROM mailroom.email_queue
+        WHERE sender_account_id = %(id)s AND status IN ('pending', 'assigned')) AS emails,
+       (SELECT count(*) FROM mailroom.claims WHERE sender_account_id = %(id)s) AS claims
+"""
+
+DELETE_SENDER = "DELETE FROM mailroom.sender_accounts WHERE id = %s"
+
+STATUS_OF = f"SELECT {STATUS_NOW} AS status FROM mailroom.sender_accounts s WHERE s.id = %s"  # noqa: S608 -- constant SQL text joined; values are parameters
+
+
+class SenderInUse(ValueError):
+    """A sender account cannot be removed while emails are bound to it."""
+
+
+@dataclass(frozen=True)
+class SenderEdit:
+    """What an edit did: the account, its new version and status, and the settings that changed."""
+
+    id: int
+    version: int
+    status: str
+    changed: tuple[str, ...]
+
+
+def edit_sender(
+    conn: psycopg.Connection[Any],
+    name: str,
+    changes: dict[str, Any],
+    box: SecretBox | None = None,
+    *,
+    password: str | None = None,
+    drop_password: bool = False,
+    expected_version: int | None = None,
+    actor: str | None = None,
+) -> SenderEdit:
+    """Change only the given settings of a sender account, validated as when added, audited as `sender.edit`.
+
+    `changes` maps names of `EDITABLE` to new values; `password` (encrypted with `box`) replaces the
+    stored one, `drop_password` removes it. With `expected_version` the edit applies only while the
+    account is still at that version. A new limit settles its state against today's usage at once.
+    Raises `LookupError` (no such account) or `ValueError` (invalid, stale); nothing changes then.
+    """
+    unknown = sorted(set(changes) - set(EDITABLE))
+    if unknown:
+        raise ValidationError(unknown[0], "cannot be edited")
+    with conn.cursor(row_factory=dict_row) as cur:
+        current = _lock_for_edit(cur, name, expected_version)
+        merged = validate_spec(SenderSpec(name=name, **{**{c: current[c] for c in EDITABLE}, **changes}))
+        keeps_password = current["has_password"] and not drop_password
+        if merged.smtp_username and not (password or keeps_password):
+            raise ValidationError("password", "a login (username) needs a password")
+        values = {c: getattr(merged, c) for c in EDITABLE}
+        changed = tuple(c for c in EDITABLE if values[c] != current[c])
+        if password is not None or (drop_password and current["has_password"]):
+            changed += ("password",)
+        encrypted = None
+        if password is not None:
+            if box is None:
+                raise ValueError("a new password needs the secret box to encrypt it")
+            encrypted = box.encrypt(password)
+        update = {
+            **values,
+            "id": current["id"],
+            "password_change": "password" in changed,
+            "password": encrypted,
+        }
+        row = cur.execute(UPDATE_SENDER, update).fetchone()
+        cur.execute(SETTLE_LIMIT, {"id": current["id"]})
+        status = cur.execute(STATUS_OF, (current["id"],)).fetchone()
+    assert row is not None
+    assert status is not None
+    detail = {
+        "id": current["id"],
+        "version": row["version"],
+        "changed": {c: [current[c], values[c]] for c in changed if c != "password"},
+        "password": "password" in changed,
+    }
+    audit.record(conn, "sender.edit", actor or audit.cli_actor(), name, 1, detail)
+    return SenderEdit(int(current["id"]), int(row["version"]), str(status["status"]), changed)
+
+
+def _lock_for_edit(
+    cur: psycopg.Cursor[dict[str, Any]], name: str, expected_version: int | None
+) -> dict[str, Any]:
+    """The account's row, locked until the transaction ends; refused when missing or at another version."""
+    current = cur.execute(LOCK_FOR_EDIT, (name,)).fetchone()
+    if current is None:
+        raise LookupError(f"no sender account named {name!r}")
+    if expected_version is not None and current["version"] != expected_version:
+        raise ValidationError(
+            "version", f"{name} is at version {current['version']}, not {expected_version}: read it again"
+        )
+    return current
+
+
+def remove_sender(conn: psycopg.Connection[Any], name: str, *, actor: str | None = None) -> int:
+    """Delete a sender account, audited as `sender.remove`; its id.
+
+    Refused with `SenderInUse` (saying how many) while emails are pending or being sent through it or
+    it holds claims: pause it and let them finish or move on first. Its usage and pacing rows go with
+    it; sent email and the send log keep their history. Raises `LookupError` when there is no such account.
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        current = _lock_for_edit(cur, name, None)
+        bound = cur.execute(BOUND_EMAILS, {"id": current["id"]}).fetchone()
+        assert bound is not None
+        if bound["emails"] or bound["claims"]:
+            raise SenderInUse(
+                f"sender account {name!r} still has {bound['emails']} email(s) pending or being sent through "
+                f"it and {bound['claims']} open claim(s): pause it (`mailroom senders pause {name}`), let them "
+                "finish or cancel them, then remove it"
+            )
+        cur.execute(DELETE_SENDER, (current["id"],))
+    detail = {"id": current["id"], "from": current["from_email"], "host": current["smtp_host"]}
+    audit.record(conn, "sender.remove", actor or audit.cli_actor(), name, 1, detail)
+    return int(current["id"])

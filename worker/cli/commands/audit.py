@@ -20,6 +20,7 @@ The trail is append-only: the database refuses to change or delete its rows. A r
 the same transaction as the change it records, so an operation that failed left none.
 
 --action takes a whole action (sender.suspend) or its first part (sender: every sender action).
+Reading the trail changes nothing. Exit status 0, 2 when --since is not a date or time.
 
 Examples:
   mailroom audit

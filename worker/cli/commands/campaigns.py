@@ -24,17 +24,38 @@ def cmd_campaigns(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+CAMPAIGNS = """\
+Statistics of the emails enqueued with a campaign_id (reference 05): sent, failed, bounced,
+opened, clicked and unsubscribed, with their rates. Reading them changes nothing.
+
+Examples:
+  mailroom campaigns stats spring-sale
+  mailroom campaigns stats spring-sale --json | jq .rates"""
+
+STATS = """\
+Counts and rates for the emails enqueued with campaign_id CAMPAIGN. Opened and clicked count
+emails with at least one open or click (each event is also counted). Failure and bounce rates are
+over finished attempts (sent + failed); open and click rates over the sent emails that carried an
+open pixel or tracked links (blank when none did); unsubscribe rate over emails sent.
+Changes nothing. Exit status 0, 1 when no email belongs to the campaign.
+
+Examples:
+  mailroom campaigns stats spring-sale
+  mailroom campaigns stats spring-sale --json"""
+
+
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom campaigns stats`."""
-    parser = sub.add_parser("campaigns", help="campaign statistics", description=cmd_campaigns.__doc__)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = sub.add_parser(
+        "campaigns", help="campaign statistics", description=CAMPAIGNS, formatter_class=raw
+    )
     actions = parser.add_subparsers(dest="campaigns_command", required=True, metavar="ACTION")
     stats = actions.add_parser(
         "stats",
         help="sent, failed, bounced, opened, clicked and unsubscribed counts and rates",
-        description="Counts and rates for the emails enqueued with campaign_id CAMPAIGN. Opened and clicked "
-        "count emails with at least one open or click (each event is also counted). Failure and bounce "
-        "rates are over finished attempts (sent + failed); open and click rates over the sent emails that "
-        "carried an open pixel or tracked links (blank when none did); unsubscribe rate over emails sent.",
+        description=STATS,
+        formatter_class=raw,
     )
     stats.add_argument("campaign", metavar="CAMPAIGN", help="the campaign_id given at enqueue")
     stats.add_argument("--json", action="store_true", help="machine-readable output")

@@ -19,8 +19,8 @@ Without MAILROOM_DATABASE_URL every command uses a private embedded PostgreSQL i
 $MAILROOM_HOME/pg, started on demand and stopped when the last Mailroom process using it exits.
 
 Examples:
-  mailroom db upgrade                 migrate to the newest schema (run it against PostgreSQL itself,
-                                      not through a transaction-pooling PgBouncer)
+  mailroom db upgrade                 migrate to the newest schema (run it against PostgreSQL
+                                      itself, not through a transaction-pooling PgBouncer)
   mailroom db status                  the embedded server: pid, port, version, data directory, users
   mailroom db backup mailroom.dump    a pg_dump of the mailroom schema (mode 0600)
   mailroom db restore mailroom.dump   into an empty database (MAILROOM_DATABASE_URL)
@@ -29,6 +29,99 @@ Examples:
                                       email's status (mailroom.my_emails), nothing else
   mailroom db grant read-only grafana let role "grafana" read every table but the secrets
                                       (after an upgrade, grant again: new tables need it)"""
+
+
+UPGRADE = """\
+Migrate the database to REVISION (default: head, the newest this version knows), one revision at a
+time, each in its own transaction. Data is kept; a database already there is left alone. Run it
+against PostgreSQL itself, not through a transaction-pooling PgBouncer.
+Exit status 0, 3 when the database cannot be reached.
+
+Examples:
+  mailroom db upgrade
+  mailroom db upgrade 0005"""
+
+DOWNGRADE = """\
+Migrate the database down to REVISION, undoing each later revision; 'base' removes every Mailroom
+table and the data in them. Back up first (`mailroom db backup`). Other schemas are left alone.
+Exit status 0, 3 when the database cannot be reached.
+
+Examples:
+  mailroom db downgrade 0005
+  mailroom db downgrade base"""
+
+CURRENT = """\
+Print the revision the database is at ('base' when Mailroom is not installed). Changes nothing.
+Exit status 0, 3 when the database cannot be reached.
+
+Example:
+  mailroom db current"""
+
+URL = """\
+Print the DSN Mailroom uses: MAILROOM_DATABASE_URL, or the embedded server's (started and migrated
+if needed). Give it to psql or another client. Exit status 0.
+
+Example:
+  psql "$(mailroom db url)" -c 'TABLE mailroom.sender_accounts'"""
+
+SCHEMA = """\
+Print the live mailroom schema the way migrations/schema.sql holds it, or with --check compare it
+with the schema this version ships. Changes nothing.
+Exit status 0, 1 when --check finds a difference (printed as a diff).
+
+Examples:
+  mailroom db schema > live.sql
+  mailroom db schema --check"""
+
+SERVE = """\
+Start the embedded PostgreSQL (in $MAILROOM_HOME/pg) and keep it running until Ctrl-C or SIGTERM,
+printing its DSN, so that psql and other tools can use it. Has no effect on a server given by
+MAILROOM_DATABASE_URL. Exit status 0 when stopped.
+
+Example:
+  mailroom db serve"""
+
+STATUS = """\
+Say whether the embedded PostgreSQL runs: its pid, port, version, data and socket directories and
+the Mailroom processes that use it. Changes nothing. Exit status 0.
+
+Example:
+  mailroom db status"""
+
+STOP = """\
+Stop the embedded PostgreSQL. Refused while other Mailroom processes use it (they are named),
+unless --force. A server given by MAILROOM_DATABASE_URL is never touched.
+Exit status 0 when stopped or not running, 1 when refused.
+
+Examples:
+  mailroom db stop
+  mailroom db stop --force"""
+
+BACKUP = """\
+Write a pg_dump (custom format) of the mailroom schema and its data to FILE, created with mode 0600
+(it holds encrypted secrets and personal data). The database is not changed.
+Exit status 0, 1 when pg_dump fails.
+
+Example:
+  mailroom db backup mailroom-$(date +%F).dump"""
+
+RESTORE = """\
+Restore a backup made by `mailroom db backup` into an empty database (MAILROOM_DATABASE_URL, or the
+embedded one). A database that already holds a mailroom schema is refused and left alone.
+Exit status 0, 1 when it is refused or pg_restore fails.
+
+Example:
+  MAILROOM_DATABASE_URL=postgresql://localhost/fresh mailroom db restore mailroom.dump"""
+
+GRANT = """\
+Grant a database role the least it needs: `app` may enqueue (mailroom.enqueue) and read its own
+email's status (mailroom.my_emails); `read-only` may read every table but the secrets. Other
+privileges of the role are left alone; the grant is audited. After an upgrade, grant again.
+Exit status 0, 2 when the role is missing (use --create) or its name is invalid.
+
+Examples:
+  mailroom db grant app shop --create
+  mailroom db grant read-only grafana"""
 
 
 def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
@@ -188,30 +281,36 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
-    up = actions.add_parser("upgrade", help="migrate to a revision (default: head)")
+    raw = argparse.RawDescriptionHelpFormatter
+
+    def action(name: str, text: str, described: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(
+            name, help=text, description=described, formatter_class=raw
+        )
+        return parser
+
+    up = action("upgrade", "migrate to a revision (default: head)", UPGRADE)
     up.add_argument("revision", nargs="?", default="head")
-    down = actions.add_parser("downgrade", help="migrate down to REV ('base' removes Mailroom's tables)")
+    down = action("downgrade", "migrate down to REV ('base' removes Mailroom's tables)", DOWNGRADE)
     down.add_argument("revision")
-    actions.add_parser("current", help="print the revision the database is at")
-    actions.add_parser("url", help="print the DSN in use")
-    schema = actions.add_parser("schema", help="print the live mailroom schema (as migrations/schema.sql)")
+    action("current", "print the revision the database is at", CURRENT)
+    action("url", "print the DSN in use", URL)
+    schema = action("schema", "print the live mailroom schema (as migrations/schema.sql)", SCHEMA)
     schema.add_argument(
         "--check", action="store_true", help="compare it with the shipped schema; exit 1 on a difference"
     )
-    actions.add_parser("serve", help="keep the embedded PostgreSQL running until Ctrl-C (for psql)")
-    actions.add_parser("status", help="the embedded server: pid, port, version, data directory, who uses it")
-    stop = actions.add_parser(
-        "stop", help="stop the embedded PostgreSQL (refused while other processes use it)"
-    )
+    action("serve", "keep the embedded PostgreSQL running until Ctrl-C (for psql)", SERVE)
+    action("status", "the embedded server: pid, port, version, data directory, who uses it", STATUS)
+    stop = action("stop", "stop the embedded PostgreSQL (refused while other processes use it)", STOP)
     stop.add_argument(
         "--force", action="store_true", help="stop it even while other Mailroom processes use it"
     )
-    backup = actions.add_parser("backup", help="write a backup of the mailroom schema and its data to FILE")
+    backup = action("backup", "write a backup of the mailroom schema and its data to FILE", BACKUP)
     backup.add_argument("file", type=Path, metavar="FILE")
-    restore = actions.add_parser("restore", help="restore a backup into an empty database")
+    restore = action("restore", "restore a backup into an empty database", RESTORE)
     restore.add_argument("file", type=Path, metavar="FILE")
-    grant = actions.add_parser(
-        "grant", help="grant a role the least it needs: an application's (app) or a reader's (read-only)"
+    grant = action(
+        "grant", "grant a role the least it needs: an application's (app) or a reader's (read-only)", GRANT
     )
     grant.add_argument(
         "kind", choices=("app", "read-only"), help="app: enqueue and read own status; read-only"

@@ -10,10 +10,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from worker.cli.commands import docs_help as help_text
 from worker.core.config import Settings
 from worker.ops.audit import cli_actor
 
 _BIG_FILE = 64 << 20
+
+
+RAW = argparse.RawDescriptionHelpFormatter
 
 
 def _url(settings: Settings) -> str:
@@ -295,9 +299,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     docs = sub.add_parser(
         "docs",
         help="documents to acknowledge: signers, Ed25519 signatures, reminders, checksums",
-        description="Signed document acknowledgements. Mailroom signs each acknowledgement with its Ed25519 "
-        "key (MAILROOM_SIGNING_KEY, else $MAILROOM_HOME/signing.key, created on first use with mode 0600) and "
-        "chains the signatures of a document so that any edit of a stored one is detected by `verify`.",
+        description=help_text.DOCS,
+        formatter_class=RAW,
     )
     d_sub = docs.add_subparsers(dest="docs_command", required=True, metavar="ACTION")
     _add_and_expect(d_sub)
@@ -311,7 +314,8 @@ def _add_and_expect(d_sub: argparse._SubParsersAction[Any]) -> None:
     add = d_sub.add_parser(
         "add",
         help="add a document",
-        description="Add a document. Give its checksum as hex (--checksum) or let Mailroom compute it (--file).",
+        description=help_text.ADD,
+        formatter_class=RAW,
     )
     add.add_argument("doc_id", metavar="DOC", help="document id: letters, digits, _ . : - (max 128)")
     add.add_argument("--title", default="", help="title shown in reminders")
@@ -329,8 +333,8 @@ def _add_and_expect(d_sub: argparse._SubParsersAction[Any]) -> None:
     exp = d_sub.add_parser(
         "expect",
         help="add an expected signer (or update their name and locale)",
-        description="Expect EMAIL to sign DOC. Reminders go out in the signer's locale (en, fr, es, de, it; a "
-        "regional form such as fr-CA falls back to its language).",
+        description=help_text.EXPECT,
+        formatter_class=RAW,
     )
     exp.add_argument("doc_id", metavar="DOC")
     exp.add_argument("email", metavar="EMAIL")
@@ -346,9 +350,8 @@ def _sign_and_status(d_sub: argparse._SubParsersAction[Any]) -> None:
     sign = d_sub.add_parser(
         "sign",
         help="record EMAIL's signature of DOC",
-        description="Sign DOC for EMAIL with Mailroom's Ed25519 key, chained to the document's previous "
-        "signature. One signature per signer and document; a signer who was not expected may still sign "
-        "(`status` lists them as unexpected).",
+        description=help_text.SIGN,
+        formatter_class=RAW,
     )
     sign.add_argument("doc_id", metavar="DOC")
     sign.add_argument("email", metavar="EMAIL")
@@ -358,7 +361,8 @@ def _sign_and_status(d_sub: argparse._SubParsersAction[Any]) -> None:
     st = d_sub.add_parser(
         "status",
         help="expected, signed, completion, missing and unexpected signers",
-        description=cmd_status.__doc__,
+        description=help_text.STATUS,
+        formatter_class=RAW,
     )
     st.add_argument("doc_id", metavar="DOC")
     st.add_argument("--json", action="store_true", help="machine-readable output")
@@ -370,11 +374,8 @@ def _verify(d_sub: argparse._SubParsersAction[Any]) -> None:
     vf = d_sub.add_parser(
         "verify",
         help="check every signature, the chain and its head; name the first broken row or missing position",
-        description="Check each signature's canonical payload, its SHA-256, its Ed25519 signature and its "
-        "link to the previous signature, and that every position the document's chain head records is there "
-        "(a deleted signature, the newest or any other, is named by its position). With --head FILE, also "
-        "check against heads exported earlier by `docs head`, which catches removals even if the head table "
-        "was rewritten too. Exit status 1 when anything is broken or missing.",
+        description=help_text.VERIFY,
+        formatter_class=RAW,
     )
     vf.add_argument("doc_id", metavar="DOC", nargs="?", help="one document (default: every document)")
     vf.add_argument(
@@ -386,10 +387,8 @@ def _verify(d_sub: argparse._SubParsersAction[Any]) -> None:
     hd = d_sub.add_parser(
         "head",
         help="print each document's chain head (signature count, last hash) to keep outside the database",
-        description="Print the chain head of each document (default: all): its signature count and the "
-        "hash the newest signature ends the chain with. Keep the output somewhere the database's writers "
-        "cannot reach (a ticket, another host, a printout) and check later with `docs verify --head FILE`. "
-        "Example: mailroom docs head --json > heads-2026-11-25.json",
+        description=help_text.HEAD,
+        formatter_class=RAW,
     )
     hd.add_argument("doc_ids", metavar="DOC", nargs="*", help="documents (default: every document)")
     hd.add_argument("--json", action="store_true", help="JSON, as `docs verify --head` reads it")
@@ -398,10 +397,8 @@ def _verify(d_sub: argparse._SubParsersAction[Any]) -> None:
     rs = d_sub.add_parser(
         "remove-signatures",
         help="remove every signature of DOC (audited; the only way signatures are removed)",
-        description="Remove every signature of DOC (a privacy erase, a test document) through "
-        "mailroom.signature_maintenance(): one `signatures.maintenance` audit row with the reason, and the "
-        "chain head reset to an empty chain, in one transaction. Heads exported earlier will report the "
-        "removal and name the audit row; export them again afterwards.",
+        description=help_text.REMOVE_SIGNATURES,
+        formatter_class=RAW,
     )
     rs.add_argument("doc_id", metavar="DOC")
     rs.add_argument("--reason", required=True, help="why (kept in the audit row)")
@@ -415,10 +412,8 @@ def _remind_and_checksum(d_sub: argparse._SubParsersAction[Any]) -> None:
     rm = d_sub.add_parser(
         "remind",
         help="email a reminder to every expected signer who has not signed",
-        description="Enqueue one reminder per expected signer who has not signed, in their locale, and log it; "
-        "its outcome (sent, failed, bounced, ...) is recorded once delivered. A signer reminded within the "
-        "interval (MAILROOM_REMINDER_INTERVAL_SECONDS, default one day; failed or cancelled reminders do not "
-        "count) or on the bounce list is skipped with the reason, and the exit status is then 1.",
+        description=help_text.REMIND,
+        formatter_class=RAW,
     )
     rm.add_argument("doc_id", metavar="DOC")
     rm.add_argument("--dry-run", action="store_true", help="only say how many reminders would be queued")
@@ -431,8 +426,8 @@ def _remind_and_checksum(d_sub: argparse._SubParsersAction[Any]) -> None:
     ck = d_sub.add_parser(
         "checksum",
         help="check a file against the document's stored checksum and record the verification",
-        description="Hash PATH with the document's algorithm and record a verification row: valid, or not "
-        "with the reason. Exit status 1 when the file does not match.",
+        description=help_text.CHECKSUM,
+        formatter_class=RAW,
     )
     ck.add_argument("doc_id", metavar="DOC")
     ck.add_argument("--file", required=True, metavar="PATH", help="the file to check")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import os
 import sys
 import time
 from collections.abc import Iterator
 from typing import IO, Any
 
+from worker.cli.progress import Progress, ReadPosition
 from worker.core.config import ConfigError, Settings
 
 
@@ -43,22 +46,26 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     started = time.monotonic()
     out = sys.stdout
     done = 0
+    position = ReadPosition()
+    progress = _progress(args)
 
     def emit(results: Results) -> None:
         nonlocal done
         out.write("".join(text + "\n" for _, text in results))
         out.flush()
         done += len(results)
-        if args.progress:
-            rate = done / max(time.monotonic() - started, 1e-9)
-            print(f"enqueue: {done} lines done ({rate:,.0f} lines/s)", file=sys.stderr, flush=True)
+        if progress is not None and results:
+            progress.update(done, position.done_through(results[-1][0]))
 
     try:
         handle = _open_input(args.path)
     except OSError as exc:
         raise ConfigError(f"cannot read {args.path}: {exc.strerror}") from None
     with handle:
-        counts = enqueue_lines(url, _numbered_lines(handle), settings, emit, args.batch_size, args.jobs)
+        lines = position.follow(_numbered_lines(handle))
+        counts = enqueue_lines(url, lines, settings, emit, args.batch_size, args.jobs)
+    if progress is not None:
+        progress.finish(done)
     elapsed = time.monotonic() - started
     print(
         f"enqueue: {counts.accepted} accepted, {counts.rejected} rejected in {elapsed:.2f}s", file=sys.stderr
@@ -66,21 +73,55 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if counts.rejected else 0
 
 
+def _progress(args: argparse.Namespace) -> Progress | None:
+    """A bar on a terminal by default; lines when --progress asks for it elsewhere; nothing with --no-progress."""
+    terminal = sys.stderr.isatty()
+    if args.progress is False or (args.progress is None and not terminal):
+        return None
+    total = None
+    if args.path != "-":
+        with contextlib.suppress(OSError):
+            total = os.path.getsize(args.path)
+    return Progress(sys.stderr, "enqueue", total, bar=terminal)
+
+
+DESCRIPTION = """\
+Read JSON lines, one email each (keys: to, to_name, subject, text, html, template, locale, data,
+priority, scheduled_for, idempotency_key, campaign_id, headers, max_retries, transactional,
+reference_type, reference_id), and print one result line per input line on standard output:
+{"line": N, "id": ID} or {"line": N, "error": "...", "field": "..."}. Lines are stored in batches,
+each committed on its own: accepted lines stay accepted whatever comes later, and a rejected line
+changes nothing. An idempotency_key seen before returns the first email's id.
+
+On a terminal a progress bar is drawn on standard error (share of the file, lines per second, time
+left); piped or redirected, nothing but the final count is written there. --progress asks for
+progress lines anyway, --no-progress for none. Standard output holds only the result lines.
+Exit status 0, 1 when any line was rejected, 2 when the file cannot be read.
+
+Examples:
+  mailroom enqueue mail.jsonl > results.jsonl
+  echo '{"to": "ada@example.com", "subject": "Hi", "text": "Hello"}' | mailroom enqueue
+  mailroom enqueue big.jsonl --batch-size 10000 --jobs 4 --no-progress | jq -c 'select(.error)'"""
+
+
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom enqueue`."""
     enq = sub.add_parser(
         "enqueue",
         help="enqueue email from JSON lines",
-        description="Read JSON lines (keys: to, to_name, subject, text, html, template, locale, data, priority, "
-        "scheduled_for, idempotency_key, campaign_id, headers, max_retries, transactional, reference_type, "
-        'reference_id) and print one line per input: {"line": N, "id": ID} or {"line": N, "error": "..."}. '
-        "Accepted lines stay accepted; the exit status is 1 when any line was rejected.",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     enq.add_argument("path", nargs="?", default="-", help="file to read, or - for standard input (default)")
     enq.add_argument(
         "--batch-size", type=int, default=5000, help="lines per COPY batch and commit (default 5000)"
     )
-    enq.add_argument("--progress", action="store_true", help="report progress on stderr after each batch")
+    enq.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress on standard error (default: a bar when it is a terminal, nothing when piped)",
+    )
     enq.add_argument(
         "--jobs",
         type=int,

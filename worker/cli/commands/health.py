@@ -26,6 +26,8 @@ Check the email queue and exit non-zero, saying why, when:
   - or the database cannot be reached.
 One line per reason. Exit status: 0 healthy, 1 unhealthy. Suitable for monitoring probes.
 
+Reading the figures changes nothing.
+
 Examples:
   mailroom health
   mailroom health --json | jq .reasons"""

@@ -19,7 +19,12 @@ optional for order_cancelled), and optionally locale and reason.
 Each event is recorded in the inbox under (message_id, consumer) and its email is enqueued in
 the same transaction; an event seen before creates nothing. One result line is printed per
 input line: {"line": N, "email_id": ID, "duplicate": false} or {"line": N, "error": "..."}.
-The exit status is 1 when any line was rejected."""
+A rejected line changes nothing; the lines around it are kept. Exit status 0, 1 when any line was
+rejected.
+
+Examples:
+  mailroom ingest orders.jsonl
+  kafka-console-consumer --topic orders | mailroom ingest --consumer shop --progress"""
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:

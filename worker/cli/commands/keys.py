@@ -16,8 +16,8 @@ Re-encrypt every stored secret (the sender accounts' SMTP passwords and DKIM pri
 current MAILROOM_SECRET_KEY to a new key, in one transaction, and record it in the audit trail.
 
 The new key never goes on the command line (it would show in `ps`): it is read from the
-environment variable {NEW_KEY_VAR} (or the one --new-key-env names), or from a file only its
-owner can read (--new-key-file). Create one with `mailroom keygen`.
+environment variable {NEW_KEY_VAR} (or the one --new-key-env names), or from a file
+only its owner can read (--new-key-file). Create one with `mailroom keygen`.
 
 If any stored secret does not decrypt with the current key, nothing is changed and the accounts
 concerned are named (exit status 2). When the current key is Mailroom's own key file
@@ -25,6 +25,7 @@ concerned are named (exit status 2). When the current key is Mailroom's own key 
 
 Afterwards give every worker, console and command the new MAILROOM_SECRET_KEY and restart the
 workers: one still on the old key skips these sender accounts, saying so in its log.
+Exit status 0 when rotated, 2 when the new key is missing or invalid, or a secret does not decrypt.
 
 Example:
   export {NEW_KEY_VAR}="$(mailroom keygen)"
@@ -98,7 +99,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "keys",
         help="rotate the key that encrypts stored secrets",
         description="Manage MAILROOM_SECRET_KEY, the key that encrypts stored secrets.\n\n"
-        "Example:\n"
+        "Examples:\n"
+        "  mailroom keygen\n"
         f'  {NEW_KEY_VAR}="$(mailroom keygen)" mailroom keys rotate',
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

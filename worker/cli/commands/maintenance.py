@@ -34,7 +34,19 @@ Run every maintenance step once (the worker also runs them by itself, hourly by 
   drop_partitions    partitions that ended more than MAILROOM_LOG_RETENTION_MONTHS (default 24) ago
 Each step reports how many rows it touched, and a retention summary says per final state how many
 rows were due, archived and deleted. Interrupting a run loses nothing: the next run completes it.
-The exit status is 1 when a step reported an error."""
+Pending and assigned email is never touched. Exit status 0, 1 when a step reported an error.
+
+Examples:
+  mailroom maintenance run --dry-run
+  mailroom maintenance run --json | jq .steps"""
+
+GROUP = """\
+Retention and partition upkeep on demand: the same steps the worker runs by itself, hourly by
+default. `mailroom maintenance run --help` lists each step and the settings that steer it.
+
+Examples:
+  mailroom maintenance run --dry-run
+  mailroom maintenance run"""
 
 
 def cmd_maintenance(args: argparse.Namespace, settings: Settings) -> int:
@@ -78,7 +90,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser = sub.add_parser(
         "maintenance",
         help="archive old email of every final state, purge the inbox, create and drop partitions",
-        description=DESCRIPTION,
+        description=GROUP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="maintenance_command", required=True, metavar="ACTION")

@@ -16,13 +16,68 @@ from worker.core.validation import ValidationError
 MAX_HOURS = 24 * 366 * 10  # events upcoming looks at most ten years ahead
 
 DESCRIPTION = """\
-People whose birthday gets an email at MAILROOM_BIRTHDAY_LOCAL_TIME (default 09:00) in their own time
-zone (an IANA name such as Europe/London). Adding a person schedules their next birthday; changing
-their time zone or date of birth reschedules it. A person born on 29 February is greeted on
+People whose birthday gets an email at MAILROOM_BIRTHDAY_LOCAL_TIME (default 09:00) in their own
+time zone (an IANA name such as Europe/London). Adding a person schedules their next birthday;
+changing their time zone or date of birth reschedules it. A person born on 29 February is greeted on
 28 February in common years. A local time skipped by a daylight-saving jump is read with the offset
 before the jump (02:30 becomes 03:30); one that happens twice is the second (standard-time) one. The
 worker sends due birthdays; after downtime, a birthday whose local day has not ended is still sent,
-one whose day has ended is marked missed."""
+one whose day has ended is marked missed.
+
+Examples:
+  mailroom people add ada@example.com Ada Lovelace --born 1990-12-10 --tz Europe/London
+  mailroom people list
+  mailroom events upcoming --hours 48"""
+
+ADD = """\
+Add a person and schedule their next birthday email at MAILROOM_BIRTHDAY_LOCAL_TIME in their time
+zone; the time of that email is printed in local time and UTC. Other people are left alone.
+Exit status 0, 2 when the address, date or time zone is invalid.
+
+Example:
+  mailroom people add ada@example.com Ada Lovelace --born 1990-12-10 --tz Europe/London --locale en"""
+
+UPDATE = """\
+Change only the fields given. A new time zone or date of birth reschedules the pending birthday
+event; other changes leave it as it is. With --version (from `people list`) the change applies only
+if nobody changed the person since. Exit status 0, 2 when the person is unknown, a value is invalid
+or the version is stale.
+
+Examples:
+  mailroom people update 0b7e...c1 --tz America/New_York
+  mailroom people update 0b7e...c1 --email ada@new.example.com --version 3"""
+
+LIST = """\
+List people with their id, name, date of birth, time zone and version. Changes nothing.
+The count goes to standard error. Exit status 0.
+
+Examples:
+  mailroom people list --limit 50
+  mailroom people list --json | jq -r '.[].email'"""
+
+DELETE = """\
+Delete a person and their birthday events. Emails already enqueued for them are left alone (cancel
+them with `mailroom cancel`). Exit status 0, 2 when there is no such person.
+
+Example:
+  mailroom people delete 0b7e...c1"""
+
+EVENTS = """\
+Scheduled birthday events. `upcoming` lists pending events due within --hours (overdue ones first),
+with their UTC and local times. Changes nothing.
+
+Examples:
+  mailroom events upcoming
+  mailroom events upcoming --hours 168 --json"""
+
+UPCOMING = """\
+List pending birthday events due within --hours (default 24), overdue ones first, with their UTC
+and local times, time zone, name and event id. Changes nothing. The count goes to standard error.
+Exit status 0.
+
+Examples:
+  mailroom events upcoming
+  mailroom events upcoming --hours 168 --json"""
 
 
 def _date(text: str) -> date:
@@ -154,14 +209,22 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="people_command", required=True, metavar="ACTION")
-    add = actions.add_parser("add", help="add a person (their next birthday is scheduled)")
+    raw = argparse.RawDescriptionHelpFormatter
+    add = actions.add_parser(
+        "add", help="add a person (their next birthday is scheduled)", description=ADD, formatter_class=raw
+    )
     add.add_argument("email", help="email address")
     add.add_argument("first_name", metavar="FIRST", help="first name")
     add.add_argument("last_name", metavar="LAST", help="last name")
     add.add_argument("--born", type=_date, required=True, metavar="YYYY-MM-DD", help="date of birth")
     add.add_argument("--tz", required=True, metavar="ZONE", help="IANA time zone, e.g. Asia/Kathmandu")
     add.add_argument("--locale", default="en", help="language of the email (default en)")
-    upd = actions.add_parser("update", help="change a person (zone or birth date changes reschedule)")
+    upd = actions.add_parser(
+        "update",
+        help="change a person (zone or birth date changes reschedule)",
+        description=UPDATE,
+        formatter_class=raw,
+    )
     upd.add_argument("id", type=_uuid, metavar="ID", help="the person's id")
     upd.add_argument("--email")
     upd.add_argument("--first-name")
@@ -172,21 +235,25 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     upd.add_argument(
         "--version", type=int, help="apply only if the person is still at this version (from list)"
     )
-    lst = actions.add_parser("list", help="list people")
+    lst = actions.add_parser("list", help="list people", description=LIST, formatter_class=raw)
     lst.add_argument("--limit", type=_count, default=1000, help="at most this many (default 1000)")
     lst.add_argument("--json", action="store_true", help="machine-readable output")
-    delete = actions.add_parser("delete", help="delete a person and their events")
+    delete = actions.add_parser(
+        "delete", help="delete a person and their events", description=DELETE, formatter_class=raw
+    )
     delete.add_argument("id", type=_uuid, metavar="ID")
     parser.set_defaults(handler=cmd_people)
 
     events = sub.add_parser(
         "events",
         help="scheduled birthday events",
-        description="Scheduled birthday events. `upcoming` lists pending events due within --hours "
-        "(overdue ones first), with their UTC and local times.",
+        description=EVENTS,
+        formatter_class=raw,
     )
     e_actions = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
-    upcoming = e_actions.add_parser("upcoming", help="pending events due soon")
+    upcoming = e_actions.add_parser(
+        "upcoming", help="pending events due soon", description=UPCOMING, formatter_class=raw
+    )
     upcoming.add_argument("--hours", type=_hours, default=24.0, help="look this far ahead (default 24)")
     upcoming.add_argument("--limit", type=_count, default=1000, help="at most this many (default 1000)")
     upcoming.add_argument("--json", action="store_true", help="machine-readable output")

@@ -19,7 +19,11 @@ final state: sent, failed, expired, cancelled, suppressed), every delivery attem
 tracked links, unsubscribe and bounce entries, inbox events, document signers, signatures and
 reminders, accounts and people rows. Written to standard output, or to --output (created with mode
 0600). The export is recorded in the audit trail (action privacy.export, your OS user, the address
-masked, how many rows)."""
+masked, how many rows). Nothing is changed or erased. Exit status 0, 2 when EMAIL is not an address.
+
+Examples:
+  mailroom privacy export ada@example.com -o ada-export.json
+  mailroom privacy export ada@example.com | jq '.emails | length'"""
 
 ERASE_HELP = """\
 Anonymise EMAIL everywhere, in one transaction, archive files of every final state included (sent,
@@ -32,7 +36,20 @@ Signer rows of documents not yet signed are anonymised and get no more reminders
 sending email to the address the erasure is refused (exit status 2, nothing changed): run it again
 once that send is done. The address is put on no list unless --suppress is given, which keeps it (or
 puts it) on the unsubscribe list with source 'privacy'. The erasure is recorded in the audit trail
-(action privacy.erase, your OS user, the address masked, how many rows) in the same transaction."""
+(action privacy.erase, your OS user, the address masked, how many rows) in the same transaction.
+Asks on a terminal unless --yes; without a terminal --yes is required.
+Exit status 0 when erased, 1 when not confirmed, 2 when refused (nothing changed).
+
+Examples:
+  mailroom privacy erase ada@example.com
+  mailroom privacy erase ada@example.com --suppress --yes --json"""
+
+PRIVACY = """\
+Answer a data subject's access (export) or erasure (erase) request for one email address.
+
+Examples:
+  mailroom privacy export ada@example.com -o ada-export.json
+  mailroom privacy erase ada@example.com --suppress"""
 
 
 def _progress(verb: str) -> Callable[[int, int], None]:
@@ -120,7 +137,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser = sub.add_parser(
         "privacy",
         help="export or erase everything stored about an email address",
-        description="Answer a data subject's access (export) or erasure (erase) request.",
+        description=PRIVACY,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="privacy_command", required=True, metavar="ACTION")
     export = actions.add_parser(

@@ -65,8 +65,8 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 STATS = """\
 Show the queue by status, what is due now, scheduled later and retrying, the oldest pending email,
-and every sender account's day so far (sent against its limit, bounces, errors, and whether its relay
-is unreachable, since when and why).
+and every sender account's day so far (sent against its limit, bounces, errors, and whether its
+relay is unreachable, since when and why). Changes nothing. Exit status 0.
 
 Examples:
   mailroom stats

@@ -1,15 +1,30 @@
-"""`mailroom senders`: add, list, pause, resume and suspend sender accounts."""
+"""`mailroom senders`: add, edit, list, pause, resume, suspend and remove sender accounts."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
-import os
 import pathlib
 import sys
 from typing import Any
 
+from worker.cli.commands import senders_help as help_text
+from worker.cli.commands.sender_input import (
+    add_settings_arguments,
+    ask,
+    doubtful_choices,
+    interactive,
+    password_from,
+    password_given,
+    settings_changes,
+)
+from worker.cli.table import table
 from worker.core.config import ConfigError, Settings
+
+RAW = argparse.RawDescriptionHelpFormatter
+
+SETTINGS_OF = "SELECT smtp_host, smtp_port, smtp_security FROM mailroom.sender_accounts WHERE id = %s"
 
 
 def _url(settings: Settings) -> str:
@@ -18,26 +33,10 @@ def _url(settings: Settings) -> str:
     return checked_url(settings)
 
 
-def _password_from(args: argparse.Namespace) -> str | None:
-    if args.password_env:
-        value = os.environ.get(args.password_env)
-        if value is None:
-            raise ConfigError(f"environment variable {args.password_env} is not set")
-        return value
-    if args.password_prompt:
-        import getpass
-
-        return getpass.getpass(f"SMTP password for {args.username or args.name}: ")
-    return None
-
-
 def cmd_senders(args: argparse.Namespace, settings: Settings) -> int:
-    """`mailroom senders add|list|pause|resume|suspend`."""
-    if args.senders_command == "add":
-        return _add(args, settings)
-    if args.senders_command == "list":
-        return _list(args, settings)
-    return _set_status(args, settings)
+    """Dispatch `mailroom senders ACTION`."""
+    handler = {"add": _add, "edit": _edit, "list": _list, "remove": _remove}.get(args.senders_command)
+    return (handler or _set_status)(args, settings)
 
 
 def _add(args: argparse.Namespace, settings: Settings) -> int:
@@ -45,12 +44,10 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
     from worker.core.db import connect
     from worker.ops.senders import SenderSpec, add_sender
 
-    password = _password_from(args)
-    if args.username and password is None:
-        raise ConfigError("--username needs a password: give --password-env VAR or --password-prompt")
-    for warning in _doubtful_choices(args, password):
+    box = secret_box(settings)  # before any prompt: a missing key is said before a password is typed
+    password = _complete_add(args)
+    for warning in doubtful_choices(args.host, args.port, args.security, password, check_login=True):
         print(f"warning: {warning}", file=sys.stderr)
-    box = secret_box(settings)
     spec = SenderSpec(
         name=args.name,
         from_email=args.from_email,
@@ -70,12 +67,7 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
         command_timeout_seconds=args.command_timeout,
         data_timeout_seconds=args.data_timeout,
     )
-    dkim_key = None
-    if args.dkim_key_file:
-        try:
-            dkim_key = args.dkim_key_file.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the DKIM key file: {exc}") from None
+    dkim_key = _dkim_key(args.dkim_key_file)
     with connect(_url(settings)) as conn:
         sender_id = add_sender(conn, spec, password, box, dkim_key)
     print(f"added sender account {args.name} (id {sender_id})")
@@ -87,21 +79,87 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _doubtful_choices(args: argparse.Namespace, password: str | None) -> list[str]:
-    """What an operator probably did not mean: a port left to its default, TLS on an odd port, no login."""
-    warnings = []
-    if args.port is None:
-        args.port = 465 if args.security == "tls" else 587
-        warnings.append(
-            f"no --port given: using {args.port} ({'implicit TLS' if args.port == 465 else 'submission'})"
+def _complete_add(args: argparse.Namespace) -> str | None:
+    """Ask on a terminal for the security, port and login left out; default them (warned) otherwise."""
+    asking = interactive()
+    if args.security is None:
+        if asking:
+            args.security = ask("Security (none, starttls, tls)", "starttls", ("none", "starttls", "tls"))
+        else:
+            args.security = "starttls"
+            print("warning: no --security given: using starttls", file=sys.stderr)
+    default_port = 465 if args.security == "tls" else 587
+    if args.port is None and asking:
+        args.port = int(ask("SMTP port", str(default_port), None, digits=True))
+    elif args.port is None:
+        args.port = default_port
+        what = "implicit TLS" if default_port == 465 else "submission"
+        print(f"warning: no --port given: using {default_port} ({what})", file=sys.stderr)
+    password = password_from(args)
+    if asking and args.username is None and password is None:
+        args.username = ask("SMTP username (Enter for no login)", "", None) or None
+    if asking and args.username and password is None:
+        password = getpass.getpass(f"SMTP password for {args.username}@{args.host}: ") or None
+    if args.username and password is None:
+        raise ConfigError(
+            "--username needs a password: give --password-env VAR or --password-file PATH "
+            "(or run on a terminal to be asked)"
         )
-    elif args.security == "tls" and args.port == 587:
-        warnings.append("--security tls (implicit TLS) on port 587, which usually speaks STARTTLS")
-    if args.security == "none" and args.host not in ("localhost", "127.0.0.1", "::1"):
-        warnings.append(f"--security none: mail to {args.host} crosses the network unencrypted")
-    if password is None:
-        warnings.append("no password: the relay must accept mail from this host without a login")
-    return warnings
+    return password
+
+
+def _dkim_key(path: pathlib.Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the DKIM key file: {exc}") from None
+
+
+def _edit(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.core.crypto import secret_box
+    from worker.core.db import connect
+    from worker.ops.senders import edit_sender
+
+    if args.no_login and (args.username or password_given(args)):
+        raise ConfigError("--no-login removes the username and password: give it alone, without them")
+    changes = settings_changes(args)
+    password = password_from(args)
+    if args.username and password is None and interactive():
+        password = (
+            getpass.getpass(f"SMTP password for {args.username} (Enter to keep the stored one): ") or None
+        )
+    if not changes and password is None and not args.no_login:
+        raise ConfigError("nothing to change: give at least one option (see `mailroom senders edit --help`)")
+    box = secret_box(settings) if password is not None else None
+    with connect(_url(settings)) as conn:
+        try:
+            done = edit_sender(
+                conn,
+                args.name,
+                changes,
+                box,
+                password=password,
+                drop_password=args.no_login,
+                expected_version=args.version,
+            )
+        except LookupError as exc:
+            print(f"error: {str(exc).strip(chr(34))}", file=sys.stderr)
+            return 1
+        except ValueError as exc:
+            if getattr(exc, "field", None) == "version":
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            raise
+        row = conn.execute(SETTINGS_OF, (done.id,)).fetchone()
+    if row is not None and {"smtp_host", "smtp_port", "smtp_security"} & set(done.changed):
+        host, port, security = str(row["smtp_host"]), int(str(row["smtp_port"])), str(row["smtp_security"])
+        for warning in doubtful_choices(host, port, security, None, check_login=False):
+            print(f"warning: {warning}", file=sys.stderr)
+    what = ", ".join(done.changed) if done.changed else "nothing (the values given are the current ones)"
+    print(f"edited sender account {args.name} (version {done.version}, {done.status}): changed {what}")
+    return 0
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
@@ -113,14 +171,27 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(rows, default=str, indent=2))
         return 0
-    print(f"{'NAME':<20} {'STATUS':<22} {'TODAY':>13} {'WARM-UP':<20} {'HOST':<30}")
+    cells = []
     for r in rows:
-        today = f"{r['sent_today']}/{r['effective_limit']}"
         # Stage 0 is a finished (or never started) warm-up: its old limit no longer applies.
         warmup = f"stage {r['warmup_stage']}/5 {r['warmup_limit']}/day" if r["warmup_stage"] else "-"
-        print(f"{r['name']:<20} {r['status']:<22} {today:>13} {warmup:<20} {r['smtp_host']}:{r['smtp_port']}")
+        host = f"{r['smtp_host']}:{r['smtp_port']}"
+        cells.append(
+            [
+                r["name"],
+                r["status"],
+                f"{r['sent_today']}/{r['effective_limit']}",
+                warmup,
+                r["from_email"],
+                host,
+            ]
+        )
+    lines = table(("NAME", "STATUS", "TODAY", "WARM-UP", "FROM", "HOST"), cells, right=frozenset({2}))
+    print(lines[0])
+    for r, line in zip(rows, lines[1:], strict=True):
+        print(line)
         if r["status"] == "unreachable":
-            print(f"{'':<20} since {r['circuit_since']:%Y-%m-%d %H:%M:%S}: {r['status_reason']}")
+            print(f"  since {r['circuit_since']:%Y-%m-%d %H:%M:%S}: {r['status_reason']}")
     return 0
 
 
@@ -133,75 +204,85 @@ def _set_status(args: argparse.Namespace, settings: Settings) -> int:
         try:
             status = set_sender_status(conn, args.name, target, getattr(args, "reason", None))
         except (LookupError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {str(exc).strip(chr(34))}", file=sys.stderr)
             return 1
     print(f"sender account {args.name} is now {status}")
+    return 0
+
+
+def _remove(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.core.db import connect
+    from worker.ops.senders import SenderInUse, remove_sender
+
+    if not args.yes:
+        if not interactive():
+            raise ConfigError("removing a sender account cannot be undone: add --yes to confirm")
+        answer = ask(
+            f"Remove sender account {args.name}? This cannot be undone. Type its name to confirm", "", None
+        )
+        if answer != args.name:
+            print("nothing changed", file=sys.stderr)
+            return 1
+    with connect(_url(settings)) as conn:
+        try:
+            sender_id = remove_sender(conn, args.name)
+        except (LookupError, SenderInUse) as exc:
+            print(f"error: {str(exc).strip(chr(34))}", file=sys.stderr)
+            return 1
+    print(f"removed sender account {args.name} (id {sender_id})")
     return 0
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom senders` and its actions."""
     senders = sub.add_parser(
-        "senders",
-        help="manage sender accounts",
-        description="Add, list, pause, resume and suspend the SMTP accounts email goes out through. "
-        "Every change is recorded in the audit trail (`mailroom audit`).\n\n"
-        "Examples:\n"
-        "  SMTP_PASSWORD=... mailroom senders add transactional-1 --from noreply@example.com \\\n"
-        "      --host smtp.example.com --port 587 --username mailer --password-env SMTP_PASSWORD\n"
-        "  mailroom senders list\n"
-        "  mailroom senders suspend transactional-1 --reason 'credentials revoked'",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "senders", help="manage sender accounts", description=help_text.SENDERS, formatter_class=RAW
     )
     s_sub = senders.add_subparsers(dest="senders_command", required=True, metavar="ACTION")
     _register_add(s_sub)
-    lst = s_sub.add_parser("list", help="list sender accounts with today's usage")
-    lst.add_argument("--json", action="store_true")
-    for action, text in (
-        ("pause", "stop sending until resumed"),
-        ("resume", "start sending again"),
-        ("suspend", "take out of service (e.g. credentials revoked)"),
+    edit = s_sub.add_parser(
+        "edit",
+        help="change some settings of a sender account",
+        description=help_text.EDIT,
+        formatter_class=RAW,
+    )
+    edit.add_argument("name", help="the account to change")
+    add_settings_arguments(edit, adding=False)
+    lst = s_sub.add_parser(
+        "list",
+        help="list sender accounts with today's usage",
+        description=help_text.LIST,
+        formatter_class=RAW,
+    )
+    lst.add_argument("--json", action="store_true", help="machine-readable output")
+    for action, text, described in (
+        ("pause", "stop sending until resumed", help_text.PAUSE),
+        ("resume", "start sending again", help_text.RESUME),
+        ("suspend", "take out of service (e.g. credentials revoked)", help_text.SUSPEND),
     ):
-        p = s_sub.add_parser(action, help=text)
+        p = s_sub.add_parser(action, help=text, description=described, formatter_class=RAW)
         p.add_argument("name")
         if action != "resume":
             p.add_argument("--reason", help="why, shown to other operators")
+    remove = s_sub.add_parser(
+        "remove",
+        help="delete a sender account no email is bound to",
+        description=help_text.REMOVE,
+        formatter_class=RAW,
+    )
+    remove.add_argument("name", help="the account to delete")
+    remove.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     senders.set_defaults(handler=cmd_senders)
 
 
 def _register_add(s_sub: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom senders add` and its options."""
-    add = s_sub.add_parser(
-        "add",
-        help="add a sender account",
-        description="Add an SMTP sender account. The password is never a flag value: give the name of an "
-        "environment variable holding it (--password-env) or type it at a prompt (--password-prompt). It is "
-        "stored encrypted with MAILROOM_SECRET_KEY.",
-    )
+    add = s_sub.add_parser("add", help="add a sender account", description=help_text.ADD, formatter_class=RAW)
     add.add_argument("name", help="short unique name, e.g. transactional-1")
-    add.add_argument("--from", dest="from_email", required=True, help="From address")
-    add.add_argument("--from-name", help="From display name")
-    add.add_argument("--host", required=True, help="SMTP host")
-    add.add_argument("--port", type=int, help="SMTP port (default 587, or 465 with --security tls)")
-    add.add_argument(
-        "--security",
-        choices=("none", "starttls", "tls"),
-        default="starttls",
-        help="none, starttls (default) or tls (implicit TLS, usually port 465)",
-    )
-    add.add_argument("--username", help="SMTP username")
-    pw = add.add_mutually_exclusive_group()
-    pw.add_argument(
-        "--password-env", metavar="VAR", help="read the SMTP password from environment variable VAR"
-    )
-    pw.add_argument("--password-prompt", action="store_true", help="prompt for the SMTP password")
-    add.add_argument("--daily-limit", type=int, default=2000, help="emails per UTC day (default 2000)")
+    add_settings_arguments(add, adding=True)
     add.add_argument(
         "--warmup-stage", type=int, default=0, choices=range(6), help="warm-up stage 1-5, 0 = none"
     )
-    add.add_argument("--warmup-limit", type=int, help="daily cap while warming up")
-    add.add_argument("--send-delay-ms", type=int, default=0, help="pause between emails on this account")
-    add.add_argument("--max-connections", type=int, default=4, help="parallel SMTP connections (default 4)")
     add.add_argument("--dkim-domain", metavar="DOMAIN", help="DKIM signing domain (d=), e.g. example.com")
     add.add_argument("--dkim-selector", metavar="SELECTOR", help="DKIM selector (s=), e.g. mail2026")
     add.add_argument(
@@ -211,15 +292,3 @@ def _register_add(s_sub: argparse._SubParsersAction[Any]) -> None:
         help="RSA private key (PEM) to sign with; stored encrypted with MAILROOM_SECRET_KEY. "
         "All three --dkim-* options go together; the TXT record to publish is printed",
     )
-    for flag, what, default in (
-        (
-            "--connect-timeout",
-            "connecting, greeting, TLS and login",
-            "MAILROOM_SMTP_CONNECT_TIMEOUT_SECONDS, 10",
-        ),
-        ("--command-timeout", "each of MAIL, RCPT and DATA", "MAILROOM_SMTP_COMMAND_TIMEOUT_SECONDS, 30"),
-        ("--data-timeout", "sending the body and its reply", "MAILROOM_SMTP_DATA_TIMEOUT_SECONDS, 120"),
-    ):
-        add.add_argument(
-            flag, type=float, metavar="SECONDS", help=f"seconds allowed for {what} (default {default})"
-        )

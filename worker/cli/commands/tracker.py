@@ -8,6 +8,17 @@ from urllib.parse import urlsplit
 
 from worker.core.config import Settings
 
+DESCRIPTION = """\
+Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN records a click and
+redirects to the destination stored for that link, POST /u/TOKEN (RFC 8058 one-click) unsubscribes
+at once, GET /u/TOKEN shows a confirmation page and never unsubscribes. Unknown tokens change
+nothing. Emails carry links under MAILROOM_BASE_URL: put the tracker behind that public (https)
+address. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is in use.
+
+Examples:
+  mailroom tracker --port 8025
+  MAILROOM_BASE_URL=https://t.example.com mailroom tracker --host 0.0.0.0 --port 8080"""
+
 
 def cmd_tracker(args: argparse.Namespace, settings: Settings) -> int:
     """Serve the tracker until SIGTERM/SIGINT."""
@@ -27,10 +38,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser = sub.add_parser(
         "tracker",
         help="serve open pixels, click redirects and one-click unsubscribe over HTTP",
-        description="Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN records a "
-        "click and redirects to the destination stored for that link, POST /u/TOKEN (RFC 8058 one-click) "
-        "unsubscribes at once, GET /u/TOKEN shows a confirmation page and never unsubscribes. Emails carry "
-        "links under MAILROOM_BASE_URL: put the tracker behind that public (https) address.",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument(

@@ -16,6 +16,21 @@ def _url(settings: Settings) -> str:
     return checked_url(settings)
 
 
+DESCRIPTION = """\
+Claim due email with FOR UPDATE SKIP LOCKED, send it over SMTP through the sender accounts, retry
+with backoff, honour bounce and unsubscribe lists, record every attempt, and (unless
+--no-producers) run the producers: lifecycle, birthdays, rendering and maintenance. Run one or many,
+on any hosts. Wakes on NOTIFY; MAILROOM_LISTEN_DATABASE_URL lets the LISTEN connection bypass a
+transaction-pooling PgBouncer. SIGTERM/SIGINT stop claiming, let in-flight sends finish within
+--grace seconds and return the rest to the queue: nothing is lost.
+Exit status 0 when stopped (or drained with --drain), 1 when a worker process failed.
+
+Examples:
+  mailroom worker
+  mailroom worker --processes 4 --concurrency 8
+  mailroom worker --drain --no-producers"""
+
+
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     """`mailroom worker`: claim, send and record email until SIGTERM/SIGINT (or, with --drain, until idle)."""
     import asyncio
@@ -60,10 +75,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     wk = sub.add_parser(
         "worker",
         help="deliver email (run one or many, on any hosts)",
-        description="Claim due email with FOR UPDATE SKIP LOCKED, send it over SMTP through the sender accounts, "
-        "retry with backoff, honour bounce and unsubscribe lists, record every attempt. Wakes on NOTIFY; "
-        "MAILROOM_LISTEN_DATABASE_URL lets the LISTEN connection bypass a transaction-pooling PgBouncer. "
-        "SIGTERM/SIGINT stop claiming, let in-flight sends finish within --grace seconds and release the rest.",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     wk.add_argument(
         "--concurrency",

@@ -1,0 +1,275 @@
+"""`mailroom senders add|edit|remove|list|resume` against the real database, run in-process."""
+
+from __future__ import annotations
+
+import getpass
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from worker.cli.main import main
+from worker.core.crypto import SecretBox
+
+BASE = ["senders", "add", "relay", "--from", "noreply@example.com", "--host", "smtp.example.com"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def on_terminal(monkeypatch: pytest.MonkeyPatch, answers: str, password: str = "") -> None:
+    """Standard input is a terminal on which the operator types `answers` (and `password` when asked)."""
+    stdin = io.StringIO(answers)
+    monkeypatch.setattr(stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys, "stdin", stdin)
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": password)
+
+
+def not_on_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    stdin = io.StringIO("")
+    monkeypatch.setattr(stdin, "isatty", lambda: False, raising=False)
+    monkeypatch.setattr(sys, "stdin", stdin)
+
+
+def sender(conn: psycopg.Connection[Any], name: str = "relay") -> dict[str, Any]:
+    conn.rollback()
+    row = conn.execute("SELECT * FROM mailroom.sender_accounts WHERE name = %s", (name,)).fetchone()
+    assert row is not None
+    return dict(row)
+
+
+def audit_rows(conn: psycopg.Connection[Any], action: str) -> list[dict[str, Any]]:
+    conn.rollback()
+    return conn.execute(
+        "SELECT target, detail FROM mailroom.audit_log WHERE action = %s ORDER BY id", (action,)
+    ).fetchall()
+
+
+# --- senders add: asks on a terminal, warns without one --------------------------------------
+
+
+def test_add_without_a_terminal_defaults_port_and_security_with_warnings(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    not_on_terminal(monkeypatch)
+    code, _, err = run(capsys, *BASE)
+    assert code == 0
+    assert "warning: no --security given: using starttls" in err
+    assert "warning: no --port given: using 587" in err
+    assert "warning: no password" in err
+    row = sender(conn)
+    assert (row["smtp_port"], row["smtp_security"], row["smtp_username"]) == (587, "starttls", None)
+
+
+def test_add_without_a_terminal_refuses_a_login_without_password(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    not_on_terminal(monkeypatch)
+    code, _, err = run(capsys, *BASE, "--port", "587", "--security", "starttls", "--username", "mailer")
+    assert code == 2 and "--username needs a password" in err and "--password-file" in err
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.sender_accounts").fetchone() == {"n": 0}
+
+
+def test_add_on_a_terminal_asks_for_security_port_login_and_password(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_terminal(monkeypatch, "tls\n\nmailer\n", password="s3cret-typed")
+    code, out, err = run(capsys, *BASE)
+    assert code == 0, err
+    assert "Security (none, starttls, tls) [starttls]:" in err and "SMTP port [465]:" in err
+    assert "warning" not in err and out.startswith("added sender account relay")
+    row = sender(conn)
+    assert (row["smtp_port"], row["smtp_security"], row["smtp_username"]) == (465, "tls", "mailer")
+    assert SecretBox(cli_env["MAILROOM_SECRET_KEY"]).decrypt(row["smtp_password_encrypted"]) == "s3cret-typed"
+
+
+def test_add_on_a_terminal_asks_again_after_a_wrong_answer(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_terminal(monkeypatch, "ssl\nnone\nabc\n2525\n\n")
+    code, _, err = run(capsys, *BASE)
+    assert code == 0, err
+    assert err.count("please answer") == 2
+    row = sender(conn)
+    assert (row["smtp_port"], row["smtp_security"], row["smtp_username"]) == (2525, "none", None)
+
+
+def test_add_reads_the_password_from_a_file(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    not_on_terminal(monkeypatch)
+    secret = tmp_path / "smtp-password"
+    secret.write_text("from-a-file\n")
+    argv = [*BASE, "--port", "587", "--security", "starttls", "--username", "mailer"]
+    code, _, err = run(capsys, *argv, "--password-file", str(secret))
+    assert code == 0, err
+    row = sender(conn)
+    assert SecretBox(cli_env["MAILROOM_SECRET_KEY"]).decrypt(row["smtp_password_encrypted"]) == "from-a-file"
+
+
+def test_a_password_on_the_command_line_is_refused_saying_how_to_avoid_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*BASE, "--password", "hunter2"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert "shows in `ps`" in err and "--password-env VAR" in err and "--password-file PATH" in err
+
+
+# --- senders edit ----------------------------------------------------------------------------
+
+
+def _add_relay(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *extra: str) -> None:
+    not_on_terminal(monkeypatch)
+    assert run(capsys, *BASE, "--port", "587", "--security", "starttls", *extra)[0] == 0
+
+
+def test_edit_changes_only_the_given_settings_and_is_audited(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _add_relay(capsys, monkeypatch, "--from-name", "Shop", "--send-delay-ms", "50")
+    before = sender(conn)
+    code, out, err = run(capsys, "senders", "edit", "relay", "--daily-limit", "5000", "--port", "2587")
+    assert code == 0, err
+    assert "changed smtp_port, daily_limit" in out
+    after = sender(conn)
+    assert (after["daily_limit"], after["smtp_port"], after["version"]) == (5000, 2587, before["version"] + 1)
+    untouched = ("from_email", "from_name", "smtp_host", "smtp_security", "send_delay_ms", "max_connections")
+    assert {k: after[k] for k in untouched} == {k: before[k] for k in untouched}
+    [edited] = audit_rows(conn, "sender.edit")
+    assert edited["target"] == "relay"
+    assert edited["detail"]["changed"] == {"smtp_port": [587, 2587], "daily_limit": [2000, 5000]}
+
+
+def test_edit_is_validated_like_add_and_changes_nothing_when_refused(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _add_relay(capsys, monkeypatch)
+    before = sender(conn)
+    code, _, err = run(capsys, "senders", "edit", "relay", "--port", "70000")
+    assert code == 2 and "port: must be between 1 and 65535" in err
+    code, _, err = run(capsys, "senders", "edit", "relay", "--username", "mailer")
+    assert code == 2 and "needs a password" in err
+    code, _, err = run(capsys, "senders", "edit", "relay", "--daily-limit", "9", "--version", "99")
+    assert code == 1 and f"at version {before['version']}, not 99" in err
+    code, _, err = run(capsys, "senders", "edit", "nope", "--daily-limit", "9")
+    assert code == 1 and "no sender account named 'nope'" in err
+    assert sender(conn) == before and audit_rows(conn, "sender.edit") == []
+
+
+def test_edit_replaces_the_password_without_auditing_it_and_warns_of_doubtful_choices(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _add_relay(capsys, monkeypatch)
+    monkeypatch.setenv("NEW_SMTP_PASSWORD", "rotated-secret")
+    argv = ["senders", "edit", "relay", "--username", "mailer", "--password-env", "NEW_SMTP_PASSWORD"]
+    code, _, err = run(capsys, *argv, "--security", "none", "--version", str(sender(conn)["version"]))
+    assert code == 0, err
+    assert "crosses the network unencrypted" in err
+    row = sender(conn)
+    assert (
+        SecretBox(cli_env["MAILROOM_SECRET_KEY"]).decrypt(row["smtp_password_encrypted"]) == "rotated-secret"
+    )
+    [edited] = audit_rows(conn, "sender.edit")
+    assert edited["detail"]["password"] is True and "rotated-secret" not in json.dumps(edited["detail"])
+    assert run(capsys, "senders", "edit", "relay", "--no-login")[0] == 0
+    row = sender(conn)
+    assert row["smtp_username"] is None and row["smtp_password_encrypted"] is None
+
+
+# --- senders remove --------------------------------------------------------------------------
+
+
+def _bind_email(conn: psycopg.Connection[Any]) -> None:
+    sender_id = sender(conn)["id"]
+    conn.execute(
+        "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, sender_account_id)"
+        " VALUES ('a@example.com', 's', 'b', %s)",
+        (sender_id,),
+    )
+    conn.commit()
+
+
+def test_remove_is_refused_while_emails_are_bound_to_the_sender_saying_how_many(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _add_relay(capsys, monkeypatch)
+    _bind_email(conn)
+    _bind_email(conn)
+    code, _, err = run(capsys, "senders", "remove", "relay", "--yes")
+    assert code == 1 and "still has 2 email(s) pending or being sent" in err and "senders pause relay" in err
+    assert sender(conn)["name"] == "relay" and audit_rows(conn, "sender.remove") == []
+
+
+def test_remove_needs_yes_without_a_terminal_and_a_typed_name_on_one(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _add_relay(capsys, monkeypatch)
+    code, _, err = run(capsys, "senders", "remove", "relay")
+    assert code == 2 and "add --yes" in err
+    on_terminal(monkeypatch, "no\n")
+    assert run(capsys, "senders", "remove", "relay")[0] == 1
+    assert sender(conn)["name"] == "relay"
+    on_terminal(monkeypatch, "relay\n")
+    code, out, err = run(capsys, "senders", "remove", "relay")
+    assert code == 0 and "removed sender account relay" in out
+    conn.rollback()
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.sender_accounts").fetchone() == {"n": 0}
+    [removed] = audit_rows(conn, "sender.remove")
+    assert removed["target"] == "relay"
+
+
+def test_remove_with_yes_deletes_the_account_and_its_usage_rows(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _add_relay(capsys, monkeypatch)
+    conn.execute(
+        "INSERT INTO mailroom.sender_usage (sender_account_id, day, sent) VALUES (%s, current_date, 3)",
+        (sender(conn)["id"],),
+    )
+    conn.commit()
+    code, _, err = run(capsys, "senders", "remove", "relay", "--yes")
+    assert code == 0, err
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.sender_usage").fetchone() == {"n": 0}
