@@ -217,30 +217,7 @@ def _addressing(
     """The first To address and the columns of the other recipients (none, in the common case)."""
     if type(to) is str and cc is None and bcc is None and reply_to is None:  # the common case, first
         return _check_addressing(to, to_name, headers), _ONE_RECIPIENT
-    listed = [to] if isinstance(to, str) else list(to)
-    return _check_many(listed, to_name, headers, cc, bcc, reply_to, settings)
-
-
-def _address_list(field_name: str, addresses: Sequence[str] | None) -> list[str] | None:
-    """Normalised addresses of one list (None for none); each checked, named by its position."""
-    if addresses is None:
-        return None
-    if isinstance(addresses, str):
-        addresses = [addresses]
-    found = [normalise_address(f"{field_name}[{i}]", a) for i, a in enumerate(addresses, 1)]
-    return found or None
-
-
-def _check_many(
-    to: Sequence[str],
-    to_name: str | None,
-    headers: Mapping[str, str],
-    cc: Sequence[str] | None,
-    bcc: Sequence[str] | None,
-    reply_to: Sequence[str] | None,
-    settings: Settings,
-) -> tuple[str, tuple[list[str] | None, ...]]:
-    """The first To address and the columns of the others (more To, Cc, Bcc, Reply-To), checked."""
+    to = [to] if isinstance(to, str) else list(to)
     if not to:
         raise ValidationError("to", "at least one address is required")
     recipient = _check_addressing(to[0], to_name, headers)
@@ -256,6 +233,16 @@ def _check_many(
             "to", f"more than {settings.max_recipients} recipients (MAILROOM_MAX_RECIPIENTS)"
         )
     return recipient, lists
+
+
+def _address_list(field_name: str, addresses: Sequence[str] | None) -> list[str] | None:
+    """Normalised addresses of one list (None for none); each checked, named by its position."""
+    if addresses is None:
+        return None
+    if isinstance(addresses, str):
+        addresses = [addresses]
+    found = [normalise_address(f"{field_name}[{i}]", a) for i, a in enumerate(addresses, 1)]
+    return found or None
 
 
 def _tracked(
