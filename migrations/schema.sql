@@ -277,7 +277,6 @@ CREATE TABLE mailroom.email_queue (
     CONSTRAINT email_queue_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL) OR ((template IS NOT NULL) AND (status = ANY (ARRAY['unrendered'::text, 'failed'::text, 'cancelled'::text]))))),
     CONSTRAINT email_queue_check1 CHECK ((retry_count <= max_retries)),
     CONSTRAINT email_queue_check2 CHECK (((status = 'assigned'::text) = ((lease_token IS NOT NULL) AND (lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
-    CONSTRAINT email_queue_check3 CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
     CONSTRAINT email_queue_check4 CHECK (((status <> 'suppressed'::text) OR (suppression_reason IS NOT NULL))),
     CONSTRAINT email_queue_check5 CHECK (((status <> ALL (ARRAY['sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text])) OR (finished_at IS NOT NULL))),
     CONSTRAINT email_queue_check6 CHECK (((status <> 'failed'::text) OR (last_error IS NOT NULL))),
@@ -286,6 +285,7 @@ CREATE TABLE mailroom.email_queue (
     CONSTRAINT email_queue_max_retries_check CHECK (((max_retries >= 0) AND (max_retries <= 100))),
     CONSTRAINT email_queue_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
     CONSTRAINT email_queue_retry_count_check CHECK ((retry_count >= 0)),
+    CONSTRAINT email_queue_sent_at_check CHECK (((status = ANY (ARRAY['sent'::text, 'bounced'::text])) = (sent_at IS NOT NULL))),
     CONSTRAINT email_queue_status_check CHECK ((status = ANY (ARRAY['unrendered'::text, 'pending'::text, 'assigned'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text, 'bounced'::text]))),
     CONSTRAINT email_queue_unrendered_has_template CHECK (((status <> 'unrendered'::text) OR (template IS NOT NULL)))
 );

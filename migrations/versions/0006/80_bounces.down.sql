@@ -7,6 +7,8 @@ ALTER TABLE mailroom.email_queue DISABLE TRIGGER email_queue_reminder_outcome;
 UPDATE mailroom.email_queue SET status = 'sent' WHERE status = 'bounced';
 ALTER TABLE mailroom.email_queue ENABLE TRIGGER email_queue_reminder_outcome;
 ALTER TABLE mailroom.email_queue ENABLE TRIGGER email_queue_before_update;
+ALTER TABLE mailroom.email_queue DROP CONSTRAINT email_queue_sent_at_check;
+ALTER TABLE mailroom.email_queue ADD CONSTRAINT email_queue_check3 CHECK ((status = 'sent') = (sent_at IS NOT NULL));
 ALTER TABLE mailroom.email_queue DROP CONSTRAINT email_queue_status_check;
 ALTER TABLE mailroom.email_queue ADD CONSTRAINT email_queue_status_check
     CHECK (status IN ('unrendered', 'pending', 'assigned', 'sent', 'failed', 'cancelled', 'suppressed'));

@@ -7,6 +7,10 @@ ALTER TABLE mailroom.email_queue DROP CONSTRAINT email_queue_status_check;
 ALTER TABLE mailroom.email_queue ADD CONSTRAINT email_queue_status_check
     CHECK (status IN ('unrendered', 'pending', 'assigned', 'sent', 'failed', 'cancelled', 'suppressed',
                       'bounced'));
+-- A bounced email keeps the time it was sent.
+ALTER TABLE mailroom.email_queue DROP CONSTRAINT email_queue_check3;
+ALTER TABLE mailroom.email_queue ADD CONSTRAINT email_queue_sent_at_check
+    CHECK ((status IN ('sent', 'bounced')) = (sent_at IS NOT NULL));
 
 CREATE OR REPLACE FUNCTION mailroom.email_queue_before_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -122,13 +122,16 @@ def _addresses(row: dict[str, Any] | None) -> list[str]:
     return list(dict.fromkeys(a.lower() for a in [row["recipient_email"], *extra]))
 
 
-def _recipient(named: str | None, identity: _Identity, addresses: list[str], key: bytes) -> str | None:
+def _recipient(
+    named: str | None, identity: _Identity, addresses: list[str], key: bytes, *, alone: bool
+) -> str | None:
     """The address a recipient report is about, only if it is one this email was sent to."""
     rh = identity.recipient_hash
     if named is not None and (named in addresses or (rh is not None and recipient_hash(named, key) == rh)):
         return named
-    if rh is not None:
-        # Forwarding rewrote the address, or a feedback loop redacted it: the token still says whom.
+    if rh is not None and (named is None or alone):
+        # A feedback loop redacted the address, or forwarding rewrote it in the only report of a
+        # return path made for one recipient: the token still says whom.
         return next((a for a in addresses if recipient_hash(a, key) == rh), None)
     if named is None and len(addresses) == 1:
         return addresses[0]
@@ -152,10 +155,11 @@ def _apply(
     addresses = _addresses(row)
     source_id = report.message_id or hashlib.sha256(raw).hexdigest()
     applied: list[Applied] = []
-    for recipient_report in report.recipients:
-        if recipient_report.kind is None:
-            continue
-        recipient = _recipient(recipient_report.recipient, identity, addresses, key)
+    actionable = [r for r in report.recipients if r.kind is not None]
+    for recipient_report in actionable:
+        recipient = _recipient(
+            recipient_report.recipient, identity, addresses, key, alone=len(actionable) == 1
+        )
         if recipient is None:
             continue
         applied.append(
