@@ -75,6 +75,14 @@ def ingest(
         return _apply(conn, raw, parsed, identity, key, envelope)
 
 
+def keep_in_quarantine(
+    conn: psycopg.Connection[Any], raw: bytes, reason: str, envelope_recipients: Sequence[str] = ()
+) -> Outcome:
+    """Quarantine a message without reading it (too large, say), in a transaction of its own."""
+    with conn.transaction():
+        return _quarantine(conn, raw, reason, envelope_recipients[0] if envelope_recipients else None)
+
+
 def _quarantine(conn: psycopg.Connection[Any], raw: bytes, reason: str, envelope: str | None) -> Outcome:
     quarantine(conn, raw, reason, envelope)
     return Outcome("quarantined", reason)
