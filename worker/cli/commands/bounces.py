@@ -211,12 +211,21 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "(ingest), as an SMTP server for the bounce domain (receive); list what could not be used (quarantine).",
     )
     actions = parser.add_subparsers(dest="bounces_command", required=True, metavar="ACTION")
-    raw = argparse.RawDescriptionHelpFormatter
+    _add_ingest(actions)
+    _add_receive(actions)
+    _add_quarantine(actions)
+
+
+_RAW = argparse.RawDescriptionHelpFormatter
+_TEN_MIB = 10 * 1024 * 1024
+
+
+def _add_ingest(actions: argparse._SubParsersAction[Any]) -> None:
     ingest = actions.add_parser(
         "ingest",
         help="process one message from a file or an MTA pipe",
         description=INGEST,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     ingest.add_argument(
         "file", nargs="?", default="-", metavar="FILE", help="the message (default -: standard input)"
@@ -225,24 +234,23 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     ingest.add_argument(
         "--max-bytes",
         type=_positive,
-        default=10 * 1024 * 1024,
+        default=_TEN_MIB,
         metavar="N",
         help="read at most N bytes (default 10 MiB)",
     )
     ingest.set_defaults(handler=cmd_ingest)
+
+
+def _add_receive(actions: argparse._SubParsersAction[Any]) -> None:
     receive = actions.add_parser(
-        "receive", help="run the SMTP server for the bounce domain", description=RECEIVE, formatter_class=raw
+        "receive", help="run the SMTP server for the bounce domain", description=RECEIVE, formatter_class=_RAW
     )
     receive.add_argument(
         "--listen", type=_listen, required=True, metavar="HOST:PORT", help="address to listen on"
     )
     receive.add_argument("--domain", action="append", metavar="DOMAIN", help="a bounce domain (repeatable)")
     receive.add_argument(
-        "--max-bytes",
-        type=_positive,
-        default=10 * 1024 * 1024,
-        metavar="N",
-        help="largest message (default 10 MiB)",
+        "--max-bytes", type=_positive, default=_TEN_MIB, metavar="N", help="largest message (default 10 MiB)"
     )
     receive.add_argument(
         "--rate", type=_positive, default=60, metavar="N", help="messages a minute per client (default 60)"
@@ -251,11 +259,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--burst", type=_positive, default=20, metavar="N", help="messages at once per client (default 20)"
     )
     receive.set_defaults(handler=cmd_receive)
+
+
+def _add_quarantine(actions: argparse._SubParsersAction[Any]) -> None:
     quarantine = actions.add_parser(
         "quarantine",
         help="list the messages that could not be used",
         description=QUARANTINE,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     quarantine.add_argument(
         "--limit", type=_positive, default=50, metavar="N", help="show at most N (default 50)"

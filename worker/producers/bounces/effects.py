@@ -140,7 +140,7 @@ def apply_report(
             "bounce: %s report for email %s to %s seen before", kind, email.email_id, mask_address(recipient)
         )
         return Applied(kind, recipient, new=False)
-    event_id = row[0] if isinstance(row, tuple) else row["id"]
+    event_id = int(row[0] if isinstance(row, tuple) else row["id"])
     listed = {
         "recipient": recipient,
         "reason": _reason(report),
@@ -149,15 +149,7 @@ def apply_report(
         "sender": email.sender_account_id,
         "campaign": email.campaign_id,
     }
-    bounced = False
-    if kind == "complaint":
-        conn.execute(UPSERT_COMPLAINT, listed)
-        payload = json.dumps({"event_id": event_id, "email_id": email.email_id})
-        conn.execute(NOTIFY_COMPLAINT, (COMPLAINTS_CHANNEL, payload))
-    else:
-        conn.execute(UPSERT_HARD if kind == "hard" else UPSERT_SOFT, listed)
-        if kind == "hard" or report.action == "failed":
-            bounced = _mark_bounced(conn, email, report)
+    bounced = _apply_kind(conn, email, report, listed, event_id)
     log.info(
         "bounce: %s for email %s to %s (%s)%s: %s",
         kind,
@@ -168,6 +160,26 @@ def apply_report(
         mask_addresses_in(report.diagnostic or ""),
     )
     return Applied(kind, recipient, new=True, bounced_email=bounced)
+
+
+def _apply_kind(
+    conn: psycopg.Connection[Any],
+    email: EmailRef,
+    report: RecipientReport,
+    listed: dict[str, Any],
+    event_id: int,
+) -> bool:
+    """List the address as the report says; True when the email turned `bounced`."""
+    if report.kind == "complaint":
+        conn.execute(UPSERT_COMPLAINT, listed)
+        payload = json.dumps({"event_id": event_id, "email_id": email.email_id})
+        conn.execute(NOTIFY_COMPLAINT, (COMPLAINTS_CHANNEL, payload))
+        return False
+    conn.execute(UPSERT_HARD if report.kind == "hard" else UPSERT_SOFT, listed)
+    # A report that delivery failed ends the email even when the address is only soft (expired in a queue).
+    if report.kind == "hard" or report.action == "failed":
+        return _mark_bounced(conn, email, report)
+    return False
 
 
 def _reason(report: RecipientReport) -> str:
