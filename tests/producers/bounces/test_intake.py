@@ -225,3 +225,17 @@ def test_a_success_report_is_ignored(db_url: str, auto: psycopg.Connection[Any])
     assert ingest(auto, readdress(raw, email["id"], UNKNOWN, FIXTURE_KEY), FIXTURE_KEY).verdict == "ignored"
     assert _listed(auto) == [] and _status(auto, email["id"]) == "sent"
     assert _one(auto, "SELECT count(*) FROM mailroom.bounce_quarantine") == 0
+
+
+def test_a_forwarded_address_in_the_only_report_counts_for_the_recipient_the_token_names(
+    db_url: str, auto: psycopg.Connection[Any]
+) -> None:
+    email = sent_email(db_url, "ada@example.com")
+    raw = load("postfix-unknown-user.eml").replace(
+        b"Original-Recipient: rfc822;no-such-user@mta.example.net\n", b""
+    )
+    assert (
+        ingest(auto, readdress(raw, email["id"], "ada@example.com", FIXTURE_KEY), FIXTURE_KEY).verdict
+        == "recorded"
+    )
+    assert _listed(auto) == [("ada@example.com", "hard", 1, "5.1.1")]
