@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -11,9 +12,11 @@ import psycopg
 import pytest
 
 from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_KEY, load, names, readdress, sent_email
+from tests.worker.helpers import add_sender, run_until_drained
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
 from worker.core.return_path import return_path
+from worker.devtools.sink import RunningSink
 from worker.engine.queue_sql import CLAIM
 from worker.producers.bounces.receiver import BounceHandler, BounceServer, RateLimiter, database_processor
 
@@ -159,3 +162,25 @@ async def test_mutated_reports_and_junk_never_stop_the_receiver(
         f"bounces@{BOUNCE_DOMAIN}",
     )
     assert code == 250
+
+
+async def test_a_delivered_email_that_bounces_later_is_bounced_and_the_next_email_to_it_suppressed(
+    db_url: str, settings: Settings, smtp_sink: RunningSink, receiver: ReceiverFactory
+) -> None:
+    server = await receiver()
+    add_sender(db_url, smtp_sink.port)
+    with psycopg.connect(db_url) as conn:
+        first = enqueue(conn, EmailRequest(to=UNKNOWN, subject="Welcome", text="Hi"), settings=settings)
+    assert await run_until_drained(db_url, settings) == 1
+    (delivered,) = smtp_sink.messages
+    # The relay accepted it; later its DSN comes back naming the Message-ID the worker put on the wire.
+    dsn = re.sub(rb"bounces\+[0-9a-z-]+@", b"bounces@", load("postfix-unknown-user.eml"))
+    dsn = dsn.replace(b"<1.5f3c2a1b0c9d8@example.org>", str(delivered.message["Message-ID"]).encode())
+    assert await _send(server.port, dsn, f"bounces@{BOUNCE_DOMAIN}") == (250, "2.0.0 recorded")
+    with psycopg.connect(db_url) as conn:
+        second = enqueue(conn, EmailRequest(to=UNKNOWN, subject="Again", text="Hi"), settings=settings)
+    assert await run_until_drained(db_url, settings) == 0
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT id, status FROM mailroom.email_queue ORDER BY id").fetchall()
+    assert rows == [(first, "bounced"), (second, "suppressed")]
+    assert len(smtp_sink.messages) == 1
