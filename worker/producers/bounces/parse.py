@@ -102,7 +102,7 @@ def _parse(raw: bytes, envelope_recipients: Sequence[str]) -> Report | Unparseab
     own_id = _first_message_id(_header(msg, "Message-ID"))
     report = _find_report(msg)
     if report is not None:
-        report_type = (report.get_param("report-type") or "").__str__().lower()
+        report_type = str(report.get_param("report-type") or "").lower()
         if report_type == "delivery-status":
             return _dsn(report, addressed, own_id)
         if report_type == "feedback-report":
@@ -201,7 +201,9 @@ def _kind(action: str | None, status: str | None) -> Kind | None:
         return "soft"
     if action in ("delivered", "relayed", "expanded"):
         return None
-    return {"5": "hard", "4": "soft"}.get(klass or "")  # type: ignore[return-value]
+    if klass == "5":
+        return "hard"
+    return "soft" if klass == "4" else None
 
 
 def _status(text: str | None) -> str | None:
