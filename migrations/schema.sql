@@ -277,7 +277,6 @@ CREATE TABLE mailroom.email_queue (
     CONSTRAINT email_queue_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL) OR ((template IS NOT NULL) AND (status = ANY (ARRAY['unrendered'::text, 'failed'::text, 'cancelled'::text]))))),
     CONSTRAINT email_queue_check1 CHECK ((retry_count <= max_retries)),
     CONSTRAINT email_queue_check2 CHECK (((status = 'assigned'::text) = ((lease_token IS NOT NULL) AND (lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
-    CONSTRAINT email_queue_check3 CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
     CONSTRAINT email_queue_check4 CHECK (((status <> 'suppressed'::text) OR (suppression_reason IS NOT NULL))),
     CONSTRAINT email_queue_check5 CHECK (((status <> ALL (ARRAY['sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text])) OR (finished_at IS NOT NULL))),
     CONSTRAINT email_queue_check6 CHECK (((status <> 'failed'::text) OR (last_error IS NOT NULL))),
@@ -286,7 +285,8 @@ CREATE TABLE mailroom.email_queue (
     CONSTRAINT email_queue_max_retries_check CHECK (((max_retries >= 0) AND (max_retries <= 100))),
     CONSTRAINT email_queue_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
     CONSTRAINT email_queue_retry_count_check CHECK ((retry_count >= 0)),
-    CONSTRAINT email_queue_status_check CHECK ((status = ANY (ARRAY['unrendered'::text, 'pending'::text, 'assigned'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text]))),
+    CONSTRAINT email_queue_sent_at_check CHECK (((status = ANY (ARRAY['sent'::text, 'bounced'::text])) = (sent_at IS NOT NULL))),
+    CONSTRAINT email_queue_status_check CHECK ((status = ANY (ARRAY['unrendered'::text, 'pending'::text, 'assigned'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text, 'bounced'::text]))),
     CONSTRAINT email_queue_unrendered_has_template CHECK (((status <> 'unrendered'::text) OR (template IS NOT NULL)))
 );
 
@@ -374,6 +374,7 @@ BEGIN
          OR (OLD.status = 'assigned'   AND NEW.status IN ('pending', 'sent', 'failed', 'suppressed'))
          OR (OLD.status = 'failed'     AND NEW.status IN ('pending', 'cancelled'))
          OR (OLD.status = 'suppressed' AND NEW.status IN ('pending', 'cancelled'))
+         OR (OLD.status = 'sent'       AND NEW.status = 'bounced')
         ) THEN
             RAISE EXCEPTION 'email % cannot move from % to %', OLD.id, OLD.status, NEW.status
                 USING ERRCODE = 'check_violation';
@@ -1020,14 +1021,16 @@ BEGIN
                      WHEN 'sent' THEN 'sent'
                      WHEN 'failed' THEN CASE WHEN NEW.error_details ->> 'outcome' = 'bounced'
                                              THEN 'bounced' ELSE 'failed' END
+                     WHEN 'bounced' THEN 'bounced'
                      WHEN 'suppressed' THEN 'suppressed'
                      WHEN 'cancelled' THEN 'cancelled'
                      ELSE 'queued'  -- pending again: retried by an operator
                  END,
-        finished_at = CASE WHEN NEW.status IN ('sent', 'failed', 'suppressed', 'cancelled')
+        finished_at = CASE WHEN NEW.status IN ('sent', 'failed', 'suppressed', 'cancelled', 'bounced')
                            THEN coalesce(NEW.finished_at, now()) END,
         error_message = CASE NEW.status
                             WHEN 'failed' THEN NEW.last_error
+                            WHEN 'bounced' THEN NEW.last_error
                             WHEN 'suppressed' THEN NEW.suppression_reason
                             WHEN 'cancelled' THEN 'the reminder email was cancelled'
                         END
@@ -1601,6 +1604,42 @@ ALTER TABLE mailroom.audit_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY 
 );
 
 --
+-- Name: bounce_events; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.bounce_events (
+    id bigint NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    email_id bigint,
+    recipient text NOT NULL,
+    kind text NOT NULL,
+    status text,
+    action text,
+    diagnostic text,
+    source text NOT NULL,
+    source_message_id text,
+    raw_size integer NOT NULL,
+    dedupe_key text NOT NULL,
+    CONSTRAINT bounce_events_kind_check CHECK ((kind = ANY (ARRAY['hard'::text, 'soft'::text, 'complaint'::text]))),
+    CONSTRAINT bounce_events_raw_size_check CHECK ((raw_size >= 0)),
+    CONSTRAINT bounce_events_recipient_check CHECK ((recipient = lower(recipient))),
+    CONSTRAINT bounce_events_source_check CHECK ((source = ANY (ARRAY['dsn'::text, 'arf'::text, 'plain'::text])))
+);
+
+--
+-- Name: bounce_events_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.bounce_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.bounce_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: bounce_list; Type: TABLE; Schema: mailroom; Owner: -
 --
 
@@ -1619,6 +1658,34 @@ CREATE TABLE mailroom.bounce_list (
     CONSTRAINT bounce_list_bounce_type_check CHECK ((bounce_type = ANY (ARRAY['hard'::text, 'soft'::text, 'complaint'::text]))),
     CONSTRAINT bounce_list_check CHECK ((last_bounced_at >= first_bounced_at)),
     CONSTRAINT bounce_list_email_check CHECK ((email = lower(email)))
+);
+
+--
+-- Name: bounce_quarantine; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.bounce_quarantine (
+    id bigint NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    reason text NOT NULL,
+    envelope_recipient text,
+    raw bytea NOT NULL,
+    raw_size integer NOT NULL,
+    digest bytea NOT NULL,
+    CONSTRAINT bounce_quarantine_raw_size_check CHECK ((raw_size >= 0))
+);
+
+--
+-- Name: bounce_quarantine_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.bounce_quarantine ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.bounce_quarantine_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 --
@@ -2386,11 +2453,39 @@ ALTER TABLE ONLY mailroom.audit_log
     ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
 
 --
+-- Name: bounce_events bounce_events_dedupe_key_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.bounce_events
+    ADD CONSTRAINT bounce_events_dedupe_key_key UNIQUE (dedupe_key);
+
+--
+-- Name: bounce_events bounce_events_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.bounce_events
+    ADD CONSTRAINT bounce_events_pkey PRIMARY KEY (id);
+
+--
 -- Name: bounce_list bounce_list_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
 --
 
 ALTER TABLE ONLY mailroom.bounce_list
     ADD CONSTRAINT bounce_list_pkey PRIMARY KEY (email);
+
+--
+-- Name: bounce_quarantine bounce_quarantine_digest_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.bounce_quarantine
+    ADD CONSTRAINT bounce_quarantine_digest_key UNIQUE (digest);
+
+--
+-- Name: bounce_quarantine bounce_quarantine_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.bounce_quarantine
+    ADD CONSTRAINT bounce_quarantine_pkey PRIMARY KEY (id);
 
 --
 -- Name: checksum_verifications checksum_verifications_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
@@ -2679,6 +2774,18 @@ CREATE UNIQUE INDEX archived_emails_unsubscribe_token_idx ON mailroom.archived_e
 --
 
 CREATE INDEX audit_log_at_idx ON mailroom.audit_log USING btree (at DESC);
+
+--
+-- Name: bounce_events_email_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX bounce_events_email_idx ON mailroom.bounce_events USING btree (email_id);
+
+--
+-- Name: bounce_events_received_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX bounce_events_received_idx ON mailroom.bounce_events USING brin (received_at);
 
 --
 -- Name: claims_expires_idx; Type: INDEX; Schema: mailroom; Owner: -
@@ -3095,10 +3202,22 @@ CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON mailroom.audit_log FOR E
 CREATE TRIGGER audit_log_notify AFTER INSERT ON mailroom.audit_log FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
 --
+-- Name: bounce_events bounce_events_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER bounce_events_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.bounce_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
 -- Name: bounce_list bounce_list_notify; Type: TRIGGER; Schema: mailroom; Owner: -
 --
 
 CREATE TRIGGER bounce_list_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.bounce_list FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: bounce_quarantine bounce_quarantine_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER bounce_quarantine_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.bounce_quarantine FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
 --
 -- Name: click_events click_events_notify; Type: TRIGGER; Schema: mailroom; Owner: -

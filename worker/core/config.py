@@ -130,6 +130,8 @@ class Settings:
     birthday_local_time: str = "09:00"
     # where activation and recovery links point (your application); None: base_url
     lifecycle_base_url: str | None = None
+    # the domain of VERP return paths (bounces+<token>@domain) whose DSNs `mailroom bounces` reads
+    bounce_domain: str | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -184,4 +186,5 @@ class Settings:
             token_ttl_seconds=_float("MAILROOM_TOKEN_TTL_SECONDS", 900.0, minimum=1.0),
             birthday_local_time=os.environ.get("MAILROOM_BIRTHDAY_LOCAL_TIME", "09:00"),
             lifecycle_base_url=(os.environ.get("MAILROOM_LIFECYCLE_BASE_URL") or "").rstrip("/") or None,
+            bounce_domain=(os.environ.get("MAILROOM_BOUNCE_DOMAIN") or "").strip().lower() or None,
         )

@@ -1,0 +1,1 @@
+"""Tests of the bounce intake: return paths, DSN and ARF parsing, effects, the receiver."""

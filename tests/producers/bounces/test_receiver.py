@@ -1,0 +1,186 @@
+"""The bounce receiver over real SMTP on 127.0.0.1: bounce domains only, size and rate limits, never down."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiosmtplib
+import psycopg
+import pytest
+
+from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_KEY, load, names, readdress, sent_email
+from tests.worker.helpers import add_sender, run_until_drained
+from worker.core.config import Settings
+from worker.core.outbox import EmailRequest, enqueue
+from worker.core.return_path import return_path
+from worker.devtools.sink import RunningSink
+from worker.engine.queue_sql import CLAIM
+from worker.producers.bounces.receiver import BounceHandler, BounceServer, RateLimiter, database_processor
+
+UNKNOWN = "no-such-user@mta.example.net"
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+ReceiverFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def receiver(db_url: str) -> AsyncIterator[ReceiverFactory]:
+    """Start receivers on free ports (database, limits and clock per test); all closed at the end."""
+    servers: list[BounceServer] = []
+
+    async def start(
+        *,
+        url: str | None = None,
+        max_bytes: int = 1024 * 1024,
+        per_minute: float = 600,
+        burst: int = 100,
+        clock: Clock | None = None,
+    ) -> BounceServer:
+        limiter = RateLimiter(per_minute, burst, clock or Clock())
+        handler = BounceHandler(
+            database_processor(url or db_url, FIXTURE_KEY), frozenset({BOUNCE_DOMAIN}), limiter
+        )
+        server = BounceServer(handler, "127.0.0.1", 0, max_bytes=max_bytes)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+async def _send(port: int, raw: bytes, to: str, sender: str = "") -> tuple[int, str]:
+    """Send one message; the server's reply to the end of DATA (or the refusal before it)."""
+    async with aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10) as client:
+        try:
+            _refused, reply = await client.sendmail(sender, [to], raw)
+        except aiosmtplib.SMTPRecipientsRefused as exc:
+            return exc.recipients[0].code, exc.recipients[0].message
+        except aiosmtplib.SMTPResponseException as exc:
+            return exc.code, exc.message
+        return 250, reply
+
+
+async def test_a_dsn_sent_to_the_return_path_bounces_the_email_and_later_email_is_suppressed_at_claim(
+    db_url: str, receiver: ReceiverFactory
+) -> None:
+    server = await receiver()
+    email = sent_email(db_url, UNKNOWN)
+    to = return_path(email["id"], UNKNOWN, BOUNCE_DOMAIN, "bounces", FIXTURE_KEY)
+    raw = readdress(load("postfix-unknown-user.eml"), email["id"], UNKNOWN, FIXTURE_KEY)
+    assert await _send(server.port, raw, to) == (250, "2.0.0 recorded")
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute(
+            "SELECT status FROM mailroom.email_queue WHERE id = %s", (email["id"],)
+        ).fetchone() == ("bounced",)
+        next_id = enqueue(conn, EmailRequest(to=UNKNOWN, subject="Again", text="Hi"), settings=Settings())
+        conn.commit()
+        claimed = conn.execute(
+            CLAIM,
+            {
+                "limit": 10,
+                "lifetime": 86400.0,
+                "expired": "expired",
+                "owner": "t",
+                "token": "00000000-0000-0000-0000-000000000001",
+                "lease": 60.0,
+                "sender": None,
+            },
+        ).fetchall()
+    assert [(row[0], row[1], row[-1]) for row in claimed] == [
+        (next_id, "suppressed", "on the bounce list (hard)")
+    ]
+
+
+async def test_mail_for_any_other_domain_is_refused_as_relaying(receiver: ReceiverFactory) -> None:
+    server = await receiver()
+    code, message = await _send(server.port, b"Subject: x\n\nhello\n", "someone@example.com")
+    assert code == 550 and "5.7.1" in message
+    code, _ = await _send(server.port, b"Subject: x\n\nhello\n", "bounces@bounces.example.evil.test")
+    assert code == 550
+    assert server.handler.received == 0
+
+
+async def test_a_message_over_the_size_limit_is_refused(receiver: ReceiverFactory) -> None:
+    server = await receiver(max_bytes=2000)
+    code, _ = await _send(server.port, b"Subject: x\n\n" + b"a" * 5000 + b"\n", f"bounces@{BOUNCE_DOMAIN}")
+    assert code == 552
+    assert server.handler.received == 0
+
+
+async def test_a_client_over_its_rate_is_told_to_come_back_later(receiver: ReceiverFactory) -> None:
+    clock = Clock()
+    server = await receiver(per_minute=6, burst=2, clock=clock)
+    to = f"bounces@{BOUNCE_DOMAIN}"
+    assert [(await _send(server.port, b"Subject: x\n\nhi\n", to))[0] for _ in range(3)] == [250, 250, 450]
+    clock.now += 10.0  # one token back at six a minute
+    assert (await _send(server.port, b"Subject: y\n\nhi\n", to))[0] == 250
+
+
+async def test_a_database_outage_answers_451_and_the_server_keeps_serving(
+    db_url: str, receiver: ReceiverFactory
+) -> None:
+    down = await receiver(url="postgresql://127.0.0.1:1/nothing")
+    code, message = await _send(down.port, b"Subject: x\n\nhi\n", f"bounces@{BOUNCE_DOMAIN}")
+    assert code == 451 and "4.3.0" in message
+    code, _ = await _send(down.port, b"Subject: x\n\nhi\n", f"bounces@{BOUNCE_DOMAIN}")
+    assert code == 451
+
+
+async def test_mutated_reports_and_junk_never_stop_the_receiver(
+    db_url: str, receiver: ReceiverFactory
+) -> None:
+    server = await receiver()
+    email = sent_email(db_url, UNKNOWN)
+    rng = random.Random(18)
+    corpus = [readdress(load(name), email["id"], UNKNOWN, FIXTURE_KEY) for name in names()]
+    for _ in range(25):
+        data = bytearray(rng.choice(corpus))
+        for _ in range(rng.randint(1, 6)):
+            at = rng.randrange(len(data))
+            data[at : at + rng.randint(0, 50)] = bytes(rng.randrange(256) for _ in range(rng.randint(0, 20)))
+        code, _ = await _send(server.port, bytes(data), f"bounces@{BOUNCE_DOMAIN}")
+        assert code == 250
+    assert server.handler.received == 25
+    code, _ = await _send(
+        server.port,
+        readdress(load("postfix-unknown-user.eml"), email["id"], UNKNOWN, FIXTURE_KEY),
+        f"bounces@{BOUNCE_DOMAIN}",
+    )
+    assert code == 250
+
+
+async def test_a_delivered_email_that_bounces_later_is_bounced_and_the_next_email_to_it_suppressed(
+    db_url: str, settings: Settings, smtp_sink: RunningSink, receiver: ReceiverFactory
+) -> None:
+    server = await receiver()
+    add_sender(db_url, smtp_sink.port)
+    with psycopg.connect(db_url) as conn:
+        first = enqueue(conn, EmailRequest(to=UNKNOWN, subject="Welcome", text="Hi"), settings=settings)
+    assert await run_until_drained(db_url, settings) == 1
+    (delivered,) = smtp_sink.messages
+    # The relay accepted it; later its DSN comes back naming the Message-ID the worker put on the wire.
+    dsn = re.sub(rb"bounces\+[0-9a-z-]+@", b"bounces@", load("postfix-unknown-user.eml"))
+    dsn = dsn.replace(b"<1.5f3c2a1b0c9d8@example.org>", str(delivered.message["Message-ID"]).encode())
+    assert await _send(server.port, dsn, f"bounces@{BOUNCE_DOMAIN}") == (250, "2.0.0 recorded")
+    with psycopg.connect(db_url) as conn:
+        second = enqueue(conn, EmailRequest(to=UNKNOWN, subject="Again", text="Hi"), settings=settings)
+    assert await run_until_drained(db_url, settings) == 0
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT id, status FROM mailroom.email_queue ORDER BY id").fetchall()
+    assert rows == [(first, "bounced"), (second, "suppressed")]
+    assert len(smtp_sink.messages) == 1

@@ -1,0 +1,276 @@
+"""`mailroom bounces ingest|receive|quarantine`: take in DSNs and complaints sent to VERP return paths."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from datetime import UTC
+from typing import Any
+
+from worker.core.config import ConfigError, Settings
+from worker.core.masking import mask_address
+
+EX_TEMPFAIL = 75  # sysexits.h: Postfix, Exim and Sendmail keep the message and retry the pipe later
+
+INGEST = """\
+Process one message -- a delivery status notification (RFC 3464), a complaint (RFC 5965 ARF) or
+a plain-text bounce -- read from FILE, or from standard input when FILE is - or missing, as an MTA
+pipe delivers it. The email is found by the VERP token of the address the report was sent to
+(--envelope-recipient, else $ORIGINAL_RECIPIENT or $RECIPIENT as Postfix's local and pipe
+delivery set them, else X-Original-To, Delivered-To and To) or by the original's Message-ID. A
+permanent failure turns the email `bounced` and puts the address on the bounce list (hard); a
+transient one records a soft bounce; a complaint suppresses the address at once and notifies the
+console. A report that cannot be read or trusted (a forged token, no known email) is kept in the
+quarantine: `mailroom bounces quarantine`. The same report again changes nothing.
+
+Exit status: 0 the message was recorded, recognised as seen before, ignored (a success report) or
+quarantined -- so an MTA never bounces a bounce; 2 bad usage (no such FILE); 75 (EX_TEMPFAIL) the
+database cannot be reached or refused the message: the MTA keeps it and tries again.
+
+Examples:
+  mailroom bounces ingest dsn.eml
+  mailroom bounces ingest --envelope-recipient 'bounces+1a-abcdefgh-abcdefghijklmnop@bounces.example.org' - < dsn.eml
+  # /etc/aliases on the MX of the bounce domain (with recipient_delimiter = +):
+  bounces: "|/usr/local/bin/mailroom bounces ingest"
+"""
+
+RECEIVE = """\
+Run an SMTP server that takes bounces and complaints for the bounce domain(s) -- point the bounce
+domain's MX record at it (port 25, or a port your MTA forwards to). Mail for any other domain is
+refused (550 5.7.1 relay denied): it is never an open relay. Messages larger than --max-bytes are
+refused (advertised with SIZE); a client sending more than --rate messages a minute (bursts of
+--burst) is told to try later (450). Each message is processed like `bounces ingest` and answered
+250 once recorded or quarantined, 451 when the database cannot take it (the sender retries). It
+runs until interrupted (Ctrl-C, SIGTERM).
+
+The domains are --domain (repeatable), else MAILROOM_BOUNCE_DOMAIN. Return paths are checked with
+MAILROOM_SECRET_KEY: run the receiver with the same key as the workers.
+
+Exit status: 0 stopped; 2 bad usage (no bounce domain, bad --listen, address in use).
+
+Examples:
+  MAILROOM_BOUNCE_DOMAIN=bounces.example.org mailroom bounces receive --listen 0.0.0.0:25
+  mailroom bounces receive --listen 127.0.0.1:2526 --domain bounces.example.org --max-bytes 5000000
+"""
+
+QUARANTINE = """\
+List the messages the bounce intake kept because it could not read them or could not trust them
+(no valid return-path token, no email of Mailroom named, a forged token), newest first: id, when
+(UTC), size, the envelope recipient (masked) and why. Each is stored once, its first 256 KiB kept.
+--show ID writes the kept bytes of one message to standard output.
+
+Exit status: 0 listed; 1 --show names no quarantined message.
+
+Examples:
+  mailroom bounces quarantine
+  mailroom bounces quarantine --json | jq '.[].reason'
+  mailroom bounces quarantine --show 12 > message.eml
+"""
+
+
+def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    """Process one message from a file or standard input."""
+    import psycopg
+
+    from worker.core.db import checked_url
+    from worker.core.return_path import bounce_key
+    from worker.producers.bounces.intake import ingest, keep_in_quarantine
+
+    raw = _read(args.file, args.max_bytes)
+    envelope = args.envelope_recipient or os.environ.get("ORIGINAL_RECIPIENT") or os.environ.get("RECIPIENT")
+    recipients = [envelope] if envelope else []
+    key = bounce_key(settings)
+    try:
+        with psycopg.connect(checked_url(settings), autocommit=True) as conn:
+            if len(raw) > args.max_bytes:
+                reason = f"larger than --max-bytes {args.max_bytes}"
+                outcome = keep_in_quarantine(conn, raw, reason, recipients)
+            else:
+                outcome = ingest(conn, raw, key, recipients)
+    except psycopg.Error as exc:
+        print(f"error: message not stored, try again later: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return EX_TEMPFAIL
+    print(f"bounces: {outcome.verdict}: {outcome.detail}")
+    return 0
+
+
+def _read(path: str, max_bytes: int) -> bytes:
+    """The message, at most `max_bytes` + 1 (a longer one is quarantined cut, never read whole)."""
+    if path == "-":
+        return sys.stdin.buffer.read(max_bytes + 1)
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    if not colon or not host.strip("[]") or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 0.0.0.0:25, not {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def cmd_receive(args: argparse.Namespace, settings: Settings) -> int:
+    """Serve until interrupted."""
+    from worker.core.db import checked_url
+    from worker.core.return_path import bounce_key
+    from worker.producers.bounces.receiver import (
+        BounceHandler,
+        BounceServer,
+        RateLimiter,
+        database_processor,
+    )
+
+    domains = frozenset(
+        d.strip().lower().rstrip(".") for d in (args.domain or [settings.bounce_domain or ""])
+    )
+    domains = frozenset(d for d in domains if d)
+    if not domains:
+        raise ConfigError("no bounce domain: set MAILROOM_BOUNCE_DOMAIN or pass --domain")
+    host, port = args.listen
+    handler = BounceHandler(
+        database_processor(checked_url(settings), bounce_key(settings)),
+        domains,
+        RateLimiter(args.rate, args.burst),
+    )
+    server = BounceServer(handler, host, port, max_bytes=args.max_bytes)
+
+    async def serve() -> None:
+        bound = await server.start()
+        print(f"bounces: receiving for {', '.join(sorted(domains))} on {host}:{bound}", flush=True)
+        stop = asyncio.Event()
+        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows: Ctrl-C only
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await server.close()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
+    return 0
+
+
+def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
+    """List the quarantine, or write one message's bytes."""
+    from worker.core.db import checked_url, connect
+    from worker.producers.bounces.quarantine import list_quarantine, quarantined_message
+
+    with connect(checked_url(settings)) as conn:
+        if args.show is not None:
+            raw = quarantined_message(conn, args.show)
+            if raw is None:
+                print(f"no quarantined message {args.show}", file=sys.stderr)
+                return 1
+            sys.stdout.buffer.write(raw)
+            return 0
+        rows = list_quarantine(conn, args.limit)
+    items = [
+        {
+            "id": r["id"],
+            "received_at": r["received_at"].astimezone(UTC).isoformat(),
+            "size": r["raw_size"],
+            "kept": r["kept"],
+            "envelope_recipient": mask_address(r["envelope_recipient"]) if r["envelope_recipient"] else None,
+            "reason": r["reason"],
+        }
+        for r in rows
+    ]
+    if args.json:
+        print(json.dumps(items, indent=2))
+        return 0
+    if not items:
+        print("the bounce quarantine is empty")
+    for item in items:
+        print(
+            f"{item['id']:>6}  {item['received_at'][:19].replace('T', ' ')}  {item['size']:>8} B  "
+            f"{item['envelope_recipient'] or '-'}  {item['reason']}"
+        )
+    return 0
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `mailroom bounces ingest|receive|quarantine`."""
+    parser = sub.add_parser(
+        "bounces",
+        help="take in bounces and complaints sent to VERP return paths",
+        description="Take in delivery status notifications and complaints: from an MTA pipe or a file "
+        "(ingest), as an SMTP server for the bounce domain (receive); list what could not be used (quarantine).",
+    )
+    actions = parser.add_subparsers(dest="bounces_command", required=True, metavar="ACTION")
+    _add_ingest(actions)
+    _add_receive(actions)
+    _add_quarantine(actions)
+
+
+_RAW = argparse.RawDescriptionHelpFormatter
+_TEN_MIB = 10 * 1024 * 1024
+
+
+def _add_ingest(actions: argparse._SubParsersAction[Any]) -> None:
+    ingest = actions.add_parser(
+        "ingest",
+        help="process one message from a file or an MTA pipe",
+        description=INGEST,
+        formatter_class=_RAW,
+    )
+    ingest.add_argument(
+        "file", nargs="?", default="-", metavar="FILE", help="the message (default -: standard input)"
+    )
+    ingest.add_argument("--envelope-recipient", metavar="ADDRESS", help="the address the MTA delivered it to")
+    ingest.add_argument(
+        "--max-bytes",
+        type=_positive,
+        default=_TEN_MIB,
+        metavar="N",
+        help="read at most N bytes (default 10 MiB)",
+    )
+    ingest.set_defaults(handler=cmd_ingest)
+
+
+def _add_receive(actions: argparse._SubParsersAction[Any]) -> None:
+    receive = actions.add_parser(
+        "receive", help="run the SMTP server for the bounce domain", description=RECEIVE, formatter_class=_RAW
+    )
+    receive.add_argument(
+        "--listen", type=_listen, required=True, metavar="HOST:PORT", help="address to listen on"
+    )
+    receive.add_argument("--domain", action="append", metavar="DOMAIN", help="a bounce domain (repeatable)")
+    receive.add_argument(
+        "--max-bytes", type=_positive, default=_TEN_MIB, metavar="N", help="largest message (default 10 MiB)"
+    )
+    receive.add_argument(
+        "--rate", type=_positive, default=60, metavar="N", help="messages a minute per client (default 60)"
+    )
+    receive.add_argument(
+        "--burst", type=_positive, default=20, metavar="N", help="messages at once per client (default 20)"
+    )
+    receive.set_defaults(handler=cmd_receive)
+
+
+def _add_quarantine(actions: argparse._SubParsersAction[Any]) -> None:
+    quarantine = actions.add_parser(
+        "quarantine",
+        help="list the messages that could not be used",
+        description=QUARANTINE,
+        formatter_class=_RAW,
+    )
+    quarantine.add_argument(
+        "--limit", type=_positive, default=50, metavar="N", help="show at most N (default 50)"
+    )
+    quarantine.add_argument("--show", type=_positive, metavar="ID", help="write the kept bytes of message ID")
+    quarantine.add_argument("--json", action="store_true", help="machine-readable output")
+    quarantine.set_defaults(handler=cmd_quarantine)

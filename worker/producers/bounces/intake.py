@@ -1,0 +1,195 @@
+"""One incoming message, from any source: parse it, find the email it is about, apply it or quarantine it.
+
+The email is named by the VERP token of an address the report was sent to (the envelope recipient,
+X-Original-To, Delivered-To, To) or of the returned original's Return-Path; failing that, by the
+original's Message-ID (`<id.stamp@domain>`, checked against the one the email recorded). A report
+carrying a return path whose token is not authentic is quarantined, never matched another way.
+A recipient is only ever one of the email's own addresses, or the one its token's hash names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import psycopg
+from psycopg.rows import dict_row
+
+from worker.core.return_path import looks_like_return_path, parse_return_path, recipient_hash
+from worker.producers.bounces.effects import Applied, EmailRef, apply_report, quarantine
+from worker.producers.bounces.parse import Report, Unparseable, parse_report
+
+log = logging.getLogger(__name__)
+
+Verdict = Literal["recorded", "duplicate", "ignored", "quarantined"]
+
+EMAIL = """
+SELECT id, created_at, message_id, recipient_email, to_extra, cc, bcc, sender_account_id, campaign_id
+FROM mailroom.email_queue WHERE id = %s
+FOR UPDATE
+"""
+
+_OUR_MESSAGE_ID = re.compile(r"^<(\d{1,19})\.([0-9a-f]{1,16})@[^<>\s]+>$")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one message."""
+
+    verdict: Verdict
+    detail: str
+    applied: tuple[Applied, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Identity:
+    email_id: int
+    recipient_hash: str | None
+    row: dict[str, Any] | None
+
+
+def ingest(
+    conn: psycopg.Connection[Any],
+    raw: bytes,
+    key: bytes,
+    envelope_recipients: Sequence[str] = (),
+) -> Outcome:
+    """Process one message in one transaction of its own: recorded, duplicate, ignored or quarantined."""
+    envelope = envelope_recipients[0] if envelope_recipients else None
+    with conn.transaction():
+        parsed = parse_report(raw, envelope_recipients)
+        if isinstance(parsed, Unparseable):
+            return _quarantine(conn, raw, parsed.reason, envelope)
+        if all(r.kind is None for r in parsed.recipients):
+            detail = f"{parsed.source} report with nothing to act on ({parsed.feedback_type or 'success'})"
+            log.info("bounce: %s", detail)
+            return Outcome("ignored", detail)
+        identity = _identify(conn, parsed, key)
+        if isinstance(identity, str):
+            return _quarantine(conn, raw, identity, envelope)
+        return _apply(conn, raw, parsed, identity, key, envelope)
+
+
+def keep_in_quarantine(
+    conn: psycopg.Connection[Any], raw: bytes, reason: str, envelope_recipients: Sequence[str] = ()
+) -> Outcome:
+    """Quarantine a message without reading it (too large, say), in a transaction of its own."""
+    with conn.transaction():
+        return _quarantine(conn, raw, reason, envelope_recipients[0] if envelope_recipients else None)
+
+
+def _quarantine(conn: psycopg.Connection[Any], raw: bytes, reason: str, envelope: str | None) -> Outcome:
+    quarantine(conn, raw, reason, envelope)
+    return Outcome("quarantined", reason)
+
+
+def _identify(conn: psycopg.Connection[Any], report: Report, key: bytes) -> _Identity | str:
+    """The email the report names, or why none can be trusted."""
+    forged = False
+    for address in report.addressed_to:
+        token = parse_return_path(address, key)
+        if token is not None:
+            return _Identity(token[0], token[1], _email(conn, token[0]))
+        forged = forged or looks_like_return_path(address)
+    if forged:
+        return "return path token is not authentic"
+    for message_id in report.original_message_ids:
+        match = _OUR_MESSAGE_ID.match(message_id.lower())
+        if match is None:
+            continue
+        row = _email(conn, int(match.group(1)))
+        if row is not None and _sent_as(row, message_id, int(match.group(2), 16)):
+            return _Identity(row["id"], None, row)
+    return "names no email sent by Mailroom (no return-path token, no known Message-ID)"
+
+
+def _email(conn: psycopg.Connection[Any], email_id: int) -> dict[str, Any] | None:
+    if email_id > 2**63 - 1:
+        return None
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(EMAIL, (email_id,)).fetchone()
+
+
+def _sent_as(row: dict[str, Any], message_id: str, stamp: int) -> bool:
+    """Whether the email went out with this Message-ID: the one it recorded, else `message_id_for`'s stamp."""
+    if row["message_id"]:
+        return str(row["message_id"]).lower() == message_id.lower()
+    created_at: datetime = row["created_at"]
+    return int(created_at.timestamp() * 1_000_000) == stamp
+
+
+def _addresses(row: dict[str, Any] | None) -> list[str]:
+    if row is None:
+        return []
+    extra = [*(row["to_extra"] or []), *(row["cc"] or []), *(row["bcc"] or [])]
+    return list(dict.fromkeys(a.lower() for a in [row["recipient_email"], *extra]))
+
+
+def _recipient(
+    named: str | None, identity: _Identity, addresses: list[str], key: bytes, *, alone: bool
+) -> str | None:
+    """The address a recipient report is about, only if it is one this email was sent to."""
+    rh = identity.recipient_hash
+    if named is not None and (named in addresses or (rh is not None and recipient_hash(named, key) == rh)):
+        return named
+    if rh is not None and (named is None or alone):
+        # A feedback loop redacted the address, or forwarding rewrote it in the only report of a
+        # return path made for one recipient: the token still says whom.
+        return next((a for a in addresses if recipient_hash(a, key) == rh), None)
+    if named is None and len(addresses) == 1:
+        return addresses[0]
+    return None
+
+
+def _apply(
+    conn: psycopg.Connection[Any],
+    raw: bytes,
+    report: Report,
+    identity: _Identity,
+    key: bytes,
+    envelope: str | None,
+) -> Outcome:
+    row = identity.row
+    email = EmailRef(
+        identity.email_id,
+        row["sender_account_id"] if row else None,
+        row["campaign_id"] if row else None,
+    )
+    addresses = _addresses(row)
+    source_id = report.message_id or hashlib.sha256(raw).hexdigest()
+    applied: list[Applied] = []
+    actionable = [r for r in report.recipients if r.kind is not None]
+    for recipient_report in actionable:
+        recipient = _recipient(
+            recipient_report.recipient, identity, addresses, key, alone=len(actionable) == 1
+        )
+        if recipient is None:
+            continue
+        applied.append(
+            apply_report(
+                conn,
+                email,
+                recipient,
+                recipient_report,
+                source=report.source,
+                source_id=source_id,
+                source_message_id=report.message_id,
+                raw_size=len(raw),
+            )
+        )
+    if not applied:
+        return _quarantine(conn, raw, f"reports no recipient of email {identity.email_id}", envelope)
+    new = tuple(a for a in applied if a.new)
+    if not new:
+        return Outcome(
+            "duplicate", f"{report.source} report for email {identity.email_id} seen before", tuple(applied)
+        )
+    kinds = ", ".join(f"{a.kind}" for a in new)
+    return Outcome(
+        "recorded", f"{report.source} report for email {identity.email_id}: {kinds}", tuple(applied)
+    )

@@ -1,0 +1,166 @@
+"""The bounce receiver: an SMTP server (aiosmtpd) for the bounce domains only, feeding `intake.ingest`.
+
+Never an open relay: RCPT to any other domain is refused `550 5.7.1`. SIZE is advertised and
+enforced; each client address gets a token bucket of messages; a message is answered 250 once it
+is recorded or quarantined, and 451 (try again later) when the database cannot take it, so the
+sending MTA keeps it. No input and no failure of the database stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from worker.core.masking import mask_address, mask_addresses
+from worker.producers.bounces.intake import Outcome
+
+log = logging.getLogger(__name__)
+
+Processor = Callable[[bytes, list[str]], Outcome]
+
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+MAX_RECIPIENTS = 20  # a DSN has one envelope recipient; more is somebody probing
+
+
+class RateLimiter:
+    """A token bucket per client: `per_minute` messages a minute, up to `burst` at once."""
+
+    def __init__(self, per_minute: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = per_minute / 60.0
+        self.burst = float(burst)
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def allow(self, client: str) -> bool:
+        """Take one token for `client`; False when its bucket is empty."""
+        now = self.clock()
+        tokens, last = self._buckets.get(client, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if len(self._buckets) > 10_000:
+            self._buckets.clear()  # bounded memory whatever the number of clients
+        if tokens < 1.0:
+            self._buckets[client] = (tokens, now)
+            return False
+        self._buckets[client] = (tokens - 1.0, now)
+        return True
+
+
+@dataclass
+class BounceHandler:
+    """aiosmtpd hooks: refuse other domains and floods, hand each message to `process` off the loop."""
+
+    process: Processor
+    domains: frozenset[str]
+    limiter: RateLimiter
+    received: int = 0
+    outcomes: list[str] = field(default_factory=list)
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list[str]
+    ) -> str:
+        """Refuse a client over its rate (450: its MTA tries later), else take the sender."""
+        client = str(session.peer[0]) if isinstance(session.peer, tuple) else str(session.peer)
+        if not self.limiter.allow(client):
+            log.warning("bounce receiver: %s over its rate limit", client)
+            return "450 4.7.1 Too many messages, try again later"
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options: list[str]
+    ) -> str:
+        """Accept recipients on the bounce domains only."""
+        local, at, domain = address.rpartition("@")
+        if not at or not local:
+            return "553 5.1.3 Bad recipient address syntax"
+        if domain.lower().rstrip(".") not in self.domains:
+            log.info("bounce receiver: refused relay to %s", mask_address(address))
+            return "550 5.7.1 Relay denied"
+        if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
+            return "452 4.5.3 Too many recipients"
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        """Process the message; 451 if it could not be stored, so the sender keeps it."""
+        raw = envelope.original_content or b""
+        if isinstance(envelope.content, bytes) and not raw:
+            raw = envelope.content
+        recipients = [str(r) for r in envelope.rcpt_tos]
+        try:
+            outcome = await asyncio.to_thread(self.process, bytes(raw), recipients)
+        except Exception:  # a database outage or a bug: the sending MTA retries later
+            log.exception("bounce receiver: message to %s not stored", mask_addresses(recipients))
+            return "451 4.3.0 Temporary failure, try again later"
+        self.received += 1
+        self.outcomes.append(outcome.verdict)
+        del self.outcomes[:-100]
+        return f"250 2.0.0 {outcome.verdict}"
+
+
+class BounceServer:
+    """A listening bounce receiver on the current event loop."""
+
+    def __init__(
+        self, handler: BounceHandler, host: str, port: int, *, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.max_bytes = max_bytes
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> int:
+        """Listen and return the bound port (port 0 picks a free one)."""
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> Any:
+            return SMTP(
+                self.handler,
+                data_size_limit=self.max_bytes,
+                ident="Mailroom bounce receiver",
+                timeout=60,
+                command_call_limit=100,
+                loop=loop,
+            )
+
+        # aiosmtpd logs every envelope address unmasked at INFO: keep only its warnings.
+        logging.getLogger("mail.log").setLevel(logging.WARNING)
+        self._server = await loop.create_server(protocol, host=self.host, port=self.port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        log.info(
+            "bounce receiver on %s:%d for %s, messages up to %d bytes",
+            self.host,
+            self.port,
+            ", ".join(sorted(self.handler.domains)),
+            self.max_bytes,
+        )
+        return self.port
+
+    async def close(self) -> None:
+        """Stop listening."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+
+def database_processor(url: str, key: bytes) -> Processor:
+    """Process each message on a connection of its own (bounces are few; a restart of PostgreSQL is harmless)."""
+    import psycopg
+
+    from worker.producers.bounces.intake import ingest
+
+    def process(raw: bytes, recipients: list[str]) -> Outcome:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            return ingest(conn, raw, key, recipients)
+
+    return process
