@@ -459,9 +459,9 @@ BEGIN
            CASE WHEN status = 'sent' AND NOT transactional THEN unsubscribe_token END,
            track_opens, track_clicks, status, coalesce(finished_at, sent_at),
            regexp_replace(last_error, '[A-Za-z0-9.!#$%&''*+/=?^_`{|}~-]+@', '***@', 'g'),
-           coalesce(error_details ->> 'outcome' = 'bounced', false)
+           status = 'bounced' OR coalesce(error_details ->> 'outcome' = 'bounced', false)
     FROM old_rows
-    WHERE status IN ('sent', 'failed', 'cancelled', 'suppressed')
+    WHERE status IN ('sent', 'bounced', 'failed', 'cancelled', 'suppressed')
       AND (campaign_id IS NOT NULL
            OR (status = 'sent' AND unsubscribe_token IS NOT NULL AND NOT transactional))
     ON CONFLICT DO NOTHING;
@@ -1565,9 +1565,9 @@ CREATE TABLE mailroom.archived_emails (
     finished_at timestamp with time zone,
     last_error text,
     bounced boolean DEFAULT false NOT NULL,
-    CONSTRAINT archived_emails_finished_check CHECK (((status = 'sent'::text) OR (finished_at IS NOT NULL))),
-    CONSTRAINT archived_emails_sent_check CHECK (((status = 'sent'::text) = (sent_at IS NOT NULL))),
-    CONSTRAINT archived_emails_status_check CHECK ((status = ANY (ARRAY['sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text])))
+    CONSTRAINT archived_emails_finished_check CHECK (((status = ANY (ARRAY['sent'::text, 'bounced'::text])) OR (finished_at IS NOT NULL))),
+    CONSTRAINT archived_emails_sent_check CHECK (((status = ANY (ARRAY['sent'::text, 'bounced'::text])) = (sent_at IS NOT NULL))),
+    CONSTRAINT archived_emails_status_check CHECK ((status = ANY (ARRAY['sent'::text, 'bounced'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text])))
 );
 
 --
@@ -2828,6 +2828,12 @@ CREATE INDEX click_events_occurred_at_idx ON ONLY mailroom.click_events USING bt
 --
 
 CREATE INDEX click_events_default_occurred_at_idx ON mailroom.click_events_default USING btree (occurred_at);
+
+--
+-- Name: email_queue_bounced_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX email_queue_bounced_idx ON mailroom.email_queue USING btree (sent_at) WHERE (status = 'bounced'::text);
 
 --
 -- Name: email_queue_campaign_idx; Type: INDEX; Schema: mailroom; Owner: -

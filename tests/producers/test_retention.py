@@ -24,6 +24,7 @@ from worker.ops.retention import run_maintenance
 NOW = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
 STEPS = [
     "archive_sent",
+    "archive_bounced",
     "archive_failed",
     "archive_expired",
     "archive_cancelled",

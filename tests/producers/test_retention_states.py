@@ -137,10 +137,13 @@ def test_each_final_state_is_archived_and_deleted_after_its_own_age_and_nothing_
         assert record["id"] == mail["old"][state], state
     steps = {s.name: s.rows for s in report.steps}
     assert {state: steps[f"archive_{state}"] for state in AGES} == dict.fromkeys(AGES, 1)
-    assert report.retention_summary() == {s: {"due": 1, "archived": 1, "deleted": 1} for s in AGES}
+    none = {"bounced": {"due": 0, "archived": 0, "deleted": 0}}  # no email was bounced by a DSN here
+    assert report.retention_summary() == {s: {"due": 1, "archived": 1, "deleted": 1} for s in AGES} | none
     # A second run finds nothing older than any state's age, and still leaves pending and assigned rows.
     again = maintain(db_url, aged)
-    assert again.retention_summary() == {s: {"due": 0, "archived": 0, "deleted": 0} for s in AGES}
+    assert again.retention_summary() == {
+        s: {"due": 0, "archived": 0, "deleted": 0} for s in (*AGES, "bounced")
+    }
     assert set(mail["unfinished"]) <= queue_ids(conn)
 
 
@@ -206,7 +209,8 @@ def test_dry_run_counts_every_state_and_changes_nothing(
 ) -> None:
     before = queue_ids(conn)
     report = maintain(db_url, aged, dry_run=True)
-    assert report.retention_summary() == {s: {"due": 1, "archived": 0, "deleted": 0} for s in AGES}
+    none = {"bounced": {"due": 0, "archived": 0, "deleted": 0}}
+    assert report.retention_summary() == {s: {"due": 1, "archived": 0, "deleted": 0} for s in AGES} | none
     assert queue_ids(conn) == before and not archive_directory(aged).exists()
 
 
@@ -316,3 +320,26 @@ def test_rows_archived_before_the_revision_become_sent_ones_and_the_undo_restore
     assert row == ("sent", True, None, False)
     db.downgrade(empty_db_url, "0005")
     assert dump_schema(empty_db_url) == at_0005
+
+
+def test_email_a_dsn_turned_bounced_is_archived_by_the_sent_age_and_counted_in_its_campaign(
+    conn: psycopg.Connection[Any], aged: Settings, db_url: str
+) -> None:
+    now = db_now(conn)
+    old = sent_email(conn, aged, now - timedelta(days=AGES["sent"], hours=1), to="old@example.com")
+    young = sent_email(conn, aged, now - timedelta(days=AGES["sent"] - 1), to="young@example.com")
+    conn.execute("UPDATE mailroom.email_queue SET campaign_id = 'spring' WHERE id = ANY(%s)", ([old, young],))
+    conn.execute("UPDATE mailroom.email_queue SET status = 'bounced' WHERE id = ANY(%s)", ([old, young],))
+    conn.commit()
+    with psycopg.connect(db_url, autocommit=True) as maintenance:
+        report = run_maintenance(maintenance, aged, now=now)
+    assert report.retention_summary()["bounced"] == {"due": 1, "archived": 1, "deleted": 1}
+    left = conn.execute("SELECT id FROM mailroom.email_queue ORDER BY id").fetchall()
+    assert [r["id"] for r in left] == [young]
+    [path] = archive_directory(aged).glob("emails-bounced-*.jsonl.gz")
+    records = [json.loads(line) for _, line in read_archive(path)]
+    assert [(r["id"], r["status"]) for r in records] == [(old, "bounced")]
+    archived = conn.execute(
+        "SELECT status, bounced FROM mailroom.archived_emails WHERE email_id = %s", (old,)
+    )
+    assert archived.fetchone() == {"status": "bounced", "bounced": True}

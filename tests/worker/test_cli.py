@@ -184,6 +184,7 @@ def test_stats_json_counts_every_status(
         "pending": 2,
         "assigned": 0,
         "sent": 0,
+        "bounced": 0,
         "failed": 0,
         "cancelled": 0,
         "suppressed": 0,

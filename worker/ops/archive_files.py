@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 COMPRESS_LEVEL = 6
 ARCHIVE_NAME = re.compile(
-    r"^emails-(?:(failed|expired|cancelled|suppressed)-)?(\d{4}-\d{2}-\d{2})\.jsonl\.gz$"
+    r"^emails-(?:(bounced|failed|expired|cancelled|suppressed)-)?(\d{4}-\d{2}-\d{2})\.jsonl\.gz$"
 )
 
 

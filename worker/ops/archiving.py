@@ -68,6 +68,8 @@ class FinalState:
 
 FINAL_STATES: tuple[FinalState, ...] = (
     FinalState("sent", "sent", "sent_at", "", lambda s: s.archive_after_days),
+    # Sent, then reported undeliverable by a DSN: kept as long as sent email, by the same clock.
+    FinalState("bounced", "bounced", "sent_at", "", lambda s: s.archive_after_days),
     FinalState(
         "failed",
         "failed",

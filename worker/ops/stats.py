@@ -9,7 +9,7 @@ from psycopg.rows import dict_row
 
 from worker.ops.senders import list_senders
 
-STATUSES = ("unrendered", "pending", "assigned", "sent", "failed", "cancelled", "suppressed")
+STATUSES = ("unrendered", "pending", "assigned", "sent", "bounced", "failed", "cancelled", "suppressed")
 
 COUNT_BY_STATUS = "SELECT status, count(*) AS n FROM mailroom.email_queue GROUP BY status"
 

@@ -1,5 +1,6 @@
 -- Back to archived_emails of sent email only (rows of other final states go: 0005 has no place for them).
 DROP INDEX mailroom.email_queue_cancelled_idx;
+DROP INDEX mailroom.email_queue_bounced_idx;
 CREATE OR REPLACE FUNCTION mailroom.email_queue_keep_archived() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO mailroom.archived_emails
@@ -15,6 +16,7 @@ BEGIN
     RETURN NULL;
 END;
 $$;
+UPDATE mailroom.archived_emails SET status = 'sent' WHERE status = 'bounced';
 DELETE FROM mailroom.archived_emails WHERE status <> 'sent';
 DROP INDEX mailroom.archived_emails_finished_at_idx;
 ALTER TABLE mailroom.archived_emails

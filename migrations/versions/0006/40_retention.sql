@@ -9,7 +9,7 @@
 -- status 'sent' and their sent_at as finished_at.
 ALTER TABLE mailroom.archived_emails
     ADD COLUMN status text NOT NULL DEFAULT 'sent'
-        CHECK (status IN ('sent', 'failed', 'cancelled', 'suppressed')),
+        CHECK (status IN ('sent', 'bounced', 'failed', 'cancelled', 'suppressed')),
     ADD COLUMN finished_at timestamptz,
     ADD COLUMN last_error text,
     ADD COLUMN bounced boolean NOT NULL DEFAULT false;
@@ -17,8 +17,8 @@ UPDATE mailroom.archived_emails SET finished_at = sent_at;
 -- finished_at stays nullable for writers that know only sent_at (it is then the sent row's age).
 ALTER TABLE mailroom.archived_emails
     ALTER COLUMN sent_at DROP NOT NULL,
-    ADD CONSTRAINT archived_emails_sent_check CHECK ((status = 'sent') = (sent_at IS NOT NULL)),
-    ADD CONSTRAINT archived_emails_finished_check CHECK (status = 'sent' OR finished_at IS NOT NULL);
+    ADD CONSTRAINT archived_emails_sent_check CHECK ((status IN ('sent', 'bounced')) = (sent_at IS NOT NULL)),
+    ADD CONSTRAINT archived_emails_finished_check CHECK (status IN ('sent', 'bounced') OR finished_at IS NOT NULL);
 CREATE INDEX archived_emails_finished_at_idx ON mailroom.archived_emails USING brin (finished_at);
 
 CREATE OR REPLACE FUNCTION mailroom.email_queue_keep_archived() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -32,9 +32,9 @@ BEGIN
            CASE WHEN status = 'sent' AND NOT transactional THEN unsubscribe_token END,
            track_opens, track_clicks, status, coalesce(finished_at, sent_at),
            regexp_replace(last_error, '[A-Za-z0-9.!#$%&''*+/=?^_`{|}~-]+@', '***@', 'g'),
-           coalesce(error_details ->> 'outcome' = 'bounced', false)
+           status = 'bounced' OR coalesce(error_details ->> 'outcome' = 'bounced', false)
     FROM old_rows
-    WHERE status IN ('sent', 'failed', 'cancelled', 'suppressed')
+    WHERE status IN ('sent', 'bounced', 'failed', 'cancelled', 'suppressed')
       AND (campaign_id IS NOT NULL
            OR (status = 'sent' AND unsubscribe_token IS NOT NULL AND NOT transactional))
     ON CONFLICT DO NOTHING;
@@ -49,3 +49,5 @@ $$;
 -- Retention finds old cancelled email by this index, as it finds the other final states by theirs
 -- (email_queue_sent_idx, email_queue_failed_idx, email_queue_suppressed_idx).
 CREATE INDEX email_queue_cancelled_idx ON mailroom.email_queue (finished_at) WHERE status = 'cancelled';
+-- Email a DSN turned bounced after it was sent (revision 0006's bounce intake) ages by sent_at, as sent email.
+CREATE INDEX email_queue_bounced_idx ON mailroom.email_queue (sent_at) WHERE status = 'bounced';
