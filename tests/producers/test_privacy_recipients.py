@@ -90,3 +90,30 @@ def test_erase_reaches_the_address_in_the_lists_of_archived_email(
     erase_address(conn, CAROL, archive_dir=directory)
     records = [r for path in directory.glob("emails-*.jsonl.gz") for _, r in read_archive(path)]
     assert records and not any(CAROL in line for line in records)
+
+
+def test_erase_reaches_bounce_events_and_removes_quarantined_reports_that_name_the_address(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    email_id = _group_email(conn, settings)
+    conn.execute(
+        "INSERT INTO mailroom.bounce_events (email_id, recipient, kind, status, diagnostic, source, raw_size,"
+        " dedupe_key) VALUES (%s, %s, 'hard', '5.1.1', 'smtp; 550 5.1.1 <Carol@Example.org> unknown', 'dsn', 10, 'k1')",
+        (email_id, CAROL),
+    )
+    conn.execute(
+        "INSERT INTO mailroom.bounce_quarantine (reason, raw, raw_size, digest) VALUES"
+        " ('unparseable', %s, 30, '\\x01'), ('unparseable', %s, 30, '\\x02')",
+        (b"To: CAROL@example.org\r\n\r\nhi", b"To: someone@example.net\r\n\r\nhi"),
+    )
+    conn.commit()
+    exported = export_address(conn, CAROL)
+    assert len(exported["bounce_events"]) == 1 and len(exported["bounce_quarantine"]) == 1
+    report = erase_address(conn, CAROL)
+    event = conn.execute("SELECT recipient, diagnostic FROM mailroom.bounce_events").fetchone()
+    assert event == {
+        "recipient": report.replacement,
+        "diagnostic": f"smtp; 550 5.1.1 <{report.replacement}> unknown",
+    }
+    left = conn.execute("SELECT raw FROM mailroom.bounce_quarantine").fetchall()
+    assert [bytes(r["raw"]) for r in left] == [b"To: someone@example.net\r\n\r\nhi"]

@@ -37,6 +37,11 @@ BEING_SENT = _with_mentions(
 
 EXPORTS: dict[str, str] = {
     "emails": _with_mentions("SELECT * FROM mailroom.email_queue WHERE {mentions} ORDER BY id"),
+    "bounce_events": "SELECT * FROM mailroom.bounce_events WHERE email_id = ANY(%(ids)s)"
+    " OR recipient = %(addr)s ORDER BY id",
+    # Reports that could not be read: the whole message, wherever it names the address.
+    "bounce_quarantine": "SELECT * FROM mailroom.bounce_quarantine"
+    " WHERE strpos(lower(encode(raw, 'escape')), %(addr)s) > 0 ORDER BY id",
     "recipient_outcomes": "SELECT * FROM mailroom.recipient_outcomes WHERE email_id = ANY(%(ids)s)"
     " OR lower(recipient) = %(addr)s ORDER BY id",
     "send_logs": "SELECT * FROM mailroom.send_logs WHERE email_id = ANY(%(ids)s)"
@@ -71,6 +76,17 @@ ERASURES: tuple[tuple[str, str], ...] = (
                suppression_reason = regexp_replace(suppression_reason, %(re)s, %(anon)s, 'gi'),
                error_details = regexp_replace(error_details::text, %(re)s, %(anon)s, 'gi')::jsonb
            WHERE id = ANY(%(ids)s)"""),
+    ),
+    (
+        "bounce_events",
+        """UPDATE mailroom.bounce_events
+           SET recipient = CASE WHEN recipient = %(addr)s THEN %(anon)s ELSE recipient END,
+               diagnostic = regexp_replace(diagnostic, %(re)s, %(anon)s, 'gi')
+           WHERE email_id = ANY(%(ids)s) OR recipient = %(addr)s""",
+    ),
+    (
+        "bounce_quarantine",
+        "DELETE FROM mailroom.bounce_quarantine WHERE strpos(lower(encode(raw, 'escape')), %(addr)s) > 0",
     ),
     (
         "recipient_outcomes",
