@@ -18,6 +18,7 @@ from datetime import date
 from typing import Any
 
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from worker.core.logs import event
 from worker.core.masking import mask_address
@@ -86,6 +87,9 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
         suppressed = [r["id"] for r in rows if r["status"] == "suppressed"]
         if suppressed:
             await cur.execute(q.LOG_SUPPRESSED, {"ids": suppressed, "owner": lease.owner})
+        dropped = _dropped(rows)
+        if dropped:
+            await cur.execute(q.RECORD_DROPPED, {"dropped": Jsonb(dropped)})
         assigned = [r for r in rows if r["status"] == "assigned"]
         if assigned:
             await cur.execute(RESERVE, (sender_id, len(assigned)))
@@ -102,8 +106,35 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
     return claim
 
 
+def _dropped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recipients the claim left out of many-recipient emails (all of them for a suppressed one)."""
+    return [
+        {"email_id": row["id"], **recipient}
+        for row in rows
+        if row["dropped"] and row["status"] != "failed"  # an expired email was not going to anyone
+        for recipient in row["dropped"]
+    ]
+
+
+def _log_dropped(row: dict[str, Any]) -> None:
+    for dropped in row["dropped"]:
+        recipient = mask_address(dropped["recipient"])
+        log.info(
+            "email %s: %s recipient %s dropped: %s",
+            row["id"],
+            dropped["kind"],
+            recipient,
+            dropped["reason"],
+            extra=event(
+                "recipient_suppressed", email_id=row["id"], recipient=recipient, reason=dropped["reason"]
+            ),
+        )
+
+
 def _log_claim(sender_id: int, rows: list[dict[str, Any]], suppressed: int) -> None:
     for row in rows:
+        if row["dropped"] and row["status"] != "failed":
+            _log_dropped(row)
         if row["status"] == "suppressed":
             recipient = mask_address(row["recipient_email"])
             reason = row["suppression_reason"]

@@ -5,6 +5,12 @@ from __future__ import annotations
 # Claim due email in priority order, skipping rows another worker holds. Suppression is decided
 # here, at claim time: an address that hard-bounced, complained or (for non-transactional mail)
 # unsubscribed a second ago is marked suppressed instead of being handed out.
+#
+# An email with more recipients (to_extra, cc, bcc not NULL) has each of them checked the same way
+# (`many`): the suppressed ones come back as `dropped` (recipient, kind, reason), to be left out of the
+# envelope and recorded, and the email is suppressed only when every recipient is. The check is a
+# subquery inside CASE, which PostgreSQL evaluates only for those rows: the common one-recipient email
+# pays three NULL tests.
 CLAIM = """
 WITH due AS (
     SELECT id FROM mailroom.email_queue
@@ -17,7 +23,33 @@ WITH due AS (
            q.created_at < now() - make_interval(secs => %(lifetime)s) AS expired,
            CASE WHEN b.email IS NOT NULL THEN 'on the bounce list (' || b.bounce_type || ')'
                 WHEN u.email IS NOT NULL THEN 'unsubscribed'
-           END AS reason
+           END AS reason,
+           CASE WHEN q.to_extra IS NOT NULL OR q.cc IS NOT NULL OR q.bcc IS NOT NULL THEN (
+               SELECT jsonb_build_object(
+                          'all', bool_and(r.reason IS NOT NULL),
+                          'dropped', coalesce(jsonb_agg(jsonb_build_object('recipient', r.address, 'kind', r.kind,
+                                                                           'reason', r.reason))
+                                              FILTER (WHERE r.reason IS NOT NULL), '[]'::jsonb))
+               FROM (
+                   SELECT e.address, e.kind,
+                          CASE WHEN rb.email IS NOT NULL THEN 'on the bounce list (' || rb.bounce_type || ')'
+                               WHEN ru.email IS NOT NULL THEN 'unsubscribed'
+                          END AS reason
+                   FROM (
+                       -- To, then Cc, then Bcc, each address once (case-insensitively), its first mention kept
+                       SELECT DISTINCT ON (lower(a.address)) a.address, a.kind
+                       FROM (SELECT q.recipient_email, 'to', 0, 0::bigint
+                             UNION ALL SELECT t.a, 'to', 0, t.n FROM unnest(q.to_extra) WITH ORDINALITY AS t(a, n)
+                             UNION ALL SELECT c.a, 'cc', 1, c.n FROM unnest(q.cc) WITH ORDINALITY AS c(a, n)
+                             UNION ALL SELECT x.a, 'bcc', 2, x.n FROM unnest(q.bcc) WITH ORDINALITY AS x(a, n)
+                            ) AS a(address, kind, rank, n)
+                       ORDER BY lower(a.address), a.rank, a.n
+                   ) e
+                   LEFT JOIN mailroom.bounce_list rb
+                          ON rb.email = lower(e.address) AND rb.bounce_type IN ('hard', 'complaint')
+                   LEFT JOIN mailroom.unsubscribe_list ru ON ru.email = lower(e.address) AND NOT q.transactional
+               ) r
+           ) END AS many
     FROM due d
     JOIN mailroom.email_queue q ON q.id = d.id
     LEFT JOIN mailroom.bounce_list b
@@ -25,8 +57,14 @@ WITH due AS (
     LEFT JOIN mailroom.unsubscribe_list u ON u.email = lower(q.recipient_email) AND NOT q.transactional
 )
 UPDATE mailroom.email_queue q
-SET status = CASE WHEN v.expired THEN 'failed' WHEN v.reason IS NULL THEN 'assigned' ELSE 'suppressed' END,
-    suppression_reason = CASE WHEN v.expired THEN NULL ELSE v.reason END,
+SET status = CASE WHEN v.expired THEN 'failed'
+                  WHEN coalesce((v.many ->> 'all')::boolean, v.reason IS NOT NULL) THEN 'suppressed'
+                  ELSE 'assigned' END,
+    suppression_reason = CASE WHEN v.expired THEN NULL
+                              WHEN v.many IS NULL THEN v.reason
+                              -- every recipient suppressed, the first To among them: its reason stands for all
+                              WHEN (v.many ->> 'all')::boolean THEN 'every recipient suppressed; the first: ' || v.reason
+                         END,
     last_error = CASE WHEN v.expired THEN %(expired)s ELSE q.last_error END,
     lease_owner = %(owner)s,
     lease_token = %(token)s,
@@ -35,7 +73,25 @@ SET status = CASE WHEN v.expired THEN 'failed' WHEN v.reason IS NULL THEN 'assig
 FROM verdict v
 WHERE q.id = v.id
 RETURNING q.id, q.status, q.last_error, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
-          q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason
+          q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason,
+          q.to_extra, q.cc, q.bcc, q.reply_to, v.many -> 'dropped' AS dropped
+"""
+
+# What the claim dropped from many-recipient emails, once per recipient however often the email is claimed.
+RECORD_DROPPED = """
+INSERT INTO mailroom.recipient_outcomes (email_id, recipient, kind, outcome, reason)
+SELECT r.email_id, r.recipient, r.kind, 'suppressed', r.reason
+FROM jsonb_to_recordset(%(dropped)s::jsonb) AS r(email_id bigint, recipient text, kind text, reason text)
+WHERE NOT EXISTS (SELECT 1 FROM mailroom.recipient_outcomes o
+                  WHERE o.email_id = r.email_id AND lower(o.recipient) = lower(r.recipient)
+                    AND o.outcome = 'suppressed')
+"""
+
+# A refusal of one recipient of a many-recipient email at RCPT (the others' fate is the email's).
+RECORD_REFUSED = """
+INSERT INTO mailroom.recipient_outcomes (email_id, recipient, kind, outcome, smtp_code, enhanced_code, reason)
+SELECT %(email_id)s, r.recipient, r.kind, 'refused', r.code, r.enhanced, left(r.reason, 2000)
+FROM jsonb_to_recordset(%(refused)s::jsonb) AS r(recipient text, kind text, code int, enhanced text, reason text)
 """
 
 # Run before CLAIM in the same transaction. Without statistics (a queue just loaded in bulk, before
