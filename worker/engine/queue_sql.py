@@ -28,16 +28,17 @@ WITH due AS (
                SELECT jsonb_build_object(
                           'all', bool_and(r.reason IS NOT NULL),
                           'dropped', coalesce(jsonb_agg(jsonb_build_object('recipient', r.address, 'kind', r.kind,
-                                                                           'reason', r.reason))
+                                                                           'reason', r.reason)
+                                                        ORDER BY r.rank, r.n)
                                               FILTER (WHERE r.reason IS NOT NULL), '[]'::jsonb))
                FROM (
-                   SELECT e.address, e.kind,
+                   SELECT e.address, e.kind, e.rank, e.n,
                           CASE WHEN rb.email IS NOT NULL THEN 'on the bounce list (' || rb.bounce_type || ')'
                                WHEN ru.email IS NOT NULL THEN 'unsubscribed'
                           END AS reason
                    FROM (
                        -- To, then Cc, then Bcc, each address once (case-insensitively), its first mention kept
-                       SELECT DISTINCT ON (lower(a.address)) a.address, a.kind
+                       SELECT DISTINCT ON (lower(a.address)) a.address, a.kind, a.rank, a.n
                        FROM (SELECT q.recipient_email, 'to', 0, 0::bigint
                              UNION ALL SELECT t.a, 'to', 0, t.n FROM unnest(q.to_extra) WITH ORDINALITY AS t(a, n)
                              UNION ALL SELECT c.a, 'cc', 1, c.n FROM unnest(q.cc) WITH ORDINALITY AS c(a, n)
@@ -80,18 +81,21 @@ RETURNING q.id, q.status, q.last_error, q.recipient_email, q.recipient_name, q.s
 # What the claim dropped from many-recipient emails, once per recipient however often the email is claimed.
 RECORD_DROPPED = """
 INSERT INTO mailroom.recipient_outcomes (email_id, recipient, kind, outcome, reason)
-SELECT r.email_id, r.recipient, r.kind, 'suppressed', r.reason
-FROM jsonb_to_recordset(%(dropped)s::jsonb) AS r(email_id bigint, recipient text, kind text, reason text)
+SELECT (d.r ->> 'email_id')::bigint, d.r ->> 'recipient', d.r ->> 'kind', 'suppressed', d.r ->> 'reason'
+FROM jsonb_array_elements(%(dropped)s::jsonb) WITH ORDINALITY AS d(r, n)
 WHERE NOT EXISTS (SELECT 1 FROM mailroom.recipient_outcomes o
-                  WHERE o.email_id = r.email_id AND lower(o.recipient) = lower(r.recipient)
+                  WHERE o.email_id = (d.r ->> 'email_id')::bigint AND lower(o.recipient) = lower(d.r ->> 'recipient')
                     AND o.outcome = 'suppressed')
+ORDER BY d.n
 """
 
 # A refusal of one recipient of a many-recipient email at RCPT (the others' fate is the email's).
 RECORD_REFUSED = """
 INSERT INTO mailroom.recipient_outcomes (email_id, recipient, kind, outcome, smtp_code, enhanced_code, reason)
-SELECT %(email_id)s, r.recipient, r.kind, 'refused', r.code, r.enhanced, left(r.reason, 2000)
-FROM jsonb_to_recordset(%(refused)s::jsonb) AS r(recipient text, kind text, code int, enhanced text, reason text)
+SELECT %(email_id)s, d.r ->> 'recipient', d.r ->> 'kind', 'refused', (d.r ->> 'code')::int, d.r ->> 'enhanced',
+       left(d.r ->> 'reason', 2000)
+FROM jsonb_array_elements(%(refused)s::jsonb) WITH ORDINALITY AS d(r, n)
+ORDER BY d.n
 """
 
 # Run before CLAIM in the same transaction. Without statistics (a queue just loaded in bulk, before
