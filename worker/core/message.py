@@ -190,8 +190,21 @@ def build_message(email: Mapping[str, Any], from_email: str, from_name: str | No
     """Turn a stored `email_queue` row into bytes (after `check_row`); content is used exactly as stored."""
     check_row(email)
     message_id = message_id_for(int(email["id"]), email["created_at"], from_email)
-    head = [_address_header("From", from_name, from_email), *_recipient_headers(email)]
-    head += (_header("Subject", email["subject"]), _date_header(), f"Message-ID: {message_id}\r\n")
+    get = email.get
+    # The common email has none of these lists: its headers are written as they always were.
+    lists = get("to_extra") or get("cc") or get("bcc") or get("reply_to")
+    to = (
+        _recipient_headers(email)
+        if lists
+        else _address_header("To", get("recipient_name"), email["recipient_email"])
+    )
+    head = [
+        _address_header("From", from_name, from_email),
+        to,
+        _header("Subject", email["subject"]),
+        _date_header(),
+        f"Message-ID: {message_id}\r\n",
+    ]
     head.extend(_header(name, value) for name, value in (email.get("headers") or {}).items())
     head.append("MIME-Version: 1.0\r\n")
     text, html = email.get("text_body"), email.get("html_body")
@@ -204,7 +217,7 @@ def build_message(email: Mapping[str, Any], from_email: str, from_name: str | No
     else:
         body = _part(text, "plain") if text is not None else _part(html or "", "html")
     content = ("".join(head) + body).encode("utf-8")
-    if not has_more_recipients(email):
+    if not lists or not has_more_recipients(email):
         return Envelope(
             sender=from_email, recipient=email["recipient_email"], message_id=message_id, content=content
         )
@@ -212,19 +225,15 @@ def build_message(email: Mapping[str, Any], from_email: str, from_name: str | No
     return Envelope(from_email, recipients[0], message_id, content, recipients)
 
 
-def _recipient_headers(email: Mapping[str, Any]) -> list[str]:
+def _recipient_headers(email: Mapping[str, Any]) -> str:
     """To (the first recipient with its name, then `to_extra`), Cc and Reply-To. Bcc is envelope only:
     it is never written into any header. Suppressed recipients stay in the headers: the message is
     what was stored, only the envelope leaves them out."""
     to_extra, cc, reply_to = email.get("to_extra"), email.get("cc"), email.get("reply_to")
-    if not to_extra:
-        head = [_address_header("To", email.get("recipient_name"), email["recipient_email"])]
-    else:
-        head = [
-            _address_list_header("To", [email["recipient_email"], *to_extra], email.get("recipient_name"))
-        ]
+    to = [email["recipient_email"], *(to_extra or ())]
+    head = _address_list_header("To", to, email.get("recipient_name"))
     if cc:
-        head.append(_address_list_header("Cc", cc))
+        head += _address_list_header("Cc", cc)
     if reply_to:
-        head.append(_address_list_header("Reply-To", reply_to))
+        head += _address_list_header("Reply-To", reply_to)
     return head
