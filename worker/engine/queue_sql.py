@@ -18,7 +18,7 @@ WITH due AS (
     ORDER BY priority DESC, scheduled_for, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), verdict AS (
+), verdict AS MATERIALIZED (
     SELECT d.id,
            q.created_at < now() - make_interval(secs => %(lifetime)s) AS expired,
            CASE WHEN b.email IS NOT NULL THEN 'on the bounce list (' || b.bounce_type || ')'
