@@ -129,7 +129,7 @@ def test_headers_list_every_to_and_cc_and_reply_to_while_bcc_is_envelope_only() 
 def test_envelope_recipients_are_de_duplicated_case_insensitively_and_leave_out_the_dropped() -> None:
     envelope = build_message(
         _row(to_extra=[B, "ANN@example.com"], cc=["Bob@Example.com", C], bcc=[A, "cat@EXAMPLE.com"],
-             dropped=[{"recipient": A, "kind": "to", "reason": "unsubscribed"}]),
+             dropped={A: "unsubscribed"}),
         "noreply@example.org",
     )  # fmt: skip
     assert envelope.recipients == (B, C)

@@ -136,8 +136,8 @@ def recipient_kinds(email: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
 
 def envelope_recipients(email: Mapping[str, Any]) -> tuple[str, ...]:
     """The envelope recipients of a row with many recipients: To, Cc and Bcc de-duplicated, minus those
-    the claim found suppressed (`dropped`, see `worker.engine.queue_sql.CLAIM`)."""
-    dropped = {d["recipient"].lower() for d in email.get("dropped") or ()}
+    the claim found suppressed (`dropped`: lower-cased address -> reason, see `worker.engine.queue_sql.CLAIM`)."""
+    dropped = email.get("dropped") or {}
     recipients = tuple(a for key, (a, _) in recipient_kinds(email).items() if key not in dropped)
     if not recipients:
         # The claim suppresses an email whose every recipient is: reaching here is a row out of step.

@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 
 from worker.core.logs import event
 from worker.core.masking import mask_address
+from worker.core.message import recipient_kinds
 from worker.engine import queue_sql as q
 from worker.engine.database import Pool
 from worker.engine.senders import RELEASE_QUOTA, RESERVE
@@ -87,9 +88,6 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
         suppressed = [r["id"] for r in rows if r["status"] == "suppressed"]
         if suppressed:
             await cur.execute(q.LOG_SUPPRESSED, {"ids": suppressed, "owner": lease.owner})
-        dropped = _dropped(rows)
-        if dropped:
-            await cur.execute(q.RECORD_DROPPED, {"dropped": Jsonb(dropped)})
         assigned = [r for r in rows if r["status"] == "assigned"]
         if assigned:
             await cur.execute(RESERVE, (sender_id, len(assigned)))
@@ -102,39 +100,51 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
                 await cur.execute(q.UNCLAIM, {"ids": [e["id"] for e in surplus], "token": claim.token})
             if claim.emails:
                 await cur.execute(q.INSERT_CLAIM, {**params, "day": claim.day, "reserved": claim.reserved})
+        # Recorded for the emails this claim suppressed or keeps (not those handed back for want of quota).
+        dropped = _dropped(rows, claim.emails)
+        if dropped:
+            await cur.execute(q.RECORD_DROPPED, {"dropped": Jsonb(dropped)})
+    _log_dropped(dropped)
     _log_claim(sender_id, rows, len(suppressed))
     return claim
 
 
-def _dropped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The recipients the claim left out of many-recipient emails (all of them for a suppressed one)."""
+def _dropped(rows: list[dict[str, Any]], kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recipients the claim left out of the many-recipient emails it suppressed (all of them) or
+    keeps, in To, Cc, Bcc order, each once, with its kind."""
+    many = [row for row in rows if row["dropped"]]
+    if not many:
+        return []
+    kept_ids = {row["id"] for row in kept}
     return [
-        {"email_id": row["id"], **recipient}
-        for row in rows
-        if row["dropped"] and row["status"] != "failed"  # an expired email was not going to anyone
-        for recipient in row["dropped"]
+        {"email_id": row["id"], "recipient": address, "kind": kind, "reason": row["dropped"][key]}
+        for row in many
+        if row["status"] == "suppressed" or row["id"] in kept_ids
+        for key, (address, kind) in recipient_kinds(row).items()
+        if key in row["dropped"]
     ]
 
 
-def _log_dropped(row: dict[str, Any]) -> None:
-    for dropped in row["dropped"]:
-        recipient = mask_address(dropped["recipient"])
+def _log_dropped(dropped: list[dict[str, Any]]) -> None:
+    for recipient in dropped:
+        masked = mask_address(recipient["recipient"])
         log.info(
             "email %s: %s recipient %s dropped: %s",
-            row["id"],
-            dropped["kind"],
-            recipient,
-            dropped["reason"],
+            recipient["email_id"],
+            recipient["kind"],
+            masked,
+            recipient["reason"],
             extra=event(
-                "recipient_suppressed", email_id=row["id"], recipient=recipient, reason=dropped["reason"]
+                "recipient_suppressed",
+                email_id=recipient["email_id"],
+                recipient=masked,
+                reason=recipient["reason"],
             ),
         )
 
 
 def _log_claim(sender_id: int, rows: list[dict[str, Any]], suppressed: int) -> None:
     for row in rows:
-        if row["dropped"] and row["status"] != "failed":
-            _log_dropped(row)
         if row["status"] == "suppressed":
             recipient = mask_address(row["recipient_email"])
             reason = row["suppression_reason"]

@@ -7,10 +7,11 @@ from __future__ import annotations
 # unsubscribed a second ago is marked suppressed instead of being handed out.
 #
 # An email with more recipients (to_extra, cc, bcc not NULL) has each of them checked the same way
-# (`many`): the suppressed ones come back as `dropped` (recipient, kind, reason), to be left out of the
-# envelope and recorded, and the email is suppressed only when every recipient is. The check is a
-# subquery inside CASE, which PostgreSQL evaluates only for those rows: the common one-recipient email
-# pays three NULL tests.
+# (`many`): the suppressed ones come back as `dropped` ({lower-cased address: reason}), to be left out
+# of the envelope and recorded, and the email is suppressed only when every recipient is. The check is
+# a subquery inside CASE, which PostgreSQL evaluates only for those rows: the common one-recipient
+# email pays three NULL tests. The verdict is materialized so that subquery is planned once (inlined,
+# every use of `many` below would copy it).
 CLAIM = """
 WITH due AS (
     SELECT id FROM mailroom.email_queue
@@ -27,25 +28,15 @@ WITH due AS (
            CASE WHEN q.to_extra IS NOT NULL OR q.cc IS NOT NULL OR q.bcc IS NOT NULL THEN (
                SELECT jsonb_build_object(
                           'all', bool_and(r.reason IS NOT NULL),
-                          'dropped', coalesce(jsonb_agg(jsonb_build_object('recipient', r.address, 'kind', r.kind,
-                                                                           'reason', r.reason)
-                                                        ORDER BY r.rank, r.n)
-                                              FILTER (WHERE r.reason IS NOT NULL), '[]'::jsonb))
+                          'dropped', coalesce(jsonb_object_agg(r.address, r.reason) FILTER (WHERE r.reason IS NOT NULL),
+                                              '{}'::jsonb))
                FROM (
-                   SELECT e.address, e.kind, e.rank, e.n,
+                   SELECT lower(e.address) AS address,
                           CASE WHEN rb.email IS NOT NULL THEN 'on the bounce list (' || rb.bounce_type || ')'
                                WHEN ru.email IS NOT NULL THEN 'unsubscribed'
                           END AS reason
-                   FROM (
-                       -- To, then Cc, then Bcc, each address once (case-insensitively), its first mention kept
-                       SELECT DISTINCT ON (lower(a.address)) a.address, a.kind, a.rank, a.n
-                       FROM (SELECT q.recipient_email, 'to', 0, 0::bigint
-                             UNION ALL SELECT t.a, 'to', 0, t.n FROM unnest(q.to_extra) WITH ORDINALITY AS t(a, n)
-                             UNION ALL SELECT c.a, 'cc', 1, c.n FROM unnest(q.cc) WITH ORDINALITY AS c(a, n)
-                             UNION ALL SELECT x.a, 'bcc', 2, x.n FROM unnest(q.bcc) WITH ORDINALITY AS x(a, n)
-                            ) AS a(address, kind, rank, n)
-                       ORDER BY lower(a.address), a.rank, a.n
-                   ) e
+                   FROM unnest(ARRAY[q.recipient_email] || coalesce(q.to_extra, '{}') || coalesce(q.cc, '{}')
+                               || coalesce(q.bcc, '{}')) AS e(address)
                    LEFT JOIN mailroom.bounce_list rb
                           ON rb.email = lower(e.address) AND rb.bounce_type IN ('hard', 'complaint')
                    LEFT JOIN mailroom.unsubscribe_list ru ON ru.email = lower(e.address) AND NOT q.transactional
