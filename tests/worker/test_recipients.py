@@ -9,12 +9,16 @@ from email.parser import BytesParser
 from email.policy import default
 from typing import Any
 
+import dkim as dkimpy
 import psycopg
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.scripted_smtp import ScriptedServer
 from tests.worker.helpers import add_sender, run_until_drained, statuses
 from worker.core.config import Settings
+from worker.core.dkim import DkimKey, dns_record, normalise_private_key, sign_envelope
 from worker.core.message import Envelope, build_message, check_row
 from worker.core.outbox import EmailRequest, enqueue
 from worker.core.validation import ValidationError
@@ -28,6 +32,23 @@ A, B, C = "ann@example.com", "bob@example.com", "cat@example.com"
 def fast_settings(settings: Settings) -> Settings:
     """Short retries and leases so tests run in seconds."""
     return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
+
+
+@pytest.fixture(scope="module")
+def signing() -> tuple[DkimKey, Callable[..., bytes | None]]:
+    """A DKIM key and the DNS lookup that publishes it."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = normalise_private_key(
+        private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    record = dns_record(pem).encode("ascii")
+
+    def dns(name: bytes, timeout: int = 5) -> bytes | None:
+        return record if name == b"s1._domainkey.example.org." else None
+
+    return DkimKey("example.org", "s1", pem), dns
 
 
 @pytest.fixture
@@ -163,6 +184,24 @@ def test_reply_to_alone_adds_the_header_and_keeps_the_one_recipient_envelope() -
     envelope = build_message(_row(reply_to=["desk@example.org", "desk2@example.org"]), "noreply@example.org")
     assert b"\r\nReply-To: desk@example.org, desk2@example.org\r\n" in envelope.content
     assert (envelope.recipient, envelope.recipients) == (A, ())
+
+
+@pytest.mark.parametrize(
+    ("cc", "old", "new"),
+    [
+        ([C], f"Cc: {C}".encode(), b"Cc: evil@example.net"),  # altered
+        ([C], b"\r\n\r\n", b"\r\nCc: evil@example.net\r\n\r\n"),  # a second one added
+        (None, b"\r\n\r\n", b"\r\nCc: evil@example.net\r\n\r\n"),  # added where there was none
+    ],
+)
+def test_dkim_covers_cc_so_it_cannot_be_altered_or_added_in_transit(
+    signing: tuple[DkimKey, Callable[..., bytes | None]], cc: list[str] | None, old: bytes, new: bytes
+) -> None:
+    key, dns = signing
+    signed = sign_envelope(build_message(_row(cc=cc), "noreply@example.org"), key).content
+    assert dkimpy.verify(signed, dnsfunc=dns) is True
+    assert old in signed
+    assert dkimpy.verify(signed.replace(old, new, 1), dnsfunc=dns) is False
 
 
 # -- delivery ------------------------------------------------------------------------------------------
