@@ -45,7 +45,7 @@ from worker.core.validation import ValidationError
 
 _SIGNED = ("date", "message-id", "reply-to", "mime-version", "content-type")
 # Listed twice: one more time than a message carries them, so a second copy cannot be added in transit.
-_OVERSIGNED = ("from", "to", "subject", "list-unsubscribe", "list-unsubscribe-post")
+_OVERSIGNED = ("from", "to", "cc", "subject", "list-unsubscribe", "list-unsubscribe-post")
 SIGNED_HEADERS = (*_OVERSIGNED, *_SIGNED, *_OVERSIGNED)
 MIN_KEY_BITS = 1024
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"

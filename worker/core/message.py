@@ -19,7 +19,7 @@ from email.policy import SMTP
 from email.utils import format_datetime
 from typing import Any
 
-from worker.core.validation import ValidationError, check_header_name, check_header_text
+from worker.core.validation import ValidationError, check_header_name, check_header_text, normalise_address
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 .'-]*$")
 
@@ -32,6 +32,10 @@ class Envelope:
     recipient: str
     message_id: str
     content: bytes
+    # An email with more recipients than its first To (more To, Cc, Bcc): every envelope recipient,
+    # `recipient` first, de-duplicated and without the suppressed ones. Empty for the common email with
+    # one recipient, which is the only kind whose commands may be pipelined behind another body.
+    recipients: tuple[str, ...] = ()
 
 
 def message_id_for(email_id: int, created_at: datetime, from_email: str) -> str:
@@ -89,6 +93,71 @@ def _part(body: str, subtype: str) -> str:
     return f'Content-Type: text/{subtype}; charset="utf-8"\r\nContent-Transfer-Encoding: {encoding}\r\n\r\n{payload}'
 
 
+def _address_list_header(name: str, addresses: list[str], display: str | None = None) -> str:
+    """To, Cc or Reply-To with several addresses (the first with its display name, if any): on one line
+    when it fits, else one address per line (folding after a comma is always allowed)."""
+    first = addresses[0]
+    if display and not (display.isascii() and _PLAIN_NAME.match(display) and len(display) + len(first) < 60):
+        # A name that needs quoting, RFC 2047 encoding or folding: the standard library folds the whole list.
+        local, _, domain = first.rpartition("@")
+        named = str(Address(display_name=display, username=local, domain=domain))
+        return _fold(name, ", ".join([named, *addresses[1:]]))
+    if display:
+        first = f"{display} <{first}>"
+    value = ", ".join([first, *addresses[1:]])
+    if len(name) + len(value) < 76:
+        return f"{name}: {value}\r\n"
+    return f"{name}: " + ",\r\n ".join([first, *addresses[1:]]) + "\r\n"
+
+
+# The optional address lists of an email with many recipients (NULL for the common one-recipient email).
+ADDRESS_LISTS = ("to_extra", "cc", "bcc", "reply_to")
+
+
+def has_more_recipients(email: Mapping[str, Any]) -> bool:
+    """Whether the row has recipients beyond its first To (more To, Cc or Bcc)."""
+    return bool(email.get("to_extra") or email.get("cc") or email.get("bcc"))
+
+
+def recipient_kinds(email: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Every envelope recipient of the row (To, then Cc, then Bcc), de-duplicated case-insensitively:
+    lower-cased address -> (address as stored, kind). The first mention wins, so an address both in
+    To and in Bcc is a To recipient (and appears in the headers anyway)."""
+    kinds: dict[str, tuple[str, str]] = {}
+    for kind, addresses in (
+        ("to", [email["recipient_email"], *(email.get("to_extra") or ())]),
+        ("cc", email.get("cc") or ()),
+        ("bcc", email.get("bcc") or ()),
+    ):
+        for address in addresses:
+            kinds.setdefault(address.lower(), (address, kind))
+    return kinds
+
+
+def envelope_recipients(email: Mapping[str, Any]) -> tuple[str, ...]:
+    """The envelope recipients of a row with many recipients: To, Cc and Bcc de-duplicated, minus those
+    the claim found suppressed (`dropped`: lower-cased address -> reason, see `worker.engine.queue_sql.CLAIM`)."""
+    dropped = email.get("dropped") or {}
+    recipients = tuple(a for key, (a, _) in recipient_kinds(email).items() if key not in dropped)
+    if not recipients:
+        # The claim suppresses an email whose every recipient is: reaching here is a row out of step.
+        raise ValidationError("recipients", "every recipient is suppressed")
+    return recipients
+
+
+def _check_address_lists(email: Mapping[str, Any]) -> None:
+    for field in ADDRESS_LISTS:
+        addresses = email.get(field)
+        if addresses is None:
+            continue
+        if not isinstance(addresses, list):
+            raise ValidationError(field, "must be a list of email addresses")
+        for i, address in enumerate(addresses):
+            normalise_address(f"{field}[{i}]", address)  # also refuses control characters, encoded words
+    if email.get("reply_to") and any(n.lower() == "reply-to" for n in email.get("headers") or {}):
+        raise ValidationError("reply_to", "given both as reply_to and as a Reply-To header")
+
+
 # Reserved headers Mailroom itself stores with an email (tracking and compliance, at enqueue).
 STORED_BY_MAILROOM = frozenset({"List-Unsubscribe", "List-Unsubscribe-Post"})
 
@@ -107,15 +176,31 @@ def check_row(email: Mapping[str, Any]) -> None:
         if not isinstance(value, str):
             raise ValidationError(f"headers.{name}", "a header value must be text")
         check_header_text(f"headers.{name}", value)
+    get = email.get
+    if (
+        get("to_extra") is not None
+        or get("cc") is not None
+        or get("bcc") is not None
+        or get("reply_to") is not None
+    ):
+        _check_address_lists(email)
 
 
 def build_message(email: Mapping[str, Any], from_email: str, from_name: str | None = None) -> Envelope:
     """Turn a stored `email_queue` row into bytes (after `check_row`); content is used exactly as stored."""
     check_row(email)
     message_id = message_id_for(int(email["id"]), email["created_at"], from_email)
+    get = email.get
+    # The common email has none of these lists: its headers are written as they always were.
+    lists = get("to_extra") or get("cc") or get("bcc") or get("reply_to")
+    to = (
+        _recipient_headers(email)
+        if lists
+        else _address_header("To", get("recipient_name"), email["recipient_email"])
+    )
     head = [
         _address_header("From", from_name, from_email),
-        _address_header("To", email.get("recipient_name"), email["recipient_email"]),
+        to,
         _header("Subject", email["subject"]),
         _date_header(),
         f"Message-ID: {message_id}\r\n",
@@ -132,6 +217,23 @@ def build_message(email: Mapping[str, Any], from_email: str, from_name: str | No
     else:
         body = _part(text, "plain") if text is not None else _part(html or "", "html")
     content = ("".join(head) + body).encode("utf-8")
-    return Envelope(
-        sender=from_email, recipient=email["recipient_email"], message_id=message_id, content=content
-    )
+    if not lists or not has_more_recipients(email):
+        return Envelope(
+            sender=from_email, recipient=email["recipient_email"], message_id=message_id, content=content
+        )
+    recipients = envelope_recipients(email)
+    return Envelope(from_email, recipients[0], message_id, content, recipients)
+
+
+def _recipient_headers(email: Mapping[str, Any]) -> str:
+    """To (the first recipient with its name, then `to_extra`), Cc and Reply-To. Bcc is envelope only:
+    it is never written into any header. Suppressed recipients stay in the headers: the message is
+    what was stored, only the envelope leaves them out."""
+    to_extra, cc, reply_to = email.get("to_extra"), email.get("cc"), email.get("reply_to")
+    to = [email["recipient_email"], *(to_extra or ())]
+    head = _address_list_header("To", to, email.get("recipient_name"))
+    if cc:
+        head += _address_list_header("Cc", cc)
+    if reply_to:
+        head += _address_list_header("Reply-To", reply_to)
+    return head

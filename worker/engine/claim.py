@@ -18,9 +18,11 @@ from datetime import date
 from typing import Any
 
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from worker.core.logs import event
 from worker.core.masking import mask_address
+from worker.core.message import recipient_kinds
 from worker.engine import queue_sql as q
 from worker.engine.database import Pool
 from worker.engine.senders import RELEASE_QUOTA, RESERVE
@@ -98,8 +100,47 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
                 await cur.execute(q.UNCLAIM, {"ids": [e["id"] for e in surplus], "token": claim.token})
             if claim.emails:
                 await cur.execute(q.INSERT_CLAIM, {**params, "day": claim.day, "reserved": claim.reserved})
+        # Recorded for the emails this claim suppressed or keeps (not those handed back for want of quota).
+        dropped = _dropped(rows, claim.emails)
+        if dropped:
+            await cur.execute(q.RECORD_DROPPED, {"dropped": Jsonb(dropped)})
+    _log_dropped(dropped)
     _log_claim(sender_id, rows, len(suppressed))
     return claim
+
+
+def _dropped(rows: list[dict[str, Any]], kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recipients the claim left out of the many-recipient emails it suppressed (all of them) or
+    keeps, in To, Cc, Bcc order, each once, with its kind."""
+    many = [row for row in rows if row["dropped"]]
+    if not many:
+        return []
+    kept_ids = {row["id"] for row in kept}
+    return [
+        {"email_id": row["id"], "recipient": address, "kind": kind, "reason": row["dropped"][key]}
+        for row in many
+        if row["status"] == "suppressed" or row["id"] in kept_ids
+        for key, (address, kind) in recipient_kinds(row).items()
+        if key in row["dropped"]
+    ]
+
+
+def _log_dropped(dropped: list[dict[str, Any]]) -> None:
+    for recipient in dropped:
+        masked = mask_address(recipient["recipient"])
+        log.info(
+            "email %s: %s recipient %s dropped: %s",
+            recipient["email_id"],
+            recipient["kind"],
+            masked,
+            recipient["reason"],
+            extra=event(
+                "recipient_suppressed",
+                email_id=recipient["email_id"],
+                recipient=masked,
+                reason=recipient["reason"],
+            ),
+        )
 
 
 def _log_claim(sender_id: int, rows: list[dict[str, Any]], suppressed: int) -> None:

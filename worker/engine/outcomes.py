@@ -12,10 +12,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from worker.core.config import Settings
 from worker.core.logs import event
 from worker.core.masking import mask_address, mask_addresses_in
+from worker.core.message import recipient_kinds
 from worker.engine import queue_sql as q
 from worker.engine.classify import Reply, Verdict, backoff_seconds, classify
 from worker.engine.database import Borrowed
@@ -60,7 +62,29 @@ def decide(email: dict[str, Any], attempt: Attempt, message_id: str, settings: S
     result = Outcome(email["id"], outcome, verdict, attempt, retry_at, message_id)
     if outcome != "sent":
         _log_failed_attempt(email, result)
+    for address, reply in attempt.refused:
+        _log_refused(email["id"], address, reply)
     return result
+
+
+def _log_refused(email_id: int, address: str, reply: Reply) -> None:
+    recipient = mask_address(address)
+    text = mask_addresses_in(reply.text[:200])
+    log.warning(
+        "email %s: recipient %s refused: %s %s",
+        email_id,
+        recipient,
+        reply.code,
+        text,
+        extra=event(
+            "recipient_refused",
+            email_id=email_id,
+            recipient=recipient,
+            code=reply.code,
+            enhanced=reply.enhanced,
+            reply=text,
+        ),
+    )
 
 
 def failed_locally(email: dict[str, Any], reason: str) -> Outcome:
@@ -118,6 +142,11 @@ def failure_statements(
         "owner": owner,
     }
     statements: list[tuple[str, dict[str, Any]]] = [(q.COMPLETE, complete)]
+    if outcome.attempt.many:
+        # Whose mailbox a reply to DATA means is unknown with several recipients: only the refusals at
+        # RCPT, each tied to its recipient, put addresses on the bounce list.
+        statements += refusal_statements(email, outcome.attempt, sender_id, errors=1)
+        return _charged(statements, outcome, token)
     bounced = outcome.verdict is Verdict.BOUNCE
     if bounced:
         bounce = {
@@ -130,9 +159,50 @@ def failure_statements(
         }
         statements.append((q.RECORD_BOUNCES, bounce))
     statements.append((q.COUNT_USAGE, {"sender": sender_id, "bounces": int(bounced), "errors": 1}))
+    return _charged(statements, outcome, token)
+
+
+def _charged(
+    statements: list[tuple[str, dict[str, Any]]], outcome: Outcome, token: uuid.UUID
+) -> list[tuple[str, dict[str, Any]]]:
     if outcome.verdict is Verdict.PERMANENT:
         # The provider counted it: quota used. The claim row first: the lock order of rescue.
         statements.insert(0, (q.COUNT_USED, {"token": token}))
+    return statements
+
+
+def refusal_statements(
+    email: dict[str, Any], attempt: Attempt, sender_id: int, errors: int = 0
+) -> list[tuple[str, dict[str, Any]]]:
+    """Record the recipients refused at RCPT, each with its reply; a bad mailbox (a 5.1.x refusal, as
+    `classify` judges a single recipient's) goes on the bounce list; the sender's day counts them."""
+    kinds = recipient_kinds(email)
+    refused = [
+        {
+            "recipient": address,
+            "kind": kinds.get(address.lower(), (address, "to"))[1],
+            "code": reply.code,
+            "enhanced": reply.enhanced,
+            "reason": reply.text or "(no text)",
+        }
+        for address, reply in attempt.refused
+    ]
+    statements: list[tuple[str, dict[str, Any]]] = []
+    if refused:
+        statements.append((q.RECORD_REFUSED, {"email_id": email["id"], "refused": Jsonb(refused)}))
+    bounced = [(address, reply) for address, reply in attempt.refused if classify(reply) is Verdict.BOUNCE]
+    if bounced:
+        bounce = {
+            "emails": [address for address, _ in bounced],
+            "reasons": [reply.text for _, reply in bounced],
+            "codes": [reply.code for _, reply in bounced],
+            "enhanced": [reply.enhanced for _, reply in bounced],
+            "campaigns": [email["campaign_id"]] * len(bounced),
+            "sender": sender_id,
+        }
+        statements.append((q.RECORD_BOUNCES, bounce))
+    if bounced or errors:
+        statements.append((q.COUNT_USAGE, {"sender": sender_id, "bounces": len(bounced), "errors": errors}))
     return statements
 
 
@@ -176,6 +246,25 @@ async def record_attempt(
     if outcome.outcome != "sent":
         statements = failure_statements(outcome, email, sender_id, token, owner)
         return await record_failure(db, statements, email["id"], retry_seconds)
+    held = await _record_sent(recorder, db, outcome, email, sender_id, token, owner, retry_seconds)
+    if outcome.attempt.refused:
+        # Sent to the others: the refusals are facts about those addresses, recorded lease held or not.
+        await record_failure(
+            db, refusal_statements(email, outcome.attempt, sender_id), email["id"], retry_seconds
+        )
+    return held
+
+
+async def _record_sent(
+    recorder: SentRecorder,
+    db: Borrowed,
+    outcome: Outcome,
+    email: dict[str, Any],
+    sender_id: int,
+    token: uuid.UUID,
+    owner: str,
+    retry_seconds: float,
+) -> bool:
     reply = outcome.attempt.reply
     sent = Sent(outcome.email_id, token, sender_id, reply.code, reply.enhanced, reply.text or "(no text)",
                 outcome.attempt.duration_ms, outcome.message_id)  # fmt: skip

@@ -5,6 +5,13 @@ from __future__ import annotations
 # Claim due email in priority order, skipping rows another worker holds. Suppression is decided
 # here, at claim time: an address that hard-bounced, complained or (for non-transactional mail)
 # unsubscribed a second ago is marked suppressed instead of being handed out.
+#
+# An email with more recipients (to_extra, cc, bcc not NULL) has each of them checked the same way
+# (`many`): the suppressed ones come back as `dropped` ({lower-cased address: reason}), to be left out
+# of the envelope and recorded, and the email is suppressed only when every recipient is. The check is
+# a subquery inside CASE, which PostgreSQL evaluates only for those rows: the common one-recipient
+# email pays three NULL tests. The verdict is materialized so that subquery is planned once (inlined,
+# every use of `many` below would copy it).
 CLAIM = """
 WITH due AS (
     SELECT id FROM mailroom.email_queue
@@ -12,12 +19,29 @@ WITH due AS (
     ORDER BY priority DESC, scheduled_for, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), verdict AS (
+), verdict AS MATERIALIZED (
     SELECT d.id,
            q.created_at < now() - make_interval(secs => %(lifetime)s) AS expired,
            CASE WHEN b.email IS NOT NULL THEN 'on the bounce list (' || b.bounce_type || ')'
                 WHEN u.email IS NOT NULL THEN 'unsubscribed'
-           END AS reason
+           END AS reason,
+           CASE WHEN q.to_extra IS NOT NULL OR q.cc IS NOT NULL OR q.bcc IS NOT NULL THEN (
+               SELECT jsonb_build_object(
+                          'all', bool_and(r.reason IS NOT NULL),
+                          'dropped', coalesce(jsonb_object_agg(r.address, r.reason) FILTER (WHERE r.reason IS NOT NULL),
+                                              '{}'::jsonb))
+               FROM (
+                   SELECT lower(e.address) AS address,
+                          CASE WHEN rb.email IS NOT NULL THEN 'on the bounce list (' || rb.bounce_type || ')'
+                               WHEN ru.email IS NOT NULL THEN 'unsubscribed'
+                          END AS reason
+                   FROM unnest(ARRAY[q.recipient_email] || coalesce(q.to_extra, '{}') || coalesce(q.cc, '{}')
+                               || coalesce(q.bcc, '{}')) AS e(address)
+                   LEFT JOIN mailroom.bounce_list rb
+                          ON rb.email = lower(e.address) AND rb.bounce_type IN ('hard', 'complaint')
+                   LEFT JOIN mailroom.unsubscribe_list ru ON ru.email = lower(e.address) AND NOT q.transactional
+               ) r
+           ) END AS many
     FROM due d
     JOIN mailroom.email_queue q ON q.id = d.id
     LEFT JOIN mailroom.bounce_list b
@@ -25,8 +49,14 @@ WITH due AS (
     LEFT JOIN mailroom.unsubscribe_list u ON u.email = lower(q.recipient_email) AND NOT q.transactional
 )
 UPDATE mailroom.email_queue q
-SET status = CASE WHEN v.expired THEN 'failed' WHEN v.reason IS NULL THEN 'assigned' ELSE 'suppressed' END,
-    suppression_reason = CASE WHEN v.expired THEN NULL ELSE v.reason END,
+SET status = CASE WHEN v.expired THEN 'failed'
+                  WHEN coalesce((v.many ->> 'all')::boolean, v.reason IS NOT NULL) THEN 'suppressed'
+                  ELSE 'assigned' END,
+    suppression_reason = CASE WHEN v.expired THEN NULL
+                              WHEN v.many IS NULL THEN v.reason
+                              -- every recipient suppressed, the first To among them: its reason stands for all
+                              WHEN (v.many ->> 'all')::boolean THEN 'every recipient suppressed; the first: ' || v.reason
+                         END,
     last_error = CASE WHEN v.expired THEN %(expired)s ELSE q.last_error END,
     lease_owner = %(owner)s,
     lease_token = %(token)s,
@@ -35,7 +65,28 @@ SET status = CASE WHEN v.expired THEN 'failed' WHEN v.reason IS NULL THEN 'assig
 FROM verdict v
 WHERE q.id = v.id
 RETURNING q.id, q.status, q.last_error, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
-          q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason
+          q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason,
+          q.to_extra, q.cc, q.bcc, q.reply_to, v.many -> 'dropped' AS dropped
+"""
+
+# What the claim dropped from many-recipient emails, once per recipient however often the email is claimed.
+RECORD_DROPPED = """
+INSERT INTO mailroom.recipient_outcomes (email_id, recipient, kind, outcome, reason)
+SELECT (d.r ->> 'email_id')::bigint, d.r ->> 'recipient', d.r ->> 'kind', 'suppressed', d.r ->> 'reason'
+FROM jsonb_array_elements(%(dropped)s::jsonb) WITH ORDINALITY AS d(r, n)
+WHERE NOT EXISTS (SELECT 1 FROM mailroom.recipient_outcomes o
+                  WHERE o.email_id = (d.r ->> 'email_id')::bigint AND lower(o.recipient) = lower(d.r ->> 'recipient')
+                    AND o.outcome = 'suppressed')
+ORDER BY d.n
+"""
+
+# A refusal of one recipient of a many-recipient email at RCPT (the others' fate is the email's).
+RECORD_REFUSED = """
+INSERT INTO mailroom.recipient_outcomes (email_id, recipient, kind, outcome, smtp_code, enhanced_code, reason)
+SELECT %(email_id)s, d.r ->> 'recipient', d.r ->> 'kind', 'refused', (d.r ->> 'code')::int, d.r ->> 'enhanced',
+       left(d.r ->> 'reason', 2000)
+FROM jsonb_array_elements(%(refused)s::jsonb) WITH ORDINALITY AS d(r, n)
+ORDER BY d.n
 """
 
 # Run before CLAIM in the same transaction. Without statistics (a queue just loaded in bulk, before

@@ -34,12 +34,19 @@ class SmtpAccount:
     data_timeout: float = 120.0
 
 
+# One recipient of a many-recipient message refused at RCPT, and the reply that refused it.
+Refusal = tuple[str, Reply]
+
+
 @dataclass(frozen=True)
 class Attempt:
-    """The reply to one message and how long it took."""
+    """The reply to one message and how long it took; for a message with several envelope recipients
+    (`many`), the recipients refused at RCPT (the reply is then that of DATA when any was accepted)."""
 
     reply: Reply
     duration_ms: int
+    refused: tuple[Refusal, ...] = ()
+    many: bool = False
 
 
 class SmtpConnection:
@@ -117,10 +124,19 @@ class SmtpConnection:
         delivered before the caller has recorded this attempt.
         """
         started = time.perf_counter()
+        if envelope.recipients:
+            refused: list[Refusal] = []
+            reply = await self._send(envelope, None, refused)
+            duration_ms = int((time.perf_counter() - started) * 1000)
+            return Attempt(reply, duration_ms, tuple(refused), many=True)
+        if upcoming is not None and upcoming.recipients:
+            upcoming = None  # a many-recipient message is never announced (see `_many_transaction`)
         reply = await self._send(envelope, upcoming)
         return Attempt(reply=reply, duration_ms=int((time.perf_counter() - started) * 1000))
 
-    async def _send(self, envelope: Envelope, upcoming: Envelope | None) -> Reply:
+    async def _send(
+        self, envelope: Envelope, upcoming: Envelope | None, refused: list[Refusal] | None = None
+    ) -> Reply:
         announced, self._announced = self._announced, None
         if announced is not None and announced != envelope:
             self._drop()  # another message than the one announced: that session is out of step
@@ -131,6 +147,8 @@ class SmtpConnection:
                 announced = None
                 client = await self._connect()
             self._phase = "mail"
+            if refused is not None:
+                return await _many_transaction(client, envelope, self.account, self._enter, refused)
             reply, self._announced = await _transaction(
                 client, envelope, announced is not None, upcoming, self.account, self._enter
             )
@@ -223,6 +241,44 @@ async def _transaction(
     enter("data")
     response = await client.data(envelope.content, timeout=account.data_timeout)
     return clean_reply(response.code, response.message, "data"), None
+
+
+async def _many_transaction(
+    client: aiosmtplib.SMTP,
+    envelope: Envelope,
+    account: SmtpAccount,
+    enter: Callable[[str], None],
+    refused: list[Refusal],
+) -> Reply:
+    """MAIL, one RCPT per envelope recipient, then DATA to those accepted, one command at a time.
+
+    Never pipelined, never announced behind another body, and nothing announced behind its own: each
+    RCPT's reply is read before the next, so a refusal is tied to its recipient beyond doubt. Refused
+    recipients are appended to `refused`. When every one is refused, this raises the refusal that
+    decides the email's fate as a single recipient's would (a temporary one first: a retry may reach
+    them all); a 421 ends the session and the email is retried whole.
+    """
+    for address in (envelope.sender, *envelope.recipients):
+        if _unsafe(address):
+            raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {address!r}", envelope.sender)
+    response = await client.execute_command(b"MAIL", b"FROM:<" + envelope.sender.encode("ascii") + b">")
+    if response.code != 250:
+        raise aiosmtplib.SMTPSenderRefused(response.code, response.message, envelope.sender)
+    enter("rcpt")
+    refusals: list[tuple[str, SMTPResponse]] = []
+    for address in envelope.recipients:
+        response = await client.execute_command(b"RCPT", b"TO:<" + address.encode("ascii") + b">")
+        if response.code == CLOSING:
+            raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, address)
+        if response.code not in (250, 251):
+            refusals.append((address, response))
+            refused.append((address, clean_reply(response.code, response.message, "rcpt")))
+    if len(refusals) == len(envelope.recipients):
+        address, response = next(((a, r) for a, r in refusals if 400 <= r.code < 500), refusals[0])
+        raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, address)
+    enter("data")
+    response = await client.data(envelope.content, timeout=account.data_timeout)
+    return clean_reply(response.code, response.message, "data")
 
 
 async def _pipelined(
