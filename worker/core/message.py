@@ -152,10 +152,9 @@ def _check_address_lists(email: Mapping[str, Any]) -> None:
             continue
         if not isinstance(addresses, list):
             raise ValidationError(field, "must be a list of email addresses")
-        for i, address in enumerate(addresses):
+        # Counted from 1, as the database's rules name a list element (cc[1] is the first Cc).
+        for i, address in enumerate(addresses, 1):
             normalise_address(f"{field}[{i}]", address)  # also refuses control characters, encoded words
-    if email.get("reply_to") and any(n.lower() == "reply-to" for n in email.get("headers") or {}):
-        raise ValidationError("reply_to", "given both as reply_to and as a Reply-To header")
 
 
 # Reserved headers Mailroom itself stores with an email (tracking and compliance, at enqueue).
