@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -14,6 +14,7 @@ from worker.core.config import ConfigError, Settings
 from worker.core.crypto import SecretBox, secret_box
 from worker.core.dkim import DkimKey, sign_envelope
 from worker.core.message import Envelope, build_message
+from worker.core.return_path import envelope_sender
 from worker.engine.database import Pool, fetch_scalar
 from worker.engine.senders import ELIGIBLE_SENDERS, TAKE_SEND_SLOT
 from worker.engine.smtp import SmtpAccount, SmtpConnection
@@ -36,6 +37,8 @@ class Sender:
     max_connections: int
     dkim: DkimKey | None = None
     circuit_state: str = "closed"  # closed, or open/half_open: then only its one probe email goes out
+    # With MAILROOM_BOUNCE_DOMAIN: each email's MAIL FROM is its own VERP return path, so a DSN names it.
+    bounce_settings: Settings | None = None
 
     @property
     def id(self) -> int:
@@ -46,6 +49,11 @@ class Sender:
         """The email as it goes on the wire from this sender (DKIM-signed if it has a key), or why it cannot be built."""
         try:
             envelope = build_message(email, self.from_email, self.from_name)
+            if self.bounce_settings is not None:
+                sender = envelope_sender(
+                    self.bounce_settings, email["id"], email["recipient_email"], self.from_email
+                )
+                envelope = replace(envelope, sender=sender)
             if self.dkim is not None:
                 # Inline on the event loop on purpose (~1 ms a message): see worker.core.dkim.
                 envelope = sign_envelope(envelope, self.dkim)
@@ -169,6 +177,7 @@ class SenderBook:
             row["max_connections"],
             dkim,
             row["circuit_state"],
+            settings if settings.bounce_domain else None,
         )
 
     def _secret_box(self) -> SecretBox:

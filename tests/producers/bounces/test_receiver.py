@@ -5,17 +5,26 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import aiosmtplib
 import psycopg
 import pytest
 
-from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_KEY, load, names, readdress, sent_email
+from tests.producers.bounces.corpus import (
+    BOUNCE_DOMAIN,
+    FIXTURE_KEY,
+    FIXTURE_SECRET,
+    load,
+    names,
+    readdress,
+    sent_email,
+)
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
-from worker.core.return_path import return_path
+from worker.core.return_path import parse_return_path, return_path
 from worker.devtools.sink import RunningSink
 from worker.engine.queue_sql import CLAIM
 from worker.producers.bounces.receiver import BounceHandler, BounceServer, RateLimiter, database_processor
@@ -184,3 +193,31 @@ async def test_a_delivered_email_that_bounces_later_is_bounced_and_the_next_emai
         rows = conn.execute("SELECT id, status FROM mailroom.email_queue ORDER BY id").fetchall()
     assert rows == [(first, "bounced"), (second, "suppressed")]
     assert len(smtp_sink.messages) == 1
+
+
+async def test_the_worker_sends_from_the_emails_return_path_and_its_dsn_bounces_exactly_that_email(
+    db_url: str, settings: Settings, smtp_sink: RunningSink, receiver: ReceiverFactory
+) -> None:
+    verp = replace(settings, secret_key=FIXTURE_SECRET, bounce_domain=BOUNCE_DOMAIN)
+    server = await receiver()
+    add_sender(db_url, smtp_sink.port)
+    with psycopg.connect(db_url) as conn:
+        first = enqueue(conn, EmailRequest(to=UNKNOWN, subject="Welcome", text="Hi"), settings=verp)
+        other = enqueue(
+            conn, EmailRequest(to="fine@example.com", subject="Welcome", text="Hi"), settings=verp
+        )
+    assert await run_until_drained(db_url, verp) == 2
+    by_recipient = {m.rcpt_tos[0]: m.mail_from for m in smtp_sink.messages}
+    assert parse_return_path(by_recipient[UNKNOWN], FIXTURE_KEY) is not None
+    assert by_recipient[UNKNOWN] != by_recipient["fine@example.com"]
+    assert b"bounces+" not in b"".join(m.content for m in smtp_sink.messages)  # headers unchanged
+    # The relay accepted it; later it returns a DSN to the envelope sender the worker used.
+    dsn = re.sub(
+        rb"bounces\+[0-9a-z-]+@bounces\.example",
+        by_recipient[UNKNOWN].encode(),
+        load("postfix-unknown-user.eml"),
+    )
+    assert await _send(server.port, dsn, by_recipient[UNKNOWN]) == (250, "2.0.0 recorded")
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT id, status FROM mailroom.email_queue ORDER BY id").fetchall()
+    assert rows == [(first, "bounced"), (other, "sent")]
