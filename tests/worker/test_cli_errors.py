@@ -61,8 +61,10 @@ def test_a_schema_newer_than_the_code_says_to_upgrade_mailroom(
     ("env", "args", "expected"),
     [
         ({"MAILROOM_LEASE_SECONDS": "soon"}, ["stats"], "MAILROOM_LEASE_SECONDS must be a number"),
+        ({}, ["senders", "add", "a", "--from", "a@example.com", "--host", "h", "--port", "587",
+              "--security", "starttls", "--username", "u", "--password-env", "NO_SUCH_VARIABLE"], "NO_SUCH_VARIABLE"),
         ({"MAILROOM_SECRET_KEY": ""}, ["senders", "add", "a", "--from", "a@example.com", "--host", "h",
-                                       "--port", "25", "--password-env", "NO_SUCH_VARIABLE"], "NO_SUCH_VARIABLE"),
+                                       "--port", "587", "--security", "starttls"], "MAILROOM_SECRET_KEY is not set"),
     ],
 )  # fmt: skip
 def test_bad_settings_are_one_line_and_exit_2(
@@ -92,7 +94,7 @@ def test_senders_add_refuses_a_login_without_password_and_warns_of_doubtful_choi
     cli_env: dict[str, str],
 ) -> None:
     base = ["senders", "add", "relay", "--from", "noreply@example.com", "--host", "smtp.example.com"]
-    refused = _mailroom([*base, "--username", "mailer"], cli_env)
+    refused = _mailroom([*base, "--port", "587", "--security", "starttls", "--username", "mailer"], cli_env)
     assert refused.returncode == 2 and "--username needs a password" in _one_line(refused)
     added = _mailroom([*base, "--security", "none"], cli_env)
     assert added.returncode == 0, added.stderr

@@ -110,7 +110,7 @@ async def test_a_dsn_sent_to_the_return_path_bounces_the_email_and_later_email_i
                 "sender": None,
             },
         ).fetchall()
-    assert [(row[0], row[1], row[-1]) for row in claimed] == [
+    assert [(row[0], row[1], row[13]) for row in claimed] == [  # id, status, suppression_reason
         (next_id, "suppressed", "on the bounce list (hard)")
     ]
 

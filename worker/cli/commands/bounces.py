@@ -34,7 +34,7 @@ database cannot be reached or refused the message: the MTA keeps it and tries ag
 
 Examples:
   mailroom bounces ingest dsn.eml
-  mailroom bounces ingest --envelope-recipient 'bounces+1a-abcdefgh-abcdefghijklmnop@bounces.example.org' - < dsn.eml
+  mailroom bounces ingest --envelope-recipient "$RECIPIENT" - < dsn.eml
   # /etc/aliases on the MX of the bounce domain (with recipient_delimiter = +):
   bounces: "|/usr/local/bin/mailroom bounces ingest"
 """
@@ -56,6 +56,19 @@ Exit status: 0 stopped; 2 bad usage (no bounce domain, bad --listen, address in 
 Examples:
   MAILROOM_BOUNCE_DOMAIN=bounces.example.org mailroom bounces receive --listen 0.0.0.0:25
   mailroom bounces receive --listen 127.0.0.1:2526 --domain bounces.example.org --max-bytes 5000000
+"""
+
+BOUNCES = """\
+Take in the delivery status notifications (RFC 3464) and complaints (RFC 5965 ARF) that relays and
+mailbox providers send to each email's VERP return path (MAILROOM_BOUNCE_DOMAIN): from an MTA pipe
+or a file (ingest), as an SMTP server for the bounce domain (receive); list what could not be used
+(quarantine). A permanent failure turns the email bounced and lists the address; a complaint
+suppresses it at once. Nothing here sends email.
+
+Examples:
+  mailroom bounces receive --listen 0.0.0.0:25
+  mailroom bounces ingest dsn.eml
+  mailroom bounces quarantine --json
 """
 
 QUARANTINE = """\
@@ -207,8 +220,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser = sub.add_parser(
         "bounces",
         help="take in bounces and complaints sent to VERP return paths",
-        description="Take in delivery status notifications and complaints: from an MTA pipe or a file "
-        "(ingest), as an SMTP server for the bounce domain (receive); list what could not be used (quarantine).",
+        description=BOUNCES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="bounces_command", required=True, metavar="ACTION")
     _add_ingest(actions)
