@@ -6,6 +6,10 @@ from __future__ import annotations
 # here, at claim time: an address that hard-bounced, complained or (for non-transactional mail)
 # unsubscribed a second ago is marked suppressed instead of being handed out.
 #
+# The soft-bounce policy too: an address whose last soft bounce is less than a day old is not mailed
+# before that day is over (the email stays pending, rescheduled, no attempt charged), and one that
+# soft-bounced three times is treated as hard (suppressed).
+#
 # An email with more recipients (to_extra, cc, bcc not NULL) has each of them checked the same way
 # (`many`): the suppressed ones come back as `dropped` ({lower-cased address: reason}), to be left out
 # of the envelope and recorded, and the email is suppressed only when every recipient is. The check is
@@ -22,9 +26,13 @@ WITH due AS (
 ), verdict AS MATERIALIZED (
     SELECT d.id,
            q.created_at < now() - make_interval(secs => %(lifetime)s) AS expired,
-           CASE WHEN b.email IS NOT NULL THEN 'on the bounce list (' || b.bounce_type || ')'
+           CASE WHEN b.bounce_type IN ('hard', 'complaint') THEN 'on the bounce list (' || b.bounce_type || ')'
+                WHEN b.bounce_count >= 3 THEN 'on the bounce list (soft, ' || b.bounce_count || ' times)'
                 WHEN u.email IS NOT NULL THEN 'unsubscribed'
            END AS reason,
+           CASE WHEN b.bounce_type = 'soft' AND b.bounce_count < 3 AND b.last_bounced_at > now() - interval '1 day'
+                THEN b.last_bounced_at + interval '1 day'
+           END AS held_until,
            CASE WHEN q.to_extra IS NOT NULL OR q.cc IS NOT NULL OR q.bcc IS NOT NULL THEN (
                SELECT jsonb_build_object(
                           'all', bool_and(r.reason IS NOT NULL),
@@ -32,37 +40,44 @@ WITH due AS (
                                               '{}'::jsonb))
                FROM (
                    SELECT lower(e.address) AS address,
-                          CASE WHEN rb.email IS NOT NULL THEN 'on the bounce list (' || rb.bounce_type || ')'
+                          CASE WHEN rb.bounce_type IN ('hard', 'complaint')
+                                    THEN 'on the bounce list (' || rb.bounce_type || ')'
+                               WHEN rb.bounce_count >= 3 THEN 'on the bounce list (soft, ' || rb.bounce_count || ' times)'
                                WHEN ru.email IS NOT NULL THEN 'unsubscribed'
                           END AS reason
                    FROM unnest(ARRAY[q.recipient_email] || coalesce(q.to_extra, '{}') || coalesce(q.cc, '{}')
                                || coalesce(q.bcc, '{}')) AS e(address)
-                   LEFT JOIN mailroom.bounce_list rb
-                          ON rb.email = lower(e.address) AND rb.bounce_type IN ('hard', 'complaint')
+                   LEFT JOIN mailroom.bounce_list rb ON rb.email = lower(e.address)
                    LEFT JOIN mailroom.unsubscribe_list ru ON ru.email = lower(e.address) AND NOT q.transactional
                ) r
            ) END AS many
     FROM due d
     JOIN mailroom.email_queue q ON q.id = d.id
-    LEFT JOIN mailroom.bounce_list b
-           ON b.email = lower(q.recipient_email) AND b.bounce_type IN ('hard', 'complaint')
+    LEFT JOIN mailroom.bounce_list b ON b.email = lower(q.recipient_email)
     LEFT JOIN mailroom.unsubscribe_list u ON u.email = lower(q.recipient_email) AND NOT q.transactional
+), decided AS (
+    SELECT v.*,
+           CASE WHEN v.expired THEN 'failed'
+                WHEN coalesce((v.many ->> 'all')::boolean, v.reason IS NOT NULL) THEN 'suppressed'
+                WHEN v.held_until IS NOT NULL THEN 'pending'
+                ELSE 'assigned' END AS next_status
+    FROM verdict v
 )
 UPDATE mailroom.email_queue q
-SET status = CASE WHEN v.expired THEN 'failed'
-                  WHEN coalesce((v.many ->> 'all')::boolean, v.reason IS NOT NULL) THEN 'suppressed'
-                  ELSE 'assigned' END,
+SET status = v.next_status,
+    -- held by the soft-bounce policy: pending until the day after the bounce, no lease, no attempt
+    scheduled_for = CASE WHEN v.next_status = 'pending' THEN v.held_until ELSE q.scheduled_for END,
     suppression_reason = CASE WHEN v.expired THEN NULL
                               WHEN v.many IS NULL THEN v.reason
                               -- every recipient suppressed, the first To among them: its reason stands for all
                               WHEN (v.many ->> 'all')::boolean THEN 'every recipient suppressed; the first: ' || v.reason
                          END,
     last_error = CASE WHEN v.expired THEN %(expired)s ELSE q.last_error END,
-    lease_owner = %(owner)s,
-    lease_token = %(token)s,
-    lease_expires_at = now() + make_interval(secs => %(lease)s),
-    sender_account_id = %(sender)s
-FROM verdict v
+    lease_owner = CASE WHEN v.next_status = 'pending' THEN NULL ELSE %(owner)s END,
+    lease_token = CASE WHEN v.next_status = 'pending' THEN NULL ELSE %(token)s::uuid END,
+    lease_expires_at = CASE WHEN v.next_status = 'pending' THEN NULL ELSE now() + make_interval(secs => %(lease)s) END,
+    sender_account_id = CASE WHEN v.next_status = 'pending' THEN q.sender_account_id ELSE %(sender)s END
+FROM decided v
 WHERE q.id = v.id
 RETURNING q.id, q.status, q.last_error, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
           q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason,

@@ -42,7 +42,7 @@ SET last_bounced_at = now(), bounce_count = mailroom.bounce_list.bounce_count + 
 """
 
 # A soft bounce counts only while the address is soft: a hard bounce or a complaint stays as it is.
-# The policy that turns repeated soft bounces into a hold or a hard bounce belongs to the claim.
+# The policy that turns repeated soft bounces into a hold or a hard bounce is the claim's (worker.engine.queue_sql.CLAIM).
 UPSERT_SOFT = """
 INSERT INTO mailroom.bounce_list (email, bounce_type, reason, smtp_code, enhanced_code, sender_account_id, campaign_id)
 VALUES (%(recipient)s, 'soft', %(reason)s, %(code)s, %(status)s, %(sender)s, %(campaign)s)
