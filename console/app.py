@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
@@ -26,11 +27,14 @@ from console.screens.queue import QueueScreen
 from console.screens.schedule import ScheduleScreen
 from console.screens.senders import SendersScreen
 from console.screens.signatures import SignaturesScreen
-from console.widgets.dialogs import HelpScreen
+from console.widgets.dialogs import HealthScreen, HelpScreen
 from worker.core.config import Settings
 from worker.ops.audit import console_actor
+from worker.ops.health import Finding, check_health
 
 FALLBACK_REFRESH_SECONDS = 30.0
+# Changes that can start or end a health finding; heartbeats and time are caught by the fallback timer.
+HEALTH_TABLES = frozenset({ALL_TABLES, "email_queue", "sender_accounts", "send_logs", "bounce_list"})
 
 
 def _utc_now() -> datetime:
@@ -71,12 +75,14 @@ class MailroomConsole(App[int]):
             for mode, key, title in (*SCREENS, *MORE_SCREENS)
         ),
         Binding("question_mark", "help", "Help"),
+        Binding("exclamation_mark", "health", "Health", show=False, tooltip="The banner's findings in full"),
         Binding("ctrl+p", "command_palette", "Commands", show=False),
         Binding("q", "quit", "Quit"),
     ]
 
     live_state: reactive[str] = reactive("connecting")
     updated_at: reactive[datetime | None] = reactive(None)
+    findings: reactive[list[Finding]] = reactive(list, always_update=True)
 
     def __init__(
         self,
@@ -104,6 +110,7 @@ class MailroomConsole(App[int]):
         self.notices: list[tuple[str, str]] = []
         self.states: list[str] = []
         self.refreshes = 0
+        self.health_checks = 0
         self._refreshed = asyncio.Condition()
         self._feed_task: asyncio.Task[None] | None = None
         self._fallback: Timer | None = None
@@ -140,6 +147,8 @@ class MailroomConsole(App[int]):
     def _reload_screen(self, tables: set[str]) -> None:
         if not self.screen_stack:  # shutting down: a timer fired after the last screen went
             return
+        if tables & HEALTH_TABLES:
+            self._check_health()
         screen = self.screen
         reload = getattr(screen, "reload", None)
         if callable(reload):
@@ -172,6 +181,19 @@ class MailroomConsole(App[int]):
         except TimeoutError:
             return False
         return True
+
+    @work(exclusive=True, group="health", exit_on_error=False)
+    async def _check_health(self) -> None:
+        """Run `mailroom health`'s checks on the console's clock; the banner follows `findings`."""
+        now = self.clock()
+        try:
+            report = await self.ask(lambda c: check_health(c, self.settings, now=now))
+        except Exception as exc:  # a failed check leaves the last banner up, and says why
+            self.say(f"health check failed: {_first_line(exc)}", severity="error")
+            return
+        self.findings = list(report.findings)
+        self.health_checks += 1
+        await self.wake_waiters()
 
     # --- actions ------------------------------------------------------------------------
 
@@ -207,6 +229,10 @@ class MailroomConsole(App[int]):
         return await asyncio.to_thread(self._in_transaction, action)
 
     # --- keys and palette ---------------------------------------------------------------
+
+    def action_health(self) -> None:
+        """Show the banner's findings in full, wrapped."""
+        self.push_screen(HealthScreen(list(self.findings)))
 
     def action_help(self) -> None:
         """Show every key of this screen and of the console."""

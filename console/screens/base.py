@@ -15,6 +15,7 @@ from textual.widgets.data_table import RowDoesNotExist
 
 from console.context import ConsoleContext, context_of
 from console.live import ALL_TABLES
+from console.widgets.banner import Banner
 from console.widgets.header import ConsoleHeader
 
 # Terminals narrower than this get the compact footer.
@@ -43,8 +44,9 @@ class DataScreen(Screen[None]):
         return context_of(self)
 
     def compose_header(self) -> ComposeResult:
-        """The header every screen starts with."""
+        """The header every screen starts with, and the health banner under it."""
         yield ConsoleHeader(self.MODE)
+        yield Banner()
 
     def compose_footer(self) -> ComposeResult:
         """The (hidden) filter input and the key footer every screen ends with."""

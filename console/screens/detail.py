@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Static
 from console.context import ConsoleContext, context_of
 from console.live import ALL_TABLES
 from console.screens.base import fill_table
+from console.widgets.banner import Banner
 from console.widgets.cells import ago, masked, one_line, status_cell
 from console.widgets.header import ConsoleHeader
 
@@ -37,6 +38,7 @@ class EmailDetailScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         """The console's header, the email's fields, then its attempts."""
         yield ConsoleHeader("failures")
+        yield Banner()
         yield Static(id="email-fields", classes="panel")
         yield DataTable(id="history", cursor_type="row", zebra_stripes=True)
         yield Footer()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from rich.markup import escape
 from rich.table import Table
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Static
+
+from worker.ops.health import PROBLEM, Finding
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -93,3 +96,29 @@ class HelpScreen(ModalScreen[None]):
 def _key_name(key: str) -> str:
     names = {"question_mark": "?", "slash": "/", "right_square_bracket": "]", "left_square_bracket": "["}
     return names.get(key, key)
+
+
+class HealthScreen(ModalScreen[None]):
+    """The banner's findings in full (the banner cuts each to one line), with what to run about each."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,exclamation_mark,q", "dismiss", "Close")]
+
+    def __init__(self, findings: list[Finding]) -> None:
+        super().__init__()
+        self.findings = findings
+
+    def compose(self) -> ComposeResult:
+        """One paragraph per finding."""
+        from console.widgets.banner import FIXES
+
+        with VerticalScroll(id="help"):
+            yield Static("Health (same checks as mailroom health)", id="help-title")
+            if not self.findings:
+                yield Static("Mail is flowing: nothing to report.")
+            for f in self.findings:
+                mark = "✖ problem" if f.severity == PROBLEM else "▲ warning"
+                fix = FIXES.get(f.kind, "")
+                yield Static(
+                    f"[b]{mark}[/b]: {escape(f.text)}\n  here: {fix}\n  command line: {escape(f.advice or '-')}\n"
+                )
+            yield Static("escape closes", classes="hint")
