@@ -18,7 +18,7 @@ from console.context import ConsoleContext, context_of
 from console.live import ALL_TABLES
 from console.screens.base import fill_table
 from console.widgets.banner import Banner
-from console.widgets.cells import ago, masked, one_line, status_cell
+from console.widgets.cells import ago, attempts_made, masked, one_line, status_cell
 from console.widgets.header import ConsoleHeader
 
 OUTCOME_STYLES = {"sent": "green", "transient": "yellow", "local_error": "yellow", "suppressed": "magenta"}
@@ -88,7 +88,11 @@ class EmailDetailScreen(Screen[None]):
             ("template", email["template"] or "-"),
             ("campaign", email["campaign_id"] or "-"),
             ("priority", str(email["priority"])),
-            ("attempts", f"{email['retry_count']} of {email['max_retries']} retries used"),
+            (
+                "attempts",
+                f"{attempts_made(str(email['status']), int(email['retry_count']))} made"
+                f" of at most {int(email['max_retries']) + 1}",
+            ),
             ("created", ago(email["created_at"], now)),
             ("next retry", ago(email["next_retry_at"], now)),
             ("last error", Text(one_line(email["last_error"], 200), style="red")),

@@ -13,7 +13,7 @@ from textual.widgets import DataTable
 from console.queries import FAILURE_KINDS, FailureKey, Page, failure_key
 from console.screens.base import DataScreen, fill_table, selected_key
 from console.screens.detail import EmailDetailScreen
-from console.widgets.cells import ago, masked, one_line, status_cell, until
+from console.widgets.cells import ago, masked, one_line, status_cell, tries, until
 from console.widgets.dialogs import ConfirmScreen
 
 WIDE = 100
@@ -123,7 +123,7 @@ class FailuresScreen(DataScreen):
                         masked(r["recipient_email"]),
                         *([one_line(r["subject"], subject_width)] if self.with_subject else []),
                         one_line(r["last_error"], error_width),
-                        f"{r['retry_count']}/{r['max_retries']}",
+                        tries(str(r["status"]), int(r["retry_count"]), int(r["max_retries"])),
                         Text(until(r["scheduled_for"], now), style="yellow")
                         if r["kind"] == "retrying"
                         else ago(r["finished_at"], now),

@@ -12,11 +12,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Sparkline, Static
 
+from console.figures import RATE_WINDOW
 from console.queries import TRACKING_KINDS, Overview
 from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
 from console.widgets.cells import (
     ago,
-    approximately,
     duration,
     masked,
     one_line,
@@ -68,7 +68,7 @@ class OverviewScreen(DataScreen):
         """Titles and columns."""
         self._arrange(self.app.size.width)
         self.query_one("#depth").border_title = "Queue"
-        self.query_one("#throughput").border_title = "Sent per minute, last hour"
+        self.query_one("#throughput").border_title = f"Sent per minute, {RATE_WINDOW}"
         self.query_one("#tracking").border_title = "Opens, clicks and unsubscribes per hour"
         self.query_one("#documents").border_title = "Signatures"
         senders = self.query_one("#ov-senders", DataTable)
@@ -95,14 +95,7 @@ class OverviewScreen(DataScreen):
         now = self.console.clock()
         self.query_one("#depth", Static).update(_depth_table(data, now))
         self.query_one("#sent-sparkline", Sparkline).data = list(data.sent_per_minute)
-        sent = int(sum(data.sent_per_minute))
-        rate = data.failed_last_hour / data.attempts_last_hour if data.attempts_last_hour else 0.0
-        rates = Text()
-        rates.append(f"{sent:,}", style="bold")
-        rates.append(" sent in the last hour\n")
-        rates.append(f"{rate:.1%}", style="bold red" if rate >= 0.05 else "bold")
-        rates.append(f" of {data.attempts_last_hour:,} attempts failed")
-        self.query_one("#rates", Static).update(rates)
+        self.query_one("#rates", Static).update(_rates(data))
         bar_width = 10 if self.app.size.width >= 100 else 4
         needle = (self.filter_text or "").lower()
         senders = [s for s in data.senders if needle in str(s["name"]).lower()]
@@ -145,32 +138,44 @@ class OverviewScreen(DataScreen):
 
 
 def _depth_table(data: Overview, now: Any) -> Table:
-    d = data.depth
+    c = data.counts
     table = Table.grid(padding=(0, 2))
     table.add_column(no_wrap=True)
     table.add_column(justify="right", no_wrap=True)
-    oldest = d["oldest_due"]
-
-    def count(key: str) -> str:
-        if key in d.get("estimated", ()):
-            return approximately(int(d[key]))
-        if key in d.get("capped", ()):
-            return f"{data_limit(d[key]):,}+"
-        return f"{d[key]:,}"
-
+    oldest = data.oldest_due
     rows: list[tuple[str, str, str]] = [
-        ("pending", count("pending"), "bold"),
-        ("  due now", count("due_now"), ""),
-        ("  scheduled later", count("scheduled_later"), ""),
-        ("assigned", count("assigned"), ""),
-        ("retrying", count("retrying"), "yellow" if d["retrying"] else ""),
-        ("failed", count("failed"), "bold red" if d["failed"] else ""),
-        ("suppressed", count("suppressed"), ""),
-        ("oldest pending", duration((now - oldest).total_seconds()) if oldest else "-", ""),
+        ("pending", "pending", "bold"),
+        ("  due now", "due_now", ""),
+        ("  scheduled later", "scheduled_later", ""),
+        ("  retrying", "retrying", "yellow" if c["retrying"].value else ""),
+        ("assigned", "assigned", ""),
+        ("failed", "failed", "bold red" if c["failed"].value else ""),
+        ("suppressed", "suppressed", ""),
     ]
-    for label, value, style in rows:
-        table.add_row(label, Text(value, style=style))
+    for label, key, style in rows:
+        table.add_row(label, Text(c[key].label(), style=style))
+    table.add_row("oldest due", duration((now - oldest).total_seconds()) if oldest else "-")
     return table
+
+
+def _rates(data: Overview) -> Text:
+    """Sent, then the attempt failure rate beside the final failure rate, each saying what it is out of."""
+    r = data.rates
+    text = Text()
+    text.append(f"{int(sum(data.sent_per_minute)):,}", style="bold")
+    text.append(f" sent, {RATE_WINDOW}\n")
+    attempt, final = r.attempt_failure_rate, r.final_failure_rate
+    text.append("attempts failed ", style="dim")
+    text.append(
+        "-" if attempt is None else f"{attempt:.1%}", style="bold red" if (attempt or 0) >= 0.05 else "bold"
+    )
+    text.append(f" of {r.attempts:,}\n")
+    text.append("email failed    ", style="dim")
+    text.append(
+        "-" if final is None else f"{final:.1%}", style="bold red" if (final or 0) >= 0.05 else "bold"
+    )
+    text.append(f" of {r.finished:,} finished")
+    return text
 
 
 def _error_width(width: int) -> int:
@@ -201,11 +206,6 @@ def _tracking(data: Overview, cell_width: int) -> Table:
             f"{sum(values):,}",
         )
     return table
-
-
-def data_limit(capped: int) -> int:
-    """The cap a capped count stopped at (the query counts one row past it)."""
-    return int(capped) - 1
 
 
 def _documents(documents: list[dict[str, Any]]) -> Table | Text:

@@ -10,8 +10,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import DataTable
 
+from console.figures import short
 from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
-from console.widgets.cells import approximately, duration
+from console.widgets.cells import duration
 
 
 class QueueScreen(DataScreen):
@@ -56,13 +57,14 @@ class QueueScreen(DataScreen):
             age = duration((now - oldest).total_seconds()) if oldest and oldest <= now else "-"
             return (
                 label,
-                Text(approximately(int(r["n"])) if estimated else f"{r['n']:,}", justify="right"),
-                Text(approximately(int(r["due"])) if estimated else f"{r['due']:,}", justify="right"),
+                Text(f"~{short(int(r['n']))}" if estimated else f"{r['n']:,}", justify="right"),
+                Text(f"~{short(int(r['due']))}" if estimated else f"{r['due']:,}", justify="right"),
                 Text(age, justify="right"),
             )
 
         priority = self.query_one("#by-priority", DataTable)
-        note = " (estimated from a 1% sample)" if estimated else ""
+        # A 1% sample: every figure is marked ~, and a group too small to be sampled is missing.
+        note = " (~ estimates from a 1% sample)" if estimated else ""
         priority.border_title = f"Pending by priority{note}"
         fill_table(priority, ((str(r["priority"]), cells(str(r["priority"]), r)) for r in by_priority))
         campaign = self.query_one("#by-campaign", DataTable)
