@@ -21,6 +21,7 @@ from console.live import ALL_TABLES, Coalescer, LiveFeed
 from console.queries import ConsoleData
 from console.screens.accounts import AccountsScreen
 from console.screens.audit import AuditScreen
+from console.screens.confirm import confirm_retry
 from console.screens.failures import FailuresScreen
 from console.screens.overview import OverviewScreen
 from console.screens.queue import QueueScreen
@@ -33,6 +34,8 @@ from worker.ops.audit import console_actor
 from worker.ops.health import Finding, check_health
 
 FALLBACK_REFRESH_SECONDS = 30.0
+# Keys the palette leaves out: moving around a table is not a command.
+PALETTE_SKIPS = frozenset({"filter", "page(1)", "page(-1)", "app.pop_screen", "mark"})
 # Changes that can start or end a health finding; heartbeats and time are caught by the fallback timer.
 HEALTH_TABLES = frozenset({ALL_TABLES, "email_queue", "sender_accounts", "send_logs", "bounce_list"})
 
@@ -239,12 +242,42 @@ class MailroomConsole(App[int]):
         self.push_screen(HelpScreen(self.screen, self))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """The palette: every screen, help and quit."""
+        """The palette: the actions of the screen underneath (retry, cancel, suspend, resume...), every screen,
+        retrying every failed email, help and quit."""
+        yield from screen_commands(screen, self.read_only)
+        if not self.read_only:
+            yield SystemCommand("Retry every failed email", "Asks first, with the count", self._retry_all)
         for mode, key, title in (*SCREENS, *MORE_SCREENS):
             yield SystemCommand(f"{title} screen", f"Switch to {title} ({key})", _switcher(self, mode))
         yield SystemCommand("Help", "Every key of this screen (?)", self.action_help)
         yield SystemCommand("Refresh", "Reload this screen now", self.request_refresh)
         yield SystemCommand("Quit", "Leave the console (q)", self.exit)
+
+    def _retry_all(self) -> None:
+        self.run_worker(confirm_retry(self.screen, None), group="confirm", exit_on_error=False)
+
+
+def screen_commands(screen: Screen[Any], read_only: bool) -> Iterable[SystemCommand]:
+    """A palette entry for every action key of `screen` (not navigation), named as its help names it."""
+    mutating: frozenset[str] = getattr(screen, "MUTATING", frozenset())
+    for binding in getattr(screen, "BINDINGS", []):
+        if not isinstance(binding, Binding) or binding.action in PALETTE_SKIPS:
+            continue
+        if read_only and binding.action in mutating:
+            continue
+        key = binding.key.split(",")[0]
+        yield SystemCommand(
+            f"{binding.description} ({key})",
+            binding.tooltip or binding.description,
+            _runner(screen, binding.action),
+        )
+
+
+def _runner(screen: Screen[Any], action: str) -> Callable[[], None]:
+    def run() -> None:
+        screen.run_worker(screen.run_action(action), exit_on_error=False)
+
+    return run
 
 
 def _first_line(exc: BaseException) -> str:

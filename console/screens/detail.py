@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Static
 from console.context import ConsoleContext, context_of
 from console.live import ALL_TABLES
 from console.screens.base import fill_table
+from console.screens.confirm import confirm_cancel, confirm_retry
 from console.widgets.banner import Banner
 from console.widgets.cells import ago, attempts_made, masked, one_line, status_cell
 from console.widgets.header import ConsoleHeader
@@ -29,7 +30,12 @@ class EmailDetailScreen(Screen[None]):
 
     TITLE = "Email"
     TABLES = frozenset({"email_queue", "send_logs"})
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,backspace", "app.pop_screen", "Back")]
+    MUTATING = frozenset({"retry", "cancel"})
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,backspace", "app.pop_screen", "Back"),
+        Binding("r", "retry", "Retry", tooltip="Retry this email (asks)"),
+        Binding("c", "cancel", "Cancel email", tooltip="Cancel this email (asks)"),
+    ]
 
     def __init__(self, email_id: int) -> None:
         super().__init__()
@@ -50,6 +56,20 @@ class EmailDetailScreen(Screen[None]):
         table.border_title = "Send log"
         table.add_columns("When (UTC)", "Try", "Outcome", "Code", "Sender", "ms", "Response")
         self._load()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide retry and cancel in read-only mode."""
+        return not (action in self.MUTATING and context_of(self).read_only)
+
+    @work(group="confirm")
+    async def action_retry(self) -> None:
+        """Retry this email (asks first, with the consequence)."""
+        await confirm_retry(self, [self.email_id])
+
+    @work(group="confirm")
+    async def action_cancel(self) -> None:
+        """Cancel this email (asks first)."""
+        await confirm_cancel(self, [self.email_id])
 
     def reload(self, tables: Iterable[str] = (ALL_TABLES,)) -> None:
         """Reload when the email or the send log changed (the worker retried it, an operator cancelled it)."""

@@ -11,8 +11,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
 from console.screens.base import DataScreen, fill_table, selected_key
+from console.screens.confirm import confirm_sender
 from console.widgets.cells import ago, one_line, status_cell, usage
-from console.widgets.dialogs import ConfirmScreen
 
 
 class SendersScreen(DataScreen):
@@ -23,9 +23,9 @@ class SendersScreen(DataScreen):
     TABLES = frozenset({"sender_accounts", "send_logs", "email_queue"})
     MUTATING = frozenset({"pause", "suspend", "resume"})
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("p", "pause", "Pause"),
-        Binding("s", "suspend", "Suspend"),
-        Binding("u", "resume", "Resume"),
+        Binding("p", "pause", "Pause", tooltip="Pause the selected sender until resumed"),
+        Binding("s", "suspend", "Suspend", tooltip="Suspend the selected sender (asks)"),
+        Binding("u", "resume", "Resume", tooltip="Resume the selected sender (asks)"),
         *DataScreen.BINDINGS,
     ]
     # Whether the terminal was wide enough for every column when the screen was mounted.
@@ -107,19 +107,17 @@ class SendersScreen(DataScreen):
 
     @work(group="confirm")
     async def action_suspend(self) -> None:
-        """Take the selected account out of service (asks first)."""
-        name = self._selected()
-        if name is None:
-            self.console.say("no sender account selected", severity="warning")
-            return
-        question = f"Suspend sender account {name}? Nothing is sent through it until it is resumed."
-        if await self.app.push_screen_wait(ConfirmScreen(question, confirm="Suspend", destructive=True)):
-            self._set(name, "suspended", "suspended")
-
-    def action_resume(self) -> None:
-        """Send through the selected account again."""
+        """Take the selected account out of service (asks, saying whether mail still flows)."""
         if (name := self._selected()) is not None:
-            self._set(name, "active", "resumed")
+            await confirm_sender(self, name, "suspended")
+        else:
+            self.console.say("no sender account selected", severity="warning")
+
+    @work(group="confirm")
+    async def action_resume(self) -> None:
+        """Send through the selected account again (asks)."""
+        if (name := self._selected()) is not None:
+            await confirm_sender(self, name, "active")
         else:
             self.console.say("no sender account selected", severity="warning")
 

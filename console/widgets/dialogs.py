@@ -19,8 +19,8 @@ class ConfirmScreen(ModalScreen[bool]):
     """Ask before an action that changes many rows or takes something out of service."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "answer(True)", "Yes"),
-        Binding("n,escape", "answer(False)", "No"),
+        Binding("y", "answer(True)", "Yes", show=False),
+        Binding("n,escape", "answer(False)", "Keep as is", show=False),
     ]
 
     def __init__(self, question: str, *, confirm: str = "Yes", destructive: bool = False) -> None:
@@ -30,14 +30,13 @@ class ConfirmScreen(ModalScreen[bool]):
         self.destructive = destructive
 
     def compose(self) -> ComposeResult:
-        """The question and two buttons; y / n answer from the keyboard."""
+        """The question, two buttons that say what each does, and the keys that press them."""
         with Vertical(id="dialog"):
             yield Static(self.question, id="question")
             with Horizontal(id="buttons"):
-                yield Button(
-                    f"{self.confirm_label} (y)", variant="error" if self.destructive else "primary", id="yes"
-                )
-                yield Button("Cancel (n)", id="no")
+                yield Button(self.confirm_label, variant="error" if self.destructive else "primary", id="yes")
+                yield Button("Keep as is", id="no")
+            yield Static(f"y: {self.confirm_label.lower()}   n or escape: keep as is", classes="hint")
 
     async def on_mount(self) -> None:
         """Focus the safe choice, and tell anyone waiting for the question that it is up."""

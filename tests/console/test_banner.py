@@ -9,7 +9,7 @@ import psycopg
 
 from console.app import MailroomConsole
 from console.widgets.banner import Banner
-from tests.console.test_actions import WAIT, open_screen
+from tests.console.test_actions import WAIT, asked, open_screen
 
 
 def banner_text(app: MailroomConsole) -> str:
@@ -39,7 +39,10 @@ async def test_suspending_every_sender_with_email_due_raises_the_banner_within_a
         assert finding.kind == "no_sender" and "primary suspended (auth failed)" in finding.text
         await pilot.press("3")  # the banner follows to every screen, and the key it names works
         assert await app.wait_until_shown(lambda: "no sender can send" in banner_text(app), WAIT)
-        await pilot.press("u")  # resumes the first sender (backup): mail flows, the other three are warnings
+        await asked(
+            app, pilot, "u"
+        )  # resumes the first sender (backup): mail flows, the other three are warnings
+        await pilot.press("y")
         assert await app.wait_until_shown(
             lambda: (
                 {f.kind for f in app.findings} == {"sender_suspended"} and "no sender" not in banner_text(app)
