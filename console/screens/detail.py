@@ -21,6 +21,7 @@ from console.screens.confirm import confirm_cancel, confirm_retry
 from console.widgets.banner import Banner
 from console.widgets.cells import ago, attempts_made, masked, one_line, status_cell
 from console.widgets.header import ConsoleHeader
+from console.widgets.table import ConsoleTable
 
 OUTCOME_STYLES = {"sent": "green", "transient": "yellow", "local_error": "yellow", "suppressed": "magenta"}
 
@@ -46,7 +47,7 @@ class EmailDetailScreen(Screen[None]):
         yield ConsoleHeader("failures")
         yield Banner()
         yield Static(id="email-fields", classes="panel")
-        yield DataTable(id="history", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="history", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:

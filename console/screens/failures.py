@@ -15,6 +15,7 @@ from console.screens.base import DataScreen, fill_table, selected_key
 from console.screens.confirm import confirm_cancel, confirm_retry
 from console.screens.detail import EmailDetailScreen
 from console.widgets.cells import ago, masked, one_line, status_cell, tries, until
+from console.widgets.table import ConsoleTable
 
 WIDE = 100
 SHOWING = {"all": "Failed and retrying email", "failed": "Failed email", "retrying": "Retrying email"}
@@ -62,7 +63,7 @@ class FailuresScreen(DataScreen):
     def compose(self) -> ComposeResult:
         """One table of emails."""
         yield from self.compose_header()
-        yield DataTable(id="failures", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="failures", cursor_type="row", zebra_stripes=True)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:

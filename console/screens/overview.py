@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Sparkline, Static
 from console.figures import RATE_WINDOW
 from console.queries import TRACKING_KINDS, Overview
 from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
+from console.screens.detail import EmailDetailScreen
 from console.widgets.cells import (
     ago,
     duration,
@@ -25,6 +26,7 @@ from console.widgets.cells import (
     status_cell,
     usage,
 )
+from console.widgets.table import ConsoleTable
 
 TRACKING_STYLES = {"opens": "cyan", "clicks": "green", "unsubscribes": "yellow"}
 
@@ -57,11 +59,11 @@ class OverviewScreen(DataScreen):
                 with Vertical(id="throughput", classes="panel"):
                     yield Sparkline([0.0] * 60, id="sent-sparkline")
                     yield Static(id="rates")
-            yield DataTable(id="ov-senders", classes="panel", cursor_type="row", show_cursor=False)
+            yield ConsoleTable(id="ov-senders", classes="panel", cursor_type="row", show_cursor=False)
             yield Static(id="tracking", classes="panel")
             with Horizontal(id="bottom-row", classes="row"):
                 yield Static(id="documents", classes="panel")
-                yield DataTable(id="ov-failures", classes="panel", cursor_type="row", show_cursor=False)
+                yield ConsoleTable(id="ov-failures", classes="panel", cursor_type="row", show_cursor=False)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -77,6 +79,14 @@ class OverviewScreen(DataScreen):
         failures = self.query_one("#ov-failures", DataTable)
         failures.border_title = "Latest failures"
         failures.add_columns("Recipient", "Error", "Failed")
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a latest failure opens the email; on a sender, the sender in full."""
+        if event.data_table.id == "ov-failures" and event.row_key.value is not None:
+            event.stop()
+            self.app.push_screen(EmailDetailScreen(int(event.row_key.value)))
+            return
+        super().on_data_table_row_selected(event)
 
     def on_resize(self, event: events.Resize) -> None:
         """Signatures beside the latest failures when wide, above them when narrow."""
@@ -99,6 +109,7 @@ class OverviewScreen(DataScreen):
         bar_width = 10 if self.app.size.width >= 100 else 4
         needle = (self.filter_text or "").lower()
         senders = [s for s in data.senders if needle in str(s["name"]).lower()]
+        self.remember("ov-senders", {str(s["id"]): s for s in senders})
         documents = data.documents  # filtered by the query: the top few of every match, not of all
         self.query_one("#ov-senders", DataTable).border_title = self.subtitle("Sender accounts")
         fill_table(

@@ -13,6 +13,7 @@ from textual.widgets import DataTable
 from console.figures import short
 from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
 from console.widgets.cells import duration
+from console.widgets.table import ConsoleTable
 
 
 class QueueScreen(DataScreen):
@@ -26,8 +27,8 @@ class QueueScreen(DataScreen):
         """Two tables side by side."""
         yield from self.compose_header()
         with Horizontal(id="queue-tables"):
-            yield DataTable(id="by-priority", cursor_type="row", zebra_stripes=True)
-            yield DataTable(id="by-campaign", cursor_type="row", zebra_stripes=True)
+            yield ConsoleTable(id="by-priority", cursor_type="row", zebra_stripes=True)
+            yield ConsoleTable(id="by-campaign", cursor_type="row", zebra_stripes=True)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -50,6 +51,7 @@ class QueueScreen(DataScreen):
     def show(self, data: Any) -> None:
         """Both tables."""
         by_priority, by_campaign, estimated = data
+        self.remember("by-campaign", {str(r["campaign_id"]): r for r in by_campaign})
         now = self.console.clock()
 
         def cells(label: str, r: dict[str, Any]) -> tuple[Any, ...]:

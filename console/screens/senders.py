@@ -13,6 +13,7 @@ from textual.widgets import DataTable
 from console.screens.base import DataScreen, fill_table, selected_key
 from console.screens.confirm import confirm_sender
 from console.widgets.cells import ago, one_line, status_cell, usage
+from console.widgets.table import ConsoleTable
 
 
 class SendersScreen(DataScreen):
@@ -34,7 +35,7 @@ class SendersScreen(DataScreen):
     def compose(self) -> ComposeResult:
         """One table."""
         yield from self.compose_header()
-        yield DataTable(id="senders", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="senders", cursor_type="row", zebra_stripes=True)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -61,6 +62,7 @@ class SendersScreen(DataScreen):
             for s in data
             if not self.filter_text or self.filter_text.lower() in f"{s['name']} {s['status']}".lower()
         ]
+        self.remember("senders", {str(s["name"]): s for s in rows})
         table = self.query_one("#senders", DataTable)
         table.border_title = self.subtitle(f"Sender accounts ({len(rows)})")
         fill_table(

@@ -57,7 +57,11 @@ class ConfirmScreen(ModalScreen[bool]):
 class HelpScreen(ModalScreen[None]):
     """Every key of the screen it was opened from, and the console-wide keys."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,question_mark,q", "dismiss", "Close"),
+        Binding("j", "scroll(1)", "Down", show=False),
+        Binding("k", "scroll(-1)", "Up", show=False),
+    ]
 
     def __init__(self, screen: Screen[Any], app: App[Any]) -> None:
         super().__init__()
@@ -74,6 +78,7 @@ class HelpScreen(ModalScreen[None]):
         mutating: frozenset[str] = getattr(self.source, "MUTATING", frozenset())
         for title, bindings in (
             (self.source.title or "This screen", getattr(self.source, "BINDINGS", [])),
+            ("Tables", TABLE_KEYS),
             ("Everywhere", [*getattr(self.source_app, "BINDINGS", [])]),
         ):
             table.add_row(f"[u]{title}[/u]", "")
@@ -86,14 +91,42 @@ class HelpScreen(ModalScreen[None]):
                 self.entries.append((keys, f"{binding.tooltip or binding.description}{note}"))
                 table.add_row(*self.entries[-1])
             table.add_row("", "")
-        with Vertical(id="help"):
+        with VerticalScroll(id="help"):
             yield Static("Keys", id="help-title")
             yield Static(table)
-            yield Static("escape closes", classes="hint")
+            yield Static("j/k, arrows, PageUp/PageDown scroll; escape closes", classes="hint")
+
+    def on_mount(self) -> None:
+        """The keys scroll the list from the start."""
+        self.query_one("#help", VerticalScroll).focus()
+
+    def action_scroll(self, lines: int) -> None:
+        """Scroll the list by `lines`."""
+        self.query_one("#help", VerticalScroll).scroll_relative(y=lines, animate=False)
+
+
+# Every table's keys (console.widgets.table.ConsoleTable and Textual's DataTable).
+TABLE_KEYS = [
+    Binding("j,down", "", "Next row"),
+    Binding("k,up", "", "Previous row"),
+    Binding("g,home", "", "First row"),
+    Binding("G,end", "", "Last row"),
+    Binding("pageup,pagedown", "", "A screenful up or down"),
+    Binding("o", "", "Sort by the next column (after the last: the usual order); the header shows ▲ or ▼"),
+    Binding("O", "", "Reverse the sort"),
+    Binding("click", "", "A click on a column header sorts by it; again reverses"),
+    Binding("tab", "", "Next table on the screen"),
+]
 
 
 def _key_name(key: str) -> str:
-    names = {"question_mark": "?", "slash": "/", "right_square_bracket": "]", "left_square_bracket": "["}
+    names = {
+        "question_mark": "?",
+        "slash": "/",
+        "right_square_bracket": "]",
+        "left_square_bracket": "[",
+        "exclamation_mark": "!",
+    }
     return names.get(key, key)
 
 
@@ -121,3 +154,35 @@ class HealthScreen(ModalScreen[None]):
                     f"[b]{mark}[/b]: {escape(f.text)}\n  here: {fix}\n  command line: {escape(f.advice or '-')}\n"
                 )
             yield Static("escape closes", classes="hint")
+
+
+class RowScreen(ModalScreen[None]):
+    """One table row in full: every field the screen read for it, long values wrapped, addresses masked."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,enter,q", "dismiss", "Close")]
+
+    def __init__(self, title: str, row: dict[str, Any]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.row = row
+
+    def compose(self) -> ComposeResult:
+        """A two-column grid of field and value."""
+        from console.widgets.cells import masked
+
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for field, value in self.row.items():
+            shown = (
+                masked(str(value)) if "email" in field and value else ("-" if value in (None, "") else value)
+            )
+            grid.add_row(field.replace("_", " "), escape(str(shown)))
+        with VerticalScroll(id="help"):
+            yield Static(self.title_text, id="help-title")
+            yield Static(grid)
+            yield Static("escape closes", classes="hint")
+
+    def on_mount(self) -> None:
+        """Arrows scroll a long row."""
+        self.query_one("#help", VerticalScroll).focus()
