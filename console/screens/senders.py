@@ -41,14 +41,15 @@ class SendersScreen(DataScreen):
     def on_mount(self) -> None:
         """Columns."""
         table = self.query_one("#senders", DataTable)
-        # Below 100 columns: short headings, a shorter bar, and no reason column (the status says most).
+        # Columns by priority: below 100 columns the warm-up and last use give way so the reason (why a
+        # sender does not send) stays, cut to the room left; Enter shows every field in full.
         self.wide = self.app.size.width >= 100
         if self.wide:
             table.add_columns(
                 "Sender", "Status", "Sent today", "Bounces", "Errors", "Warm-up", "Last used", "Reason"
             )
         else:
-            table.add_columns("Sender", "Status", "Sent today", "Bnc", "Err", "Warm-up", "Last used")
+            table.add_columns("Sender", "Status", "Sent today", "Bnc", "Err", "Reason")
 
     async def fetch(self) -> list[dict[str, Any]]:
         """Every sender account (there are few)."""
@@ -76,9 +77,11 @@ class SendersScreen(DataScreen):
                         usage(int(s["sent_today"]), int(s["effective_limit"]), 12 if self.wide else 6),
                         Text(str(s["bounces_today"]), justify="right"),
                         Text(str(s["errors_today"]), justify="right"),
-                        _warmup(s, self.wide),
-                        ago(s["last_used_at"], now),
-                        *([one_line(s["status_reason"], 40)] if self.wide else []),
+                        *(
+                            (_warmup(s, True), ago(s["last_used_at"], now), one_line(s["status_reason"], 40))
+                            if self.wide
+                            else (one_line(s["status_reason"], max(8, self.app.size.width - 58)),)
+                        ),
                     ),
                 )
                 for s in rows
