@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
@@ -20,17 +21,23 @@ from console.live import ALL_TABLES, Coalescer, LiveFeed
 from console.queries import ConsoleData
 from console.screens.accounts import AccountsScreen
 from console.screens.audit import AuditScreen
+from console.screens.confirm import confirm_retry
 from console.screens.failures import FailuresScreen
 from console.screens.overview import OverviewScreen
 from console.screens.queue import QueueScreen
 from console.screens.schedule import ScheduleScreen
 from console.screens.senders import SendersScreen
 from console.screens.signatures import SignaturesScreen
-from console.widgets.dialogs import HelpScreen
+from console.widgets.dialogs import HealthScreen, HelpScreen
 from worker.core.config import Settings
 from worker.ops.audit import console_actor
+from worker.ops.health import Finding, check_health
 
 FALLBACK_REFRESH_SECONDS = 30.0
+# Keys the palette leaves out: moving around a table is not a command.
+PALETTE_SKIPS = frozenset({"filter", "page(1)", "page(-1)", "app.pop_screen", "mark"})
+# Changes that can start or end a health finding; heartbeats and time are caught by the fallback timer.
+HEALTH_TABLES = frozenset({ALL_TABLES, "email_queue", "sender_accounts", "send_logs", "bounce_list"})
 
 
 def _utc_now() -> datetime:
@@ -71,12 +78,14 @@ class MailroomConsole(App[int]):
             for mode, key, title in (*SCREENS, *MORE_SCREENS)
         ),
         Binding("question_mark", "help", "Help"),
+        Binding("exclamation_mark", "health", "Health", show=False, tooltip="The banner's findings in full"),
         Binding("ctrl+p", "command_palette", "Commands", show=False),
         Binding("q", "quit", "Quit"),
     ]
 
     live_state: reactive[str] = reactive("connecting")
     updated_at: reactive[datetime | None] = reactive(None)
+    findings: reactive[list[Finding]] = reactive(list, always_update=True)
 
     def __init__(
         self,
@@ -104,6 +113,7 @@ class MailroomConsole(App[int]):
         self.notices: list[tuple[str, str]] = []
         self.states: list[str] = []
         self.refreshes = 0
+        self.health_checks = 0
         self._refreshed = asyncio.Condition()
         self._feed_task: asyncio.Task[None] | None = None
         self._fallback: Timer | None = None
@@ -140,6 +150,8 @@ class MailroomConsole(App[int]):
     def _reload_screen(self, tables: set[str]) -> None:
         if not self.screen_stack:  # shutting down: a timer fired after the last screen went
             return
+        if tables & HEALTH_TABLES:
+            self._check_health()
         screen = self.screen
         reload = getattr(screen, "reload", None)
         if callable(reload):
@@ -172,6 +184,19 @@ class MailroomConsole(App[int]):
         except TimeoutError:
             return False
         return True
+
+    @work(exclusive=True, group="health", exit_on_error=False)
+    async def _check_health(self) -> None:
+        """Run `mailroom health`'s checks on the console's clock; the banner follows `findings`."""
+        now = self.clock()
+        try:
+            report = await self.ask(lambda c: check_health(c, self.settings, now=now))
+        except Exception as exc:  # a failed check leaves the last banner up, and says why
+            self.say(f"health check failed: {_first_line(exc)}", severity="error")
+            return
+        self.findings = list(report.findings)
+        self.health_checks += 1
+        await self.wake_waiters()
 
     # --- actions ------------------------------------------------------------------------
 
@@ -208,17 +233,51 @@ class MailroomConsole(App[int]):
 
     # --- keys and palette ---------------------------------------------------------------
 
+    def action_health(self) -> None:
+        """Show the banner's findings in full, wrapped."""
+        self.push_screen(HealthScreen(list(self.findings)))
+
     def action_help(self) -> None:
         """Show every key of this screen and of the console."""
         self.push_screen(HelpScreen(self.screen, self))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """The palette: every screen, help and quit."""
+        """The palette: the actions of the screen underneath (retry, cancel, suspend, resume...), every screen,
+        retrying every failed email, help and quit."""
+        yield from screen_commands(screen, self.read_only)
+        if not self.read_only:
+            yield SystemCommand("Retry every failed email", "Asks first, with the count", self._retry_all)
         for mode, key, title in (*SCREENS, *MORE_SCREENS):
             yield SystemCommand(f"{title} screen", f"Switch to {title} ({key})", _switcher(self, mode))
         yield SystemCommand("Help", "Every key of this screen (?)", self.action_help)
         yield SystemCommand("Refresh", "Reload this screen now", self.request_refresh)
         yield SystemCommand("Quit", "Leave the console (q)", self.exit)
+
+    def _retry_all(self) -> None:
+        self.run_worker(confirm_retry(self.screen, None), group="confirm", exit_on_error=False)
+
+
+def screen_commands(screen: Screen[Any], read_only: bool) -> Iterable[SystemCommand]:
+    """A palette entry for every action key of `screen` (not navigation), named as its help names it."""
+    mutating: frozenset[str] = getattr(screen, "MUTATING", frozenset())
+    for binding in getattr(screen, "BINDINGS", []):
+        if not isinstance(binding, Binding) or binding.action in PALETTE_SKIPS:
+            continue
+        if read_only and binding.action in mutating:
+            continue
+        key = binding.key.split(",")[0]
+        yield SystemCommand(
+            f"{binding.description} ({key})",
+            binding.tooltip or binding.description,
+            _runner(screen, binding.action),
+        )
+
+
+def _runner(screen: Screen[Any], action: str) -> Callable[[], None]:
+    def run() -> None:
+        screen.run_worker(screen.run_action(action), exit_on_error=False)
+
+    return run
 
 
 def _first_line(exc: BaseException) -> str:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from textual.dom import DOMNode
 
     from console.queries import ConsoleData
+    from worker.ops.health import Finding
 
 # (mode, key, title): the order of the tabs in the header and of the number keys.
 SCREENS: tuple[tuple[str, str, str], ...] = (
@@ -77,6 +78,7 @@ class ConsoleContext(Protocol):
     clock: Callable[[], datetime]
     live_state: str
     updated_at: datetime | None
+    findings: list[Finding]  # the latest health check's reasons: the banner shows them
 
     def say(self, text: str, *, severity: str = "information") -> None:
         """Notify the operator."""

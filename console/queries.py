@@ -15,58 +15,13 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from console.figures import Count, Rates, last_hour, queue_counts
+
 Row = dict[str, Any]
 
 PAGE_SIZE = 100
 
 # --- Overview -------------------------------------------------------------------------------
-
-# Each count walks one partial index (status = ...), never the sent or cancelled history, and stops at
-# %(cap)s rows: counting a million index entries costs far more than a refresh may. When pending email
-# passes the cap, its breakdown comes from a sample (PENDING_SAMPLE) and is shown as an estimate.
-QUEUE_DEPTH = """
-SELECT (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
-         WHERE status = 'pending' LIMIT %(cap)s) s) AS pending,
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
-         WHERE status = 'pending' AND scheduled_for <= %(now)s LIMIT %(cap)s) s) AS due_now,
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
-         WHERE status = 'pending' AND scheduled_for > %(now)s LIMIT %(cap)s) s) AS scheduled_later,
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
-         WHERE status = 'assigned' LIMIT %(cap)s) s) AS assigned,
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
-         WHERE status = 'failed' LIMIT %(cap)s) s) AS failed,
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
-         WHERE status = 'suppressed' LIMIT %(cap)s) s) AS suppressed,
-       (SELECT min(scheduled_for) FROM mailroom.email_queue
-         WHERE status = 'pending' AND scheduled_for <= %(now)s) AS oldest_due
-"""
-
-# Retrying email has its own partial index (email_queue_retrying_idx): counted there, up to the cap.
-RETRYING_COUNT = """
-SELECT count(*) AS retrying FROM (SELECT 1 FROM mailroom.email_queue
-       WHERE status = 'pending' AND retry_count > 0 LIMIT %(cap)s) s
-"""
-
-# About 1% of the queue's pages, scaled up: the estimate shown once pending email passes the cap.
-PENDING_SAMPLE = """
-SELECT count(*) * 100 AS pending,
-       count(*) FILTER (WHERE scheduled_for <= %(now)s) * 100 AS due_now,
-       count(*) FILTER (WHERE scheduled_for > %(now)s) * 100 AS scheduled_later,
-       count(*) FILTER (WHERE retry_count > 0) * 100 AS retrying
-FROM mailroom.email_queue TABLESAMPLE SYSTEM (1) REPEATABLE (7)
-WHERE status = 'pending'
-"""
-
-# The last hour of the send log: runtime partition pruning keeps this on the newest partition.
-SENT_PER_MINUTE = """
-SELECT floor(extract(epoch FROM %(now)s::timestamptz - attempted_at) / 60)::int AS minutes_ago,
-       count(*) FILTER (WHERE outcome = 'sent') AS sent,
-       count(*) FILTER (WHERE outcome IN ('permanent', 'bounced', 'auth_failed')) AS failed,
-       count(*) AS attempts
-FROM mailroom.send_logs
-WHERE attempted_at > %(now)s::timestamptz - interval '1 hour' AND attempted_at <= %(now)s
-GROUP BY 1
-"""
 
 # Opens, clicks and unsubscribes in each of the last 24 hours (bins end at `now`). The event tables
 # are partitioned by month: the time range prunes them to this month's partition (and last month's
@@ -257,10 +212,16 @@ ORDER BY count(*) DESC, campaign_id NULLS LAST
 LIMIT 50
 """
 
+# The sampled share of each group times the planner's row count of the table (see console.figures).
 SAMPLED_BY_PRIORITY = """
-SELECT priority, count(*) * 100 AS n, count(*) FILTER (WHERE scheduled_for <= %(now)s) * 100 AS due,
+WITH s AS MATERIALIZED (SELECT status, priority, scheduled_for
+                        FROM mailroom.email_queue TABLESAMPLE SYSTEM (1) REPEATABLE (7)),
+     scale AS (SELECT greatest((SELECT reltuples FROM pg_class WHERE oid = 'mailroom.email_queue'::regclass), 0)
+                      / greatest((SELECT count(*) FROM s), 1) AS k)
+SELECT priority, round(count(*) * max(scale.k))::bigint AS n,
+       round(count(*) FILTER (WHERE scheduled_for <= %(now)s) * max(scale.k))::bigint AS due,
        min(scheduled_for) AS oldest
-FROM mailroom.email_queue TABLESAMPLE SYSTEM (1) REPEATABLE (7)
+FROM s CROSS JOIN scale
 WHERE status = 'pending'
 GROUP BY priority
 ORDER BY priority DESC
@@ -268,9 +229,14 @@ LIMIT 50
 """
 
 SAMPLED_BY_CAMPAIGN = """
-SELECT campaign_id, count(*) * 100 AS n, count(*) FILTER (WHERE scheduled_for <= %(now)s) * 100 AS due,
+WITH s AS MATERIALIZED (SELECT status, campaign_id, scheduled_for
+                        FROM mailroom.email_queue TABLESAMPLE SYSTEM (1) REPEATABLE (7)),
+     scale AS (SELECT greatest((SELECT reltuples FROM pg_class WHERE oid = 'mailroom.email_queue'::regclass), 0)
+                      / greatest((SELECT count(*) FROM s), 1) AS k)
+SELECT campaign_id, round(count(*) * max(scale.k))::bigint AS n,
+       round(count(*) FILTER (WHERE scheduled_for <= %(now)s) * max(scale.k))::bigint AS due,
        min(scheduled_for) AS oldest
-FROM mailroom.email_queue TABLESAMPLE SYSTEM (1) REPEATABLE (7)
+FROM s CROSS JOIN scale
 WHERE status = 'pending' AND (%(pattern)s::text IS NULL OR campaign_id ILIKE %(pattern)s)
 GROUP BY campaign_id
 ORDER BY count(*) DESC, campaign_id NULLS LAST
@@ -288,10 +254,10 @@ EXACT_LIMIT = 50_000
 class Overview:
     """Everything the first screen shows."""
 
-    depth: Row
+    counts: dict[str, Count]
+    oldest_due: datetime | None
     sent_per_minute: list[float]
-    attempts_last_hour: int
-    failed_last_hour: int
+    rates: Rates
     senders: list[Row]
     documents: list[Row]
     latest_failures: list[Row]
@@ -376,28 +342,13 @@ class ConsoleData:
 
     async def overview(self, now: datetime, *, text: str | None = None) -> Overview:
         """Queue depth, the last hour's sending, senders, signature completion and the latest failures."""
-        depth = (await self.fetch(QUEUE_DEPTH, {"now": now, "cap": self.exact_limit + 1}))[0]
-        # Counts that stopped at the cap are shown as "N+"; pending ones are then estimated from a sample.
-        depth["capped"] = {k for k in ("assigned", "failed", "suppressed") if depth[k] > self.exact_limit}
-        depth["estimated"] = set()
-        if depth["pending"] > self.exact_limit:
-            depth.update((await self.fetch(PENDING_SAMPLE, {"now": now}))[0])
-            depth["estimated"] = {"pending", "due_now", "scheduled_later", "retrying"}
-        else:
-            depth.update((await self.fetch(RETRYING_COUNT, {"cap": self.exact_limit + 1}))[0])
-            if depth["retrying"] > self.exact_limit:
-                depth["capped"].add("retrying")
-        minutes = await self.fetch(SENT_PER_MINUTE, {"now": now})
-        per_minute = [0.0] * 60
-        for row in minutes:
-            ago = int(row["minutes_ago"])
-            if 0 <= ago < 60:
-                per_minute[59 - ago] = float(row["sent"])
+        counts, oldest_due = await queue_counts(self, now)
+        per_minute, rates = await last_hour(self, now)
         return Overview(
-            depth=depth,
+            counts=counts,
+            oldest_due=oldest_due,
             sent_per_minute=per_minute,
-            attempts_last_hour=sum(int(r["attempts"]) for r in minutes),
-            failed_last_hour=sum(int(r["failed"]) for r in minutes),
+            rates=rates,
             senders=await self.senders(now),
             documents=await self.documents(limit=8, text=text),
             latest_failures=(await self.failures("failed", None, limit=8, counts=False)).rows,

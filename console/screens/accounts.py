@@ -12,6 +12,7 @@ from textual.widgets import DataTable
 from console.queries import Page
 from console.screens.base import DataScreen, fill_table, selected_key
 from console.widgets.cells import ago, masked, status_cell
+from console.widgets.table import ConsoleTable
 from worker.core.results import ActionResult
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, "provisioned", "active", "suspended")
@@ -45,7 +46,7 @@ class AccountsScreen(DataScreen):
     def compose(self) -> ComposeResult:
         """One table."""
         yield from self.compose_header()
-        yield DataTable(id="accounts", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="accounts", cursor_type="row", zebra_stripes=True)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -64,6 +65,7 @@ class AccountsScreen(DataScreen):
         """Rows keyed by account id."""
         assert isinstance(data, Page)
         self.page = data
+        self.remember("accounts", {str(r["id"]): r for r in data.rows})
         now = self.console.clock()
         counts: dict[str, int] = data.extra.get("counts", {})
         limit = self.console.data.exact_limit

@@ -12,6 +12,7 @@ from textual.widgets import DataTable
 from console.queries import like_pattern
 from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
 from console.widgets.cells import one_line
+from console.widgets.table import ConsoleTable
 from worker.ops.audit import RECENT, describe, recent_params
 
 
@@ -27,7 +28,7 @@ class AuditScreen(DataScreen):
     def compose(self) -> ComposeResult:
         """One table."""
         yield from self.compose_header()
-        yield DataTable(id="audit", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="audit", cursor_type="row", zebra_stripes=True)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -48,6 +49,7 @@ class AuditScreen(DataScreen):
         """Rows keyed by audit id, newest first."""
         table = self.query_one("#audit", DataTable)
         table.border_title = self.subtitle(f"Audit trail: recent operator actions ({len(data)})")
+        self.remember("audit", {str(r["id"]): r for r in data})
         fill_table(table, ((str(r["id"]), self._cells(r)) for r in data))
 
     def _cells(self, row: dict[str, Any]) -> tuple[Any, ...]:

@@ -15,7 +15,10 @@ from textual.widgets.data_table import RowDoesNotExist
 
 from console.context import ConsoleContext, context_of
 from console.live import ALL_TABLES
+from console.widgets.banner import Banner
+from console.widgets.dialogs import RowScreen
 from console.widgets.header import ConsoleHeader
+from console.widgets.table import ConsoleTable
 
 # Terminals narrower than this get the compact footer.
 COMPACT_BELOW = 100
@@ -36,6 +39,21 @@ class DataScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.filter_text: str | None = None
+        # The rows each table shows, by table id and row key, in full: Enter opens one (cells are cut short).
+        self.full_rows: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def remember(self, table_id: str, rows: dict[str, dict[str, Any]]) -> None:
+        """Keep the full rows a table shows, for Enter."""
+        self.full_rows[table_id] = rows
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a row opens it in full (screens with their own detail view override this)."""
+        table_id = event.data_table.id or ""
+        row = self.full_rows.get(table_id, {}).get(str(event.row_key.value))
+        if row is not None:
+            event.stop()
+            title = str(event.data_table.border_title or table_id).split("  [")[0]
+            self.app.push_screen(RowScreen(title, row))
 
     @property
     def console(self) -> ConsoleContext:
@@ -43,8 +61,9 @@ class DataScreen(Screen[None]):
         return context_of(self)
 
     def compose_header(self) -> ComposeResult:
-        """The header every screen starts with."""
+        """The header every screen starts with, and the health banner under it."""
         yield ConsoleHeader(self.MODE)
+        yield Banner()
 
     def compose_footer(self) -> ComposeResult:
         """The (hidden) filter input and the key footer every screen ends with."""
@@ -110,9 +129,9 @@ class DataScreen(Screen[None]):
         self.filter_changed()
 
     def key_escape(self) -> None:
-        """Escape in the filter clears it."""
+        """Escape clears the filter, from its input or from the table under it."""
         box = self.query_one("#filter", Input)
-        if box.has_focus:
+        if box.has_focus or self.filter_text:
             self.filter_text = None
             self._close_filter()
             self.filter_changed()
@@ -146,6 +165,8 @@ def fill_table(table: DataTable[Any], rows: Iterable[tuple[str, Iterable[Any]]])
     The cursor stays on the same row when that row is still there.
     """
     wanted = [(key, list(cells)) for key, cells in rows]
+    if isinstance(table, ConsoleTable):
+        wanted = table.order(wanted)
     with table.app.batch_update():
         if [key for key, _ in wanted] == [str(k.value) for k in table.rows]:
             columns = list(table.columns)

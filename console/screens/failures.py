@@ -12,9 +12,10 @@ from textual.widgets import DataTable
 
 from console.queries import FAILURE_KINDS, FailureKey, Page, failure_key
 from console.screens.base import DataScreen, fill_table, selected_key
+from console.screens.confirm import confirm_cancel, confirm_retry
 from console.screens.detail import EmailDetailScreen
-from console.widgets.cells import ago, masked, one_line, status_cell, until
-from console.widgets.dialogs import ConfirmScreen
+from console.widgets.cells import ago, masked, one_line, status_cell, tries, until
+from console.widgets.table import ConsoleTable
 
 WIDE = 100
 SHOWING = {"all": "Failed and retrying email", "failed": "Failed email", "retrying": "Retrying email"}
@@ -33,7 +34,7 @@ class FailuresScreen(DataScreen):
     MUTATING = frozenset({"retry", "retry_many", "cancel", "mark"})
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "detail", "Detail", tooltip="Open the email with its send-log history"),
-        Binding("r", "retry", "Retry", tooltip="Retry the selected failed email"),
+        Binding("r", "retry", "Retry", tooltip="Retry the selected failed email (asks)"),
         Binding("space", "mark", "Mark", tooltip="Mark or unmark the selected email for R and c"),
         Binding(
             "R",
@@ -62,7 +63,7 @@ class FailuresScreen(DataScreen):
     def compose(self) -> ComposeResult:
         """One table of emails."""
         yield from self.compose_header()
-        yield DataTable(id="failures", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="failures", cursor_type="row", zebra_stripes=True)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -123,7 +124,7 @@ class FailuresScreen(DataScreen):
                         masked(r["recipient_email"]),
                         *([one_line(r["subject"], subject_width)] if self.with_subject else []),
                         one_line(r["last_error"], error_width),
-                        f"{r['retry_count']}/{r['max_retries']}",
+                        tries(str(r["status"]), int(r["retry_count"]), int(r["max_retries"])),
                         Text(until(r["scheduled_for"], now), style="yellow")
                         if r["kind"] == "retrying"
                         else ago(r["finished_at"], now),
@@ -191,10 +192,9 @@ class FailuresScreen(DataScreen):
         )
         table.action_cursor_down()
 
-    def action_retry(self) -> None:
-        """Retry the selected failed email now; a retrying one is already on its way."""
-        from worker.ops.actions import retry
-
+    @work(group="confirm")
+    async def action_retry(self) -> None:
+        """Retry the selected failed email (asks, saying whether it will be suppressed again)."""
         email_id = self._selected()
         row = self._row(email_id) if email_id is not None else None
         if email_id is None or row is None:
@@ -207,60 +207,33 @@ class FailuresScreen(DataScreen):
                 severity="warning",
             )
             return
-        actor = self.console.actor
-        self.console.perform(
-            lambda conn: retry(conn, [email_id], actor=actor).summary("retried"), what="retry"
-        )
+        await confirm_retry(self, [email_id])
 
     @work(group="confirm")
     async def action_retry_many(self) -> None:
         """Retry the marked failed emails, or every failed email when none is marked (asks first)."""
-        from worker.ops.actions import retry, retry_all_failed
-
         ids = sorted(i for i, kind in self.marked.items() if kind == "failed")
         retrying = len(self.marked) - len(ids)
-        aside = (
-            f" ({retrying} marked email(s) already being retried are left as they are.)" if retrying else ""
-        )
         if self.marked and not ids:
             self.console.say(
                 f"the {retrying} marked email(s) are already being retried; R retries failed email",
                 severity="warning",
             )
             return
-        question = (
-            f"Retry the {len(ids)} marked failed email(s)?{aside}"
-            if ids
-            else "Retry EVERY failed email? They all go back to the queue with a fresh retry budget."
-        )
-        if not await self.app.push_screen_wait(ConfirmScreen(question, confirm="Retry")):
-            return
-        self.marked = {}
-        actor = self.console.actor
-        if ids:
-            self.console.perform(lambda conn: retry(conn, ids, actor=actor).summary("retried"), what="retry")
-        else:
-            self.console.perform(
-                lambda conn: retry_all_failed(conn, actor=actor).summary("retried"), what="retry all"
-            )
+        aside = ""
+        if retrying:
+            aside = f" {retrying} marked email{'' if retrying == 1 else 's'} already being retried"
+            aside += f" {'is' if retrying == 1 else 'are'} left as is."
+        if await confirm_retry(self, ids or None, aside=aside):
+            self.marked = {}
 
     @work(group="confirm")
     async def action_cancel(self) -> None:
         """Cancel the marked emails, or the selected one (asks first)."""
-        from worker.ops.actions import cancel
-
         ids = sorted(self.marked) or ([e] if (e := self._selected()) is not None else [])
         if not ids:
             self.console.say("no email selected", severity="warning")
             return
-        question = f"Cancel {len(ids)} email(s)? They will not be sent." + (
-            f" (email {ids[0]})" if len(ids) == 1 else ""
-        )
-        if not await self.app.push_screen_wait(
-            ConfirmScreen(question, confirm="Cancel email", destructive=True)
-        ):
-            return
-        for email_id in ids:
-            self.marked.pop(email_id, None)
-        actor = self.console.actor
-        self.console.perform(lambda conn: cancel(conn, ids, actor=actor).summary("cancelled"), what="cancel")
+        if await confirm_cancel(self, ids):
+            for email_id in ids:
+                self.marked.pop(email_id, None)

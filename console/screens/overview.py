@@ -12,11 +12,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Sparkline, Static
 
+from console.figures import RATE_WINDOW
 from console.queries import TRACKING_KINDS, Overview
 from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
+from console.screens.detail import EmailDetailScreen
 from console.widgets.cells import (
     ago,
-    approximately,
     duration,
     masked,
     one_line,
@@ -25,6 +26,7 @@ from console.widgets.cells import (
     status_cell,
     usage,
 )
+from console.widgets.table import ConsoleTable
 
 TRACKING_STYLES = {"opens": "cyan", "clicks": "green", "unsubscribes": "yellow"}
 
@@ -57,18 +59,18 @@ class OverviewScreen(DataScreen):
                 with Vertical(id="throughput", classes="panel"):
                     yield Sparkline([0.0] * 60, id="sent-sparkline")
                     yield Static(id="rates")
-            yield DataTable(id="ov-senders", classes="panel", cursor_type="row", show_cursor=False)
+            yield ConsoleTable(id="ov-senders", classes="panel", cursor_type="row", show_cursor=False)
             yield Static(id="tracking", classes="panel")
             with Horizontal(id="bottom-row", classes="row"):
                 yield Static(id="documents", classes="panel")
-                yield DataTable(id="ov-failures", classes="panel", cursor_type="row", show_cursor=False)
+                yield ConsoleTable(id="ov-failures", classes="panel", cursor_type="row", show_cursor=False)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
         """Titles and columns."""
         self._arrange(self.app.size.width)
         self.query_one("#depth").border_title = "Queue"
-        self.query_one("#throughput").border_title = "Sent per minute, last hour"
+        self.query_one("#throughput").border_title = f"Sent per minute, {RATE_WINDOW}"
         self.query_one("#tracking").border_title = "Opens, clicks and unsubscribes per hour"
         self.query_one("#documents").border_title = "Signatures"
         senders = self.query_one("#ov-senders", DataTable)
@@ -77,6 +79,14 @@ class OverviewScreen(DataScreen):
         failures = self.query_one("#ov-failures", DataTable)
         failures.border_title = "Latest failures"
         failures.add_columns("Recipient", "Error", "Failed")
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a latest failure opens the email; on a sender, the sender in full."""
+        if event.data_table.id == "ov-failures" and event.row_key.value is not None:
+            event.stop()
+            self.app.push_screen(EmailDetailScreen(int(event.row_key.value)))
+            return
+        super().on_data_table_row_selected(event)
 
     def on_resize(self, event: events.Resize) -> None:
         """Signatures beside the latest failures when wide, above them when narrow."""
@@ -95,17 +105,11 @@ class OverviewScreen(DataScreen):
         now = self.console.clock()
         self.query_one("#depth", Static).update(_depth_table(data, now))
         self.query_one("#sent-sparkline", Sparkline).data = list(data.sent_per_minute)
-        sent = int(sum(data.sent_per_minute))
-        rate = data.failed_last_hour / data.attempts_last_hour if data.attempts_last_hour else 0.0
-        rates = Text()
-        rates.append(f"{sent:,}", style="bold")
-        rates.append(" sent in the last hour\n")
-        rates.append(f"{rate:.1%}", style="bold red" if rate >= 0.05 else "bold")
-        rates.append(f" of {data.attempts_last_hour:,} attempts failed")
-        self.query_one("#rates", Static).update(rates)
+        self.query_one("#rates", Static).update(_rates(data))
         bar_width = 10 if self.app.size.width >= 100 else 4
         needle = (self.filter_text or "").lower()
         senders = [s for s in data.senders if needle in str(s["name"]).lower()]
+        self.remember("ov-senders", {str(s["id"]): s for s in senders})
         documents = data.documents  # filtered by the query: the top few of every match, not of all
         self.query_one("#ov-senders", DataTable).border_title = self.subtitle("Sender accounts")
         fill_table(
@@ -145,32 +149,44 @@ class OverviewScreen(DataScreen):
 
 
 def _depth_table(data: Overview, now: Any) -> Table:
-    d = data.depth
+    c = data.counts
     table = Table.grid(padding=(0, 2))
     table.add_column(no_wrap=True)
     table.add_column(justify="right", no_wrap=True)
-    oldest = d["oldest_due"]
-
-    def count(key: str) -> str:
-        if key in d.get("estimated", ()):
-            return approximately(int(d[key]))
-        if key in d.get("capped", ()):
-            return f"{data_limit(d[key]):,}+"
-        return f"{d[key]:,}"
-
+    oldest = data.oldest_due
     rows: list[tuple[str, str, str]] = [
-        ("pending", count("pending"), "bold"),
-        ("  due now", count("due_now"), ""),
-        ("  scheduled later", count("scheduled_later"), ""),
-        ("assigned", count("assigned"), ""),
-        ("retrying", count("retrying"), "yellow" if d["retrying"] else ""),
-        ("failed", count("failed"), "bold red" if d["failed"] else ""),
-        ("suppressed", count("suppressed"), ""),
-        ("oldest pending", duration((now - oldest).total_seconds()) if oldest else "-", ""),
+        ("pending", "pending", "bold"),
+        ("  due now", "due_now", ""),
+        ("  scheduled later", "scheduled_later", ""),
+        ("  retrying", "retrying", "yellow" if c["retrying"].value else ""),
+        ("assigned", "assigned", ""),
+        ("failed", "failed", "bold red" if c["failed"].value else ""),
+        ("suppressed", "suppressed", ""),
     ]
-    for label, value, style in rows:
-        table.add_row(label, Text(value, style=style))
+    for label, key, style in rows:
+        table.add_row(label, Text(c[key].label(), style=style))
+    table.add_row("oldest due", duration((now - oldest).total_seconds()) if oldest else "-")
     return table
+
+
+def _rates(data: Overview) -> Text:
+    """Sent, then the attempt failure rate beside the final failure rate, each saying what it is out of."""
+    r = data.rates
+    text = Text()
+    text.append(f"{int(sum(data.sent_per_minute)):,}", style="bold")
+    text.append(f" sent, {RATE_WINDOW}\n")
+    attempt, final = r.attempt_failure_rate, r.final_failure_rate
+    text.append("attempts failed ", style="dim")
+    text.append(
+        "-" if attempt is None else f"{attempt:.1%}", style="bold red" if (attempt or 0) >= 0.05 else "bold"
+    )
+    text.append(f" of {r.attempts:,}\n")
+    text.append("email failed    ", style="dim")
+    text.append(
+        "-" if final is None else f"{final:.1%}", style="bold red" if (final or 0) >= 0.05 else "bold"
+    )
+    text.append(f" of {r.finished:,} finished")
+    return text
 
 
 def _error_width(width: int) -> int:
@@ -201,11 +217,6 @@ def _tracking(data: Overview, cell_width: int) -> Table:
             f"{sum(values):,}",
         )
     return table
-
-
-def data_limit(capped: int) -> int:
-    """The cap a capped count stopped at (the query counts one row past it)."""
-    return int(capped) - 1
 
 
 def _documents(documents: list[dict[str, Any]]) -> Table | Text:

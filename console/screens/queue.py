@@ -10,8 +10,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import DataTable
 
+from console.figures import short
 from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
-from console.widgets.cells import approximately, duration
+from console.widgets.cells import duration
+from console.widgets.table import ConsoleTable
 
 
 class QueueScreen(DataScreen):
@@ -25,8 +27,8 @@ class QueueScreen(DataScreen):
         """Two tables side by side."""
         yield from self.compose_header()
         with Horizontal(id="queue-tables"):
-            yield DataTable(id="by-priority", cursor_type="row", zebra_stripes=True)
-            yield DataTable(id="by-campaign", cursor_type="row", zebra_stripes=True)
+            yield ConsoleTable(id="by-priority", cursor_type="row", zebra_stripes=True)
+            yield ConsoleTable(id="by-campaign", cursor_type="row", zebra_stripes=True)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -49,6 +51,7 @@ class QueueScreen(DataScreen):
     def show(self, data: Any) -> None:
         """Both tables."""
         by_priority, by_campaign, estimated = data
+        self.remember("by-campaign", {str(r["campaign_id"]): r for r in by_campaign})
         now = self.console.clock()
 
         def cells(label: str, r: dict[str, Any]) -> tuple[Any, ...]:
@@ -56,13 +59,14 @@ class QueueScreen(DataScreen):
             age = duration((now - oldest).total_seconds()) if oldest and oldest <= now else "-"
             return (
                 label,
-                Text(approximately(int(r["n"])) if estimated else f"{r['n']:,}", justify="right"),
-                Text(approximately(int(r["due"])) if estimated else f"{r['due']:,}", justify="right"),
+                Text(f"~{short(int(r['n']))}" if estimated else f"{r['n']:,}", justify="right"),
+                Text(f"~{short(int(r['due']))}" if estimated else f"{r['due']:,}", justify="right"),
                 Text(age, justify="right"),
             )
 
         priority = self.query_one("#by-priority", DataTable)
-        note = " (estimated from a 1% sample)" if estimated else ""
+        # A 1% sample: every figure is marked ~, and a group too small to be sampled is missing.
+        note = " (~ estimates from a 1% sample)" if estimated else ""
         priority.border_title = f"Pending by priority{note}"
         fill_table(priority, ((str(r["priority"]), cells(str(r["priority"]), r)) for r in by_priority))
         campaign = self.query_one("#by-campaign", DataTable)

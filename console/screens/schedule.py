@@ -11,6 +11,7 @@ from textual.widgets import DataTable
 
 from console.screens.base import DataScreen, fill_table
 from console.widgets.cells import one_line, status_cell, until
+from console.widgets.table import ConsoleTable
 
 
 class ScheduleScreen(DataScreen):
@@ -23,8 +24,8 @@ class ScheduleScreen(DataScreen):
     def compose(self) -> ComposeResult:
         """Two tables."""
         yield from self.compose_header()
-        yield DataTable(id="due", cursor_type="row", zebra_stripes=True)
-        yield DataTable(id="trouble", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="due", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="trouble", cursor_type="row", zebra_stripes=True)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -41,6 +42,8 @@ class ScheduleScreen(DataScreen):
     def show(self, data: Any) -> None:
         """Both tables, keyed by event id."""
         due, trouble = data
+        self.remember("due", {str(r["id"]): r for r in due})
+        self.remember("trouble", {str(r["id"]): r for r in trouble})
         now = self.console.clock()
         due_table = self.query_one("#due", DataTable)
         due_table.border_title = self.subtitle(f"Due in the next 24 hours ({len(due)})")

@@ -11,8 +11,9 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
 from console.screens.base import DataScreen, fill_table, selected_key
+from console.screens.confirm import confirm_sender
 from console.widgets.cells import ago, one_line, status_cell, usage
-from console.widgets.dialogs import ConfirmScreen
+from console.widgets.table import ConsoleTable
 
 
 class SendersScreen(DataScreen):
@@ -23,9 +24,9 @@ class SendersScreen(DataScreen):
     TABLES = frozenset({"sender_accounts", "send_logs", "email_queue"})
     MUTATING = frozenset({"pause", "suspend", "resume"})
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("p", "pause", "Pause"),
-        Binding("s", "suspend", "Suspend"),
-        Binding("u", "resume", "Resume"),
+        Binding("p", "pause", "Pause", tooltip="Pause the selected sender until resumed"),
+        Binding("s", "suspend", "Suspend", tooltip="Suspend the selected sender (asks)"),
+        Binding("u", "resume", "Resume", tooltip="Resume the selected sender (asks)"),
         *DataScreen.BINDINGS,
     ]
     # Whether the terminal was wide enough for every column when the screen was mounted.
@@ -34,20 +35,21 @@ class SendersScreen(DataScreen):
     def compose(self) -> ComposeResult:
         """One table."""
         yield from self.compose_header()
-        yield DataTable(id="senders", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="senders", cursor_type="row", zebra_stripes=True)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
         """Columns."""
         table = self.query_one("#senders", DataTable)
-        # Below 100 columns: short headings, a shorter bar, and no reason column (the status says most).
+        # Columns by priority: below 100 columns the warm-up and last use give way so the reason (why a
+        # sender does not send) stays, cut to the room left; Enter shows every field in full.
         self.wide = self.app.size.width >= 100
         if self.wide:
             table.add_columns(
                 "Sender", "Status", "Sent today", "Bounces", "Errors", "Warm-up", "Last used", "Reason"
             )
         else:
-            table.add_columns("Sender", "Status", "Sent today", "Bnc", "Err", "Warm-up", "Last used")
+            table.add_columns("Sender", "Status", "Sent today", "Bnc", "Err", "Reason")
 
     async def fetch(self) -> list[dict[str, Any]]:
         """Every sender account (there are few)."""
@@ -61,6 +63,7 @@ class SendersScreen(DataScreen):
             for s in data
             if not self.filter_text or self.filter_text.lower() in f"{s['name']} {s['status']}".lower()
         ]
+        self.remember("senders", {str(s["name"]): s for s in rows})
         table = self.query_one("#senders", DataTable)
         table.border_title = self.subtitle(f"Sender accounts ({len(rows)})")
         fill_table(
@@ -74,9 +77,11 @@ class SendersScreen(DataScreen):
                         usage(int(s["sent_today"]), int(s["effective_limit"]), 12 if self.wide else 6),
                         Text(str(s["bounces_today"]), justify="right"),
                         Text(str(s["errors_today"]), justify="right"),
-                        _warmup(s, self.wide),
-                        ago(s["last_used_at"], now),
-                        *([one_line(s["status_reason"], 40)] if self.wide else []),
+                        *(
+                            (_warmup(s, True), ago(s["last_used_at"], now), one_line(s["status_reason"], 40))
+                            if self.wide
+                            else (one_line(s["status_reason"], max(8, self.app.size.width - 58)),)
+                        ),
                     ),
                 )
                 for s in rows
@@ -107,19 +112,17 @@ class SendersScreen(DataScreen):
 
     @work(group="confirm")
     async def action_suspend(self) -> None:
-        """Take the selected account out of service (asks first)."""
-        name = self._selected()
-        if name is None:
-            self.console.say("no sender account selected", severity="warning")
-            return
-        question = f"Suspend sender account {name}? Nothing is sent through it until it is resumed."
-        if await self.app.push_screen_wait(ConfirmScreen(question, confirm="Suspend", destructive=True)):
-            self._set(name, "suspended", "suspended")
-
-    def action_resume(self) -> None:
-        """Send through the selected account again."""
+        """Take the selected account out of service (asks, saying whether mail still flows)."""
         if (name := self._selected()) is not None:
-            self._set(name, "active", "resumed")
+            await confirm_sender(self, name, "suspended")
+        else:
+            self.console.say("no sender account selected", severity="warning")
+
+    @work(group="confirm")
+    async def action_resume(self) -> None:
+        """Send through the selected account again (asks)."""
+        if (name := self._selected()) is not None:
+            await confirm_sender(self, name, "active")
         else:
             self.console.say("no sender account selected", severity="warning")
 

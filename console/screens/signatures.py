@@ -13,6 +13,7 @@ from textual.widgets import DataTable
 from console.screens.base import DataScreen, fill_table, selected_key
 from console.widgets.cells import ago, masked, progress
 from console.widgets.dialogs import ConfirmScreen
+from console.widgets.table import ConsoleTable
 
 
 class SignaturesScreen(DataScreen):
@@ -30,8 +31,8 @@ class SignaturesScreen(DataScreen):
     def compose(self) -> ComposeResult:
         """Documents above, missing signers below."""
         yield from self.compose_header()
-        yield DataTable(id="documents", cursor_type="row", zebra_stripes=True)
-        yield DataTable(id="missing", cursor_type="row", show_cursor=False)
+        yield ConsoleTable(id="documents", cursor_type="row", zebra_stripes=True)
+        yield ConsoleTable(id="missing", cursor_type="row", show_cursor=False)
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -53,6 +54,7 @@ class SignaturesScreen(DataScreen):
     def show(self, data: Any) -> None:
         """Both tables."""
         documents, doc_id, missing = data
+        self.remember("documents", {str(d["doc_id"]): d for d in documents})
         table = self.query_one("#documents", DataTable)
         table.border_title = self.subtitle(f"Documents ({len(documents)})")
         fill_table(

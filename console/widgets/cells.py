@@ -44,15 +44,6 @@ def duration(seconds: float) -> str:
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
 
 
-def approximately(n: int) -> str:
-    """An estimate, marked as one: ≈1.2M, ≈48k, ≈300."""
-    if n >= 1_000_000:
-        return f"≈{n / 1_000_000:.1f}M"
-    if n >= 10_000:
-        return f"≈{n // 1000}k"
-    return f"≈{n:,}"
-
-
 def ago(moment: datetime | None, now: datetime) -> str:
     """How long before `now` a moment was ('-' when never)."""
     if moment is None:
@@ -129,3 +120,16 @@ def one_line(text: str | None, limit: int = 80) -> str:
         return ""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def attempts_made(status: str, retry_count: int) -> int:
+    """Attempts an email has had: each retry counts one more; a finished (failed or sent) email had one past its last retry.
+
+    A retrying (pending) email's counter was raised by the attempt that failed, so it equals the attempts made.
+    """
+    return retry_count + 1 if status in ("failed", "sent") else retry_count
+
+
+def tries(status: str, retry_count: int, max_retries: int) -> str:
+    """Attempts made out of the most it gets (the first attempt and every retry): '1/6'."""
+    return f"{attempts_made(status, retry_count)}/{max_retries + 1}"

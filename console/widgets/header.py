@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from console.context import SCREENS, ConsoleContext, context_of
+from worker.ops.health import PROBLEM
 
 STATE_STYLES = {"live": "bold green", "reconnecting": "bold yellow", "connecting": "yellow"}
 
@@ -28,6 +29,7 @@ class ConsoleHeader(Static):
         """Follow the app's connection state and update time."""
         self.watch(self.app, "live_state", self._redraw, init=False)
         self.watch(self.app, "updated_at", self._redraw, init=False)
+        self.watch(self.app, "findings", self._redraw, init=False)
         self._redraw()
 
     def _redraw(self, _value: object = None) -> None:
@@ -45,6 +47,11 @@ class ConsoleHeader(Static):
         text.append(updated.strftime("%H:%M:%S UTC") if updated else "never")
         if self.console.read_only:
             text.append("  READ-ONLY", style="bold magenta")
+        if findings := self.console.findings:
+            # The banner cuts each finding to one line: ! shows them in full.
+            problems = sum(1 for f in findings if f.severity == PROBLEM)
+            mark = f"✖ {problems}" if problems else f"▲ {len(findings)}"
+            text.append(f"  {mark} (! details)", style="bold red" if problems else "bold yellow")
         text.append("\n")
         for mode, key, title in SCREENS:
             text.append(" ")

@@ -32,7 +32,8 @@ JOIN (VALUES ('primary', 412, 3, 1), ('low-limit', 25, 1, 0), ('warming', 171, 0
 USING (name)
 """
 
-# Email: 12 failed (1001-1012), 4 retrying (2001-2004), 40 pending (3001-3040), 2 assigned, 1 suppressed.
+# Email: 12 failed (1001-1012), 4 retrying (2001-2004), 40 pending (3001-3040, 10 due), 2 assigned, 1 suppressed,
+# 1 sent a minute ago (6001): with the live worker below, a healthy queue (no banner).
 EMAILS = """
 INSERT INTO mailroom.email_queue (id, recipient_email, subject, text_body, priority, scheduled_for, campaign_id,
                                   max_retries, created_at)
@@ -51,7 +52,7 @@ UNION ALL
 SELECT g, 'reader' || g || '@example.net',
        CASE WHEN g %% 3 = 0 THEN 'Password recovery code' ELSE 'March newsletter' END, 'body',
        CASE WHEN g %% 3 = 0 THEN 10 WHEN g %% 3 = 1 THEN 0 ELSE -5 END,
-       %(now)s + make_interval(mins => (g - 3020) * 5),
+       %(now)s + make_interval(mins => (g - 3010) * 5),
        CASE WHEN g %% 3 = 0 THEN NULL WHEN g %% 2 = 0 THEN 'newsletter-march' ELSE 'spring-sale' END,
        5, %(now)s - interval '1 day'
 FROM generate_series(3001, 3040) g
@@ -62,12 +63,15 @@ FROM generate_series(4001, 4002) g
 UNION ALL
 SELECT 5001, 'bounced@example.com', 'Order confirmation', 'body', 0, %(now)s - interval '1 hour', NULL, 5,
        %(now)s - interval '1 hour'
+UNION ALL
+SELECT 6001, 'delivered@example.com', 'Order confirmation', 'body', 0, %(now)s - interval '2 minutes', NULL, 5,
+       %(now)s - interval '2 minutes'
 """
 
 CLAIM = """
 UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 'seed', lease_token = gen_random_uuid(),
        lease_expires_at = %(now)s + interval '5 minutes'
-WHERE id BETWEEN 1001 AND 1012 OR id BETWEEN 2001 AND 2004 OR id IN (4001, 4002, 5001)
+WHERE id BETWEEN 1001 AND 1012 OR id BETWEEN 2001 AND 2004 OR id IN (4001, 4002, 5001, 6001)
 """
 
 FINISH = """
@@ -85,6 +89,7 @@ WHERE id = 5001;
 UPDATE mailroom.email_queue SET finished_at = %(now)s - make_interval(mins => ((1013 - id) * 9)::int)
 WHERE id BETWEEN 1001 AND 1012;
 UPDATE mailroom.email_queue SET finished_at = %(now)s - interval '50 minutes' WHERE id = 5001;
+UPDATE mailroom.email_queue SET status = 'sent', sent_at = %(now)s - interval '1 minute' WHERE id = 6001;
 """
 
 SEND_LOGS = """
@@ -218,6 +223,8 @@ def seed(url: str, now: datetime = FROZEN_NOW) -> None:
             if statement.strip():
                 conn.execute(statement, params)
         conn.execute(TROUBLE_EVENTS, params)
+        # A worker alive now: health's heartbeat check uses the database's clock, not the frozen one.
+        conn.execute("INSERT INTO mailroom.workers (name) VALUES ('seed-worker:1')")
         for statement in TRACKING.split(";"):
             if statement.strip():
                 conn.execute(statement, params)

@@ -8,8 +8,7 @@ from collections.abc import Callable
 from textual.widgets import DataTable
 
 from console.app import MailroomConsole
-from console.widgets.dialogs import ConfirmScreen
-from tests.console.test_actions import WAIT, noticed, open_screen, row_keys
+from tests.console.test_actions import WAIT, asked, noticed, open_screen, row_keys
 from tests.ops.test_audit import audit_rows
 
 
@@ -25,8 +24,7 @@ async def test_a_suspension_from_the_console_is_audited_as_the_console_and_shown
     app = make_console(seeded_url)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(app, pilot, "3")
-        await pilot.press("down", "down", "s")
-        assert isinstance(app.screen, ConfirmScreen)
+        await asked(app, pilot, "down", "down", "s")
         await pilot.press("y")
         assert await app.wait_until_shown(noticed(app, "primary is now suspended"), WAIT)
         await open_screen(app, pilot, "0")

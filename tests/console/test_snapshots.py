@@ -8,8 +8,10 @@ from typing import Any
 import psycopg
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from console.app import MailroomConsole
+from console.widgets.dialogs import ConfirmScreen
 from tests.console.seed import FROZEN_NOW
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
@@ -29,6 +31,9 @@ def showing(key: str | None, *then: str) -> Callable[[Pilot[Any]], Awaitable[Non
             assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
         if then:
             await pilot.press(*then)
+            # A confirmation counts in the database before it opens: wait for it to be up.
+            if any(w.group == "confirm" for w in app.workers):
+                assert await app.wait_until_shown(lambda: isinstance(app.screen, ConfirmScreen), WAIT)
         # Loads finish; a confirmation's worker waits for its answer, which the picture must show unanswered.
         loading = [w for w in app.workers if w.group != "confirm"]
         if loading:
@@ -67,8 +72,13 @@ def test_screen_snapshot(
     ("key", "then", "size"),
     [
         pytest.param("2", ("enter",), (120, 40), id="email-detail-120x40"),
+        pytest.param("2", ("enter",), (80, 24), id="email-detail-80x24"),
         pytest.param("3", ("s",), (80, 24), id="confirm-suspend-80x24"),
+        pytest.param("2", ("R",), (80, 24), id="confirm-retry-all-80x24"),
         pytest.param("2", ("question_mark",), (120, 40), id="help-120x40"),
+        pytest.param("2", ("question_mark",), (80, 24), id="help-80x24"),
+        pytest.param("3", ("enter",), (80, 24), id="sender-row-80x24"),
+        pytest.param("3", ("o", "O"), (80, 24), id="senders-sorted-80x24"),
     ],
 )
 def test_pushed_screen_snapshot(
@@ -110,3 +120,47 @@ def test_audit_screen_snapshot(
         conn.execute(AUDIT_ROWS, {"now": FROZEN_NOW})
     app = make_console(seeded_url)
     assert snap_compare(app, terminal_size=size, run_before=showing("0"))
+
+
+# Each state of the banner, set up in the database before the console starts (the heartbeat and the
+# attempt and bounce windows are on the database's clock; the texts hold no time of day).
+BANNERS = {
+    "no-sender": ["UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = 'auth failed'"],
+    "one-suspended": [
+        "UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = 'spam complaints'"
+        " WHERE name = 'warming'"
+    ],
+    "no-worker-complaints": [
+        "UPDATE mailroom.workers SET seen_at = now() - interval '5 minutes'",
+        "INSERT INTO mailroom.send_logs (email_id, recipient_email, attempt, outcome, response, worker)"
+        " SELECT g, 'x@example.com', 1, CASE WHEN g <= 40 THEN 'transient' ELSE 'sent' END, 'r', 'w'"
+        " FROM generate_series(1, 100) g",
+        "INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES ('angry@example.com', 'complaint')",
+    ],
+}
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("state", list(BANNERS))
+def test_banner_snapshot(
+    snap_compare: Any,
+    seeded_url: str,
+    make_console: Callable[..., MailroomConsole],
+    state: str,
+    size: tuple[int, int],
+) -> None:
+    with psycopg.connect(seeded_url) as conn:
+        for statement in BANNERS[state]:
+            conn.execute(statement)
+    app = make_console(seeded_url)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        assert await app.wait_until_shown(lambda: app.health_checks > 0 and bool(app.findings), WAIT)
+        await showing(None)(pilot)
+        # The overview's tables are filled (the health check may finish before the first load).
+        assert await app.wait_until_shown(
+            lambda: app.screen.query_one("#ov-senders", DataTable).row_count == 4, WAIT
+        )
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

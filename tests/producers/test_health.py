@@ -166,7 +166,7 @@ def test_unreachable_database_is_unhealthy(
     assert report["ok"] is False and report["reasons"][0].startswith("database unreachable")
 
 
-def test_due_email_with_every_sender_blocked_names_each_sender_and_why(
+def test_due_email_with_every_sender_suspended_names_each_sender_and_why(
     conn: psycopg.Connection[Any], settings: Settings
 ) -> None:
     conn.execute("UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = 'auth failed'")
@@ -230,3 +230,43 @@ def test_due_email_and_no_live_worker_is_unhealthy(conn: psycopg.Connection[Any]
     assert check_health(conn, settings).reasons == [
         "2 emails are due and no worker has been alive in the last 60 s; start one: mailroom worker"
     ]
+
+
+def test_a_suspended_sender_with_due_email_is_a_warning_while_another_sends(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    conn.execute(
+        "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host, smtp_port, smtp_security,"
+        " daily_limit, status, status_reason) VALUES ('bulk', 'b@example.com', 'h', 25, 'none', 10,"
+        " 'suspended', 'auth failed')"
+    )
+    conn.commit()
+    sent(conn, settings, "1 minute")
+    pending(conn, settings, 2, waited="5 minutes")
+    report = check_health(conn, settings)
+    assert report.ok
+    assert report.warnings == [
+        "sender bulk is suspended (auth failed) while 2 emails are due; mailroom senders resume bulk"
+    ]
+    assert [(f.kind, f.sender) for f in report.findings] == [("sender_suspended", "bulk")]
+
+
+def test_bounce_and_complaint_rates_over_their_thresholds_are_unhealthy(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    conn.execute(
+        "INSERT INTO mailroom.send_logs (email_id, recipient_email, attempt, outcome, response, worker)"
+        " SELECT g, 'x@example.com', 1, 'sent', 'ok', 'w' FROM generate_series(1, 100) g"
+    )
+    conn.execute(
+        "INSERT INTO mailroom.bounce_list (email, bounce_type) SELECT 'b' || g || '@example.com',"
+        " CASE WHEN g <= 6 THEN 'hard' ELSE 'complaint' END FROM generate_series(1, 7) g"
+    )
+    conn.commit()
+    report = check_health(conn, settings)
+    assert (report.bounce_rate, report.complaint_rate) == (0.06, 0.01)
+    assert [f.kind for f in report.findings] == ["bounce_rate", "complaint_rate"]
+    assert report.reasons[0].startswith("6.0% of the 100 emails sent in 24.0 h bounced, more than 5.0%")
+    assert report.reasons[1].startswith("1.0% of the 100 emails sent in 24.0 h complained, more than 0.3%")
+    relaxed = replace(settings, health_max_bounce_rate=0.1, health_max_complaint_rate=0.02)
+    assert check_health(conn, relaxed).ok

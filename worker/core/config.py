@@ -123,6 +123,10 @@ class Settings:
     health_failure_window_seconds: float = 900.0  # the attempt failure rate is over this recent window
     health_max_attempt_failure_rate: float = 0.25
     health_min_attempts: int = 20  # fewer attempts in the window say nothing about a rate
+    # bounces and complaints come in hours after the send: their rates are over a day of sent email
+    health_bounce_window_seconds: float = 86400.0
+    health_max_bounce_rate: float = 0.05
+    health_max_complaint_rate: float = 0.003
     signing_key: str | None = None
     reminder_interval_seconds: float = 24 * 3600.0
     # lifecycle tokens live this long; birthday email goes out at this local time (HH:MM) in each person's zone
@@ -181,6 +185,11 @@ class Settings:
             ),
             health_max_attempt_failure_rate=_float("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", 0.25),
             health_min_attempts=_int("MAILROOM_HEALTH_MIN_ATTEMPTS", 20, minimum=1),
+            health_bounce_window_seconds=_float(
+                "MAILROOM_HEALTH_BOUNCE_WINDOW_SECONDS", 86400.0, minimum=1.0
+            ),
+            health_max_bounce_rate=_float("MAILROOM_HEALTH_MAX_BOUNCE_RATE", 0.05),
+            health_max_complaint_rate=_float("MAILROOM_HEALTH_MAX_COMPLAINT_RATE", 0.003),
             signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
             reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
             token_ttl_seconds=_float("MAILROOM_TOKEN_TTL_SECONDS", 900.0, minimum=1.0),

@@ -7,8 +7,13 @@ for `health_max_idle_seconds` while email has been due (or in a worker's hands) 
 email arrives). What sends it: email is due and no sender can send it (each sender's reason said);
 a sender is unreachable (its circuit is open) while email is due; the share of failed attempts over
 the last `health_failure_window_seconds` passes `health_max_attempt_failure_rate`; no worker has
-been alive while email is due. Every figure comes from indexes over the active sets, the sender
-table and one window of the attempt log.
+been alive while email is due; the share of bounced addresses or complaints among the email sent over
+`health_bounce_window_seconds` passes its threshold. A sender suspended while email is due is a
+warning: mail still flows through the others, but at risk. Every figure comes from indexes over the active
+sets, the sender table and one window of the attempt log.
+
+Each reason is a `Finding` (kind, text, advice, the sender it names): `mailroom health` prints its text
+and advice, the console's banner its text and the key that fixes it. Both read `check_health`.
 """
 
 from __future__ import annotations
@@ -47,6 +52,17 @@ SELECT name, status, status_reason, circuit_state, circuit_reason, circuit_since
 FROM mailroom.sender_accounts ORDER BY name
 """
 
+# Bounced and complained addresses (the bounce list keeps one row per address) against the email sent in
+# the same window; complaints are the bounce list's 'complaint' rows.
+_BOUNCES = """
+SELECT (SELECT count(*) FROM mailroom.send_logs
+        WHERE attempted_at > now() - make_interval(secs => %(window)s) AND outcome = 'sent') AS sent,
+       count(*) FILTER (WHERE bounce_type <> 'complaint') AS bounced,
+       count(*) FILTER (WHERE bounce_type = 'complaint') AS complaints
+FROM mailroom.bounce_list
+WHERE last_bounced_at > now() - make_interval(secs => %(window)s)
+"""
+
 _ATTEMPTS = """
 SELECT count(*) AS attempts,
        count(*) FILTER (WHERE outcome NOT IN ('sent', 'suppressed')) AS failed
@@ -54,9 +70,36 @@ FROM mailroom.send_logs
 WHERE attempted_at > now() - make_interval(secs => %(window)s) AND outcome <> 'suppressed'
 """
 
+# Senders an operator took out of service (paused ones are meant to rest): a warning while others still send.
+BLOCKED_STATES = ("suspended",)
+
 # A worker that missed this many seconds of heartbeats is taken for dead.
 WORKER_ALIVE_SECONDS = 60.0
 _WORKERS = "SELECT count(*) FROM mailroom.workers WHERE seen_at > now() - make_interval(secs => %(alive)s)"
+
+
+PROBLEM = "problem"
+WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason the queue is unhealthy (a problem) or at risk (a warning), said for people and kept apart.
+
+    `kind` is one of: backlog, oldest_pending, idle, no_sender, sender_unreachable, sender_suspended,
+    no_worker, attempt_failures, bounce_rate, complaint_rate. `advice` is what to run about it.
+    """
+
+    kind: str
+    text: str
+    advice: str = ""
+    severity: str = PROBLEM
+    sender: str | None = None
+
+    @property
+    def line(self) -> str:
+        """The text and its advice, as `mailroom health` prints it."""
+        return f"{self.text}; {self.advice}" if self.advice else self.text
 
 
 @dataclass
@@ -68,11 +111,28 @@ class HealthReport:
     last_sent_at: datetime | None
     seconds_since_last_send: float | None
     thresholds: dict[str, float]
-    reasons: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     senders: list[dict[str, Any]] = field(default_factory=list)
     attempts: int = 0
     attempt_failure_rate: float | None = None
     workers_alive: int = 0
+    sent_in_bounce_window: int = 0
+    bounce_rate: float | None = None
+    complaint_rate: float | None = None
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the queue is unhealthy, one line each (empty when it is fine)."""
+        return [f.line for f in self.findings if f.severity == PROBLEM]
+
+    @property
+    def warnings(self) -> list[str]:
+        """What puts the queue at risk without stopping it, one line each."""
+        return [f.line for f in self.findings if f.severity == WARNING]
+
+    def add(self, kind: str, text: str, advice: str = "", **more: Any) -> None:
+        """Note one finding."""
+        self.findings.append(Finding(kind, text, advice, **more))
 
     @property
     def ok(self) -> bool:
@@ -84,6 +144,7 @@ class HealthReport:
         return {
             "ok": self.ok,
             "reasons": self.reasons,
+            "warnings": self.warnings,
             "pending": self.pending,
             "oldest_pending_seconds": self.oldest_pending_seconds,
             "last_sent_at": self.last_sent_at.isoformat() if self.last_sent_at else None,
@@ -93,6 +154,9 @@ class HealthReport:
             "attempts_in_window": self.attempts,
             "attempt_failure_rate": self.attempt_failure_rate,
             "workers_alive": self.workers_alive,
+            "sent_in_bounce_window": self.sent_in_bounce_window,
+            "bounce_rate": self.bounce_rate,
+            "complaint_rate": self.complaint_rate,
         }
 
 
@@ -108,20 +172,26 @@ def check_health(
     conn: psycopg.Connection[Any], settings: Settings, *, now: datetime | None = None
 ) -> HealthReport:
     """Measure the queue and its senders against the thresholds in `settings`; `now` defaults to the
-    database's clock (the sender, attempt and worker checks always use the database's clock)."""
+    database's clock (the sender, attempt, bounce and worker checks always use the database's clock)."""
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_FIGURES, {"now": now, "grace": settings.health_idle_grace_seconds}).fetchone()
         senders = cur.execute(_SENDERS).fetchall()
         attempts = cur.execute(_ATTEMPTS, {"window": settings.health_failure_window_seconds}).fetchone()
+        bounces = cur.execute(_BOUNCES, {"window": settings.health_bounce_window_seconds}).fetchone()
         alive = cur.execute(_WORKERS, {"alive": WORKER_ALIVE_SECONDS}).fetchone()
     assert row is not None
     assert attempts is not None
+    assert bounces is not None
     assert alive is not None
     report = _queue_report(row, settings)
     report.senders = [_sender_view(s) for s in senders]
     report.attempts = int(attempts["attempts"])
     if report.attempts:
         report.attempt_failure_rate = round(int(attempts["failed"]) / report.attempts, 4)
+    report.sent_in_bounce_window = int(bounces["sent"])
+    if report.sent_in_bounce_window:
+        report.bounce_rate = round(int(bounces["bounced"]) / report.sent_in_bounce_window, 4)
+        report.complaint_rate = round(int(bounces["complaints"]) / report.sent_in_bounce_window, 4)
     report.workers_alive = int(alive["count"])
     due = int(row["due"])
     _check_queue(report, row, settings)
@@ -129,11 +199,13 @@ def check_health(
         # Like the idle check, a fresh email after a quiet spell gets the grace before it counts.
         _check_senders(report, due, waited=bool(row["waiting_past_grace"]))
         if not report.workers_alive and row["waiting_past_grace"]:
-            report.reasons.append(
-                f"{due} emails are due and no worker has been alive in the last {WORKER_ALIVE_SECONDS:.0f} s;"
-                " start one: mailroom worker"
+            report.add(
+                "no_worker",
+                f"{due} emails are due and no worker has been alive in the last {WORKER_ALIVE_SECONDS:.0f} s",
+                "start one: mailroom worker",
             )
     _check_attempts(report, settings)
+    _check_bounces(report, settings)
     return report
 
 
@@ -175,42 +247,60 @@ def _check_queue(report: HealthReport, row: dict[str, Any], settings: Settings) 
         report.seconds_since_last_send,
     )
     if pending > settings.health_max_pending:
-        report.reasons.append(
+        report.add(
+            "backlog",
             f"{pending} emails pending, more than the threshold of {settings.health_max_pending}"
-            " (MAILROOM_HEALTH_MAX_PENDING)"
+            " (MAILROOM_HEALTH_MAX_PENDING)",
         )
     if oldest is not None and oldest > settings.health_max_oldest_pending_seconds:
-        report.reasons.append(
+        report.add(
+            "oldest_pending",
             f"the oldest pending email has waited {_duration(oldest)}, longer than"
-            f" {_duration(settings.health_max_oldest_pending_seconds)} (MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS);"
-            " is a worker running?"
+            f" {_duration(settings.health_max_oldest_pending_seconds)} (MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS)",
+            "is a worker running?",
         )
     idle = since_send is None or since_send > settings.health_max_idle_seconds
     if pending and row["waiting_past_grace"] and idle:
         # After retention archived every sent email there is no sending time on record at all.
         when = "(no sent email on record)" if since_send is None else f"in {_duration(since_send)}"
-        report.reasons.append(
+        report.add(
+            "idle",
             f"nothing was sent {when} while {pending} emails are pending, some for over"
             f" {_duration(settings.health_idle_grace_seconds)}"
-            f" (MAILROOM_HEALTH_MAX_IDLE_SECONDS is {_duration(settings.health_max_idle_seconds)}); the worker may be down"
+            f" (MAILROOM_HEALTH_MAX_IDLE_SECONDS is {_duration(settings.health_max_idle_seconds)})",
+            "the worker may be down",
         )
 
 
 def _check_senders(report: HealthReport, due: int, *, waited: bool) -> None:
     usable = [s for s in report.senders if s["state"] in ("active", "warming_up")]
-    unreachable = [s for s in report.senders if s["state"] == "unreachable"]
     if not usable and waited:
         why = "; ".join(
             f"{s['name']} {s['state']}" + (f" ({s['reason']})" if s["reason"] else "") for s in report.senders
         )
-        report.reasons.append(
-            f"{due} emails are due and no sender can send them: {why or 'no sender account exists'};"
-            " resume or fix a sender (mailroom senders list / resume)"
+        report.add(
+            "no_sender",
+            f"{due} emails are due and no sender can send them: {why or 'no sender account exists'}",
+            "resume or fix a sender (mailroom senders list / resume)",
         )
-    for s in unreachable:
-        report.reasons.append(
-            f"sender {s['name']} is unreachable since {s['since']}: {s['reason']}; {due} emails are due"
-        )
+    for s in report.senders:
+        if s["state"] == "unreachable":
+            report.add(
+                "sender_unreachable",
+                f"sender {s['name']} is unreachable since {s['since']}: {s['reason']}",
+                f"{due} emails are due",
+                sender=s["name"],
+            )
+        elif usable and s["state"] in BLOCKED_STATES:
+            # Mail still flows through the others: a risk to say, not a failure of the queue.
+            reason = f" ({s['reason']})" if s["reason"] else ""
+            report.add(
+                "sender_suspended",
+                f"sender {s['name']} is {s['state'].replace('_', ' ')}{reason} while {due} emails are due",
+                f"mailroom senders resume {s['name']}",
+                severity=WARNING,
+                sender=s["name"],
+            )
 
 
 def _check_attempts(report: HealthReport, settings: Settings) -> None:
@@ -218,7 +308,32 @@ def _check_attempts(report: HealthReport, settings: Settings) -> None:
     if rate is None or report.attempts < settings.health_min_attempts:
         return
     if rate > settings.health_max_attempt_failure_rate:
-        report.reasons.append(
+        report.add(
+            "attempt_failures",
             f"{rate:.0%} of the last {report.attempts} attempts failed in {_duration(settings.health_failure_window_seconds)},"
-            f" more than {settings.health_max_attempt_failure_rate:.0%} (MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE)"
+            f" more than {settings.health_max_attempt_failure_rate:.0%} (MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE)",
         )
+
+
+def _check_bounces(report: HealthReport, settings: Settings) -> None:
+    sent = report.sent_in_bounce_window
+    if sent < settings.health_min_attempts:
+        return  # too few sent email says nothing about a rate
+    window = _duration(settings.health_bounce_window_seconds)
+    for kind, rate, limit, what, env in (
+        ("bounce_rate", report.bounce_rate, settings.health_max_bounce_rate, "bounced", "BOUNCE"),
+        (
+            "complaint_rate",
+            report.complaint_rate,
+            settings.health_max_complaint_rate,
+            "complained",
+            "COMPLAINT",
+        ),
+    ):
+        if rate is not None and rate > limit:
+            report.add(
+                kind,
+                f"{rate:.1%} of the {sent} emails sent in {window} {what}, more than {limit:.1%}"
+                f" (MAILROOM_HEALTH_MAX_{env}_RATE)",
+                "look for a bad list or a sender with a poor reputation (mailroom campaigns stats, mailroom stats)",
+            )
