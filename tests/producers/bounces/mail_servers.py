@@ -13,7 +13,7 @@ import socketserver
 import ssl
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -87,6 +87,12 @@ class _Handler(socketserver.BaseRequestHandler):
             self.request = self.server.tls.wrap_socket(self.request, server_side=True)  # type: ignore[union-attr]
         self._files()
 
+    def finish(self) -> None:
+        # The TLS socket replaced the one socketserver knows: close it (and its files) here.
+        for closable in (self.rfile, self.wfile, self.request):
+            with suppress(OSError):
+                closable.close()
+
 
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
@@ -105,6 +111,9 @@ class _Server(socketserver.ThreadingTCPServer):
         self.tls = tls
         self.implicit_tls = implicit_tls
         self.move = move
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client refusing the certificate is expected here: no traceback on stderr."""
 
 
 class ImapHandler(_Handler):

@@ -203,37 +203,55 @@ def cmd_poll(args: argparse.Namespace, settings: Settings) -> int:
     """Poll the bounce mailbox once, or every --every seconds."""
     import threading
 
-    from worker.core.db import checked_url
-    from worker.core.return_path import bounce_key
     from worker.producers.bounces.mailbox import DatabaseIntake, MailboxError, poll
 
     mailbox = _mailbox(args)
-    intake = DatabaseIntake(checked_url(settings), bounce_key(settings))
     stop = threading.Event()
     if args.every is not None:
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    where = f"{mailbox.protocol} {mailbox.host}:{mailbox.address[1]}"
+    where = f"{mailbox.protocol} {mailbox.host}:{mailbox.address[1]} {mailbox.folder}"
+    intake: DatabaseIntake | None = None
     try:
         while True:
             status = 0
             try:
+                # Checked at each poll: a database down at start is ridden out like one down later.
+                intake = intake or _intake(settings)
                 result = poll(mailbox, intake)
-                print(f"bounces: {where} {mailbox.folder}: {result.summary()}", flush=True)
+                print(f"bounces: {where}: {result.summary()}", flush=True)
                 if result.stopped:
-                    print(
-                        f"error: database unavailable, left for the next poll: {result.stopped}",
-                        file=sys.stderr,
-                    )
-                    status = EX_TEMPFAIL
+                    raise _Unavailable(result.stopped)
+            except _Unavailable as exc:
+                print(f"error: database unavailable, messages left for the next poll: {exc}", file=sys.stderr)
+                status = EX_TEMPFAIL
             except MailboxError as exc:
                 print(f"error: {exc}", file=sys.stderr, flush=True)
                 status = 1
             finally:
-                intake.close()
+                if intake is not None:
+                    intake.close()
             if args.every is None or stop.wait(args.every):
                 return status
     except KeyboardInterrupt:
         return 0
+
+
+class _Unavailable(Exception):
+    """The database could not be reached: nothing taken from the mailbox."""
+
+
+def _intake(settings: Settings) -> Any:
+    """Ingest on the configured database, once its schema is checked."""
+    import psycopg
+
+    from worker.core.db import checked_url
+    from worker.core.return_path import bounce_key
+    from worker.producers.bounces.mailbox import DatabaseIntake
+
+    try:
+        return DatabaseIntake(checked_url(settings), bounce_key(settings))
+    except psycopg.Error as exc:
+        raise _Unavailable(str(exc).splitlines()[0]) from None
 
 
 def _mailbox(args: argparse.Namespace) -> Any:

@@ -15,7 +15,7 @@ import poplib
 import re
 import ssl
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -171,8 +171,9 @@ def _imap(mailbox: Mailbox) -> Iterator[imaplib.IMAP4]:
     finally:
         try:
             client.logout()
-        except (imaplib.IMAP4.error, OSError):
-            client.shutdown()
+        except (imaplib.IMAP4.error, OSError, EOFError):
+            with suppress(OSError):  # already broken (a refused certificate): the first error counts
+                client.shutdown()
 
 
 def _ok(reply: tuple[str, list[Any]], what: str) -> list[Any]:
@@ -245,7 +246,8 @@ def _pop3(mailbox: Mailbox) -> Iterator[poplib.POP3]:
         client.user(mailbox.user)
         client.pass_(mailbox.password)
     except BaseException:
-        client.close()
+        with suppress(OSError):  # already broken (a refused certificate): the first error counts
+            client.close()
         raise
     try:
         yield client
@@ -302,6 +304,12 @@ class DatabaseIntake:
         except psycopg.OperationalError as exc:
             self.close()
             raise DatabaseUnavailable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+
+    def __enter__(self) -> DatabaseIntake:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Close the connection, if any."""
