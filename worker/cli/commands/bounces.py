@@ -68,7 +68,7 @@ suppresses it at once. Nothing here sends email.
 Examples:
   mailroom bounces receive --listen 0.0.0.0:25
   mailroom bounces ingest dsn.eml
-  mailroom bounces poll --imap mail.example.org --user bounces --password-env BOUNCE_PASSWORD
+  mailroom bounces poll --imap mail.example.org --user bounces --password-env BOUNCE_PW
   mailroom bounces quarantine --json
 """
 
