@@ -16,7 +16,7 @@
 # the Maildir, and polls:
 #   1. IMAP, STARTTLS, --move-to Processed       -> recorded, email bounced, message in Processed
 #   2. the same DSN again, plus junk, over POP3 TLS -> duplicate + quarantined, both deleted
-#   3. a DSN while the database is down (IMAP TLS) -> exit 75, the message stays in the mailbox
+#   3. a DSN while the database is down (IMAP TLS) -> exit 75 before the mailbox is touched: it stays
 #   4. IMAP TLS again with the database back       -> duplicate, deleted
 #   5. without --cafile                            -> exit 1, certificate not trusted
 # Dovecot is stopped at the end.
