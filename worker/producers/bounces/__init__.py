@@ -2,7 +2,8 @@
 
 `parse` reads a message (RFC 3464, RFC 5965, common plain-text bounces) and never raises; `intake`
 finds the email it is about and applies it in one transaction, or quarantines it; `effects` holds the
-changes (event row, bounce list, `bounced` status, complaint notice); `receiver` is the SMTP server.
+changes (event row, bounce list, `bounced` status, complaint notice); `receiver` is the SMTP server;
+`mailbox` polls a bounce mailbox over IMAP or POP3.
 """
 
 from worker.producers.bounces.effects import COMPLAINTS_CHANNEL, QUARANTINE_CAP
