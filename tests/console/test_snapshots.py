@@ -25,6 +25,12 @@ def showing(key: str | None, *then: str) -> Callable[[Pilot[Any]], Awaitable[Non
         app = pilot.app
         assert isinstance(app, MailroomConsole)
         assert await app.wait_until_shown(lambda: app.live_state == "live" and app.refreshes > 0, WAIT)
+        # The banner's health check runs beside the first load: the picture waits for both.
+        assert await app.wait_until_shown(lambda: app.health_checks > 0, WAIT)
+        if key is None:
+            assert await app.wait_until_shown(
+                lambda: app.screen.query_one("#ov-senders", DataTable).row_count == 4, WAIT
+            )
         if key is not None:
             before = app.refreshes
             await pilot.press(key)
