@@ -12,7 +12,9 @@ DESCRIPTION = """\
 Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN records a click and
 redirects to the destination stored for that link, POST /u/TOKEN (RFC 8058 one-click) unsubscribes
 at once, GET /u/TOKEN shows a confirmation page and never unsubscribes. Unknown tokens change
-nothing. Emails carry links under MAILROOM_BASE_URL: put the tracker behind that public (https)
+nothing. Bounce and complaint webhooks: POST /webhooks/bounces (MAILROOM_WEBHOOK_SECRET),
+/webhooks/postmark (MAILROOM_POSTMARK_WEBHOOK_USER and _PASSWORD), /webhooks/sendgrid
+(MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY); one not configured answers 404. Emails carry links under MAILROOM_BASE_URL: put the tracker behind that public (https)
 address. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is in use.
 
 Examples:
@@ -25,11 +27,12 @@ def cmd_tracker(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 
     from worker.core.db import database_url
+    from worker.producers.bounces.events import apply_events
     from worker.tracking.server import run_tracker
 
     port = args.port if args.port is not None else (urlsplit(settings.base_url).port or 8025)
     print(f"tracker on http://{args.host}:{port}, public base URL {settings.base_url}", flush=True)
-    asyncio.run(run_tracker(database_url(settings), settings, args.host, port))
+    asyncio.run(run_tracker(database_url(settings), settings, args.host, port, apply_events))
     return 0
 
 
