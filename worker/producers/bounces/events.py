@@ -41,7 +41,7 @@ def _apply_one(conn: psycopg.Connection[Any], event: WebhookEvent) -> EventOutco
     elif recipient not in _addresses(row):
         reason = f"names no recipient of email {row['id']}"
     if row is None or reason is not None:
-        quarantine(conn, event.raw, f"{event.source} webhook {reason}", recipient or None)
+        quarantine(conn, event.raw, f"{event.source} webhook event {reason}", recipient or None)
         return EventOutcome("unmatched", str(reason))
     report = RecipientReport(
         recipient,
