@@ -14,7 +14,6 @@ import json
 import re
 from typing import Any
 
-from aiohttp import BasicAuth
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -81,14 +80,17 @@ def _email_id(value: Any) -> int | None:
 
 
 def basic_auth_ok(header: str | None, user: str, password: str) -> bool:
-    """Whether an Authorization header carries exactly these basic credentials (compared in constant time)."""
-    try:
-        auth = BasicAuth.decode(header or "")
-    except ValueError:
+    """Whether an Authorization header carries exactly these basic credentials (UTF-8, constant-time compare)."""
+    scheme, _, encoded = (header or "").strip().partition(" ")
+    if scheme.lower() != "basic":
         return False
-    user_ok = hmac.compare_digest(auth.login.encode("utf-8", "replace"), user.encode("utf-8"))
-    password_ok = hmac.compare_digest(auth.password.encode("utf-8", "replace"), password.encode("utf-8"))
-    return user_ok and password_ok
+    try:
+        login, colon, given = base64.b64decode(encoded.strip(), validate=True).partition(b":")
+    except (ValueError, binascii.Error):
+        return False
+    user_ok = hmac.compare_digest(login, user.encode("utf-8"))
+    password_ok = hmac.compare_digest(given, password.encode("utf-8"))
+    return bool(colon) and user_ok and password_ok
 
 
 def map_postmark(payload: Any) -> list[Mapped]:
