@@ -137,6 +137,8 @@ class Settings:
     postmark_webhook_user: str | None = None
     postmark_webhook_password: str | None = None
     sendgrid_webhook_public_key: str | None = None
+    # the SNS topics whose SES notifications the tracker takes (any other AWS account can sign too)
+    ses_topic_arns: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -196,4 +198,7 @@ class Settings:
             postmark_webhook_user=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_USER") or None,
             postmark_webhook_password=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_PASSWORD") or None,
             sendgrid_webhook_public_key=os.environ.get("MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY") or None,
+            ses_topic_arns=tuple(
+                arn.strip() for arn in os.environ.get("MAILROOM_SES_TOPIC_ARNS", "").split(",") if arn.strip()
+            ),
         )

@@ -22,13 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import psycopg
 from aiohttp import web
 
 from worker.core.config import Settings
 from worker.core.db import connection_kwargs
 from worker.core.webhook_events import EventKind, EventOutcome, EventSink, WebhookEvent
-from worker.tracking import providers
+from worker.tracking import providers, sns
 from worker.tracking.providers import Mapped, PayloadError, clean
 
 log = logging.getLogger("mailroom.tracker")
@@ -51,6 +52,7 @@ class Webhooks:
     sink: EventSink
     sendgrid_key: providers.PublicKey | None = None
     clock: Callable[[], float] = field(default=time.time)
+    sns: sns.SnsVerifier = field(default_factory=sns.SnsVerifier)
 
 
 WEBHOOKS = web.AppKey("webhooks", Webhooks)
@@ -63,6 +65,7 @@ def add_routes(app: web.Application, url: str, settings: Settings, sink: EventSi
     app.router.add_post("/webhooks/bounces", generic)
     app.router.add_post("/webhooks/postmark", postmark)
     app.router.add_post("/webhooks/sendgrid", sendgrid)
+    app.router.add_post("/webhooks/ses", ses)
 
 
 def _answer(text: str, status: int, headers: dict[str, str] | None = None) -> web.Response:
@@ -171,6 +174,11 @@ async def _receive(
         mapped = mapper(json.loads(body))
     except (ValueError, RecursionError) as exc:  # PayloadError is a ValueError, so is bad JSON
         return _answer(f"malformed payload: {str(exc)[:200]}", 400)
+    return await _respond(hooks, mapped)
+
+
+async def _respond(hooks: Webhooks, mapped: list[Mapped]) -> web.Response:
+    """Apply the events among `mapped` and answer 202 with one verdict per item, in order."""
     events = [m for m in mapped if isinstance(m, WebhookEvent)]
     outcomes = iter(await asyncio.to_thread(_apply, hooks, events) if events else [])
     answers: list[dict[str, Any]] = []
@@ -219,3 +227,42 @@ def _postmark_denied(request: web.Request, body: bytes, hooks: Webhooks) -> web.
     if not providers.basic_auth_ok(request.headers.get("Authorization"), user, password):
         return _answer("bad credentials", 401, {"WWW-Authenticate": 'Basic realm="mailroom webhooks"'})
     return None
+
+
+async def ses(request: web.Request) -> web.Response:
+    """POST /webhooks/ses: SNS messages of the configured topics: subscriptions, SES bounces and complaints."""
+    hooks = request.app[WEBHOOKS]
+    if not hooks.settings.ses_topic_arns:
+        return _answer("this webhook is not configured", 404)
+    body = await _body(request)
+    if body is None:
+        return _answer(f"body over {MAX_BODY} bytes", 413)
+    try:
+        message = sns.parse_sns(json.loads(body))
+    except (ValueError, RecursionError) as exc:
+        return _answer(f"malformed payload: {str(exc)[:200]}", 400)
+    if message.get("TopicArn") not in hooks.settings.ses_topic_arns:
+        return _answer("not a configured topic", 403)
+    try:
+        refusal = await hooks.sns.refusal(message, hooks.clock())
+        if refusal is not None:
+            log.warning("webhook %s refused: %s", request.path, refusal)
+            return _answer(refusal, 401)
+        if message["Type"] == "SubscriptionConfirmation":
+            return await _confirm(hooks, message)
+    except (aiohttp.ClientError, OSError) as exc:  # AWS unreachable: SNS retries
+        log.warning("webhook %s: AWS unreachable (%s)", request.path, exc)
+        return _answer("AWS unreachable, try again", 503)
+    if message["Type"] == "UnsubscribeConfirmation":
+        return web.json_response({"events": []}, status=200, headers=_JSON_HEADERS)
+    return await _respond(hooks, sns.map_ses(message))
+
+
+async def _confirm(hooks: Webhooks, message: dict[str, Any]) -> web.Response:
+    """Confirm a signed subscription of a configured topic by GETting its SubscribeURL (on AWS only)."""
+    url = message["SubscribeURL"]
+    if not sns.amazon_url(url):
+        return _answer("SubscribeURL is not on an https amazonaws.com host", 400)
+    await hooks.sns.https_get(url)
+    log.info("confirmed the SNS subscription to %s", message["TopicArn"])
+    return web.json_response({"confirmed": message["TopicArn"]}, status=200, headers=_JSON_HEADERS)
