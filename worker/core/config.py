@@ -198,7 +198,5 @@ class Settings:
             postmark_webhook_user=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_USER") or None,
             postmark_webhook_password=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_PASSWORD") or None,
             sendgrid_webhook_public_key=os.environ.get("MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY") or None,
-            ses_topic_arns=tuple(
-                arn.strip() for arn in os.environ.get("MAILROOM_SES_TOPIC_ARNS", "").split(",") if arn.strip()
-            ),
+            ses_topic_arns=tuple(os.environ.get("MAILROOM_SES_TOPIC_ARNS", "").replace(",", " ").split()),
         )
