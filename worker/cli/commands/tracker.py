@@ -12,10 +12,11 @@ DESCRIPTION = """\
 Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN records a click and
 redirects to the destination stored for that link, POST /u/TOKEN (RFC 8058 one-click) unsubscribes
 at once, GET /u/TOKEN shows a confirmation page and never unsubscribes. Unknown tokens change
-nothing. Bounce and complaint webhooks: POST /webhooks/bounces (MAILROOM_WEBHOOK_SECRET),
+nothing. Emails carry links under MAILROOM_BASE_URL: put the tracker behind that public (https)
+address. Bounce and complaint webhooks: POST /webhooks/bounces (signed with MAILROOM_WEBHOOK_SECRET),
 /webhooks/postmark (MAILROOM_POSTMARK_WEBHOOK_USER and _PASSWORD), /webhooks/sendgrid
-(MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY); one not configured answers 404. Emails carry links under MAILROOM_BASE_URL: put the tracker behind that public (https)
-address. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is in use.
+(MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY) and /webhooks/ses (MAILROOM_SES_TOPIC_ARNS); one that is
+not configured answers 404. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is in use.
 
 Examples:
   mailroom tracker --port 8025
