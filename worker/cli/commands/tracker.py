@@ -13,7 +13,7 @@ Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN reco
 redirects to the destination stored for that link, POST /u/TOKEN (RFC 8058 one-click) unsubscribes
 at once, GET /u/TOKEN shows a confirmation page and never unsubscribes. Unknown tokens change
 nothing. Emails carry links under MAILROOM_BASE_URL: put the tracker behind that public (https)
-address. Bounce and complaint webhooks: POST /webhooks/bounces (signed with MAILROOM_WEBHOOK_SECRET),
+address. Bounce and complaint webhooks: POST /webhooks/bounces (MAILROOM_WEBHOOK_SECRET signs it),
 /webhooks/postmark (MAILROOM_POSTMARK_WEBHOOK_USER and _PASSWORD), /webhooks/sendgrid
 (MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY) and /webhooks/ses (MAILROOM_SES_TOPIC_ARNS); one that is
 not configured answers 404. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is in use.
