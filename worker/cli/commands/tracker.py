@@ -16,7 +16,8 @@ nothing. Emails carry links under MAILROOM_BASE_URL: put the tracker behind that
 address. Bounce and complaint webhooks: POST /webhooks/bounces (MAILROOM_WEBHOOK_SECRET signs it),
 /webhooks/postmark (MAILROOM_POSTMARK_WEBHOOK_USER and _PASSWORD), /webhooks/sendgrid
 (MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY) and /webhooks/ses (MAILROOM_SES_TOPIC_ARNS); one that is
-not configured answers 404. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is in use.
+not configured answers 404. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is
+in use.
 
 Examples:
   mailroom tracker --port 8025
