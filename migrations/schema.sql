@@ -1623,7 +1623,7 @@ CREATE TABLE mailroom.bounce_events (
     CONSTRAINT bounce_events_kind_check CHECK ((kind = ANY (ARRAY['hard'::text, 'soft'::text, 'complaint'::text]))),
     CONSTRAINT bounce_events_raw_size_check CHECK ((raw_size >= 0)),
     CONSTRAINT bounce_events_recipient_check CHECK ((recipient = lower(recipient))),
-    CONSTRAINT bounce_events_source_check CHECK ((source = ANY (ARRAY['dsn'::text, 'arf'::text, 'plain'::text])))
+    CONSTRAINT bounce_events_source_check CHECK ((source = ANY (ARRAY['dsn'::text, 'arf'::text, 'plain'::text, 'webhook'::text, 'postmark'::text, 'sendgrid'::text, 'ses'::text])))
 );
 
 --

@@ -136,6 +136,13 @@ class Settings:
     lifecycle_base_url: str | None = None
     # the domain of VERP return paths (bounces+<token>@domain) whose DSNs `mailroom bounces` reads
     bounce_domain: str | None = None
+    # bounce and complaint webhooks on the tracker (None: that webhook answers 404)
+    webhook_secret: str | None = None
+    postmark_webhook_user: str | None = None
+    postmark_webhook_password: str | None = None
+    sendgrid_webhook_public_key: str | None = None
+    # the SNS topics whose SES notifications the tracker takes (any other AWS account can sign too)
+    ses_topic_arns: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -196,4 +203,9 @@ class Settings:
             birthday_local_time=os.environ.get("MAILROOM_BIRTHDAY_LOCAL_TIME", "09:00"),
             lifecycle_base_url=(os.environ.get("MAILROOM_LIFECYCLE_BASE_URL") or "").rstrip("/") or None,
             bounce_domain=(os.environ.get("MAILROOM_BOUNCE_DOMAIN") or "").strip().lower() or None,
+            webhook_secret=os.environ.get("MAILROOM_WEBHOOK_SECRET") or None,
+            postmark_webhook_user=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_USER") or None,
+            postmark_webhook_password=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_PASSWORD") or None,
+            sendgrid_webhook_public_key=os.environ.get("MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY") or None,
+            ses_topic_arns=tuple(os.environ.get("MAILROOM_SES_TOPIC_ARNS", "").replace(",", " ").split()),
         )

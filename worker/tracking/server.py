@@ -29,6 +29,7 @@ from worker.core.config import Settings
 from worker.core.db import connection_kwargs
 from worker.core.links import ONE_CLICK
 from worker.core.masking import mask_address
+from worker.core.webhook_events import EventSink
 
 log = logging.getLogger("mailroom.tracker")
 
@@ -363,9 +364,17 @@ async def _database_errors(request: web.Request, handler: Any) -> web.StreamResp
 
 
 def make_app(
-    url: str, settings: Settings, *, pool_size: int = 10, pool_timeout: float = 5.0
+    url: str,
+    settings: Settings,
+    *,
+    pool_size: int = 10,
+    pool_timeout: float = 5.0,
+    bounce_sink: EventSink | None = None,
 ) -> web.Application:
     """The tracker's application; its connection pool opens with the app and closes with it.
+
+    With a `bounce_sink` (what applies bounces: the command line passes the bounce producers') it
+    also serves the bounce and complaint webhooks of `worker.tracking.webhooks`.
 
     The tracker starts, and keeps answering, while PostgreSQL is unreachable: pixels are still
     served (their events wait in memory), and what needs the database is a 503 after at most
@@ -404,14 +413,21 @@ def make_app(
     app.router.add_get("/u/{token}", unsubscribe_page)
     app.router.add_post("/u/{token}", unsubscribe)
     app.router.add_get("/healthz", health)
+    if bounce_sink is not None:
+        from worker.tracking.webhooks import add_routes
+
+        add_routes(app, url, settings, bounce_sink)
     return app
 
 
-async def run_tracker(url: str, settings: Settings, host: str, port: int) -> None:
+async def run_tracker(
+    url: str, settings: Settings, host: str, port: int, bounce_sink: EventSink | None = None
+) -> None:
     """Serve until SIGTERM/SIGINT."""
     import signal
 
-    runner = web.AppRunner(make_app(url, settings), access_log=None, handle_signals=False)
+    app = make_app(url, settings, bounce_sink=bounce_sink)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -13,7 +13,11 @@ Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN reco
 redirects to the destination stored for that link, POST /u/TOKEN (RFC 8058 one-click) unsubscribes
 at once, GET /u/TOKEN shows a confirmation page and never unsubscribes. Unknown tokens change
 nothing. Emails carry links under MAILROOM_BASE_URL: put the tracker behind that public (https)
-address. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is in use.
+address. Bounce and complaint webhooks: POST /webhooks/bounces (MAILROOM_WEBHOOK_SECRET signs it),
+/webhooks/postmark (MAILROOM_POSTMARK_WEBHOOK_USER and _PASSWORD), /webhooks/sendgrid
+(MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY) and /webhooks/ses (MAILROOM_SES_TOPIC_ARNS); one that is
+not configured answers 404. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is
+in use.
 
 Examples:
   mailroom tracker --port 8025
@@ -25,11 +29,12 @@ def cmd_tracker(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 
     from worker.core.db import database_url
+    from worker.producers.bounces.events import apply_events
     from worker.tracking.server import run_tracker
 
     port = args.port if args.port is not None else (urlsplit(settings.base_url).port or 8025)
     print(f"tracker on http://{args.host}:{port}, public base URL {settings.base_url}", flush=True)
-    asyncio.run(run_tracker(database_url(settings), settings, args.host, port))
+    asyncio.run(run_tracker(database_url(settings), settings, args.host, port, apply_events))
     return 0
 
 

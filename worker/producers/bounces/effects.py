@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from worker.core.masking import mask_address, mask_addresses_in
+from worker.core.webhook_events import EventSource
 from worker.producers.bounces.parse import Kind, RecipientReport, Source
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ def apply_report(
     recipient: str,
     report: RecipientReport,
     *,
-    source: Source,
+    source: Source | EventSource,
     source_id: str,
     source_message_id: str | None,
     raw_size: int,

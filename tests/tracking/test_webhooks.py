@@ -1,0 +1,167 @@
+"""The generic bounce webhook over real HTTP against the real database: signed, fresh, applied once."""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+import aiohttp
+import psycopg
+from aiohttp.test_utils import TestServer
+
+from tests.producers.bounces.corpus import sent_email
+from tests.tracking.webhook_helpers import (
+    SECRET,
+    dumps,
+    signed_headers,
+    state,
+    webhook_settings,
+    webhook_tracker,
+)
+from worker.core.config import Settings
+from worker.producers.bounces import COMPLAINTS_CHANNEL
+
+PATH = "/webhooks/bounces"
+
+
+async def _post(http: aiohttp.ClientSession, server: TestServer, body: bytes, headers: dict[str, str]) -> Any:
+    async with http.post(server.make_url(PATH), data=body, headers=headers) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def test_a_signed_hard_bounce_bounces_the_email_and_lists_the_address_once_however_often_it_comes(
+    db_url: str, settings: Settings
+) -> None:
+    email = sent_email(db_url, "gone@example.net")
+    body = dumps(
+        {"recipient": "Gone@Example.net", "type": "hard", "email_id": email["id"], "status": "5.1.1",
+         "diagnostic": "550 5.1.1 no such user", "event_id": "evt-1"}
+    )  # fmt: skip
+    async with webhook_tracker(db_url, webhook_settings(settings)) as server, aiohttp.ClientSession() as http:
+        first = await _post(http, server, body, signed_headers(body))
+        # Redelivered later (signed again, as a sender retrying does): nothing changes a second time.
+        again = await _post(http, server, body, signed_headers(body, at=time.time() + 1))
+    assert first == (202, {"events": [{"verdict": "recorded", "detail": f"hard for email {email['id']}",
+                                        "email_id": email["id"]}]})  # fmt: skip
+    assert again[0] == 202 and again[1]["events"][0]["verdict"] == "duplicate"
+    assert state(db_url, email["id"]) == {
+        "status": "bounced",
+        "listed": [("gone@example.net", "hard", 1)],
+        "events": [(email["id"], "gone@example.net", "hard", "webhook")],
+        "quarantined": 0,
+    }
+
+
+async def test_a_complaint_named_by_message_id_suppresses_and_notifies_and_strangers_are_unmatched(
+    db_url: str, settings: Settings
+) -> None:
+    email = sent_email(db_url, "reader@example.com")
+    other = sent_email(db_url, "someone@example.com")
+    body = dumps([
+        {"recipient": "reader@example.com", "type": "complaint", "message_id": email["message_id"].strip("<>")},
+        # an email Mailroom never sent, and an address the named email was not sent to
+        {"recipient": "reader@example.com", "type": "hard", "email_id": 987654321},
+        {"recipient": "victim@example.com", "type": "hard", "email_id": other["id"]},
+    ])  # fmt: skip
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {COMPLAINTS_CHANNEL}")
+        async with (
+            webhook_tracker(db_url, webhook_settings(settings)) as server,
+            aiohttp.ClientSession() as http,
+        ):
+            status, answer = await _post(http, server, body, signed_headers(body))
+        notices = list(listener.notifies(timeout=5, stop_after=1))
+    assert status == 202
+    assert [e["verdict"] for e in answer["events"]] == ["recorded", "unmatched", "unmatched"]
+    assert len(notices) == 1 and f'"email_id": {email["id"]}' in notices[0].payload
+    after = state(db_url, email["id"])
+    assert after["status"] == "sent"
+    assert after["listed"] == [("reader@example.com", "complaint", 1)]
+    assert after["quarantined"] == 2
+    assert state(db_url, other["id"])["status"] == "sent"
+
+
+async def test_a_bad_or_missing_signature_is_refused_and_changes_nothing(
+    db_url: str, settings: Settings
+) -> None:
+    email = sent_email(db_url, "gone@example.net")
+    body = dumps({"recipient": "gone@example.net", "type": "hard", "email_id": email["id"]})
+    before = state(db_url, email["id"])
+    good = signed_headers(body)
+    forged = [
+        signed_headers(body, secret="not-the-secret"),
+        {**good, "X-Mailroom-Signature": good["X-Mailroom-Signature"][:-2] + "00"},
+        {k: v for k, v in good.items() if k != "X-Mailroom-Signature"},
+        {**good, "X-Mailroom-Signature": "sha256=é"},
+        # the signature of this body at another time does not cover a changed timestamp
+        {**good, "X-Mailroom-Timestamp": str(int(good["X-Mailroom-Timestamp"]) + 1)},
+    ]
+    async with webhook_tracker(db_url, webhook_settings(settings)) as server, aiohttp.ClientSession() as http:
+        answers = [await _post(http, server, body, headers) for headers in forged]
+        altered = await _post(http, server, body.replace(b"hard", b"soft"), good)
+    assert [status for status, _ in [*answers, altered]] == [401] * 6
+    assert state(db_url, email["id"]) == before
+
+
+async def test_a_stale_or_future_timestamp_is_refused_even_when_signed(
+    db_url: str, settings: Settings
+) -> None:
+    email = sent_email(db_url, "gone@example.net")
+    body = dumps({"recipient": "gone@example.net", "type": "hard", "email_id": email["id"]})
+    before = state(db_url, email["id"])
+    async with webhook_tracker(db_url, webhook_settings(settings)) as server, aiohttp.ClientSession() as http:
+        stale = await _post(http, server, body, signed_headers(body, at=time.time() - 301))
+        future = await _post(http, server, body, signed_headers(body, at=time.time() + 400))
+        garbage = await _post(http, server, body, {**signed_headers(body), "X-Mailroom-Timestamp": "soon"})
+    assert [stale[0], future[0], garbage[0]] == [401, 401, 401]
+    assert state(db_url, email["id"]) == before
+
+
+async def test_malformed_payloads_are_answered_400_or_quarantined_never_500(
+    db_url: str, settings: Settings
+) -> None:
+    email = sent_email(db_url, "gone@example.net")
+    before = state(db_url, email["id"])
+    rejected = [
+        b"not json",
+        b"\xff\xfe",
+        b"",
+        b"[]",
+        b"42",
+        b"[" * 100_000 + b"]" * 100_000,
+        dumps({"recipient": "gone@example.net", "type": "bounced", "email_id": email["id"]}),
+        dumps({"recipient": "nobody", "type": "hard"}),
+        dumps({"recipient": ["gone@example.net"], "type": "hard"}),
+        dumps({"recipient": "gone@example.net", "type": "hard", "email_id": True}),
+        dumps({"recipient": "gone@example.net", "type": "hard", "email_id": "1; DROP TABLE x"}),
+        dumps({"recipient": "gone@example.net", "type": "hard", "status": {"a": 1}}),
+        dumps([{"recipient": "gone@example.net", "type": "hard"}] * 1001),
+    ]
+    # Accepted but naming no email of Mailroom's: text PostgreSQL cannot hold, ids out of range.
+    unmatched = [
+        dumps({"recipient": "x\u0000@example.net", "type": "soft", "diagnostic": "\ud800\u0000", "email_id": 2**70}),
+        dumps({"recipient": "gone@example.net", "type": "hard", "email_id": -1, "message_id": "<\u0000>"}),
+        dumps({"recipient": "gone@example.net", "type": "hard", "message_id": f"<{2**80}.ff@example.org>"}),
+    ]  # fmt: skip
+    async with webhook_tracker(db_url, webhook_settings(settings)) as server, aiohttp.ClientSession() as http:
+        bad = [(await _post(http, server, body, signed_headers(body)))[0] for body in rejected]
+        odd = [await _post(http, server, body, signed_headers(body)) for body in unmatched]
+        huge = b"[" + b" " * (2 * 1024 * 1024) + b"]"
+        async with http.post(
+            server.make_url(PATH), data=io.BytesIO(huge), headers=signed_headers(huge)
+        ) as resp:
+            too_large = resp.status
+    assert bad == [400] * len(rejected)
+    assert [(s, a["events"][0]["verdict"]) for s, a in odd] == [(202, "unmatched")] * 3
+    assert too_large == 413
+    assert state(db_url, email["id"]) == {**before, "quarantined": 3}
+
+
+async def test_a_webhook_without_its_secret_configured_is_not_there(db_url: str, settings: Settings) -> None:
+    email = sent_email(db_url, "gone@example.net")
+    body = dumps({"recipient": "gone@example.net", "type": "hard", "email_id": email["id"]})
+    async with webhook_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        answer = await _post(http, server, body, signed_headers(body, secret=SECRET))
+    assert answer[0] == 404
+    assert state(db_url, email["id"])["status"] == "sent"
