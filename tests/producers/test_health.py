@@ -251,6 +251,28 @@ def test_a_suspended_sender_with_due_email_is_a_warning_while_another_sends(
     assert [(f.kind, f.sender) for f in report.findings] == [("sender_suspended", "bulk")]
 
 
+def test_the_health_command_prints_a_warning_and_still_exits_healthy(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    cli_env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from worker.cli.main import main
+
+    conn.execute(
+        "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host, smtp_port, smtp_security,"
+        " daily_limit, status, status_reason) VALUES ('bulk', 'b@example.com', 'h', 25, 'none', 10,"
+        " 'suspended', 'auth failed')"
+    )
+    conn.commit()
+    sent(conn, settings, "1 minute")
+    pending(conn, settings, 2, waited="5 minutes")
+    assert main(["health"]) == 0
+    out, err = capsys.readouterr()
+    assert "healthy" in out
+    assert "warning: sender bulk is suspended (auth failed) while 2 emails are due" in err
+
+
 def test_bounce_and_complaint_rates_over_their_thresholds_are_unhealthy(
     conn: psycopg.Connection[Any], settings: Settings
 ) -> None:

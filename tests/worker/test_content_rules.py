@@ -5,17 +5,44 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import errors
+from psycopg.rows import dict_row
 
+from tests.fixtures_db import create_database, drop_database
 from tests.worker.helpers import BYPASS_RULES
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
 from worker.core.rules import rules
 from worker.core.validation import ValidationError
+
+
+@pytest.fixture(scope="module")
+def rules_db(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """One database for the whole corpus: every case runs in a transaction that is rolled back."""
+    url = create_database(pg_admin_url, template_db)
+    yield url
+    drop_database(pg_admin_url, url)
+
+
+@pytest.fixture
+def conn(rules_db: str) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    """A connection to the module's database whose work is rolled back at the end of the test."""
+    with psycopg.connect(rules_db, row_factory=dict_row) as connection:
+        yield connection
+        connection.rollback()
+
+
+@pytest.fixture
+def settings(rules_db: str, tmp_path: Path, secret_key: str) -> Settings:
+    """Settings pointing at the module's database."""
+    return Settings(home=tmp_path / "home", database_url=rules_db, secret_key=secret_key)
+
 
 _B64_CRLF = base64.b64encode(b"x\r\nBcc: victim@example.com").decode()
 

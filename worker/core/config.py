@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -183,29 +184,39 @@ class Settings:
             log_retention_months=_int("MAILROOM_LOG_RETENTION_MONTHS", 24, minimum=2),
             partitions_ahead_months=_int("MAILROOM_PARTITIONS_AHEAD_MONTHS", 3, minimum=1),
             maintenance_interval_seconds=_float("MAILROOM_MAINTENANCE_INTERVAL_SECONDS", 3600.0, minimum=1.0),
-            health_max_pending=_int("MAILROOM_HEALTH_MAX_PENDING", 10_000, minimum=1),
-            health_max_oldest_pending_seconds=_float("MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS", 3600.0),
-            health_max_idle_seconds=_float("MAILROOM_HEALTH_MAX_IDLE_SECONDS", 900.0),
-            health_idle_grace_seconds=_float("MAILROOM_HEALTH_IDLE_GRACE_SECONDS", 60.0),
-            health_failure_window_seconds=_float(
-                "MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", 900.0, minimum=1.0
-            ),
-            health_max_attempt_failure_rate=_float("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", 0.25),
-            health_min_attempts=_int("MAILROOM_HEALTH_MIN_ATTEMPTS", 20, minimum=1),
-            health_bounce_window_seconds=_float(
-                "MAILROOM_HEALTH_BOUNCE_WINDOW_SECONDS", 86400.0, minimum=1.0
-            ),
-            health_max_bounce_rate=_float("MAILROOM_HEALTH_MAX_BOUNCE_RATE", 0.05),
-            health_max_complaint_rate=_float("MAILROOM_HEALTH_MAX_COMPLAINT_RATE", 0.003),
+            **_health_from_env(),
             signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
             reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
             token_ttl_seconds=_float("MAILROOM_TOKEN_TTL_SECONDS", 900.0, minimum=1.0),
             birthday_local_time=os.environ.get("MAILROOM_BIRTHDAY_LOCAL_TIME", "09:00"),
             lifecycle_base_url=(os.environ.get("MAILROOM_LIFECYCLE_BASE_URL") or "").rstrip("/") or None,
             bounce_domain=(os.environ.get("MAILROOM_BOUNCE_DOMAIN") or "").strip().lower() or None,
-            webhook_secret=os.environ.get("MAILROOM_WEBHOOK_SECRET") or None,
-            postmark_webhook_user=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_USER") or None,
-            postmark_webhook_password=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_PASSWORD") or None,
-            sendgrid_webhook_public_key=os.environ.get("MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY") or None,
-            ses_topic_arns=tuple(os.environ.get("MAILROOM_SES_TOPIC_ARNS", "").replace(",", " ").split()),
+            **_webhooks_from_env(),
         )
+
+
+def _health_from_env() -> dict[str, Any]:
+    """The `mailroom health` thresholds (also the console's banner)."""
+    return dict(
+        health_max_pending=_int("MAILROOM_HEALTH_MAX_PENDING", 10_000, minimum=1),
+        health_max_oldest_pending_seconds=_float("MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS", 3600.0),
+        health_max_idle_seconds=_float("MAILROOM_HEALTH_MAX_IDLE_SECONDS", 900.0),
+        health_idle_grace_seconds=_float("MAILROOM_HEALTH_IDLE_GRACE_SECONDS", 60.0),
+        health_failure_window_seconds=_float("MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", 900.0, minimum=1.0),
+        health_max_attempt_failure_rate=_float("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", 0.25),
+        health_min_attempts=_int("MAILROOM_HEALTH_MIN_ATTEMPTS", 20, minimum=1),
+        health_bounce_window_seconds=_float("MAILROOM_HEALTH_BOUNCE_WINDOW_SECONDS", 86400.0, minimum=1.0),
+        health_max_bounce_rate=_float("MAILROOM_HEALTH_MAX_BOUNCE_RATE", 0.05),
+        health_max_complaint_rate=_float("MAILROOM_HEALTH_MAX_COMPLAINT_RATE", 0.003),
+    )
+
+
+def _webhooks_from_env() -> dict[str, Any]:
+    """The tracker's bounce webhooks: their secrets and the SNS topics taken."""
+    return dict(
+        webhook_secret=os.environ.get("MAILROOM_WEBHOOK_SECRET") or None,
+        postmark_webhook_user=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_USER") or None,
+        postmark_webhook_password=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_PASSWORD") or None,
+        sendgrid_webhook_public_key=os.environ.get("MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY") or None,
+        ses_topic_arns=tuple(os.environ.get("MAILROOM_SES_TOPIC_ARNS", "").replace(",", " ").split()),
+    )

@@ -59,6 +59,8 @@ def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
         f"pending {report.pending}  oldest pending {'-' if oldest is None else f'{oldest:.0f}s'}"
         f"  last sent {'never' if since is None else f'{since:.0f}s ago'}"
     )
+    for warning in report.warnings:  # at risk, not failing: shown, never the exit status
+        print(f"warning: {warning}", file=sys.stderr)
     if report.ok:
         print("healthy")
         return 0
