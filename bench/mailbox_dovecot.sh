@@ -24,7 +24,7 @@ set -eu
 BASE=${1:-/tmp/mr-dovecot}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-PY=${PYTHON:-/work/main/.venv/bin/python}
+PY=${PYTHON:-$ROOT/.venv/bin/python}
 UNKNOWN=no-such-user@mta.example.net
 PASSWORD="bounce-mailbox-pass"
 
