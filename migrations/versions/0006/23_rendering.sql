@@ -23,6 +23,7 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- Revision 0006's transitions, all here: unrendered (this part) and sent -> bounced (a DSN, part 80).
 CREATE OR REPLACE FUNCTION mailroom.email_queue_before_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.created_at IS DISTINCT FROM OLD.created_at THEN
@@ -40,6 +41,7 @@ BEGIN
          OR (OLD.status = 'assigned'   AND NEW.status IN ('pending', 'sent', 'failed', 'suppressed'))
          OR (OLD.status = 'failed'     AND NEW.status IN ('pending', 'cancelled'))
          OR (OLD.status = 'suppressed' AND NEW.status IN ('pending', 'cancelled'))
+         OR (OLD.status = 'sent'       AND NEW.status = 'bounced')
         ) THEN
             RAISE EXCEPTION 'email % cannot move from % to %', OLD.id, OLD.status, NEW.status
                 USING ERRCODE = 'check_violation';
