@@ -1620,6 +1620,8 @@ CREATE TABLE mailroom.bounce_events (
     source_message_id text,
     raw_size integer NOT NULL,
     dedupe_key text NOT NULL,
+    sender_account_id bigint,
+    campaign_id text,
     CONSTRAINT bounce_events_kind_check CHECK ((kind = ANY (ARRAY['hard'::text, 'soft'::text, 'complaint'::text]))),
     CONSTRAINT bounce_events_raw_size_check CHECK ((raw_size >= 0)),
     CONSTRAINT bounce_events_recipient_check CHECK ((recipient = lower(recipient))),
@@ -1773,6 +1775,35 @@ CREATE TABLE mailroom.click_events_default (
 
 ALTER TABLE mailroom.click_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.click_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: complaint_digests; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.complaint_digests (
+    id bigint NOT NULL,
+    period_start timestamp with time zone NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    first_event_id bigint NOT NULL,
+    last_event_id bigint NOT NULL,
+    complaints integer NOT NULL,
+    email_id bigint,
+    CONSTRAINT complaint_digests_check CHECK ((last_event_id >= first_event_id)),
+    CONSTRAINT complaint_digests_complaints_check CHECK ((complaints > 0))
+);
+
+--
+-- Name: complaint_digests_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE mailroom.complaint_digests ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.complaint_digests_id_seq
     START WITH 1
     INCREMENT BY 1
     NO MINVALUE
@@ -2155,6 +2186,9 @@ CREATE TABLE mailroom.sender_accounts (
     connect_timeout_seconds real,
     command_timeout_seconds real,
     data_timeout_seconds real,
+    bounce_domain text,
+    relay_provider text,
+    CONSTRAINT sender_accounts_bounce_domain_check CHECK (((bounce_domain ~ '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?$'::text) AND (length(bounce_domain) <= 253))),
     CONSTRAINT sender_accounts_check CHECK (((warmup_stage = 0) OR (warmup_limit IS NOT NULL))),
     CONSTRAINT sender_accounts_check1 CHECK (((status = 'paused_limit_reached'::text) = (limit_reached_on IS NOT NULL))),
     CONSTRAINT sender_accounts_check2 CHECK ((((dkim_domain IS NULL) = (dkim_selector IS NULL)) AND ((dkim_domain IS NULL) = (dkim_private_key_encrypted IS NULL)))),
@@ -2171,6 +2205,7 @@ CREATE TABLE mailroom.sender_accounts (
     CONSTRAINT sender_accounts_from_name_check CHECK ((from_name !~ '[\x00-\x1f\x7f]'::text)),
     CONSTRAINT sender_accounts_max_connections_check CHECK (((max_connections >= 1) AND (max_connections <= 100))),
     CONSTRAINT sender_accounts_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$'::text)),
+    CONSTRAINT sender_accounts_relay_provider_check CHECK ((relay_provider = ANY (ARRAY['postmark'::text, 'sendgrid'::text]))),
     CONSTRAINT sender_accounts_send_delay_ms_check CHECK (((send_delay_ms >= 0) AND (send_delay_ms <= 3600000))),
     CONSTRAINT sender_accounts_smtp_host_check CHECK (((length(smtp_host) >= 1) AND (length(smtp_host) <= 255))),
     CONSTRAINT sender_accounts_smtp_port_check CHECK (((smtp_port >= 1) AND (smtp_port <= 65535))),
@@ -2516,6 +2551,20 @@ ALTER TABLE ONLY mailroom.click_events_default
     ADD CONSTRAINT click_events_default_pkey PRIMARY KEY (id, occurred_at);
 
 --
+-- Name: complaint_digests complaint_digests_period_start_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.complaint_digests
+    ADD CONSTRAINT complaint_digests_period_start_key UNIQUE (period_start);
+
+--
+-- Name: complaint_digests complaint_digests_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.complaint_digests
+    ADD CONSTRAINT complaint_digests_pkey PRIMARY KEY (id);
+
+--
 -- Name: documents documents_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
 --
 
@@ -2774,6 +2823,12 @@ CREATE UNIQUE INDEX archived_emails_unsubscribe_token_idx ON mailroom.archived_e
 --
 
 CREATE INDEX audit_log_at_idx ON mailroom.audit_log USING btree (at DESC);
+
+--
+-- Name: bounce_events_campaign_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX bounce_events_campaign_idx ON mailroom.bounce_events USING btree (campaign_id, kind) WHERE (campaign_id IS NOT NULL);
 
 --
 -- Name: bounce_events_email_idx; Type: INDEX; Schema: mailroom; Owner: -
