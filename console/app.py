@@ -37,7 +37,9 @@ FALLBACK_REFRESH_SECONDS = 30.0
 # Keys the palette leaves out: moving around a table is not a command.
 PALETTE_SKIPS = frozenset({"filter", "page(1)", "page(-1)", "app.pop_screen", "mark"})
 # Changes that can start or end a health finding; heartbeats and time are caught by the fallback timer.
-HEALTH_TABLES = frozenset({ALL_TABLES, "email_queue", "sender_accounts", "send_logs", "bounce_list"})
+HEALTH_TABLES = frozenset(
+    {ALL_TABLES, "email_queue", "sender_accounts", "send_logs", "bounce_list", "bounce_events"}
+)
 
 
 def _utc_now() -> datetime:

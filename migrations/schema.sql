@@ -1622,6 +1622,7 @@ CREATE TABLE mailroom.bounce_events (
     dedupe_key text NOT NULL,
     sender_account_id bigint,
     campaign_id text,
+    digest_id bigint,
     CONSTRAINT bounce_events_kind_check CHECK ((kind = ANY (ARRAY['hard'::text, 'soft'::text, 'complaint'::text]))),
     CONSTRAINT bounce_events_raw_size_check CHECK ((raw_size >= 0)),
     CONSTRAINT bounce_events_recipient_check CHECK ((recipient = lower(recipient))),
@@ -1790,11 +1791,8 @@ CREATE TABLE mailroom.complaint_digests (
     id bigint NOT NULL,
     period_start timestamp with time zone NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    first_event_id bigint NOT NULL,
-    last_event_id bigint NOT NULL,
     complaints integer NOT NULL,
     email_id bigint,
-    CONSTRAINT complaint_digests_check CHECK ((last_event_id >= first_event_id)),
     CONSTRAINT complaint_digests_complaints_check CHECK ((complaints > 0))
 );
 
@@ -2843,6 +2841,12 @@ CREATE INDEX bounce_events_email_idx ON mailroom.bounce_events USING btree (emai
 CREATE INDEX bounce_events_received_idx ON mailroom.bounce_events USING brin (received_at);
 
 --
+-- Name: bounce_events_undigested_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX bounce_events_undigested_idx ON mailroom.bounce_events USING btree (id) WHERE ((kind = 'complaint'::text) AND (digest_id IS NULL));
+
+--
 -- Name: claims_expires_idx; Type: INDEX; Schema: mailroom; Owner: -
 --
 
@@ -3287,6 +3291,12 @@ CREATE TRIGGER bounce_quarantine_notify AFTER INSERT OR DELETE OR UPDATE ON mail
 CREATE TRIGGER click_events_notify AFTER INSERT ON mailroom.click_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
 --
+-- Name: complaint_digests complaint_digests_notify; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER complaint_digests_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.complaint_digests FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
 -- Name: documents documents_notify; Type: TRIGGER; Schema: mailroom; Owner: -
 --
 
@@ -3531,6 +3541,13 @@ CREATE TRIGGER tokens_notify_mailer AFTER INSERT ON mailroom.tokens FOR EACH STA
 --
 
 CREATE TRIGGER unsubscribe_list_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.unsubscribe_list FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: bounce_events bounce_events_digest_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.bounce_events
+    ADD CONSTRAINT bounce_events_digest_id_fkey FOREIGN KEY (digest_id) REFERENCES mailroom.complaint_digests(id) ON DELETE SET NULL;
 
 --
 -- Name: bounce_list bounce_list_sender_account_id_fkey; Type: FK CONSTRAINT; Schema: mailroom; Owner: -

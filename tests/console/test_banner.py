@@ -76,12 +76,15 @@ async def test_complaints_and_failed_attempts_over_threshold_show_with_their_key
         await open_screen(app, pilot, "6")
         with psycopg.connect(seeded_url) as conn:
             conn.execute(
-                "INSERT INTO mailroom.send_logs (email_id, recipient_email, attempt, outcome, response, worker)"
-                " SELECT g, 'x@example.com', 1, CASE WHEN g <= 40 THEN 'transient' ELSE 'sent' END, 'r', 'w'"
-                " FROM generate_series(1, 100) g"
+                "INSERT INTO mailroom.send_logs (email_id, sender_account_id, recipient_email, attempt, outcome,"
+                " response, worker)"
+                " SELECT g, (SELECT min(id) FROM mailroom.sender_accounts), 'x@example.com', 1,"
+                " CASE WHEN g <= 100040 THEN 'transient' ELSE 'sent' END, 'r', 'w'"
+                " FROM generate_series(100001, 100100) g"
             )
             conn.execute(
-                "INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES ('angry@example.com', 'complaint')"
+                "INSERT INTO mailroom.bounce_events (email_id, recipient, kind, source, raw_size, dedupe_key)"
+                " SELECT g, 'x@example.com', 'complaint', 'arf', 1, 'angry' || g FROM generate_series(100041, 100050) g"
             )
         assert await app.wait_until_shown(
             lambda: {"attempt_failures", "complaint_rate"} <= {f.kind for f in app.findings}, WAIT

@@ -273,22 +273,76 @@ def test_the_health_command_prints_a_warning_and_still_exits_healthy(
     assert "warning: sender bulk is suspended (auth failed) while 2 emails are due" in err
 
 
-def test_bounce_and_complaint_rates_over_their_thresholds_are_unhealthy(
+def _deliveries(
+    conn: psycopg.Connection[Any], sender: str, first_id: int, n: int, *, older: bool = False
+) -> None:
+    """`n` deliveries by `sender` of emails `first_id`..; `older` ones were attempted a day earlier."""
+    conn.execute(
+        "INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, attempt,"
+        " outcome, response, worker)"
+        " SELECT now() - %s::interval + g * interval '1 second', g,"
+        " (SELECT id FROM mailroom.sender_accounts WHERE name = %s), 'x' || g || '@example.com', 1, 'sent',"
+        " 'ok', 'w' FROM generate_series(%s::bigint, %s::bigint) g",
+        ("1 day" if older else "1 hour", sender, first_id, first_id + n - 1),
+    )
+
+
+def _reported(conn: psycopg.Connection[Any], kind: str, email_ids: range) -> None:
+    conn.execute(
+        "INSERT INTO mailroom.bounce_events (email_id, recipient, kind, source, raw_size, dedupe_key)"
+        " SELECT g, 'x' || g || '@example.com', %s, 'dsn', 1, %s || g FROM unnest(%s::bigint[]) g",
+        (kind, kind, list(email_ids)),
+    )
+
+
+def test_a_sender_whose_last_deliveries_bounce_or_draw_complaints_is_unhealthy(
     conn: psycopg.Connection[Any], settings: Settings
 ) -> None:
+    """Per sender, over its last deliveries: a refusal at once and a DSN later are both hard bounces; a
+    clean sender beside it is fine; bounces older than the window no longer count."""
     conn.execute(
-        "INSERT INTO mailroom.send_logs (email_id, recipient_email, attempt, outcome, response, worker)"
-        " SELECT g, 'x@example.com', 1, 'sent', 'ok', 'w' FROM generate_series(1, 100) g"
+        "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host, smtp_port, smtp_security, daily_limit)"
+        " VALUES ('bulk', 'b@example.com', 'h', 25, 'none', 1000)"
     )
-    conn.execute(
-        "INSERT INTO mailroom.bounce_list (email, bounce_type) SELECT 'b' || g || '@example.com',"
-        " CASE WHEN g <= 6 THEN 'hard' ELSE 'complaint' END FROM generate_series(1, 7) g"
+    _deliveries(conn, "main", 1, 100)
+    _deliveries(conn, "bulk", 1001, 50, older=True)  # outside a window of 100
+    _deliveries(conn, "bulk", 2001, 100)
+    _reported(conn, "hard", range(1001, 1051))  # every older delivery bounced
+    conn.execute("UPDATE mailroom.send_logs SET outcome = 'bounced' WHERE email_id BETWEEN 2001 AND 2003")
+    _reported(conn, "hard", range(2004, 2007))
+    _reported(conn, "complaint", range(2010, 2011))
+    conn.commit()
+    report = check_health(conn, replace(settings, health_reputation_deliveries=100))
+    by_name = {r.sender: r for r in report.reputations}
+    assert (by_name["bulk"].deliveries, by_name["bulk"].hard_bounces, by_name["bulk"].complaints) == (
+        100,
+        6,
+        1,
     )
+    assert (by_name["main"].hard_bounce_rate, by_name["main"].complaint_rate) == (0.0, 0.0)
+    assert [(f.kind, f.sender) for f in report.findings] == [
+        ("bounce_rate", "bulk"),
+        ("complaint_rate", "bulk"),
+    ]
+    assert report.reasons[0].startswith(
+        "sender bulk: 6.0% of its last 100 deliveries bounced hard, more than 5.0% (MAILROOM_HEALTH_MAX_BOUNCE_RATE)"
+    )
+    assert report.reasons[1].startswith("sender bulk: 1.0% of its last 100 deliveries drew complaints")
+    assert report.as_dict()["reputation"][0]["sender"] == "bulk"
+    relaxed = replace(
+        settings, health_reputation_deliveries=100, health_max_bounce_rate=0.1, health_max_complaint_rate=0.02
+    )
+    assert check_health(conn, relaxed).ok
+    # over the default 1,000 deliveries the older bounces count too: 56 of 150
+    assert check_health(conn, settings).reputations[0].hard_bounces == 56
+
+
+def test_a_sender_with_few_deliveries_is_not_judged_on_its_rates(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    _deliveries(conn, "main", 1, 10)
+    _reported(conn, "complaint", range(1, 3))
     conn.commit()
     report = check_health(conn, settings)
-    assert (report.bounce_rate, report.complaint_rate) == (0.06, 0.01)
-    assert [f.kind for f in report.findings] == ["bounce_rate", "complaint_rate"]
-    assert report.reasons[0].startswith("6.0% of the 100 emails sent in 24.0 h bounced, more than 5.0%")
-    assert report.reasons[1].startswith("1.0% of the 100 emails sent in 24.0 h complained, more than 0.3%")
-    relaxed = replace(settings, health_max_bounce_rate=0.1, health_max_complaint_rate=0.02)
-    assert check_health(conn, relaxed).ok
+    assert report.reputations[0].complaint_rate == 0.2
+    assert report.ok and not report.findings

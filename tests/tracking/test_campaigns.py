@@ -54,11 +54,39 @@ def test_stats_count_outcomes_and_events_with_rates(db_url: str, settings: Setti
         "bounced": 0.25,
         "opened": 2 / 3,
         "clicked": 1 / 3,
+        "complained": 0.0,
         "unsubscribed": 1 / 3,
     }
     text = format_stats(stats)
     assert re.search(r"^opened\s+2\s+66\.7%\s+\(3 opens\)$", text, re.MULTILINE)
-    assert re.search(r"^bounced\s+1\s+25\.0%$", text, re.MULTILINE)
+    assert re.search(r"^bounced\s+1\s+25\.0%  \(0 after sending\)$", text, re.MULTILINE)
+
+
+def test_bounces_and_complaints_reported_after_sending_count_against_the_campaign(
+    db_url: str, settings: Settings
+) -> None:
+    """A relay accepted four emails; a webhook later bounced one and reported a complaint about another.
+    Before, a later bounce left `sent` and `bounced` short and complaints were not counted at all."""
+    from worker.core.webhook_events import WebhookEvent
+    from worker.producers.bounces.events import apply_events
+
+    ids = [enqueue_one(db_url, settings, to=f"r{i}@example.com") for i in range(4)]
+    with psycopg.connect(db_url) as conn:
+        for email_id in ids:
+            _finish(conn, email_id, "sent")
+        conn.execute("UPDATE mailroom.email_queue SET sent_at = now() WHERE id = ANY(%s)", (ids,))
+        events = [
+            WebhookEvent("webhook", "r0@example.com", "hard", "e1", b"{}", email_id=ids[0], status="5.1.1"),
+            WebhookEvent("webhook", "r1@example.com", "complaint", "e2", b"{}", email_id=ids[1]),
+            # the same complaint delivered again counts once
+            WebhookEvent("webhook", "r1@example.com", "complaint", "e2", b"{}", email_id=ids[1]),
+        ]
+        verdicts = [o.verdict for o in apply_events(conn, events)]
+        stats = campaign_stats(conn, "spring")
+    assert verdicts == ["recorded", "recorded", "duplicate"]
+    assert (stats.sent, stats.bounced, stats.bounced_after_sending, stats.complained) == (4, 1, 1, 1)
+    assert stats.rates()["bounced"] == 0.25 and stats.rates()["complained"] == 0.25
+    assert re.search(r"^complained\s+1\s+25\.0%$", format_stats(stats), re.MULTILINE)
 
 
 def test_cli_stats_of_an_unknown_campaign_is_an_error(

@@ -9,5 +9,6 @@ def worker_producers() -> list[Producer]:
     """Every producer a worker runs when asked to (`--no-producers` runs none), in a fixed order."""
     from worker.ops import maintenance
     from worker.producers import birthdays, lifecycle, rendering
+    from worker.producers.bounces import digest
 
-    return [rendering.PRODUCER, birthdays.PRODUCER, lifecycle.PRODUCER, maintenance.PRODUCER]
+    return [rendering.PRODUCER, birthdays.PRODUCER, lifecycle.PRODUCER, maintenance.PRODUCER, digest.PRODUCER]

@@ -124,8 +124,8 @@ class Settings:
     health_failure_window_seconds: float = 900.0  # the attempt failure rate is over this recent window
     health_max_attempt_failure_rate: float = 0.25
     health_min_attempts: int = 20  # fewer attempts in the window say nothing about a rate
-    # bounces and complaints come in hours after the send: their rates are over a day of sent email
-    health_bounce_window_seconds: float = 86400.0
+    # a sender's hard-bounce and complaint rates are over its last this many deliveries
+    health_reputation_deliveries: int = 1000
     health_max_bounce_rate: float = 0.05
     health_max_complaint_rate: float = 0.003
     signing_key: str | None = None
@@ -144,6 +144,9 @@ class Settings:
     sendgrid_webhook_public_key: str | None = None
     # the SNS topics whose SES notifications the tracker takes (any other AWS account can sign too)
     ses_topic_arns: tuple[str, ...] = ()
+    # who gets the digest of new complaints, and how often at most (one digest per period)
+    admin_emails: tuple[str, ...] = ()
+    complaint_digest_seconds: float = 3600.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -205,7 +208,7 @@ def _health_from_env() -> dict[str, Any]:
         health_failure_window_seconds=_float("MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", 900.0, minimum=1.0),
         health_max_attempt_failure_rate=_float("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", 0.25),
         health_min_attempts=_int("MAILROOM_HEALTH_MIN_ATTEMPTS", 20, minimum=1),
-        health_bounce_window_seconds=_float("MAILROOM_HEALTH_BOUNCE_WINDOW_SECONDS", 86400.0, minimum=1.0),
+        health_reputation_deliveries=_int("MAILROOM_HEALTH_REPUTATION_DELIVERIES", 1000, minimum=1),
         health_max_bounce_rate=_float("MAILROOM_HEALTH_MAX_BOUNCE_RATE", 0.05),
         health_max_complaint_rate=_float("MAILROOM_HEALTH_MAX_COMPLAINT_RATE", 0.003),
     )
@@ -219,4 +222,21 @@ def _webhooks_from_env() -> dict[str, Any]:
         postmark_webhook_password=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_PASSWORD") or None,
         sendgrid_webhook_public_key=os.environ.get("MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY") or None,
         ses_topic_arns=tuple(os.environ.get("MAILROOM_SES_TOPIC_ARNS", "").replace(",", " ").split()),
+        admin_emails=_admin_emails(),
+        complaint_digest_seconds=_float("MAILROOM_COMPLAINT_DIGEST_SECONDS", 3600.0, minimum=60.0),
     )
+
+
+def _admin_emails() -> tuple[str, ...]:
+    """MAILROOM_ADMIN_EMAILS: addresses separated by commas or spaces, each checked like a recipient."""
+    from worker.core.validation import ValidationError, normalise_address
+
+    found = []
+    for address in os.environ.get("MAILROOM_ADMIN_EMAILS", "").replace(",", " ").split():
+        try:
+            found.append(normalise_address("MAILROOM_ADMIN_EMAILS", address))
+        except ValidationError as exc:
+            raise ConfigError(
+                f"MAILROOM_ADMIN_EMAILS: {address!r} is not an email address ({exc.message})"
+            ) from None
+    return tuple(dict.fromkeys(found))

@@ -7,8 +7,9 @@ for `health_max_idle_seconds` while email has been due (or in a worker's hands) 
 email arrives). What sends it: email is due and no sender can send it (each sender's reason said);
 a sender is unreachable (its circuit is open) while email is due; the share of failed attempts over
 the last `health_failure_window_seconds` passes `health_max_attempt_failure_rate`; no worker has
-been alive while email is due; the share of bounced addresses or complaints among the email sent over
-`health_bounce_window_seconds` passes its threshold. A sender suspended while email is due is a
+been alive while email is due; a sender's hard bounces or complaints among its last
+`health_reputation_deliveries` deliveries (1,000) pass their thresholds (5% and 0.3%, the limits the
+large mailbox providers publish; see worker.core.reputation). A sender suspended while email is due is a
 warning: mail still flows through the others, but at risk. Every figure comes from indexes over the active
 sets, the sender table and one window of the attempt log.
 
@@ -26,6 +27,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.config import Settings
+from worker.core.reputation import Reputation, sender_reputations
 
 _FIGURES = """
 SELECT coalesce(%(now)s, now()) AS now,
@@ -50,17 +52,6 @@ SELECT name, status, status_reason, circuit_state, circuit_reason, circuit_since
        status IN ('active', 'warming_up')
        OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date) AS may_send
 FROM mailroom.sender_accounts ORDER BY name
-"""
-
-# Bounced and complained addresses (the bounce list keeps one row per address) against the email sent in
-# the same window; complaints are the bounce list's 'complaint' rows.
-_BOUNCES = """
-SELECT (SELECT count(*) FROM mailroom.send_logs
-        WHERE attempted_at > now() - make_interval(secs => %(window)s) AND outcome = 'sent') AS sent,
-       count(*) FILTER (WHERE bounce_type <> 'complaint') AS bounced,
-       count(*) FILTER (WHERE bounce_type = 'complaint') AS complaints
-FROM mailroom.bounce_list
-WHERE last_bounced_at > now() - make_interval(secs => %(window)s)
 """
 
 _ATTEMPTS = """
@@ -116,9 +107,7 @@ class HealthReport:
     attempts: int = 0
     attempt_failure_rate: float | None = None
     workers_alive: int = 0
-    sent_in_bounce_window: int = 0
-    bounce_rate: float | None = None
-    complaint_rate: float | None = None
+    reputations: list[Reputation] = field(default_factory=list)
 
     @property
     def reasons(self) -> list[str]:
@@ -154,9 +143,7 @@ class HealthReport:
             "attempts_in_window": self.attempts,
             "attempt_failure_rate": self.attempt_failure_rate,
             "workers_alive": self.workers_alive,
-            "sent_in_bounce_window": self.sent_in_bounce_window,
-            "bounce_rate": self.bounce_rate,
-            "complaint_rate": self.complaint_rate,
+            "reputation": [r.as_dict() for r in self.reputations],
         }
 
 
@@ -177,21 +164,16 @@ def check_health(
         row = cur.execute(_FIGURES, {"now": now, "grace": settings.health_idle_grace_seconds}).fetchone()
         senders = cur.execute(_SENDERS).fetchall()
         attempts = cur.execute(_ATTEMPTS, {"window": settings.health_failure_window_seconds}).fetchone()
-        bounces = cur.execute(_BOUNCES, {"window": settings.health_bounce_window_seconds}).fetchone()
         alive = cur.execute(_WORKERS, {"alive": WORKER_ALIVE_SECONDS}).fetchone()
     assert row is not None
     assert attempts is not None
-    assert bounces is not None
     assert alive is not None
     report = _queue_report(row, settings)
     report.senders = [_sender_view(s) for s in senders]
     report.attempts = int(attempts["attempts"])
     if report.attempts:
         report.attempt_failure_rate = round(int(attempts["failed"]) / report.attempts, 4)
-    report.sent_in_bounce_window = int(bounces["sent"])
-    if report.sent_in_bounce_window:
-        report.bounce_rate = round(int(bounces["bounced"]) / report.sent_in_bounce_window, 4)
-        report.complaint_rate = round(int(bounces["complaints"]) / report.sent_in_bounce_window, 4)
+    report.reputations = sender_reputations(conn, window=settings.health_reputation_deliveries)
     report.workers_alive = int(alive["count"])
     due = int(row["due"])
     _check_queue(report, row, settings)
@@ -228,6 +210,9 @@ def _queue_report(row: dict[str, Any], settings: Settings) -> HealthReport:
             "failure_window_seconds": settings.health_failure_window_seconds,
             "max_attempt_failure_rate": settings.health_max_attempt_failure_rate,
             "min_attempts": settings.health_min_attempts,
+            "reputation_deliveries": settings.health_reputation_deliveries,
+            "max_bounce_rate": settings.health_max_bounce_rate,
+            "max_complaint_rate": settings.health_max_complaint_rate,
         },
     )
 
@@ -316,24 +301,32 @@ def _check_attempts(report: HealthReport, settings: Settings) -> None:
 
 
 def _check_bounces(report: HealthReport, settings: Settings) -> None:
-    sent = report.sent_in_bounce_window
-    if sent < settings.health_min_attempts:
-        return  # too few sent email says nothing about a rate
-    window = _duration(settings.health_bounce_window_seconds)
-    for kind, rate, limit, what, env in (
-        ("bounce_rate", report.bounce_rate, settings.health_max_bounce_rate, "bounced", "BOUNCE"),
-        (
-            "complaint_rate",
-            report.complaint_rate,
-            settings.health_max_complaint_rate,
-            "complained",
-            "COMPLAINT",
-        ),
-    ):
-        if rate is not None and rate > limit:
-            report.add(
-                kind,
-                f"{rate:.1%} of the {sent} emails sent in {window} {what}, more than {limit:.1%}"
-                f" (MAILROOM_HEALTH_MAX_{env}_RATE)",
-                "look for a bad list or a sender with a poor reputation (mailroom campaigns stats, mailroom stats)",
-            )
+    """A sender whose last deliveries bounced hard or drew complaints too often: its reputation is going."""
+    for r in report.reputations:
+        bounces_over, complaints_over = r.over(settings)
+        for kind, over, rate, limit, what, env in (
+            (
+                "bounce_rate",
+                bounces_over,
+                r.hard_bounce_rate,
+                settings.health_max_bounce_rate,
+                "bounced hard",
+                "BOUNCE",
+            ),
+            (
+                "complaint_rate",
+                complaints_over,
+                r.complaint_rate,
+                settings.health_max_complaint_rate,
+                "drew complaints",
+                "COMPLAINT",
+            ),
+        ):
+            if over:
+                report.add(
+                    kind,
+                    f"sender {r.sender}: {rate or 0:.1%} of its last {r.deliveries} deliveries {what}, more than"
+                    f" {limit:.1%} (MAILROOM_HEALTH_MAX_{env}_RATE)",
+                    f"look for a bad list (mailroom campaigns stats), or rest it: mailroom senders pause {r.sender}",
+                    sender=r.sender,
+                )

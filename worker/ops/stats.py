@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from worker.core.reputation import DEFAULT_WINDOW, Reputation, sender_reputations
 from worker.ops.senders import list_senders
 
 STATUSES = ("unrendered", "pending", "assigned", "sent", "bounced", "failed", "cancelled", "suppressed")
@@ -26,13 +27,15 @@ WHERE status = 'pending'
 """
 
 
-def queue_stats(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    """Counts per status, what is due now, the oldest pending age, and every sender account's day so far."""
+def queue_stats(conn: psycopg.Connection[Any], *, reputation_window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+    """Counts per status, what is due now, the oldest pending age, and every sender account's day so far
+    with its hard-bounce and complaint rates over its last `reputation_window` deliveries."""
     with conn.cursor(row_factory=dict_row) as cur:
         counts = {status: 0 for status in STATUSES}
         counts.update({row["status"]: int(row["n"]) for row in cur.execute(COUNT_BY_STATUS).fetchall()})
         detail = cur.execute(PENDING_DETAIL).fetchone() or {}
     oldest = detail.get("oldest_pending_seconds")
+    reputations = {r.sender: r for r in sender_reputations(conn, window=reputation_window)}
     senders = [
         {
             "name": s["name"],
@@ -44,6 +47,7 @@ def queue_stats(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             "bounces_today": s["bounces_today"],
             "errors_today": s["errors_today"],
             "last_used_at": s["last_used_at"].isoformat() if s["last_used_at"] else None,
+            **_reputation(reputations.get(s["name"])),
         }
         for s in list_senders(conn)
     ]
@@ -55,3 +59,18 @@ def queue_stats(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "oldest_pending_seconds": round(float(oldest), 3) if oldest is not None else None,
         "senders": senders,
     }
+
+
+def _reputation(r: Reputation | None) -> dict[str, Any]:
+    """A sender's last deliveries and their hard-bounce and complaint rates (a sender added meanwhile: none)."""
+    if r is None:
+        return {
+            "deliveries": 0,
+            "hard_bounces": 0,
+            "complaints": 0,
+            "hard_bounce_rate": None,
+            "complaint_rate": None,
+        }
+    view = r.as_dict()
+    del view["sender"]
+    return view

@@ -8,6 +8,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+# `sent` counts every email a relay accepted, those that bounced later (a DSN, a webhook) included;
+# `bounced` counts the refusals at once and those later bounces; `complained` the recipients who
+# reported an email as spam (bounce_events, which keep the campaign after retention).
 # One statement: one pass over the campaign's queued emails (index on campaign_id), one over its
 # archived ones, and the event tables and unsubscribe list by their campaign indexes. Email that
 # retention has archived and deleted from the queue (sent, failed, bounced, suppressed, cancelled)
@@ -15,28 +18,35 @@ from psycopg.rows import dict_row
 CAMPAIGN_STATS = """
 WITH q AS (
     SELECT count(*) AS emails,
-           count(*) FILTER (WHERE status = 'sent') AS sent,
-           count(*) FILTER (WHERE status = 'sent' AND track_opens) AS sent_with_pixel,
-           count(*) FILTER (WHERE status = 'sent' AND track_clicks) AS sent_with_links,
+           count(*) FILTER (WHERE status IN ('sent', 'bounced')) AS sent,
+           count(*) FILTER (WHERE status IN ('sent', 'bounced') AND track_opens) AS sent_with_pixel,
+           count(*) FILTER (WHERE status IN ('sent', 'bounced') AND track_clicks) AS sent_with_links,
            count(*) FILTER (WHERE status = 'failed') AS failed,
-           count(*) FILTER (WHERE status = 'failed' AND error_details ->> 'outcome' = 'bounced') AS bounced,
+           count(*) FILTER (WHERE status = 'failed' AND error_details ->> 'outcome' = 'bounced')
+               AS bounced_at_once,
+           count(*) FILTER (WHERE status = 'bounced') AS bounced_later,
            count(*) FILTER (WHERE status = 'suppressed') AS suppressed,
            count(*) FILTER (WHERE status IN ('pending', 'assigned')) AS queued
     FROM mailroom.email_queue WHERE campaign_id = %(c)s
 ), a AS (
     SELECT count(*) AS emails,
-           count(*) FILTER (WHERE status = 'sent') AS sent,
-           count(*) FILTER (WHERE status = 'sent' AND track_opens) AS sent_with_pixel,
-           count(*) FILTER (WHERE status = 'sent' AND track_clicks) AS sent_with_links,
+           count(*) FILTER (WHERE status IN ('sent', 'bounced')) AS sent,
+           count(*) FILTER (WHERE status IN ('sent', 'bounced') AND track_opens) AS sent_with_pixel,
+           count(*) FILTER (WHERE status IN ('sent', 'bounced') AND track_clicks) AS sent_with_links,
            count(*) FILTER (WHERE status = 'failed') AS failed,
-           count(*) FILTER (WHERE status = 'failed' AND bounced) AS bounced,
+           count(*) FILTER (WHERE status = 'failed' AND bounced) AS bounced_at_once,
+           count(*) FILTER (WHERE status = 'bounced') AS bounced_later,
            count(*) FILTER (WHERE status = 'suppressed') AS suppressed
     FROM mailroom.archived_emails WHERE campaign_id = %(c)s
 )
 SELECT
     q.emails + a.emails AS emails,
     q.sent + a.sent AS sent,
-    q.failed + a.failed AS failed, q.bounced + a.bounced AS bounced,
+    q.failed + a.failed AS failed,
+    q.bounced_at_once + a.bounced_at_once + q.bounced_later + a.bounced_later AS bounced,
+    q.bounced_later + a.bounced_later AS bounced_after_sending,
+    (SELECT count(DISTINCT (email_id, recipient)) FROM mailroom.bounce_events
+     WHERE campaign_id = %(c)s AND kind = 'complaint') AS complained,
     q.suppressed + a.suppressed AS suppressed, q.queued,
     q.sent_with_pixel + a.sent_with_pixel AS sent_with_pixel,
     q.sent_with_links + a.sent_with_links AS sent_with_links,
@@ -63,6 +73,8 @@ class CampaignStats:
     sent: int
     failed: int
     bounced: int
+    bounced_after_sending: int
+    complained: int
     suppressed: int
     queued: int
     sent_with_pixel: int
@@ -86,6 +98,7 @@ class CampaignStats:
             "bounced": ratio(self.bounced, attempted),
             "opened": ratio(self.opened, self.sent_with_pixel),
             "clicked": ratio(self.clicked, self.sent_with_links),
+            "complained": ratio(self.complained, self.sent),
             "unsubscribed": ratio(self.unsubscribed, self.sent),
         }
 
@@ -116,11 +129,13 @@ def format_stats(stats: CampaignStats) -> str:
         f"{'':<14}{'count':>8} {'rate':>7}",
         f"{'sent':<14}{stats.sent:>8}",
         f"{'failed':<14}{stats.failed:>8} {pct('failed')}",
-        f"{'bounced':<14}{stats.bounced:>8} {pct('bounced')}",
+        f"{'bounced':<14}{stats.bounced:>8} {pct('bounced')}  ({stats.bounced_after_sending} after sending)",
+        f"{'complained':<14}{stats.complained:>8} {pct('complained')}",
         f"{'opened':<14}{stats.opened:>8} {pct('opened')}  ({stats.opens} opens)",
         f"{'clicked':<14}{stats.clicked:>8} {pct('clicked')}  ({stats.clicks} clicks)",
         f"{'unsubscribed':<14}{stats.unsubscribed:>8} {pct('unsubscribed')}",
-        "failed and bounced are rates of finished attempts; unsubscribed of emails sent; opened and clicked",
+        "failed and bounced are rates of finished attempts; complained and unsubscribed of emails sent;"
+        " opened and clicked",
         f"of the sent emails with an open pixel ({stats.sent_with_pixel}) or tracked links "
         f"({stats.sent_with_links}): a blank rate means none was tracked.",
         "Opens are approximate: image blocking hides some, and privacy proxies (Apple Mail Privacy "

@@ -15,13 +15,18 @@ ALTER TABLE mailroom.sender_accounts
     ADD COLUMN relay_provider text CHECK (relay_provider IN ('postmark', 'sendgrid'));
 
 -- One digest of new complaints per period for the administrators, sent through the queue itself.
--- The unique period makes two workers' digests one; the event range says which complaints it covered.
+-- The unique period makes two workers' digests one; each complaint names the digest that told of it,
+-- so a complaint committed late (after a later one was digested) is still told in the next digest.
 CREATE TABLE mailroom.complaint_digests (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     period_start timestamptz NOT NULL UNIQUE,
     created_at timestamptz NOT NULL DEFAULT now(),
-    first_event_id bigint NOT NULL,
-    last_event_id bigint NOT NULL CHECK (last_event_id >= first_event_id),
     complaints integer NOT NULL CHECK (complaints > 0),
     email_id bigint
 );
+ALTER TABLE mailroom.bounce_events
+    ADD COLUMN digest_id bigint REFERENCES mailroom.complaint_digests (id) ON DELETE SET NULL;
+CREATE INDEX bounce_events_undigested_idx ON mailroom.bounce_events (id)
+    WHERE kind = 'complaint' AND digest_id IS NULL;
+CREATE TRIGGER complaint_digests_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.complaint_digests
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();

@@ -21,7 +21,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from worker.ops.stats import queue_stats
 
     with connect(_url(settings)) as conn:
-        stats = queue_stats(conn)
+        stats = queue_stats(conn, reputation_window=settings.health_reputation_deliveries)
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
@@ -34,7 +34,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     for s in stats["senders"]:
         print(
             f"sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today, "
-            f"{s['bounces_today']} bounces, {s['errors_today']} errors"
+            f"{s['bounces_today']} bounces, {s['errors_today']} errors; {_rates(s)}"
         )
     return 0
 
@@ -110,3 +110,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     cn.add_argument("ids", nargs="+", type=int, metavar="ID")
     cn.set_defaults(handler=cmd_cancel)
+
+
+def _rates(sender: dict[str, Any]) -> str:
+    """Hard bounces and complaints over the sender's last deliveries, as `mailroom health` judges them."""
+    if not sender["deliveries"]:
+        return "no deliveries yet"
+    return (
+        f"of its last {sender['deliveries']} deliveries {sender['hard_bounce_rate']:.1%} bounced hard,"
+        f" {sender['complaint_rate']:.2%} drew complaints"
+    )

@@ -25,9 +25,9 @@ COMPLAINTS_CHANNEL = "mailroom_complaints"
 
 INSERT_EVENT = """
 INSERT INTO mailroom.bounce_events (email_id, recipient, kind, status, action, diagnostic, source,
-                                    source_message_id, raw_size, dedupe_key)
+                                    source_message_id, raw_size, dedupe_key, sender_account_id, campaign_id)
 VALUES (%(email_id)s, %(recipient)s, %(kind)s, %(status)s, %(action)s, %(diagnostic)s, %(source)s,
-        %(source_message_id)s, %(raw_size)s, %(dedupe_key)s)
+        %(source_message_id)s, %(raw_size)s, %(dedupe_key)s, %(sender)s, %(campaign)s)
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id
 """
@@ -134,6 +134,8 @@ def apply_report(
         "source_message_id": source_message_id,
         "raw_size": raw_size,
         "dedupe_key": dedupe_key(email.email_id, recipient, report, source_id),
+        "sender": email.sender_account_id,
+        "campaign": email.campaign_id,
     }
     row = conn.execute(INSERT_EVENT, params).fetchone()
     if row is None:
