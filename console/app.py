@@ -110,7 +110,7 @@ class MailroomConsole(App[int]):
         self.label = label or database_label(url)
         self.actor = actor or console_actor()
         self.data = ConsoleData(url)
-        self.feed = LiveFeed(url, self._on_change, self._on_state)
+        self.feed = LiveFeed(url, self._on_change, self._on_state, on_complaint=self._on_complaint)
         self.coalescer = Coalescer(self._reload_screen, self._schedule, interval=coalesce_seconds)
         self.notices: list[tuple[str, str]] = []
         self.states: list[str] = []
@@ -141,6 +141,14 @@ class MailroomConsole(App[int]):
 
     def _on_change(self, tables: set[str]) -> None:
         self.coalescer.add(tables)
+
+    def _on_complaint(self, notice: dict[str, object]) -> None:
+        email = notice.get("email_id")
+        self.say(
+            f"a recipient of email {email} reported it as spam: the address is suppressed"
+            " (mailroom bounces list --kind complaint)",
+            severity="warning",
+        )
 
     def _on_state(self, state: str) -> None:
         self.states.append(state)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 import psycopg
 
 CHANNEL = "mailroom_changes"
+# A complaint arrived (the bounce intake's NOTIFY, `{"event_id": ..., "email_id": ...}`): the operator is told.
+COMPLAINTS = "mailroom_complaints"
 ALL_TABLES = "*"
 
 
@@ -30,10 +32,12 @@ class LiveFeed:
         on_state: Callable[[str], None],
         *,
         max_delay: float = 5.0,
+        on_complaint: Callable[[dict[str, object]], None] | None = None,
     ) -> None:
         self.url = url
         self.on_change = on_change
         self.on_state = on_state
+        self.on_complaint = on_complaint
         self.max_delay = max_delay
         self.state = "connecting"
         self.backend_pid: int | None = None
@@ -54,6 +58,8 @@ class LiveFeed:
                     self.url, autocommit=True, application_name="mailroom-console-listen"
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    if self.on_complaint is not None:
+                        await conn.execute(f"LISTEN {COMPLAINTS}")
                     self.backend_pid = conn.info.backend_pid
                     self.connects += 1
                     delay = 0.1
@@ -62,12 +68,23 @@ class LiveFeed:
                     self.on_change({ALL_TABLES})
                     async for note in conn.notifies():
                         self.received += 1
-                        self.on_change({_table_of(note.payload)})
+                        if note.channel == COMPLAINTS and self.on_complaint is not None:
+                            self.on_complaint(_object_of(note.payload))
+                        else:
+                            self.on_change({_table_of(note.payload)})
             except psycopg.Error:
                 self.backend_pid = None
                 self._set_state("reconnecting")
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.max_delay)
+
+
+def _object_of(payload: str) -> dict[str, object]:
+    with contextlib.suppress(ValueError):
+        found = json.loads(payload)
+        if isinstance(found, dict):
+            return found
+    return {}
 
 
 def _table_of(payload: str) -> str:

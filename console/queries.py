@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from console.figures import Count, Rates, last_hour, queue_counts
+from worker.core.reputation import DEFAULT_WINDOW, REPUTATION
 
 Row = dict[str, Any]
 
@@ -364,9 +365,15 @@ class ConsoleData:
                 hours[str(row["kind"])][24 - ago] = int(row["n"])
         return hours
 
-    async def senders(self, now: datetime) -> list[Row]:
-        """Every sender account with the UTC day of `now`'s usage."""
-        return await self.fetch(SENDERS, {"now": now})
+    async def senders(self, now: datetime, reputation_window: int = DEFAULT_WINDOW) -> list[Row]:
+        """Every sender account with the UTC day of `now`'s usage, and its hard bounces and complaints
+        over its last `reputation_window` deliveries (`deliveries`, `hard_bounces`, `complaints`)."""
+        rows = await self.fetch(SENDERS, {"now": now})
+        standing = {
+            r["name"]: r for r in await self.fetch(REPUTATION, {"window": reputation_window, "name": None})
+        }
+        empty = {"deliveries": 0, "hard_bounces": 0, "complaints": 0}
+        return [{**row, **{k: standing.get(row["name"], empty)[k] for k in empty}} for row in rows]
 
     async def documents(self, limit: int = 200, *, text: str | None = None) -> list[Row]:
         """Documents with expected and signed counts, incomplete ones first, optionally matching a text."""

@@ -1,4 +1,4 @@
-"""Senders: every sender account with today's usage; pause, suspend and resume."""
+"""Senders: every sender account with today's usage and its standing; pause, suspend and resume."""
 
 from __future__ import annotations
 
@@ -12,16 +12,17 @@ from textual.widgets import DataTable
 
 from console.screens.base import DataScreen, fill_table, selected_key
 from console.screens.confirm import confirm_sender
-from console.widgets.cells import ago, one_line, status_cell, usage
+from console.widgets.cells import ago, one_line, rate_cell, status_cell, usage
 from console.widgets.table import ConsoleTable
 
 
 class SendersScreen(DataScreen):
-    """Sender accounts: status, today's sent against the limit, bounces, errors, warm-up, last use."""
+    """Sender accounts: status, today's sent against the limit, bounces, errors, the hard-bounce and
+    complaint rates over the last deliveries (red past `mailroom health`'s thresholds), warm-up, last use."""
 
     MODE = "senders"
     TITLE = "Senders"
-    TABLES = frozenset({"sender_accounts", "send_logs", "email_queue"})
+    TABLES = frozenset({"sender_accounts", "send_logs", "email_queue", "bounce_events"})
     MUTATING = frozenset({"pause", "suspend", "resume"})
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "pause", "Pause", tooltip="Pause the selected sender until resumed"),
@@ -46,18 +47,31 @@ class SendersScreen(DataScreen):
         self.wide = self.app.size.width >= 100
         if self.wide:
             table.add_columns(
-                "Sender", "Status", "Sent today", "Bounces", "Errors", "Warm-up", "Last used", "Reason"
+                "Sender",
+                "Status",
+                "Sent today",
+                "Bounces",
+                "Errors",
+                "Hard %",
+                "Spam %",
+                "Warm-up",
+                "Last used",
+                "Reason",
             )
         else:
-            table.add_columns("Sender", "Status", "Sent today", "Bnc", "Err", "Reason")
+            table.add_columns("Sender", "Status", "Sent today", "Bnc", "Hard%", "Spam%", "Reason")
 
     async def fetch(self) -> list[dict[str, Any]]:
         """Every sender account (there are few)."""
-        return await self.console.data.senders(self.console.clock())
+        return await self.console.data.senders(
+            self.console.clock(), self.console.settings.health_reputation_deliveries
+        )
 
     def show(self, data: Any) -> None:
         """Rows keyed by account name (the worker's actions take names)."""
         now = self.console.clock()
+        # From 140 columns the usage bar and the warm-up's daily cap get their full width.
+        roomy = self.app.size.width >= 140
         rows = [
             s
             for s in data
@@ -74,17 +88,38 @@ class SendersScreen(DataScreen):
                     (
                         s["name"],
                         status_cell(str(s["status"])),
-                        usage(int(s["sent_today"]), int(s["effective_limit"]), 12 if self.wide else 6),
+                        usage(int(s["sent_today"]), int(s["effective_limit"]), 12 if roomy else 6),
                         Text(str(s["bounces_today"]), justify="right"),
-                        Text(str(s["errors_today"]), justify="right"),
+                        *((Text(str(s["errors_today"]), justify="right"),) if self.wide else ()),
+                        *self._standing(s),
                         *(
-                            (_warmup(s, True), ago(s["last_used_at"], now), one_line(s["status_reason"], 40))
+                            (
+                                _warmup(s, roomy),
+                                ago(s["last_used_at"], now),
+                                one_line(
+                                    s["status_reason"], max(12, self.app.size.width - (110 if roomy else 94))
+                                ),
+                            )
                             if self.wide
-                            else (one_line(s["status_reason"], max(8, self.app.size.width - 58)),)
+                            else (one_line(s["status_reason"], max(8, self.app.size.width - 66)),)
                         ),
                     ),
                 )
                 for s in rows
+            ),
+        )
+
+    def _standing(self, sender: dict[str, Any]) -> tuple[Text, Text]:
+        """Hard bounces and complaints among the sender's last deliveries, as `mailroom health` judges them."""
+        settings = self.console.settings
+        enough = settings.health_min_attempts
+        deliveries = int(sender["deliveries"])
+        return (
+            rate_cell(
+                int(sender["hard_bounces"]), deliveries, settings.health_max_bounce_rate, enough=enough
+            ),
+            rate_cell(
+                int(sender["complaints"]), deliveries, settings.health_max_complaint_rate, enough=enough
             ),
         )
 

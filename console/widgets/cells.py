@@ -114,6 +114,16 @@ def masked(address: str | None) -> str:
     return mask_address(address) if address else "-"
 
 
+def rate_cell(part: int, whole: int, limit: float, *, enough: int) -> Text:
+    """A share as a percentage, red past `limit` once there are `enough` to judge; a dash before any."""
+    if not whole:
+        return Text("-", justify="right")
+    share = part / whole
+    digits = 2 if share < 0.1 else 1
+    over = whole >= enough and share > limit
+    return Text(f"{share:.{digits}%}", style="bold red" if over else "default", justify="right")
+
+
 def one_line(text: str | None, limit: int = 80) -> str:
     """Flatten a multi-line value (an SMTP reply) into one cell, cut at `limit` characters."""
     if not text:

@@ -138,10 +138,12 @@ BANNERS = {
     ],
     "no-worker-complaints": [
         "UPDATE mailroom.workers SET seen_at = now() - interval '5 minutes'",
-        "INSERT INTO mailroom.send_logs (email_id, recipient_email, attempt, outcome, response, worker)"
-        " SELECT g, 'x@example.com', 1, CASE WHEN g <= 40 THEN 'transient' ELSE 'sent' END, 'r', 'w'"
-        " FROM generate_series(1, 100) g",
-        "INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES ('angry@example.com', 'complaint')",
+        "INSERT INTO mailroom.send_logs (email_id, sender_account_id, recipient_email, attempt, outcome,"
+        " response, worker)"
+        " SELECT g, (SELECT id FROM mailroom.sender_accounts WHERE name = 'primary'), 'x@example.com', 1,"
+        " CASE WHEN g <= 100040 THEN 'transient' ELSE 'sent' END, 'r', 'w' FROM generate_series(100001, 100100) g",
+        "INSERT INTO mailroom.bounce_events (email_id, recipient, kind, source, raw_size, dedupe_key)"
+        " SELECT g, 'x@example.com', 'complaint', 'arf', 1, 'angry' || g FROM generate_series(100041, 100050) g",
     ],
 }
 

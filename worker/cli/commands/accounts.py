@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from worker.cli.argtypes import positive_count
 from worker.cli.table import table
 from worker.core.config import Settings
 
@@ -77,17 +78,6 @@ nothing. Exit status 0 when activated, 2 when the token is refused.
 Examples:
   mailroom accounts activate --code 48213 --email ada@example.com
   mailroom accounts activate --secret 9f2c...e1"""
-
-
-def positive_count(text: str) -> int:
-    """argparse type: a whole number of 1 or more (a clear usage error otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
-    return value
 
 
 def cmd_accounts(args: argparse.Namespace, settings: Settings) -> int:

@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from worker.cli.argtypes import positive_count
 from worker.core.config import Settings
 
 AUDIT = """\
@@ -37,16 +38,6 @@ def _since(text: str) -> datetime:
             f"not an ISO date or time: {text!r} (e.g. 2026-11-25 or 2026-11-25T08:00:00Z)"
         ) from None
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return value
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
@@ -107,7 +98,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--limit", type=_positive, default=50, metavar="N", help="show at most N rows (default 50)"
+        "--limit", type=positive_count, default=50, metavar="N", help="show at most N rows (default 50)"
     )
     parser.add_argument(
         "--since", type=_since, metavar="ISO", help="only rows from this date or time on (UTC unless given)"

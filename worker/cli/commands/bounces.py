@@ -1,4 +1,4 @@
-"""`mailroom bounces ingest|receive|poll|quarantine`: take in DSNs and complaints sent to VERP return paths."""
+"""`mailroom bounces ingest|receive|poll|list|quarantine`: take in DSNs and complaints sent to VERP return paths."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import sys
 from datetime import UTC
 from typing import Any, Literal
 
+from worker.cli.argtypes import positive_count
+from worker.cli.commands import bounce_list
 from worker.core.config import ConfigError, Settings
 from worker.core.masking import mask_address
 
@@ -62,13 +64,14 @@ BOUNCES = """\
 Take in the delivery status notifications (RFC 3464) and complaints (RFC 5965 ARF) that relays and
 mailbox providers send to each email's VERP return path (MAILROOM_BOUNCE_DOMAIN): from an MTA pipe
 or a file (ingest), as an SMTP server for the bounce domain (receive), from a mailbox over IMAP or
-POP3 (poll); list what could not be used (quarantine). A permanent failure turns the email bounced
+POP3 (poll); list what was recorded (list) and what could not be used (quarantine). A permanent failure turns the email bounced
 and lists the address; a complaint suppresses it at once. Nothing here sends email.
 
 Examples:
   mailroom bounces receive --listen 0.0.0.0:25
   mailroom bounces ingest dsn.eml
   mailroom bounces poll --imap mail.example.org --user bounces --password-env BOUNCE_PW
+  mailroom bounces list --kind complaint
   mailroom bounces quarantine --json
 """
 
@@ -338,14 +341,8 @@ def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return int(text)
-
-
 def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom bounces ingest|receive|poll|quarantine`."""
+    """Add `mailroom bounces ingest|receive|poll|list|quarantine`."""
     parser = sub.add_parser(
         "bounces",
         help="take in bounces and complaints sent to VERP return paths",
@@ -356,6 +353,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     _add_ingest(actions)
     _add_receive(actions)
     _add_poll(actions)
+    bounce_list.register(actions)
     _add_quarantine(actions)
 
 
@@ -376,7 +374,7 @@ def _add_ingest(actions: argparse._SubParsersAction[Any]) -> None:
     ingest.add_argument("--envelope-recipient", metavar="ADDRESS", help="the address the MTA delivered it to")
     ingest.add_argument(
         "--max-bytes",
-        type=_positive,
+        type=positive_count,
         default=_TEN_MIB,
         metavar="N",
         help="read at most N bytes (default 10 MiB)",
@@ -393,13 +391,25 @@ def _add_receive(actions: argparse._SubParsersAction[Any]) -> None:
     )
     receive.add_argument("--domain", action="append", metavar="DOMAIN", help="a bounce domain (repeatable)")
     receive.add_argument(
-        "--max-bytes", type=_positive, default=_TEN_MIB, metavar="N", help="largest message (default 10 MiB)"
+        "--max-bytes",
+        type=positive_count,
+        default=_TEN_MIB,
+        metavar="N",
+        help="largest message (default 10 MiB)",
     )
     receive.add_argument(
-        "--rate", type=_positive, default=60, metavar="N", help="messages a minute per client (default 60)"
+        "--rate",
+        type=positive_count,
+        default=60,
+        metavar="N",
+        help="messages a minute per client (default 60)",
     )
     receive.add_argument(
-        "--burst", type=_positive, default=20, metavar="N", help="messages at once per client (default 20)"
+        "--burst",
+        type=positive_count,
+        default=20,
+        metavar="N",
+        help="messages at once per client (default 20)",
     )
     receive.set_defaults(handler=cmd_receive)
 
@@ -428,12 +438,14 @@ def _add_poll(actions: argparse._SubParsersAction[Any]) -> None:
     poll.add_argument("--cafile", metavar="FILE", help="verify the server against these certificates")
     when = poll.add_mutually_exclusive_group()
     when.add_argument("--once", action="store_true", help="poll once and exit (the default)")
-    when.add_argument("--every", type=_positive, metavar="SECONDS", help="poll every SECONDS until stopped")
-    poll.add_argument(
-        "--max", type=_positive, default=100, metavar="N", help="messages per poll (default 100)"
+    when.add_argument(
+        "--every", type=positive_count, metavar="SECONDS", help="poll every SECONDS until stopped"
     )
     poll.add_argument(
-        "--timeout", type=_positive, default=30, metavar="SECONDS", help="network timeout (default 30)"
+        "--max", type=positive_count, default=100, metavar="N", help="messages per poll (default 100)"
+    )
+    poll.add_argument(
+        "--timeout", type=positive_count, default=30, metavar="SECONDS", help="network timeout (default 30)"
     )
     poll.set_defaults(handler=cmd_poll)
 
@@ -446,8 +458,10 @@ def _add_quarantine(actions: argparse._SubParsersAction[Any]) -> None:
         formatter_class=_RAW,
     )
     quarantine.add_argument(
-        "--limit", type=_positive, default=50, metavar="N", help="show at most N (default 50)"
+        "--limit", type=positive_count, default=50, metavar="N", help="show at most N (default 50)"
     )
-    quarantine.add_argument("--show", type=_positive, metavar="ID", help="write the kept bytes of message ID")
+    quarantine.add_argument(
+        "--show", type=positive_count, metavar="ID", help="write the kept bytes of message ID"
+    )
     quarantine.add_argument("--json", action="store_true", help="machine-readable output")
     quarantine.set_defaults(handler=cmd_quarantine)

@@ -9,7 +9,7 @@ import uuid
 from datetime import date
 from typing import Any
 
-from worker.cli.commands.accounts import positive_count as _count
+from worker.cli.argtypes import positive_count as _count
 from worker.core.config import Settings
 from worker.core.validation import ValidationError
 

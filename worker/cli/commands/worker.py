@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from worker.cli.commands.accounts import positive_count
+from worker.cli.argtypes import positive_count
 from worker.core.config import Settings
 
 
