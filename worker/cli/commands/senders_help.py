@@ -42,12 +42,12 @@ Examples:
   mailroom senders add relay --from noreply@example.com --host smtp.example.com \\
       --username mailer --password-file /run/secrets/smtp
   mailroom senders add local --from dev@example.com --host 127.0.0.1 --port 2525 --security none
-  CLIENT_SECRET=... REFRESH_TOKEN=... mailroom senders add gmail --from me@example.com \
-      --host smtp.gmail.com --port 587 --security starttls --auth oauth2 --oauth-provider google \
-      --oauth-client-id 1234.apps.googleusercontent.com --oauth-client-secret-env CLIENT_SECRET \
+  CLIENT_SECRET=... REFRESH_TOKEN=... mailroom senders add gmail --from me@example.com \\
+      --host smtp.gmail.com --port 587 --security starttls --auth oauth2 --oauth-provider google \\
+      --oauth-client-id 1234.apps.googleusercontent.com --oauth-client-secret-env CLIENT_SECRET \\
       --oauth-refresh-token-env REFRESH_TOKEN
-  mailroom senders add relay --from noreply@example.com --host smtp.postmarkapp.com \
-      --username TOKEN --password-env PM_TOKEN --bounce-domain bounces.example.com \
+  mailroom senders add relay --from noreply@example.com --host smtp.postmarkapp.com \\
+      --username TOKEN --password-env PM_TOKEN --bounce-domain bounces.example.com \\
       --relay-provider postmark"""
 
 EDIT = """\
@@ -58,8 +58,9 @@ its state at once: an account paused at its limit sends again when the new limit
 sent today. --auth password or oauth2 switches how it logs in (to oauth2: give the endpoint,
 the client id, secret and refresh token; back to password: a password; the other kind's secrets
 are removed); a new refresh token replaces the stored one. --bounce-domain '' (or
---no-bounce-domain) and --relay-provider none remove those settings. --version N applies the change only if nobody changed the account since you read
-version N (`mailroom senders list --json`). The edit is audited as sender.edit, with the settings
+--no-bounce-domain) and --relay-provider none remove those settings. --version N applies the
+change only if nobody changed the account since you read version N (`mailroom senders list
+--json`). The edit is audited as sender.edit, with the settings
 that changed (never a password). A worker uses the new settings from its next claim.
 Exit status 0 when edited, 1 when there is no such account or the version is stale, 2 when a
 setting is invalid.
