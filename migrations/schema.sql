@@ -2214,7 +2214,7 @@ CREATE TABLE mailroom.sender_accounts (
     CONSTRAINT sender_accounts_max_connections_check CHECK (((max_connections >= 1) AND (max_connections <= 100))),
     CONSTRAINT sender_accounts_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$'::text)),
     CONSTRAINT sender_accounts_oauth2_complete CHECK (((auth_type <> 'oauth2'::text) OR ((oauth_token_url IS NOT NULL) AND (oauth_client_id IS NOT NULL) AND (oauth_client_secret_encrypted IS NOT NULL) AND (oauth_refresh_token_encrypted IS NOT NULL) AND (smtp_username IS NOT NULL) AND (smtp_password_encrypted IS NULL)))),
-    CONSTRAINT sender_accounts_oauth_client_id_check CHECK ((oauth_client_id ~ '^[\x21-\x7e]{1,500}$'::text)),
+    CONSTRAINT sender_accounts_oauth_client_id_check CHECK (((oauth_client_id ~ '^[\x21-\x7e]+$'::text) AND (length(oauth_client_id) <= 500))),
     CONSTRAINT sender_accounts_oauth_token_url_check CHECK ((((oauth_token_url ~ '^https://[^\s/?#@]+(/[^\s#]*)?$'::text) OR (oauth_token_url ~ '^http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?(/[^\s#]*)?$'::text)) AND (length(oauth_token_url) <= 2000))),
     CONSTRAINT sender_accounts_password_has_no_oauth CHECK (((auth_type <> 'password'::text) OR ((oauth_token_url IS NULL) AND (oauth_client_id IS NULL) AND (oauth_client_secret_encrypted IS NULL) AND (oauth_refresh_token_encrypted IS NULL)))),
     CONSTRAINT sender_accounts_relay_provider_check CHECK ((relay_provider = ANY (ARRAY['postmark'::text, 'sendgrid'::text]))),

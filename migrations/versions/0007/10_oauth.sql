@@ -9,7 +9,7 @@ ALTER TABLE mailroom.sender_accounts
         (oauth_token_url ~ '^https://[^\s/?#@]+(/[^\s#]*)?$'
          OR oauth_token_url ~ '^http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?(/[^\s#]*)?$')
         AND length(oauth_token_url) <= 2000),
-    ADD COLUMN oauth_client_id text CHECK (oauth_client_id ~ '^[\x21-\x7e]{1,500}$'),
+    ADD COLUMN oauth_client_id text CHECK (oauth_client_id ~ '^[\x21-\x7e]+$' AND length(oauth_client_id) <= 500),
     ADD COLUMN oauth_client_secret_encrypted bytea,
     ADD COLUMN oauth_refresh_token_encrypted bytea,
     ADD CONSTRAINT sender_accounts_oauth2_complete CHECK (
