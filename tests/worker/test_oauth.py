@@ -30,8 +30,16 @@ from tests.worker.oauth_helpers import (
 from worker.core.config import Settings
 from worker.core.crypto import SecretBox
 from worker.core.message import Envelope
+from worker.core.sender_settings import GOOGLE_ENDPOINT, preset_token_url
 from worker.engine.classify import Verdict, classify
-from worker.engine.oauth import OAuthClient, TokenCache, TokenRefused, TokenUnavailable, grant_from
+from worker.engine.oauth import (
+    OAuthClient,
+    TokenCache,
+    TokenRefused,
+    TokenUnavailable,
+    grant_from,
+    refresh_form,
+)
 from worker.engine.smtp import SmtpAccount, SmtpConnection
 
 BODY = b"From: mailer@example.org\r\nTo: b@example.com\r\nSubject: x\r\n\r\nhello\r\n"
@@ -353,3 +361,17 @@ def test_an_endpoint_refusal_is_a_failed_login(error: str, status: int) -> None:
 def test_anything_else_but_a_token_is_an_outage(status: int, body: bytes) -> None:
     with pytest.raises(TokenUnavailable):
         grant_from(status, body)
+
+
+def test_a_microsoft_refresh_asks_for_the_smtp_scope_and_a_google_one_for_none() -> None:
+    microsoft = OAuthClient(
+        preset_token_url("microsoft", "contoso.com"), CLIENT_ID, CLIENT_SECRET, REFRESH_TOKEN
+    )
+    google = replace(microsoft, token_url=GOOGLE_ENDPOINT)
+    assert refresh_form(microsoft)["scope"] == "https://outlook.office.com/SMTP.Send offline_access"
+    assert refresh_form(google) == {
+        "grant_type": "refresh_token",
+        "refresh_token": REFRESH_TOKEN,
+        "client_id": CLIENT_ID,
+        "client_secret": CLIENT_SECRET,
+    }

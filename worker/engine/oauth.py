@@ -150,14 +150,7 @@ class TokenCache:
 async def fetch_grant(client: OAuthClient, seconds: float) -> Grant:
     """Ask the endpoint for an access token with the refresh token, within `seconds` (on a thread:
     urllib blocks)."""
-    form = urllib.parse.urlencode(
-        {
-            "grant_type": "refresh_token",
-            "refresh_token": client.refresh_token,
-            "client_id": client.client_id,
-            "client_secret": client.client_secret,
-        }
-    ).encode("ascii")
+    form = urllib.parse.urlencode(refresh_form(client)).encode("ascii")
     try:
         status, body = await asyncio.wait_for(
             asyncio.to_thread(_post, client.token_url, form, seconds), seconds + 1
@@ -165,6 +158,28 @@ async def fetch_grant(client: OAuthClient, seconds: float) -> Grant:
     except (OSError, TimeoutError, ValueError, http.client.HTTPException) as exc:
         raise TokenUnavailable(f"OAuth2 token endpoint unreachable: {type(exc).__name__}: {exc}") from None
     return grant_from(status, body)
+
+
+# Microsoft's v2.0 endpoint asks for the scope again when refreshing (Google takes the grant's own).
+MICROSOFT_SMTP_SCOPE = "https://outlook.office.com/SMTP.Send offline_access"
+_MICROSOFT_HOSTS = (
+    "login.microsoftonline.com",
+    "login.microsoftonline.us",
+    "login.partner.microsoftonline.cn",
+)
+
+
+def refresh_form(client: OAuthClient) -> dict[str, str]:
+    """The fields of a refresh_token grant request (RFC 6749 §6) to the client's endpoint."""
+    form = {
+        "grant_type": "refresh_token",
+        "refresh_token": client.refresh_token,
+        "client_id": client.client_id,
+        "client_secret": client.client_secret,
+    }
+    if urllib.parse.urlsplit(client.token_url).hostname in _MICROSOFT_HOSTS:
+        form["scope"] = MICROSOFT_SMTP_SCOPE
+    return form
 
 
 def grant_from(status: int, body: bytes) -> Grant:
