@@ -13,8 +13,8 @@ from psycopg import sql
 from tests.fixtures_smtp import SinkFactory
 from tests.worker.helpers import add_sender, enqueue_many, run_until_drained
 from worker.core.config import Settings
-from worker.core.db import head_revision
 from worker.core.crypto import SecretBox
+from worker.core.db import head_revision
 from worker.ops.backup import BackupError, backup, restore
 from worker.producers.documents.records import add_document, expect_signer
 from worker.producers.documents.signatures import sign_document, verify_chain
