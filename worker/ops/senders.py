@@ -54,18 +54,20 @@ class SenderSpec:
     relay_provider: str | None = None  # postmark or sendgrid: tag each message for its event webhooks
 
 
-INSERT_SENDER = """
-INSERT INTO mailroom.sender_accounts
-    (name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
-     smtp_password_encrypted, daily_limit, warmup_stage, warmup_limit, send_delay_ms, max_connections, status,
-     dkim_domain, dkim_selector, dkim_private_key_encrypted,
-     connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds,
-     auth_type, oauth_token_url, oauth_client_id, oauth_client_secret_encrypted,
-     oauth_refresh_token_encrypted, bounce_domain, relay_provider)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-        %s, %s, %s, %s, %s, %s, %s)
+# Every setting of a `SenderSpec` (same names) and the secrets, encrypted.
+_INSERTED = (
+    *SenderSpec.__dataclass_fields__,
+    "status",
+    "smtp_password_encrypted",
+    "dkim_private_key_encrypted",
+    "oauth_client_secret_encrypted",
+    "oauth_refresh_token_encrypted",
+)
+INSERT_SENDER = f"""
+INSERT INTO mailroom.sender_accounts ({", ".join(_INSERTED)})
+VALUES ({", ".join(f"%({column})s" for column in _INSERTED)})
 RETURNING id
-"""
+"""  # noqa: S608 -- constant SQL text joined; values are parameters
 
 # The status an account has now: one paused at its daily limit on an earlier UTC day may send again
 # (the worker writes that down only at its next reservation, which may be hours away).
@@ -194,56 +196,35 @@ def add_sender(
     """
     spec = validate_spec(spec)
     check_secrets(spec.auth_type, password, oauth)
-    encrypted = box.encrypt(password) if password else None
     client_secret, refresh_token = (oauth or OAuthSecrets()).encrypted(box)
-    dkim_encrypted = None
-    if (spec.dkim_domain, spec.dkim_selector, dkim_key) != (None, None, None):
-        from worker.core.dkim import check_identity, normalise_private_key
-
-        if spec.dkim_domain is None or spec.dkim_selector is None or dkim_key is None:
-            raise ValidationError("dkim", "DKIM needs a domain, a selector and a private key together")
-        domain, selector = check_identity(spec.dkim_domain, spec.dkim_selector)
-        spec = SenderSpec(**{**spec.__dict__, "dkim_domain": domain, "dkim_selector": selector})
-        dkim_encrypted = box.encrypt(normalise_private_key(dkim_key).decode("ascii"))
-    status = "warming_up" if spec.warmup_stage > 0 else "active"
+    spec, dkim_encrypted = _with_dkim(spec, dkim_key, box)
+    values = {
+        **spec.__dict__,
+        "status": "warming_up" if spec.warmup_stage > 0 else "active",
+        "smtp_password_encrypted": box.encrypt(password) if password else None,
+        "dkim_private_key_encrypted": dkim_encrypted,
+        "oauth_client_secret_encrypted": client_secret,
+        "oauth_refresh_token_encrypted": refresh_token,
+    }
     with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(
-            INSERT_SENDER,
-            (
-                spec.name,
-                spec.from_email,
-                spec.from_name,
-                spec.smtp_host,
-                spec.smtp_port,
-                spec.smtp_security,
-                spec.smtp_username,
-                encrypted,
-                spec.daily_limit,
-                spec.warmup_stage,
-                spec.warmup_limit,
-                spec.send_delay_ms,
-                spec.max_connections,
-                status,
-                spec.dkim_domain,
-                spec.dkim_selector,
-                dkim_encrypted,
-                spec.connect_timeout_seconds,
-                spec.command_timeout_seconds,
-                spec.data_timeout_seconds,
-                spec.auth_type,
-                spec.oauth_token_url,
-                spec.oauth_client_id,
-                client_secret,
-                refresh_token,
-                spec.bounce_domain,
-                spec.relay_provider,
-            ),
-        )
-        row = cur.fetchone()
+        row = cur.execute(INSERT_SENDER, values).fetchone()
     assert row is not None
     sender_id = int(row[0])
     audit.record(conn, "sender.add", actor or audit.cli_actor(), spec.name, 1, _added_detail(sender_id, spec))
     return sender_id
+
+
+def _with_dkim(spec: SenderSpec, dkim_key: bytes | None, box: SecretBox) -> tuple[SenderSpec, bytes | None]:
+    """The spec with its DKIM identity checked and normalised, and the private key encrypted (or no DKIM)."""
+    if (spec.dkim_domain, spec.dkim_selector, dkim_key) == (None, None, None):
+        return spec, None
+    from worker.core.dkim import check_identity, normalise_private_key
+
+    if spec.dkim_domain is None or spec.dkim_selector is None or dkim_key is None:
+        raise ValidationError("dkim", "DKIM needs a domain, a selector and a private key together")
+    domain, selector = check_identity(spec.dkim_domain, spec.dkim_selector)
+    spec = SenderSpec(**{**spec.__dict__, "dkim_domain": domain, "dkim_selector": selector})
+    return spec, box.encrypt(normalise_private_key(dkim_key).decode("ascii"))
 
 
 def _added_detail(sender_id: int, spec: SenderSpec) -> dict[str, Any]:
