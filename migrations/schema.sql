@@ -1238,6 +1238,8 @@ CREATE FUNCTION mailroom.secret_columns() RETURNS TABLE(table_name name, column_
     AS $$
     VALUES ('sender_accounts'::name, 'smtp_password_encrypted'::name),
            ('sender_accounts', 'dkim_private_key_encrypted'),
+           ('sender_accounts', 'oauth_client_secret_encrypted'),
+           ('sender_accounts', 'oauth_refresh_token_encrypted'),
            ('tokens', 'secret'), ('tokens', 'secret_hash'), ('tokens', 'code')
 $$;
 
@@ -2184,8 +2186,14 @@ CREATE TABLE mailroom.sender_accounts (
     connect_timeout_seconds real,
     command_timeout_seconds real,
     data_timeout_seconds real,
+    auth_type text DEFAULT 'password'::text NOT NULL,
+    oauth_token_url text,
+    oauth_client_id text,
+    oauth_client_secret_encrypted bytea,
+    oauth_refresh_token_encrypted bytea,
     bounce_domain text,
     relay_provider text,
+    CONSTRAINT sender_accounts_auth_type_check CHECK ((auth_type = ANY (ARRAY['password'::text, 'oauth2'::text]))),
     CONSTRAINT sender_accounts_bounce_domain_check CHECK (((bounce_domain ~ '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?$'::text) AND (length(bounce_domain) <= 253))),
     CONSTRAINT sender_accounts_check CHECK (((warmup_stage = 0) OR (warmup_limit IS NOT NULL))),
     CONSTRAINT sender_accounts_check1 CHECK (((status = 'paused_limit_reached'::text) = (limit_reached_on IS NOT NULL))),
@@ -2203,6 +2211,10 @@ CREATE TABLE mailroom.sender_accounts (
     CONSTRAINT sender_accounts_from_name_check CHECK ((from_name !~ '[\x00-\x1f\x7f]'::text)),
     CONSTRAINT sender_accounts_max_connections_check CHECK (((max_connections >= 1) AND (max_connections <= 100))),
     CONSTRAINT sender_accounts_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$'::text)),
+    CONSTRAINT sender_accounts_oauth2_complete CHECK (((auth_type <> 'oauth2'::text) OR ((oauth_token_url IS NOT NULL) AND (oauth_client_id IS NOT NULL) AND (oauth_client_secret_encrypted IS NOT NULL) AND (oauth_refresh_token_encrypted IS NOT NULL) AND (smtp_username IS NOT NULL) AND (smtp_password_encrypted IS NULL)))),
+    CONSTRAINT sender_accounts_oauth_client_id_check CHECK (((oauth_client_id ~ '^[\x21-\x7e]+$'::text) AND (length(oauth_client_id) <= 500))),
+    CONSTRAINT sender_accounts_oauth_token_url_check CHECK ((((oauth_token_url ~ '^https://[^\s/?#@]+(/[^\s#]*)?$'::text) OR (oauth_token_url ~ '^http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?(/[^\s#]*)?$'::text)) AND (length(oauth_token_url) <= 2000))),
+    CONSTRAINT sender_accounts_password_has_no_oauth CHECK (((auth_type <> 'password'::text) OR ((oauth_token_url IS NULL) AND (oauth_client_id IS NULL) AND (oauth_client_secret_encrypted IS NULL) AND (oauth_refresh_token_encrypted IS NULL)))),
     CONSTRAINT sender_accounts_relay_provider_check CHECK ((relay_provider = ANY (ARRAY['postmark'::text, 'sendgrid'::text]))),
     CONSTRAINT sender_accounts_send_delay_ms_check CHECK (((send_delay_ms >= 0) AND (send_delay_ms <= 3600000))),
     CONSTRAINT sender_accounts_smtp_host_check CHECK (((length(smtp_host) >= 1) AND (length(smtp_host) <= 255))),

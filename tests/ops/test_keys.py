@@ -67,7 +67,10 @@ def test_rotation_reencrypts_every_secret_so_only_the_new_key_reads_them_and_aud
     monkeypatch.setenv("MAILROOM_NEW_SECRET_KEY", new_key)
     code, out, _ = run(capsys, "keys", "rotate")
     assert code == 0
-    assert "re-encrypted 3 secret(s) (2 SMTP password(s), 1 DKIM key(s)) of 2 sender account(s)" in out
+    assert (
+        "re-encrypted 3 secret(s) (2 SMTP password(s), 1 DKIM key(s), 0 OAuth2 secret(s)) of 2 sender account(s)"
+        in out
+    )
     assert key_id(new_key) in out and new_key not in out
     secrets = stored(db_url)
     new, old = SecretBox(new_key), SecretBox(secret_key)
@@ -87,6 +90,7 @@ def test_rotation_reencrypts_every_secret_so_only_the_new_key_reads_them_and_aud
         "accounts": 2,
         "passwords": 2,
         "dkim_keys": 1,
+        "oauth_secrets": 0,
         "new_key_id": key_id(new_key),
     }
 

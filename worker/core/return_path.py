@@ -108,9 +108,13 @@ def _cached_key(secret: str) -> bytes:
     return derive_key(secret)
 
 
-def envelope_sender(settings: Settings, email_id: int, recipient: str, from_email: str) -> str:
-    """MAIL FROM for an email: its VERP return path on `MAILROOM_BOUNCE_DOMAIN`, else `from_email` unchanged."""
-    if not settings.bounce_domain:
+def envelope_sender(
+    settings: Settings, email_id: int, recipient: str, from_email: str, bounce_domain: str | None = None
+) -> str:
+    """MAIL FROM for an email: its VERP return path on the sender's `bounce_domain`, else on
+    `MAILROOM_BOUNCE_DOMAIN`, else `from_email` unchanged."""
+    domain = bounce_domain or settings.bounce_domain
+    if not domain:
         return from_email
     key = _cached_key(settings.secret_key) if settings.secret_key else bounce_key(settings)
-    return return_path(email_id, recipient, settings.bounce_domain, DEFAULT_PREFIX, key)
+    return return_path(email_id, recipient, domain, DEFAULT_PREFIX, key)

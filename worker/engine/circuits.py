@@ -56,7 +56,8 @@ class Circuits:
 
     async def suspend(self, sender: Sender, reply: Reply) -> None:
         """Authentication failed: suspend the sender account (an operator resumes it)."""
-        reason = mask_addresses_in(f"authentication failed: {reply.code} {reply.text}")[:500]
+        said = f"{reply.code} {reply.text}" if reply.code is not None else reply.text
+        reason = mask_addresses_in(f"authentication failed: {said}")[:500]
         async with self.pool.connection() as conn:
             await conn.execute(q.SUSPEND_SENDER, {"sender": sender.id, "reason": reason})
         log.error(

@@ -28,7 +28,7 @@ class Reply:
 
     code: int | None
     text: str
-    phase: str = "data"  # connect, auth, mail, rcpt, data
+    phase: str = "data"  # connect, token (an OAuth2 token endpoint's refusal), auth, mail, rcpt, data
 
     @cached_property
     def enhanced(self) -> str | None:
@@ -46,8 +46,8 @@ def classify(reply: Reply) -> Verdict:
     """Map a reply to a verdict by the phase it answered, its code and its enhanced status code.
 
     Only a 2xx to the end of DATA is a send. Before MAIL FROM, every failure is the relay's or the
-    sender's: `AUTH` (suspend) for an authentication answered with anything but 235 (RFC 4954),
-    `SENDER` (circuit) for the rest. A refused MAIL FROM is the sender's too, unless the message is
+    sender's: `AUTH` (suspend) for an authentication answered with anything but 235 (RFC 4954) or an
+    OAuth2 token endpoint's refusal, `SENDER` (circuit) for the rest. A refused MAIL FROM is the sender's too, unless the message is
     too big. RCPT and DATA replies are about the email and its recipient.
     """
     code, phase = reply.code, reply.phase
@@ -55,6 +55,8 @@ def classify(reply: Reply) -> Verdict:
         return Verdict.SENT
     if phase == "auth":
         return Verdict.SENDER if code is None else Verdict.AUTH
+    if phase == "token":
+        return Verdict.AUTH  # the OAuth2 token endpoint refused the client or its grant
     if phase == "connect":
         return Verdict.SENDER
     if code in (530, 535):

@@ -8,15 +8,18 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.config import ConfigError, Settings
 from worker.core.crypto import SecretBox, secret_box
 from worker.core.dkim import DkimKey, sign_envelope
 from worker.core.message import Envelope, build_message
+from worker.core.relay_tags import tag_for_relay
 from worker.core.return_path import envelope_sender
 from worker.engine.database import Pool, fetch_scalar
-from worker.engine.senders import ELIGIBLE_SENDERS, TAKE_SEND_SLOT
+from worker.engine.oauth import OAuthClient, TokenCache
+from worker.engine.senders import ELIGIBLE_SENDERS, SAVE_ROTATED_GRANT, TAKE_SEND_SLOT
 from worker.engine.smtp import SmtpAccount, SmtpConnection
 
 log = logging.getLogger("mailroom.worker")
@@ -37,8 +40,12 @@ class Sender:
     max_connections: int
     dkim: DkimKey | None = None
     circuit_state: str = "closed"  # closed, or open/half_open: then only its one probe email goes out
-    # With MAILROOM_BOUNCE_DOMAIN: each email's MAIL FROM is its own VERP return path, so a DSN names it.
+    # With a bounce domain (the sender's own, else MAILROOM_BOUNCE_DOMAIN): each email's MAIL FROM is
+    # its own VERP return path on it, so a DSN names it. The settings hold the key that signs it.
     bounce_settings: Settings | None = None
+    bounce_domain: str | None = None
+    # postmark or sendgrid: each message carries the tag that relay's event webhooks hand back.
+    relay_provider: str | None = None
 
     @property
     def id(self) -> int:
@@ -51,9 +58,15 @@ class Sender:
             envelope = build_message(email, self.from_email, self.from_name)
             if self.bounce_settings is not None:
                 sender = envelope_sender(
-                    self.bounce_settings, email["id"], email["recipient_email"], self.from_email
+                    self.bounce_settings,
+                    email["id"],
+                    email["recipient_email"],
+                    self.from_email,
+                    self.bounce_domain,
                 )
                 envelope = replace(envelope, sender=sender)
+            if self.relay_provider is not None:
+                envelope = tag_for_relay(envelope, self.relay_provider, int(email["id"]))
             if self.dkim is not None:
                 # Inline on the event loop on purpose (~1 ms a message): see worker.core.dkim.
                 envelope = sign_envelope(envelope, self.dkim)
@@ -75,6 +88,8 @@ class SenderBook:
         self._box: SecretBox | None = None
         # DKIM keys decrypted once per sender account (and again only when its stored key changes)
         self._dkim_keys: dict[tuple[int, bytes], DkimKey] = {}
+        # OAuth2 access tokens, shared by every SMTP connection of this process
+        self.tokens = TokenCache(store=self._store_refresh_token)
 
     def forget(self) -> None:
         """Read the senders again at the next pick (one was suspended or changed)."""
@@ -111,12 +126,12 @@ class SenderBook:
         if sender.id == held and connections[held].account != sender.account:
             # The account was reconfigured (new password, host, TLS): reconnect with the new settings.
             await connections.pop(held).close()
-            connections[sender.id] = SmtpConnection(sender.account)
+            connections[sender.id] = SmtpConnection(sender.account, self.tokens)
         elif sender.id != held:
             self.opened(sender.id)
             if held is not None:
                 await self.close(connections, held)
-            connections[sender.id] = SmtpConnection(sender.account)
+            connections[sender.id] = SmtpConnection(sender.account, self.tokens)
 
     def opened(self, sender_id: int) -> None:
         """Count a connection to the sender (before the next await, so two slots never both take the last)."""
@@ -167,7 +182,9 @@ class SenderBook:
             connect_timeout=float(row["connect_timeout_seconds"] or settings.smtp_connect_timeout),
             command_timeout=float(row["command_timeout_seconds"] or settings.smtp_command_timeout),
             data_timeout=float(row["data_timeout_seconds"] or settings.smtp_data_timeout),
+            oauth=self._oauth_client(row) if row["auth_type"] == "oauth2" else None,
         )
+        bounce_domain = row["bounce_domain"] or settings.bounce_domain
         return Sender(
             account,
             row["name"],
@@ -177,8 +194,35 @@ class SenderBook:
             row["max_connections"],
             dkim,
             row["circuit_state"],
-            settings if settings.bounce_domain else None,
+            settings if bounce_domain else None,
+            bounce_domain,
+            row["relay_provider"],
         )
+
+    def _oauth_client(self, row: dict[str, Any]) -> OAuthClient:
+        """The account's OAuth2 client with its secret and refresh token decrypted."""
+        box = self._secret_box()
+        stored = bytes(row["oauth_refresh_token_encrypted"])
+        return OAuthClient(
+            row["oauth_token_url"],
+            row["oauth_client_id"],
+            box.decrypt(row["oauth_client_secret_encrypted"]),
+            box.decrypt(stored),
+            stored,
+        )
+
+    async def _store_refresh_token(self, sender_id: int, old: bytes, new: str) -> bytes | None:
+        """Store a rotated refresh token encrypted in place of `old`; the stored value, None if it had changed."""
+        encrypted = self._secret_box().encrypt(new)
+        try:
+            stored = await fetch_scalar(
+                self.pool, SAVE_ROTATED_GRANT, {"id": sender_id, "old": old, "new": encrypted}
+            )
+        except psycopg.Error as exc:
+            # Kept in memory and stored at the next rotation; the old one usually still works meanwhile.
+            log.warning("sender account %s: the rotated refresh token was not stored (%s)", sender_id, exc)
+            return None
+        return bytes(stored) if stored is not None else None
 
     def _secret_box(self) -> SecretBox:
         if self._box is None:

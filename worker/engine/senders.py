@@ -6,13 +6,23 @@ ELIGIBLE_SENDERS = """
 SELECT id, name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
        smtp_password_encrypted, send_delay_ms, max_connections,
        dkim_domain, dkim_selector, dkim_private_key_encrypted, circuit_state,
-       connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds
+       connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds,
+       bounce_domain, relay_provider, auth_type, oauth_token_url, oauth_client_id,
+       oauth_client_secret_encrypted, oauth_refresh_token_encrypted
 FROM mailroom.sender_accounts
 WHERE (status IN ('active', 'warming_up')
        OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date))
   -- an open circuit is left alone until its backoff has passed, then one worker probes it
   AND (circuit_state = 'closed' OR circuit_retry_at <= now())
 ORDER BY id
+"""
+
+# A refresh token the OAuth2 endpoint rotated replaces the one it was given, and nothing an operator
+# stored since (or a key rotation re-encrypted): then the stored one stays, and is used next time.
+SAVE_ROTATED_GRANT = """
+UPDATE mailroom.sender_accounts SET oauth_refresh_token_encrypted = %(new)s
+WHERE id = %(id)s AND auth_type = 'oauth2' AND oauth_refresh_token_encrypted = %(old)s
+RETURNING oauth_refresh_token_encrypted
 """
 
 OPEN_CIRCUIT = "SELECT mailroom.open_circuit(%s, %s, %s, %s)"

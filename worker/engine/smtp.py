@@ -14,6 +14,7 @@ from aiosmtplib.response import SMTPResponse
 
 from worker.core.message import Envelope
 from worker.engine.classify import Reply, clean_reply
+from worker.engine.oauth import OAuthClient, TokenCache, TokenRefused, TokenUnavailable
 from worker.engine.pipelining import CLOSING, PipeliningProtocol, enable_pipelining
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ class SmtpAccount:
     connect_timeout: float = 10.0
     command_timeout: float = 30.0
     data_timeout: float = 120.0
+    # OAuth2 (AUTH XOAUTH2 as `username`, with access tokens from this client) instead of a password.
+    oauth: OAuthClient | None = None
 
 
 # One recipient of a many-recipient message refused at RCPT, and the reply that refused it.
@@ -52,8 +55,10 @@ class Attempt:
 class SmtpConnection:
     """A persistent connection to one account's server; reconnects lazily, resets after errors."""
 
-    def __init__(self, account: SmtpAccount) -> None:
+    def __init__(self, account: SmtpAccount, tokens: TokenCache | None = None) -> None:
         self.account = account
+        # The process's OAuth2 access tokens, shared by every connection (a private cache otherwise).
+        self._tokens = tokens if tokens is not None else TokenCache()
         self._client: aiosmtplib.SMTP | None = None
         # Where the session is: connect (TCP, greeting, EHLO, TLS), auth, mail, rcpt or data.
         self._phase = "connect"
@@ -61,6 +66,24 @@ class SmtpConnection:
         self._announced: Envelope | None = None
 
     async def _connect(self) -> aiosmtplib.SMTP:
+        account = self.account
+        if account.oauth is None:
+            return await self._open(None)
+        # The token first: an endpoint that fails leaves no SMTP connection waiting on it.
+        self._phase = "connect"
+        token = await self._tokens.token(account.sender_id, account.oauth, account.connect_timeout)
+        try:
+            return await self._open(token)
+        except aiosmtplib.SMTPAuthenticationError:
+            # Revoked or expired early: one fresh token on a fresh connection, then the refusal stands.
+            self._drop()
+            self._tokens.refused(account.sender_id, token)
+            self._phase = "connect"
+            token = await self._tokens.token(account.sender_id, account.oauth, account.connect_timeout)
+            return await self._open(token)
+
+    async def _open(self, token: str | None) -> aiosmtplib.SMTP:
+        """Connect, greet, secure and log in: with the password, or with `token` (AUTH XOAUTH2)."""
         account = self.account
         self._phase = "connect"
         client = aiosmtplib.SMTP(
@@ -74,7 +97,14 @@ class SmtpConnection:
         self._client = client
         await client.connect()
         await client.ehlo()
-        if account.username:
+        if token is not None and account.username:
+            self._phase = "auth"
+            if "xoauth2" not in client.server_auth_methods:
+                raise aiosmtplib.SMTPException("the server does not offer AUTH XOAUTH2")
+            # A refusal comes as a 334 error challenge: aiosmtplib answers it with the empty line
+            # the XOAUTH2 protocol asks for, and raises the final 5xx.
+            await client.auth_xoauth2(account.username, token)
+        elif account.username:
             self._phase = "auth"
             await client.login(account.username, account.password or "")
         client.timeout = account.command_timeout
@@ -153,6 +183,13 @@ class SmtpConnection:
                 client, envelope, announced is not None, upcoming, self.account, self._enter
             )
             return reply
+        except TokenRefused as exc:
+            # The token endpoint refused the client or its grant: the login fails (phase "token").
+            self._drop()
+            return clean_reply(None, f"OAuth2 token endpoint refused: {exc}", "token")
+        except TokenUnavailable as exc:
+            self._drop()
+            return clean_reply(None, str(exc), "connect")
         except aiosmtplib.SMTPAuthenticationError as exc:
             # RFC 4954: only 235 completes AUTH; any other reply (a 250 too) is a failed authentication.
             self._drop()

@@ -1,6 +1,7 @@
 """Key rotation: every stored secret re-encrypted from the current secret key to a new one, in one transaction.
 
-The secrets are the sender accounts' SMTP passwords and DKIM private keys. Either every one of
+The secrets are the sender accounts' SMTP passwords, DKIM private keys and OAuth2 client secrets and
+refresh tokens. Either every one of
 them decrypts with the current key and all are re-encrypted, with one audit row (`keys.rotate`),
 or nothing changes.
 """
@@ -19,9 +20,11 @@ from worker.core.crypto import SecretBox
 from worker.ops import audit
 
 SECRETS = """
-SELECT id, name, smtp_password_encrypted, dkim_private_key_encrypted
+SELECT id, name, smtp_password_encrypted, dkim_private_key_encrypted,
+       oauth_client_secret_encrypted, oauth_refresh_token_encrypted
 FROM mailroom.sender_accounts
 WHERE smtp_password_encrypted IS NOT NULL OR dkim_private_key_encrypted IS NOT NULL
+   OR oauth_client_secret_encrypted IS NOT NULL OR oauth_refresh_token_encrypted IS NOT NULL
 ORDER BY id
 """
 
@@ -31,7 +34,8 @@ LOCK_NEW_ACCOUNTS = "LOCK TABLE mailroom.sender_accounts IN SHARE ROW EXCLUSIVE 
 
 SET_SECRETS = """
 UPDATE mailroom.sender_accounts
-SET smtp_password_encrypted = %s, dkim_private_key_encrypted = %s
+SET smtp_password_encrypted = %s, dkim_private_key_encrypted = %s,
+    oauth_client_secret_encrypted = %s, oauth_refresh_token_encrypted = %s
 WHERE id = %s
 """
 
@@ -48,11 +52,12 @@ class Rotation:
     passwords: int
     dkim_keys: int
     key_id: str
+    oauth_secrets: int = 0  # OAuth2 client secrets and refresh tokens
 
     @property
     def secrets(self) -> int:
         """Every secret re-encrypted."""
-        return self.passwords + self.dkim_keys
+        return self.passwords + self.dkim_keys + self.oauth_secrets
 
 
 def key_id(key: str) -> str:
@@ -86,11 +91,13 @@ def rotate_secrets(
         passwords=sum(1 for u in updates if u[0] is not None),
         dkim_keys=sum(1 for u in updates if u[1] is not None),
         key_id=key_id(new_key),
+        oauth_secrets=sum((u[2] is not None) + (u[3] is not None) for u in updates),
     )
     detail = {
         "accounts": rotation.accounts,
         "passwords": rotation.passwords,
         "dkim_keys": rotation.dkim_keys,
+        "oauth_secrets": rotation.oauth_secrets,
         "new_key_id": rotation.key_id,
     }
     audit.record(conn, "keys.rotate", actor or audit.cli_actor(), "sender_accounts", rotation.secrets, detail)
@@ -99,13 +106,13 @@ def rotate_secrets(
 
 def _reencrypt(
     rows: list[tuple[Any, ...]], old: SecretBox, new: SecretBox
-) -> tuple[list[tuple[bytes | None, bytes | None, int]], list[str]]:
-    """Each account's secrets under the new key, and which secrets (by account) the old key cannot read."""
-    updates: list[tuple[bytes | None, bytes | None, int]] = []
+) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """Each account's secrets under the new key (then its id), and which secrets the old key cannot read."""
+    updates: list[tuple[Any, ...]] = []
     failures: list[str] = []
-    for sender_id, name, password, dkim in rows:
+    for sender_id, name, *tokens in rows:
         fresh: list[bytes | None] = []
-        for token, what in ((password, "password"), (dkim, "DKIM key")):
+        for token, what in zip(tokens, _KINDS, strict=True):
             if token is None:
                 fresh.append(None)
                 continue
@@ -114,5 +121,8 @@ def _reencrypt(
             except ConfigError:
                 failures.append(f"sender account {name}: {what}")
                 fresh.append(None)
-        updates.append((fresh[0], fresh[1], int(sender_id)))
+        updates.append((*fresh, int(sender_id)))
     return updates, failures
+
+
+_KINDS = ("password", "DKIM key", "OAuth2 client secret", "OAuth2 refresh token")

@@ -14,6 +14,13 @@ from psycopg.rows import dict_row, tuple_row
 from worker.core.crypto import SecretBox
 from worker.core.validation import ValidationError, check_header_text, normalise_address
 from worker.ops import audit
+from worker.ops.sender_auth import (
+    OAUTH_SETTINGS,
+    OAuthSecrets,
+    check_secrets,
+    checked_settings,
+    secret_updates,
+)
 
 
 @dataclass(frozen=True)
@@ -38,17 +45,29 @@ class SenderSpec:
     connect_timeout_seconds: float | None = None
     command_timeout_seconds: float | None = None
     data_timeout_seconds: float | None = None
+    # password, or oauth2 (AUTH XOAUTH2 as smtp_username, tokens from this endpoint and client id)
+    auth_type: str = "password"
+    oauth_token_url: str | None = None
+    oauth_client_id: str | None = None
+    # The domain of its VERP return paths (None: MAILROOM_BOUNCE_DOMAIN, else the From address)
+    bounce_domain: str | None = None
+    relay_provider: str | None = None  # postmark or sendgrid: tag each message for its event webhooks
 
 
-INSERT_SENDER = """
-INSERT INTO mailroom.sender_accounts
-    (name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
-     smtp_password_encrypted, daily_limit, warmup_stage, warmup_limit, send_delay_ms, max_connections, status,
-     dkim_domain, dkim_selector, dkim_private_key_encrypted,
-     connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+# Every setting of a `SenderSpec` (same names) and the secrets, encrypted.
+_INSERTED = (
+    *SenderSpec.__dataclass_fields__,
+    "status",
+    "smtp_password_encrypted",
+    "dkim_private_key_encrypted",
+    "oauth_client_secret_encrypted",
+    "oauth_refresh_token_encrypted",
+)
+INSERT_SENDER = f"""
+INSERT INTO mailroom.sender_accounts ({", ".join(_INSERTED)})
+VALUES ({", ".join(f"%({column})s" for column in _INSERTED)})
 RETURNING id
-"""
+"""  # noqa: S608 -- constant SQL text joined; values are parameters
 
 # The status an account has now: one paused at its daily limit on an earlier UTC day may send again
 # (the worker writes that down only at its next reservation, which may be hours away).
@@ -62,7 +81,8 @@ CASE WHEN s.status = 'paused_limit_reached' AND s.limit_reached_on < (now() AT T
 
 LIST_SENDERS = f"""
 SELECT s.id, s.name, s.from_email, s.from_name, s.smtp_host, s.smtp_port, s.smtp_security,
-       s.smtp_username, s.version, s.max_connections,
+       s.smtp_username, s.version, s.max_connections, s.auth_type, s.oauth_token_url, s.oauth_client_id,
+       s.bounce_domain, s.relay_provider,
        -- an account that may send but whose relay fails is "unreachable" (its circuit is open)
        CASE WHEN s.circuit_state <> 'closed' AND {STATUS_NOW} IN ('active', 'warming_up') THEN 'unreachable'
             ELSE {STATUS_NOW} END AS status,
@@ -156,7 +176,7 @@ def validate_spec(spec: SenderSpec) -> SenderSpec:
     ):
         if seconds is not None and not 0 < seconds <= 3600:
             raise ValidationError(name, "must be more than 0 and at most 3600 seconds")
-    return SenderSpec(**{**spec.__dict__, "from_email": from_email})
+    return SenderSpec(**{**spec.__dict__, "from_email": from_email, **checked_settings(spec.__dict__)})
 
 
 def add_sender(
@@ -166,55 +186,45 @@ def add_sender(
     box: SecretBox,
     dkim_key: bytes | None = None,
     *,
+    oauth: OAuthSecrets | None = None,
     actor: str | None = None,
 ) -> int:
-    """Store a sender account, its password and DKIM private key (PEM) encrypted, audited; return its id.
+    """Store a sender account, its password (or OAuth2 client secret and refresh token) and DKIM
+    private key (PEM) encrypted, audited; return its id.
 
     `actor` is who asked (default: the OS user); the audit row never holds a secret.
     """
     spec = validate_spec(spec)
-    encrypted = box.encrypt(password) if password else None
-    dkim_encrypted = None
-    if (spec.dkim_domain, spec.dkim_selector, dkim_key) != (None, None, None):
-        from worker.core.dkim import check_identity, normalise_private_key
-
-        if spec.dkim_domain is None or spec.dkim_selector is None or dkim_key is None:
-            raise ValidationError("dkim", "DKIM needs a domain, a selector and a private key together")
-        domain, selector = check_identity(spec.dkim_domain, spec.dkim_selector)
-        spec = SenderSpec(**{**spec.__dict__, "dkim_domain": domain, "dkim_selector": selector})
-        dkim_encrypted = box.encrypt(normalise_private_key(dkim_key).decode("ascii"))
-    status = "warming_up" if spec.warmup_stage > 0 else "active"
+    check_secrets(spec.auth_type, password, oauth)
+    client_secret, refresh_token = (oauth or OAuthSecrets()).encrypted(box)
+    spec, dkim_encrypted = _with_dkim(spec, dkim_key, box)
+    values = {
+        **spec.__dict__,
+        "status": "warming_up" if spec.warmup_stage > 0 else "active",
+        "smtp_password_encrypted": box.encrypt(password) if password else None,
+        "dkim_private_key_encrypted": dkim_encrypted,
+        "oauth_client_secret_encrypted": client_secret,
+        "oauth_refresh_token_encrypted": refresh_token,
+    }
     with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(
-            INSERT_SENDER,
-            (
-                spec.name,
-                spec.from_email,
-                spec.from_name,
-                spec.smtp_host,
-                spec.smtp_port,
-                spec.smtp_security,
-                spec.smtp_username,
-                encrypted,
-                spec.daily_limit,
-                spec.warmup_stage,
-                spec.warmup_limit,
-                spec.send_delay_ms,
-                spec.max_connections,
-                status,
-                spec.dkim_domain,
-                spec.dkim_selector,
-                dkim_encrypted,
-                spec.connect_timeout_seconds,
-                spec.command_timeout_seconds,
-                spec.data_timeout_seconds,
-            ),
-        )
-        row = cur.fetchone()
+        row = cur.execute(INSERT_SENDER, values).fetchone()
     assert row is not None
     sender_id = int(row[0])
     audit.record(conn, "sender.add", actor or audit.cli_actor(), spec.name, 1, _added_detail(sender_id, spec))
     return sender_id
+
+
+def _with_dkim(spec: SenderSpec, dkim_key: bytes | None, box: SecretBox) -> tuple[SenderSpec, bytes | None]:
+    """The spec with its DKIM identity checked and normalised, and the private key encrypted (or no DKIM)."""
+    if (spec.dkim_domain, spec.dkim_selector, dkim_key) == (None, None, None):
+        return spec, None
+    from worker.core.dkim import check_identity, normalise_private_key
+
+    if spec.dkim_domain is None or spec.dkim_selector is None or dkim_key is None:
+        raise ValidationError("dkim", "DKIM needs a domain, a selector and a private key together")
+    domain, selector = check_identity(spec.dkim_domain, spec.dkim_selector)
+    spec = SenderSpec(**{**spec.__dict__, "dkim_domain": domain, "dkim_selector": selector})
+    return spec, box.encrypt(normalise_private_key(dkim_key).decode("ascii"))
 
 
 def _added_detail(sender_id: int, spec: SenderSpec) -> dict[str, Any]:
@@ -229,6 +239,9 @@ def _added_detail(sender_id: int, spec: SenderSpec) -> dict[str, Any]:
         "daily_limit": spec.daily_limit,
         "warmup_stage": spec.warmup_stage,
         "dkim_domain": spec.dkim_domain,
+        "auth": spec.auth_type,
+        "bounce_domain": spec.bounce_domain,
+        "relay_provider": spec.relay_provider,
     }
 
 
@@ -290,19 +303,30 @@ EDITABLE = (
     "connect_timeout_seconds",
     "command_timeout_seconds",
     "data_timeout_seconds",
+    "auth_type",
+    "oauth_token_url",
+    "oauth_client_id",
+    "bounce_domain",
+    "relay_provider",
 )
 
 LOCK_FOR_EDIT = f"""
-SELECT id, name, version, smtp_password_encrypted IS NOT NULL AS has_password, {", ".join(EDITABLE)}
+SELECT id, name, version, smtp_password_encrypted IS NOT NULL AS has_password,
+       oauth_client_secret_encrypted IS NOT NULL AS has_client_secret,
+       oauth_refresh_token_encrypted IS NOT NULL AS has_refresh_token, {", ".join(EDITABLE)}
 FROM mailroom.sender_accounts WHERE name = %s FOR UPDATE
 """  # noqa: S608 -- constant SQL text joined; values are parameters
 
 # Every editable column is written (unchanged ones with their own value): one statement, no SQL built
-# from the names given. The password is kept unless a new one, or none, is given.
+# from the names given. The password and OAuth2 secrets are kept unless new ones, or none, are given.
 UPDATE_SENDER = f"""
 UPDATE mailroom.sender_accounts
 SET {", ".join(f"{column} = %({column})s" for column in EDITABLE)},
-    smtp_password_encrypted = CASE WHEN %(password_change)s THEN %(password)s ELSE smtp_password_encrypted END
+    smtp_password_encrypted = CASE WHEN %(password_change)s THEN %(password)s ELSE smtp_password_encrypted END,
+    oauth_client_secret_encrypted = CASE WHEN %(secret_change)s THEN %(client_secret)s
+                                         ELSE oauth_client_secret_encrypted END,
+    oauth_refresh_token_encrypted = CASE WHEN %(refresh_change)s THEN %(refresh_token)s
+                                         ELSE oauth_refresh_token_encrypted END
 WHERE id = %(id)s
 RETURNING version
 """  # noqa: S608 -- constant SQL text joined; values are parameters
@@ -341,40 +365,29 @@ def edit_sender(
     *,
     password: str | None = None,
     drop_password: bool = False,
+    oauth: OAuthSecrets | None = None,
     expected_version: int | None = None,
     actor: str | None = None,
 ) -> SenderEdit:
     """Change only the given settings of a sender account, validated as when added, audited as `sender.edit`.
 
     `changes` maps names of `EDITABLE` to new values; `password` (encrypted with `box`) replaces the
-    stored one, `drop_password` removes it. With `expected_version` the edit applies only while the
+    stored one, `drop_password` removes it; so do the secrets of `oauth` for an oauth2 account. With `expected_version` the edit applies only while the
     account is still at that version. A new limit settles its state against today's usage at once.
     Raises `LookupError` (no such account) or `ValueError` (invalid, stale); nothing changes then.
     """
     unknown = sorted(set(changes) - set(EDITABLE))
     if unknown:
         raise ValidationError(unknown[0], "cannot be edited")
+    if changes.get("auth_type") == "password":
+        changes = {**dict.fromkeys(OAUTH_SETTINGS), **changes}  # back to a password: OAuth2 settings go
     with conn.cursor(row_factory=dict_row) as cur:
         current = _lock_for_edit(cur, name, expected_version)
         merged = validate_spec(SenderSpec(name=name, **{**{c: current[c] for c in EDITABLE}, **changes}))
-        keeps_password = current["has_password"] and not drop_password
-        if merged.smtp_username and not (password or keeps_password):
-            raise ValidationError("password", "a login (username) needs a password")
         values = {c: getattr(merged, c) for c in EDITABLE}
-        changed = tuple(c for c in EDITABLE if values[c] != current[c])
-        if password is not None or (drop_password and current["has_password"]):
-            changed += ("password",)
-        encrypted = None
-        if password is not None:
-            if box is None:
-                raise ValueError("a new password needs the secret box to encrypt it")
-            encrypted = box.encrypt(password)
-        update = {
-            **values,
-            "id": current["id"],
-            "password_change": "password" in changed,
-            "password": encrypted,
-        }
+        secrets, changed_secrets = secret_updates(current, values, password, drop_password, oauth, box)
+        changed = tuple(c for c in EDITABLE if values[c] != current[c]) + changed_secrets
+        update = {**values, **secrets, "id": current["id"]}
         row = cur.execute(UPDATE_SENDER, update).fetchone()
         cur.execute(SETTLE_LIMIT, {"id": current["id"]})
         status = cur.execute(STATUS_OF, (current["id"],)).fetchone()
@@ -383,8 +396,11 @@ def edit_sender(
     detail = {
         "id": current["id"],
         "version": row["version"],
-        "changed": {c: [current[c], values[c]] for c in changed if c != "password"},
-        "password": "password" in changed,
+        "changed": {c: [current[c], values[c]] for c in changed if c in values},
+        # which secrets changed, never what they are
+        **{
+            secret: secret in changed for secret in ("password", "oauth_client_secret", "oauth_refresh_token")
+        },
     }
     audit.record(conn, "sender.edit", actor or audit.cli_actor(), name, 1, detail)
     return SenderEdit(int(current["id"]), int(row["version"]), str(status["status"]), changed)

@@ -12,8 +12,9 @@ from worker.core.config import ConfigError, Settings
 NEW_KEY_VAR = "MAILROOM_NEW_SECRET_KEY"
 
 ROTATE = f"""\
-Re-encrypt every stored secret (the sender accounts' SMTP passwords and DKIM private keys) from the
-current MAILROOM_SECRET_KEY to a new key, in one transaction, and record it in the audit trail.
+Re-encrypt every stored secret (the sender accounts' SMTP passwords, DKIM private keys and OAuth2
+client secrets and refresh tokens) from the current MAILROOM_SECRET_KEY to a new key, in one
+transaction, and record it in the audit trail.
 
 The new key never goes on the command line (it would show in `ps`): it is read from the
 environment variable {NEW_KEY_VAR} (or the one --new-key-env names), or from a file
@@ -52,7 +53,7 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
         rotation = rotate_secrets(conn, old, new, new_key)
     print(
         f"re-encrypted {rotation.secrets} secret(s) ({rotation.passwords} SMTP password(s), "
-        f"{rotation.dkim_keys} DKIM key(s)) of {rotation.accounts} sender account(s) "
+        f"{rotation.dkim_keys} DKIM key(s), {rotation.oauth_secrets} OAuth2 secret(s)) of {rotation.accounts} sender account(s) "
         f"with the new key (key id {rotation.key_id})"
     )
     if settings.secret_key:

@@ -19,6 +19,13 @@ from worker.cli.commands.sender_input import (
     password_given,
     settings_changes,
 )
+from worker.cli.commands.sender_oauth import (
+    add_auth_arguments,
+    auth_changes,
+    complete_oauth_add,
+    oauth_secret_given,
+    oauth_secrets_from,
+)
 from worker.cli.table import table
 from worker.core.config import ConfigError, Settings
 
@@ -42,11 +49,18 @@ def cmd_senders(args: argparse.Namespace, settings: Settings) -> int:
 def _add(args: argparse.Namespace, settings: Settings) -> int:
     from worker.core.crypto import secret_box
     from worker.core.db import connect
+    from worker.ops.sender_auth import OAuthSecrets
     from worker.ops.senders import SenderSpec, add_sender
 
     box = secret_box(settings)  # before any prompt: a missing key is said before a password is typed
+    oauth = None
+    if args.auth == "oauth2":
+        oauth = OAuthSecrets(*complete_oauth_add(args, interactive()))
+    elif oauth_secret_given(args):
+        raise ConfigError("OAuth2 secrets are for an oauth2 sender: add --auth oauth2")
     password = _complete_add(args)
-    for warning in doubtful_choices(args.host, args.port, args.security, password, check_login=True):
+    login = args.auth == "password"
+    for warning in doubtful_choices(args.host, args.port, args.security, password, check_login=login):
         print(f"warning: {warning}", file=sys.stderr)
     spec = SenderSpec(
         name=args.name,
@@ -66,10 +80,11 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
         connect_timeout_seconds=args.connect_timeout,
         command_timeout_seconds=args.command_timeout,
         data_timeout_seconds=args.data_timeout,
+        **auth_changes(args),
     )
     dkim_key = _dkim_key(args.dkim_key_file)
     with connect(_url(settings)) as conn:
-        sender_id = add_sender(conn, spec, password, box, dkim_key)
+        sender_id = add_sender(conn, spec, password, box, dkim_key, oauth=oauth)
     print(f"added sender account {args.name} (id {sender_id})")
     if dkim_key is not None:
         from worker.core.dkim import dns_record, normalise_private_key
@@ -96,6 +111,8 @@ def _complete_add(args: argparse.Namespace) -> str | None:
         what = "implicit TLS" if default_port == 465 else "submission"
         print(f"warning: no --port given: using {default_port} ({what})", file=sys.stderr)
     password = password_from(args)
+    if args.auth == "oauth2":
+        return password  # logs in with tokens (a password given is refused when stored)
     if asking and args.username is None and password is None:
         args.username = ask("SMTP username (Enter for no login)", "", None) or None
     if asking and args.username and password is None:
@@ -120,19 +137,22 @@ def _dkim_key(path: pathlib.Path | None) -> bytes | None:
 def _edit(args: argparse.Namespace, settings: Settings) -> int:
     from worker.core.crypto import secret_box
     from worker.core.db import connect
+    from worker.ops.sender_auth import OAuthSecrets
     from worker.ops.senders import edit_sender
 
     if args.no_login and (args.username or password_given(args)):
         raise ConfigError("--no-login removes the username and password: give it alone, without them")
-    changes = settings_changes(args)
+    changes = {**settings_changes(args), **auth_changes(args)}
     password = password_from(args)
-    if args.username and password is None and interactive():
+    if args.username and password is None and interactive() and args.auth is None:
         password = (
             getpass.getpass(f"SMTP password for {args.username} (Enter to keep the stored one): ") or None
         )
-    if not changes and password is None and not args.no_login:
+    secrets = oauth_secrets_from(args, ask=False)
+    oauth = OAuthSecrets(*secrets) if secrets != (None, None) else None
+    if not changes and password is None and oauth is None and not args.no_login:
         raise ConfigError("nothing to change: give at least one option (see `mailroom senders edit --help`)")
-    box = secret_box(settings) if password is not None else None
+    box = secret_box(settings) if password is not None or oauth is not None else None
     with connect(_url(settings)) as conn:
         try:
             done = edit_sender(
@@ -142,6 +162,7 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
                 box,
                 password=password,
                 drop_password=args.no_login,
+                oauth=oauth,
                 expected_version=args.version,
             )
         except LookupError as exc:
@@ -184,14 +205,20 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
                 warmup,
                 r["from_email"],
                 host,
+                r["auth_type"],
             ]
         )
-    lines = table(("NAME", "STATUS", "TODAY", "WARM-UP", "FROM", "HOST"), cells, right=frozenset({2}))
+    header = ("NAME", "STATUS", "TODAY", "WARM-UP", "FROM", "HOST", "AUTH")
+    lines = table(header, cells, right=frozenset({2}))
     print(lines[0])
     for r, line in zip(rows, lines[1:], strict=True):
         print(line)
         if r["status"] == "unreachable":
             print(f"  since {r['circuit_since']:%Y-%m-%d %H:%M:%S}: {r['status_reason']}")
+        returns = [f"bounce domain {r['bounce_domain']}"] if r["bounce_domain"] else []
+        returns += [f"tagged for {r['relay_provider']}"] if r["relay_provider"] else []
+        if returns:
+            print(f"  {', '.join(returns)}")
     return 0
 
 
@@ -248,6 +275,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     edit.add_argument("name", help="the account to change")
     add_settings_arguments(edit, adding=False)
+    add_auth_arguments(edit, adding=False)
     lst = s_sub.add_parser(
         "list",
         help="list sender accounts with today's usage",
@@ -280,6 +308,7 @@ def _register_add(s_sub: argparse._SubParsersAction[Any]) -> None:
     add = s_sub.add_parser("add", help="add a sender account", description=help_text.ADD, formatter_class=RAW)
     add.add_argument("name", help="short unique name, e.g. transactional-1")
     add_settings_arguments(add, adding=True)
+    add_auth_arguments(add, adding=True)
     add.add_argument(
         "--warmup-stage", type=int, default=0, choices=range(6), help="warm-up stage 1-5, 0 = none"
     )

@@ -23,7 +23,17 @@ and the login (username, then the password, not echoed). Without a terminal noth
 port or security left out is defaulted with a warning on standard error, a login without a password
 is refused, and doubtful choices (implicit TLS on 587, no TLS to a remote host, no login) are
 warned about. Other accounts are left alone.
-Exit status 0 when added, 2 when a setting is invalid, the name is taken or a password is missing.
+
+OAuth2 (Gmail, Microsoft 365, which refuse passwords): --auth oauth2 logs in with SMTP AUTH
+XOAUTH2 as the mailbox (--username; the From address when left out), with access tokens the worker
+gets from the token endpoint (--oauth-provider google, --oauth-provider microsoft with
+--oauth-tenant, or --oauth-token-url) using the client id, the client secret and a refresh token.
+The secret and the refresh token are stored encrypted and come like a password: from a variable
+(--oauth-client-secret-env, --oauth-refresh-token-env), a file (...-file) or a prompt (...-prompt).
+--bounce-domain gives the account's own domain for VERP return paths; --relay-provider postmark
+or sendgrid tags each message so that relay's bounce webhooks name the email.
+Exit status 0 when added, 2 when a setting is invalid, the name is taken or a password or an
+OAuth2 setting is missing.
 
 Examples:
   SMTP_PASSWORD=... mailroom senders add transactional-1 --from noreply@example.com \\
@@ -31,15 +41,26 @@ Examples:
       --password-env SMTP_PASSWORD --daily-limit 5000
   mailroom senders add relay --from noreply@example.com --host smtp.example.com \\
       --username mailer --password-file /run/secrets/smtp
-  mailroom senders add local --from dev@example.com --host 127.0.0.1 --port 2525 --security none"""
+  mailroom senders add local --from dev@example.com --host 127.0.0.1 --port 2525 --security none
+  CLIENT_SECRET=... REFRESH_TOKEN=... mailroom senders add gmail --from me@example.com \\
+      --host smtp.gmail.com --port 587 --security starttls --auth oauth2 --oauth-provider google \\
+      --oauth-client-id 1234.apps.googleusercontent.com --oauth-client-secret-env CLIENT_SECRET \\
+      --oauth-refresh-token-env REFRESH_TOKEN
+  mailroom senders add relay --from noreply@example.com --host smtp.postmarkapp.com \\
+      --username TOKEN --password-env PM_TOKEN --bounce-domain bounces.example.com \\
+      --relay-provider postmark"""
 
 EDIT = """\
 Change the settings of a sender account: only the options given change, checked as when the
 account was added (the same warnings, the same refusal of a login without a password). Its status,
 today's usage, DKIM key and name are left alone, except that a new daily or warm-up limit settles
 its state at once: an account paused at its limit sends again when the new limit is above what it
-sent today. --version N applies the change only if nobody changed the account since you read
-version N (`mailroom senders list --json`). The edit is audited as sender.edit, with the settings
+sent today. --auth password or oauth2 switches how it logs in (to oauth2: give the endpoint,
+the client id, secret and refresh token; back to password: a password; the other kind's secrets
+are removed); a new refresh token replaces the stored one. --bounce-domain '' (or
+--no-bounce-domain) and --relay-provider none remove those settings. --version N applies the
+change only if nobody changed the account since you read version N (`mailroom senders list
+--json`). The edit is audited as sender.edit, with the settings
 that changed (never a password). A worker uses the new settings from its next claim.
 Exit status 0 when edited, 1 when there is no such account or the version is stale, 2 when a
 setting is invalid.
@@ -47,13 +68,17 @@ setting is invalid.
 Examples:
   mailroom senders edit transactional-1 --daily-limit 5000 --send-delay-ms 200
   SMTP_PASSWORD=... mailroom senders edit transactional-1 --password-env SMTP_PASSWORD
-  mailroom senders edit relay --host smtp2.example.com --port 465 --security tls --version 7"""
+  mailroom senders edit relay --host smtp2.example.com --port 465 --security tls --version 7
+  REFRESH_TOKEN=... mailroom senders edit gmail --oauth-refresh-token-env REFRESH_TOKEN
+  mailroom senders edit relay --bounce-domain bounces.example.com --relay-provider sendgrid"""
 
 LIST = """\
 List sender accounts: status (unreachable when the relay fails; an account paused at yesterday's
 limit shows as sending again), today's usage against its limit (UTC day), warm-up, From address
-and SMTP host, all printed whole (a row wider than the terminal wraps). For an unreachable account
-a second line says since when and why. Changes nothing. Exit status 0.
+and SMTP host, and how it logs in (password or oauth2), all printed whole (a row wider than the
+terminal wraps). For an unreachable account a second line says since when and why; one with its
+own bounce domain or relay provider says so on a line below. Never a password or OAuth2 secret.
+Changes nothing. Exit status 0.
 
 Examples:
   mailroom senders list
