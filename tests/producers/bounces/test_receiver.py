@@ -221,3 +221,42 @@ async def test_the_worker_sends_from_the_emails_return_path_and_its_dsn_bounces_
     with psycopg.connect(db_url) as conn:
         rows = conn.execute("SELECT id, status FROM mailroom.email_queue ORDER BY id").fetchall()
     assert rows == [(first, "bounced"), (other, "sent")]
+
+
+async def test_a_senders_own_bounce_domain_is_served_once_added_and_others_stay_refused(db_url: str) -> None:
+    """Without --domain the receiver serves each sender account's bounce domain, one added while it runs
+    too (after the domains' time to live); a database that cannot answer makes a 451, never a 550."""
+    from worker.producers.bounces.receiver import SenderDomains, database_sender_domains
+
+    clock = Clock()
+    book = SenderDomains(database_sender_domains(db_url), ttl=30.0, clock=clock)
+    handler = BounceHandler(database_processor(db_url, FIXTURE_KEY), frozenset(), RateLimiter(600, 100), book)
+    server = BounceServer(handler, "127.0.0.1", 0)
+    port = await server.start()
+    try:
+        email = sent_email(db_url, UNKNOWN)
+        address = return_path(email["id"], UNKNOWN, "returns.example.net", "bounces", FIXTURE_KEY)
+        raw = readdress(load("postfix-unknown-user.eml"), email["id"], UNKNOWN, FIXTURE_KEY)
+        code, _ = await _send(port, raw, address)
+        assert code == 550  # no sender has that domain yet
+        sender = add_sender(db_url, 25)
+        with psycopg.connect(db_url) as conn:
+            conn.execute(
+                "UPDATE mailroom.sender_accounts SET bounce_domain = 'returns.example.net' WHERE id = %s",
+                (sender,),
+            )
+        assert (await _send(port, raw, address))[0] == 550  # read 0 s ago: still the old list
+        clock.now = 31.0
+        code, reply = await _send(port, raw, address)
+        assert (code, reply) == (250, "2.0.0 recorded")
+        assert (await _send(port, raw, "x@elsewhere.example"))[0] == 550
+        # the database goes away: a domain it may know is deferred, not refused
+        book.read = _unreachable
+        clock.now = 62.0
+        assert (await _send(port, raw, "bounces+x@another.example.net"))[0] == 451
+    finally:
+        await server.close()
+
+
+def _unreachable() -> frozenset[str]:
+    raise psycopg.OperationalError("connection refused")

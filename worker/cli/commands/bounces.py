@@ -50,8 +50,10 @@ refused (advertised with SIZE); a client sending more than --rate messages a min
 250 once recorded or quarantined, 451 when the database cannot take it (the sender retries). It
 runs until interrupted (Ctrl-C, SIGTERM).
 
-The domains are --domain (repeatable), else MAILROOM_BOUNCE_DOMAIN. Return paths are checked with
-MAILROOM_SECRET_KEY: run the receiver with the same key as the workers.
+The domains are --domain (repeatable), else MAILROOM_BOUNCE_DOMAIN and every sender account's own
+bounce domain (`mailroom senders edit NAME --bounce-domain DOMAIN`), read again every 30 s so a
+sender added meanwhile is served. Return paths are checked with MAILROOM_SECRET_KEY: run the
+receiver with the same key as the workers.
 
 Exit status: 0 stopped; 2 bad usage (no bounce domain, bad --listen, address in use).
 
@@ -169,26 +171,36 @@ def cmd_receive(args: argparse.Namespace, settings: Settings) -> int:
         BounceHandler,
         BounceServer,
         RateLimiter,
+        SenderDomains,
         database_processor,
+        database_sender_domains,
     )
 
+    url = checked_url(settings)
     domains = frozenset(
         d.strip().lower().rstrip(".") for d in (args.domain or [settings.bounce_domain or ""])
     )
     domains = frozenset(d for d in domains if d)
-    if not domains:
-        raise ConfigError("no bounce domain: set MAILROOM_BOUNCE_DOMAIN or pass --domain")
+    # Without --domain: MAILROOM_BOUNCE_DOMAIN and every sender account's own bounce domain.
+    sender_domains = None if args.domain else SenderDomains(database_sender_domains(url))
+    if not domains and not (sender_domains and asyncio.run(sender_domains.get())):
+        raise ConfigError(
+            "no bounce domain: set MAILROOM_BOUNCE_DOMAIN, a sender's --bounce-domain, or pass --domain"
+        )
     host, port = args.listen
     handler = BounceHandler(
-        database_processor(checked_url(settings), bounce_key(settings)),
+        database_processor(url, bounce_key(settings)),
         domains,
         RateLimiter(args.rate, args.burst),
+        sender_domains,
     )
     server = BounceServer(handler, host, port, max_bytes=args.max_bytes)
 
     async def serve() -> None:
         bound = await server.start()
-        print(f"bounces: receiving for {', '.join(sorted(domains))} on {host}:{bound}", flush=True)
+        served = domains | (sender_domains.domains if sender_domains else frozenset())
+        more = " and sender accounts' bounce domains added later" if sender_domains else ""
+        print(f"bounces: receiving for {', '.join(sorted(served))}{more} on {host}:{bound}", flush=True)
         stop = asyncio.Event()
         with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows: Ctrl-C only
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

@@ -1,6 +1,8 @@
 """The bounce receiver: an SMTP server (aiosmtpd) for the bounce domains only, feeding `intake.ingest`.
 
-Never an open relay: RCPT to any other domain is refused `550 5.7.1`. SIZE is advertised and
+Never an open relay: RCPT to any other domain is refused `550 5.7.1`. The domains are the ones given,
+plus (with `SenderDomains`) every sender account's own bounce domain, read again every half minute so
+a sender added while the receiver runs is served. SIZE is advertised and
 enforced; each client address gets a token bucket of messages; a message is answered 250 once it
 is recorded or quarantined, and 451 (try again later) when the database cannot take it, so the
 sending MTA keeps it. No input and no failure of the database stops the server.
@@ -23,6 +25,8 @@ from worker.producers.bounces.intake import Outcome
 log = logging.getLogger(__name__)
 
 Processor = Callable[[bytes, list[str]], Outcome]
+
+SENDER_DOMAINS = "SELECT DISTINCT bounce_domain FROM mailroom.sender_accounts WHERE bounce_domain IS NOT NULL"
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 MAX_RECIPIENTS = 20  # a DSN has one envelope recipient; more is somebody probing
@@ -51,6 +55,47 @@ class RateLimiter:
         return True
 
 
+class SenderDomains:
+    """The sender accounts' own bounce domains, read with `read` at most every `ttl` seconds; when the
+    database cannot answer, the last ones read stay (a bounce is never refused for an outage: 451)."""
+
+    def __init__(
+        self,
+        read: Callable[[], frozenset[str]],
+        ttl: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.read = read
+        self.ttl = ttl
+        self.clock = clock
+        self.domains: frozenset[str] = frozenset()
+        self.read_at: float | None = None
+        self.failed = False
+
+    async def get(self) -> frozenset[str]:
+        """The domains, read again when older than `ttl`."""
+        if self.read_at is None or self.clock() - self.read_at >= self.ttl:
+            try:
+                self.domains = await asyncio.to_thread(self.read)
+                self.failed = False
+            except Exception as exc:  # the database is away: keep serving what was known
+                log.warning("bounce receiver: sender bounce domains not read: %s", exc)
+                self.failed = True
+            self.read_at = self.clock()
+        return self.domains
+
+
+def database_sender_domains(url: str) -> Callable[[], frozenset[str]]:
+    """Read the sender accounts' bounce domains on a short-lived connection."""
+    import psycopg
+
+    def read() -> frozenset[str]:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            return frozenset(str(row[0]) for row in conn.execute(SENDER_DOMAINS).fetchall())
+
+    return read
+
+
 @dataclass
 class BounceHandler:
     """aiosmtpd hooks: refuse other domains and floods, hand each message to `process` off the loop."""
@@ -58,6 +103,7 @@ class BounceHandler:
     process: Processor
     domains: frozenset[str]
     limiter: RateLimiter
+    sender_domains: SenderDomains | None = None
     received: int = 0
     outcomes: list[str] = field(default_factory=list)
 
@@ -80,7 +126,9 @@ class BounceHandler:
         local, at, domain = address.rpartition("@")
         if not at or not local:
             return "553 5.1.3 Bad recipient address syntax"
-        if domain.lower().rstrip(".") not in self.domains:
+        if not await self._serves(domain.lower().rstrip(".")):
+            if self.sender_domains is not None and self.sender_domains.failed:
+                return "451 4.3.0 Temporary failure, try again later"  # perhaps a sender's domain
             log.info("bounce receiver: refused relay to %s", mask_address(address))
             return "550 5.7.1 Relay denied"
         if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
@@ -88,6 +136,11 @@ class BounceHandler:
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(rcpt_options)
         return "250 OK"
+
+    async def _serves(self, domain: str) -> bool:
+        if domain in self.domains:
+            return True
+        return self.sender_domains is not None and domain in await self.sender_domains.get()
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         """Process the message; 451 if it could not be stored, so the sender keeps it."""
