@@ -99,7 +99,7 @@ def _filtered(args: argparse.Namespace) -> bool:
     return any((args.kind, args.sender, args.campaign))
 
 
-def register(actions: argparse._SubParsersAction[Any]) -> None:
+def add_list(actions: argparse._SubParsersAction[Any]) -> None:
     """Add `mailroom bounces list`."""
     parser = actions.add_parser(
         "list",

@@ -66,8 +66,10 @@ BOUNCES = """\
 Take in the delivery status notifications (RFC 3464) and complaints (RFC 5965 ARF) that relays and
 mailbox providers send to each email's VERP return path (MAILROOM_BOUNCE_DOMAIN): from an MTA pipe
 or a file (ingest), as an SMTP server for the bounce domain (receive), from a mailbox over IMAP or
-POP3 (poll); list what was recorded (list) and what could not be used (quarantine). A permanent failure turns the email bounced
-and lists the address; a complaint suppresses it at once. Nothing here sends email.
+POP3 (poll); list what was recorded (list) and what could not be used (quarantine). A permanent
+failure turns the email bounced and lists the address; a complaint suppresses it at once and goes
+into the administrators' digest (MAILROOM_ADMIN_EMAILS, sent by the worker). Nothing here sends
+email.
 
 Examples:
   mailroom bounces receive --listen 0.0.0.0:25
@@ -365,7 +367,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     _add_ingest(actions)
     _add_receive(actions)
     _add_poll(actions)
-    bounce_list.register(actions)
+    bounce_list.add_list(actions)
     _add_quarantine(actions)
 
 
