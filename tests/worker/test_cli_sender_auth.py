@@ -188,3 +188,20 @@ def test_bounce_domain_and_relay_provider_are_set_shown_and_cleared(
     assert run(capsys, "senders", "edit", "relay", "--bounce-domain", "b.example.org")[0] == 0
     assert run(capsys, "senders", "edit", "relay", "--bounce-domain", "")[0] == 0
     assert sender(conn)["bounce_domain"] is None
+
+
+def test_editing_an_oauth2_senders_username_on_a_terminal_asks_for_no_password(
+    oauth_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, a terminal offered the SMTP password prompt here, and a password typed was then refused."""
+    from tests.worker.test_cli_senders import on_terminal
+
+    assert run(capsys, *GMAIL, "--oauth-provider", "google", *SECRETS)[0] == 0
+    on_terminal(monkeypatch, "", password="typed-by-mistake")
+    code, out, err = run(capsys, "senders", "edit", "gmail", "--username", "other@example.com")
+    assert code == 0, err
+    row = sender(conn, "gmail")
+    assert (row["smtp_username"], row["smtp_password_encrypted"]) == ("other@example.com", None)

@@ -31,6 +31,7 @@ from worker.core.config import ConfigError, Settings
 
 RAW = argparse.RawDescriptionHelpFormatter
 
+AUTH_OF = "SELECT auth_type FROM mailroom.sender_accounts WHERE name = %s"
 SETTINGS_OF = "SELECT smtp_host, smtp_port, smtp_security FROM mailroom.sender_accounts WHERE id = %s"
 
 
@@ -134,6 +135,15 @@ def _dkim_key(path: pathlib.Path | None) -> bytes | None:
         raise ConfigError(f"cannot read the DKIM key file: {exc}") from None
 
 
+def _logs_in_with_password(settings: Settings, name: str) -> bool:
+    """Whether the account logs in with a password (an oauth2 account is never asked for one)."""
+    from worker.core.db import connect
+
+    with connect(_url(settings)) as conn:
+        row = conn.execute(AUTH_OF, (name,)).fetchone()
+    return row is None or row["auth_type"] == "password"
+
+
 def _edit(args: argparse.Namespace, settings: Settings) -> int:
     from worker.core.crypto import secret_box
     from worker.core.db import connect
@@ -144,7 +154,13 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("--no-login removes the username and password: give it alone, without them")
     changes = {**settings_changes(args), **auth_changes(args)}
     password = password_from(args)
-    if args.username and password is None and interactive() and args.auth is None:
+    if (
+        args.username
+        and password is None
+        and interactive()
+        and args.auth is None
+        and _logs_in_with_password(settings, args.name)
+    ):
         password = (
             getpass.getpass(f"SMTP password for {args.username} (Enter to keep the stored one): ") or None
         )
