@@ -152,3 +152,28 @@ async def test_the_console_reads_every_screen_under_the_read_only_role(
             shown = await app.wait_until_shown(lambda: app.refreshes > before, 10)  # noqa: B023
             assert shown, (key, app.notices)
     assert not [text for severity, text in app.notices if severity == "error"]
+
+
+def test_a_read_only_role_granted_before_an_upgrade_reads_the_new_columns_but_no_new_secret(
+    db_url: str,
+) -> None:
+    """Revision 0007 adds columns and a table; a role granted at 0006 would otherwise be refused them,
+    and the console under it would fail on its Senders screen."""
+    from worker.core import db
+
+    db.downgrade(db_url, "0006")
+    with psycopg.connect(db_url) as conn:
+        roles.grant(conn, "read-only", "mr_test_old_reader", create=True, actor="tester")
+    try:
+        db.upgrade(db_url)
+        with _as(db_url, "mr_test_old_reader") as conn:
+            conn.execute("SELECT bounce_domain, relay_provider, auth_type FROM mailroom.sender_accounts")
+            conn.execute("SELECT digest_id, sender_account_id, campaign_id FROM mailroom.bounce_events")
+            conn.execute("SELECT count(*) FROM mailroom.complaint_digests")
+            conn.rollback()
+            for secret in ("oauth_client_secret_encrypted", "oauth_refresh_token_encrypted"):
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute(f"SELECT {secret} FROM mailroom.sender_accounts")  # a fixed column name
+                conn.rollback()
+    finally:
+        _drop_role(db_url, "mr_test_old_reader")
