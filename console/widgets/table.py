@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
+from textual.widgets.data_table import ColumnKey, RowKey
 
 ASCENDING, DESCENDING = " ▲", " ▼"
 
@@ -50,6 +50,13 @@ class ConsoleTable(DataTable[Any]):
         self.sort_column: ColumnKey | None = None
         self.sort_descending = False
         self._labels: dict[ColumnKey, str] = {}
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        # Textual widens the columns for new rows here, when the table is next idle, without dropping
+        # what it rendered before: a header drawn between filling the table and this update kept the
+        # empty table's column widths (misaligned over its rows) until the next change.
+        super()._update_dimensions(new_rows)
+        self._clear_caches()
 
     def action_first(self) -> None:
         """Cursor to the first row."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import errors
+from psycopg import errors, sql
 from psycopg.conninfo import make_conninfo
 
 from worker.cli.main import main
@@ -173,7 +173,9 @@ def test_a_read_only_role_granted_before_an_upgrade_reads_the_new_columns_but_no
             conn.rollback()
             for secret in ("oauth_client_secret_encrypted", "oauth_refresh_token_encrypted"):
                 with pytest.raises(errors.InsufficientPrivilege):
-                    conn.execute(f"SELECT {secret} FROM mailroom.sender_accounts")  # a fixed column name
+                    conn.execute(
+                        sql.SQL("SELECT {} FROM mailroom.sender_accounts").format(sql.Identifier(secret))
+                    )
                 conn.rollback()
     finally:
         _drop_role(db_url, "mr_test_old_reader")

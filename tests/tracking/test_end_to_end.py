@@ -82,6 +82,7 @@ async def test_unsubscribe_through_the_tracker_stops_the_next_campaign_email(
         "bounced": 0.0,
         "opened": 1.0,
         "clicked": 1.0,
+        "complained": 0.0,
         "unsubscribed": 1.0,
     }
 

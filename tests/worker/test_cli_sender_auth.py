@@ -201,7 +201,7 @@ def test_editing_an_oauth2_senders_username_on_a_terminal_asks_for_no_password(
 
     assert run(capsys, *GMAIL, "--oauth-provider", "google", *SECRETS)[0] == 0
     on_terminal(monkeypatch, "", password="typed-by-mistake")
-    code, out, err = run(capsys, "senders", "edit", "gmail", "--username", "other@example.com")
+    code, _out, err = run(capsys, "senders", "edit", "gmail", "--username", "other@example.com")
     assert code == 0, err
     row = sender(conn, "gmail")
     assert (row["smtp_username"], row["smtp_password_encrypted"]) == ("other@example.com", None)

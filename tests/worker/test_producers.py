@@ -65,5 +65,11 @@ async def test_a_failing_producer_does_not_stop_delivery(
 
 
 def test_the_cli_worker_runs_every_producer_and_the_engine_none_by_itself(settings: Settings) -> None:
-    assert [p.name for p in worker_producers()] == ["renderer", "birthdays", "lifecycle", "retention"]
+    assert [p.name for p in worker_producers()] == [
+        "renderer",
+        "birthdays",
+        "lifecycle",
+        "retention",
+        "complaint-digest",
+    ]
     assert Worker("postgresql://unused", settings, WorkerOptions()).producers == []

@@ -34,65 +34,60 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
 
     with connect(checked_url(settings)) as conn:
         rows = list_events(conn, limit=args.limit, kind=args.kind, sender=args.sender, campaign=args.campaign)
-    items = [
-        {
-            "id": r["id"],
-            "received_at": r["received_at"].astimezone(UTC).isoformat(),
-            "kind": r["kind"],
-            "recipient": r["recipient"],
-            "status": r["status"],
-            "action": r["action"],
-            "sender": r["sender"],
-            "campaign": r["campaign_id"],
-            "email_id": r["email_id"],
-            "source": r["source"],
-            "diagnostic": r["diagnostic"],
-            "told_in_digest": r["digest_id"],
-        }
-        for r in rows
-    ]
+    items = [_item(r) for r in rows]
     if args.json:
         print(json.dumps(items, indent=2))
-        return 0
-    if not items:
+    elif not items:
         print("no bounce or complaint recorded" + (" matches" if _filtered(args) else ""))
-        return 0
-    headers = (
-        "id",
-        "received (UTC)",
-        "kind",
-        "recipient",
-        "status",
-        "sender",
-        "campaign",
-        "email",
-        "source",
-        "diagnostic",
-    )
-    print(
-        "\n".join(
-            table(
-                headers,
-                [
-                    (
-                        str(i["id"]),
-                        i["received_at"][:19].replace("T", " "),
-                        i["kind"] + (" (told)" if i["told_in_digest"] else ""),
-                        i["recipient"],
-                        i["status"] or "-",
-                        i["sender"] or "-",
-                        i["campaign"] or "-",
-                        str(i["email_id"] or "-"),
-                        i["source"],
-                        " ".join((i["diagnostic"] or "").split())[:80],
-                    )
-                    for i in items
-                ],
-                right=frozenset({0}),
-            )
-        )
-    )
+    else:
+        print("\n".join(table(HEADERS, [_cells(i) for i in items], right=frozenset({0}))))
     return 0
+
+
+HEADERS = (
+    "id",
+    "received (UTC)",
+    "kind",
+    "recipient",
+    "status",
+    "sender",
+    "campaign",
+    "email",
+    "source",
+    "diagnostic",
+)
+
+
+def _item(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "received_at": r["received_at"].astimezone(UTC).isoformat(),
+        "kind": r["kind"],
+        "recipient": r["recipient"],
+        "status": r["status"],
+        "action": r["action"],
+        "sender": r["sender"],
+        "campaign": r["campaign_id"],
+        "email_id": r["email_id"],
+        "source": r["source"],
+        "diagnostic": r["diagnostic"],
+        "told_in_digest": r["digest_id"],
+    }
+
+
+def _cells(i: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        str(i["id"]),
+        i["received_at"][:19].replace("T", " "),
+        i["kind"] + (" (told)" if i["told_in_digest"] else ""),
+        i["recipient"],
+        i["status"] or "-",
+        i["sender"] or "-",
+        i["campaign"] or "-",
+        str(i["email_id"] or "-"),
+        i["source"],
+        " ".join((i["diagnostic"] or "").split())[:80],
+    )
 
 
 def _filtered(args: argparse.Namespace) -> bool:
