@@ -107,7 +107,17 @@ def test(extra: list[str]) -> None:
     _run(BIN / "mypy")
     _say("import-linter")
     _run(BIN / "lint-imports")
-    _say("pytest")
+    # One process per core, up to four, each with its own embedded PostgreSQL (tests/fixtures_db.py);
+    # any -n/--numprocesses given (`-n 0`: one process) overrides it.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    processes = min(4, cores)
+    # A server of your own (MAILROOM_TEST_DATABASE_URL) is shared: its roles and template are one set.
+    shared = bool(os.environ.get("MAILROOM_TEST_DATABASE_URL"))
+    if processes > 1 and not shared and not any(a.startswith(("-n", "--numprocesses")) for a in extra):
+        extra = ["-n", str(processes), *extra]
+        _say(f"pytest ({processes} processes)")
+    else:
+        _say("pytest")
     _run(PYTHON, "-m", "pytest", *extra)
     _say("wheel smoke")
     wheel_smoke()

