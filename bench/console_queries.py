@@ -87,6 +87,15 @@ SELECT now() - make_interval(secs => (g::float8 * 5184000 / %(total)s)), g,
 FROM generate_series(%(start)s::bigint, %(stop)s::bigint) g
 """
 
+# Later reports about sent email: one in 97 a hard bounce, one in 499 a complaint (the senders' rates).
+BOUNCE_EVENTS = """
+INSERT INTO mailroom.bounce_events (email_id, recipient, kind, source, raw_size, dedupe_key, sender_account_id)
+SELECT g, 'user' || g || '@example.com', CASE WHEN g %% 97 = 0 THEN 'hard' ELSE 'complaint' END, 'dsn', 1000,
+       'bench-' || g, (SELECT min(id) FROM mailroom.sender_accounts) + g %% 5
+FROM generate_series(%(start)s::bigint, %(stop)s::bigint) g
+WHERE (g %% 97 = 0 OR g %% 499 = 0) AND g %% 40 <> 0 AND g %% 15 <> 0
+"""
+
 OPENS = """
 INSERT INTO mailroom.open_events (occurred_at, email_id, campaign_id, ip_address, user_agent)
 SELECT now() - make_interval(secs => g::float8 * 5184000 / %(total)s), g, 'campaign-' || (g %% 50),
@@ -145,7 +154,8 @@ def build(url: str, pending: int, send_logs: int, failed: int, opens: int = 2_00
         say(f"failed email {failed:,}")
         for start, stop in _chunks(send_logs):
             conn.execute(SEND_LOGS, {"start": start, "stop": stop, "total": send_logs})
-            say(f"send-log rows {stop:,}/{send_logs:,}")
+            conn.execute(BOUNCE_EVENTS, {"start": start, "stop": stop})
+            say(f"send-log rows {stop:,}/{send_logs:,} (and their later bounces and complaints)")
         for start, stop in _chunks(opens):
             conn.execute(OPENS, {"start": start, "stop": stop, "total": opens})
         conn.execute(CLICKS, {"total": opens // 4})
@@ -169,6 +179,7 @@ def _queries(now: datetime) -> list[tuple[str, str, dict[str, Any]]]:
         ("overview: sent per minute, last hour", q.SENT_PER_MINUTE, {"now": now}),
         ("overview: opens/clicks/unsubs per hour", q.TRACKING_PER_HOUR, {"now": now}),
         ("overview/senders: sender accounts", q.SENDERS, {"now": now}),
+        ("senders: rates over the last 1,000 deliveries", q.REPUTATION, {"window": 1000, "name": None}),
         ("overview/signatures: documents", q.DOCUMENTS, {"limit": 200, "pattern": None}),
         ("signatures: documents matching a text", q.DOCUMENTS, {"limit": 200, "pattern": "%doc-42%"}),
         ("signatures: missing signers", q.MISSING_SIGNERS, {"doc_id": "doc-1"}),
@@ -223,6 +234,7 @@ async def measure(url: str, runs: int = 7) -> list[tuple[str, float, float]]:
             ("= failures page where failed meets retrying", lambda: data.failures("all", last_failed)),
             ("= whole queue screen", lambda: data.queue(now)),
             ("= whole schedule screen", lambda: data.schedule(now)),
+            ("= whole senders screen", lambda: data.senders(now)),
         ):
             results.append((name, *await _timed(runs, call)))
     finally:
