@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from bench.common import database
+from console import figures
 from console import queries as q
 from console.queries import ConsoleData
 
@@ -173,10 +174,10 @@ def _queries(now: datetime) -> list[tuple[str, str, dict[str, Any]]]:
     cap = {"cap": q.EXACT_LIMIT + 1}
     schedule = {"now": now, "limit": q.PAGE_SIZE, "pattern": None}
     return [
-        ("overview: queue depth (capped counts)", q.QUEUE_DEPTH, {"now": now, **cap}),
-        ("overview: pending estimate (1% sample)", q.PENDING_SAMPLE, {"now": now}),
-        ("overview: retrying count (capped)", q.RETRYING_COUNT, cap),
-        ("overview: sent per minute, last hour", q.SENT_PER_MINUTE, {"now": now}),
+        ("overview: queue counts (capped)", figures.QUEUE_COUNTS, {"now": now, **cap}),
+        ("overview: queue estimate (1% sample)", figures.QUEUE_SAMPLE, {"now": now}),
+        ("overview: sent per minute, last hour", figures.SENT_PER_MINUTE, {"now": now}),
+        ("overview: finished in the last hour", figures.FINISHED_LAST_HOUR, {"now": now}),
         ("overview: opens/clicks/unsubs per hour", q.TRACKING_PER_HOUR, {"now": now}),
         ("overview/senders: sender accounts", q.SENDERS, {"now": now}),
         ("senders: rates over the last 1,000 deliveries", q.REPUTATION, {"window": 1000, "name": None}),
