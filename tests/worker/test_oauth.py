@@ -9,7 +9,8 @@ No email is charged for any of it.
 from __future__ import annotations
 
 import socket
-from dataclasses import replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -31,6 +32,7 @@ from worker.core.config import Settings
 from worker.core.crypto import SecretBox
 from worker.core.message import Envelope
 from worker.core.sender_settings import GOOGLE_ENDPOINT, preset_token_url
+from worker.devtools.sink import RunningSink
 from worker.engine.classify import Verdict, classify
 from worker.engine.oauth import (
     OAuthClient,
@@ -91,18 +93,33 @@ def _fast(settings: Settings) -> Settings:
     return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
 
 
+@dataclass(frozen=True)
+class Rig:
+    """An SMTP server that checks the XOAUTH2 string, and the token endpoint whose tokens it takes."""
+
+    smtp: XOAuth2Handler
+    sink: RunningSink
+    endpoint: TokenEndpoint
+
+
+@pytest.fixture
+async def rig(smtp_sink_factory: SinkFactory) -> AsyncIterator[Rig]:
+    smtp = XOAuth2Handler()
+    sink = smtp_sink_factory(handler=smtp)
+    async with token_endpoint(smtp) as endpoint:
+        yield Rig(smtp, sink, endpoint)
+
+
 # --- the worker ----------------------------------------------------------------------------------
 
 
 async def test_a_fresh_oauth2_sender_delivers_after_fetching_a_token(
-    db_url: str, settings: Settings, smtp_sink_factory: SinkFactory
+    db_url: str, settings: Settings, rig: Rig
 ) -> None:
-    smtp = XOAuth2Handler()
-    sink = smtp_sink_factory(handler=smtp)
-    async with token_endpoint(smtp) as endpoint:
-        add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
-        enqueue_many(db_url, 3)
-        assert await run_until_drained(db_url, _fast(settings)) == 3
+    smtp, sink, endpoint = rig.smtp, rig.sink, rig.endpoint
+    add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
+    enqueue_many(db_url, 3)
+    assert await run_until_drained(db_url, _fast(settings)) == 3
     assert statuses(db_url) == {"sent": 3}
     assert endpoint.requests == [
         {
@@ -116,51 +133,45 @@ async def test_a_fresh_oauth2_sender_delivers_after_fetching_a_token(
     assert smtp.presented == endpoint.issued  # the one token, once per connection
 
 
-async def test_two_connections_share_one_token(smtp_sink_factory: SinkFactory) -> None:
-    smtp = XOAuth2Handler()
-    sink = smtp_sink_factory(handler=smtp)
-    async with token_endpoint(smtp) as endpoint:
-        account, tokens = _account(sink.port, endpoint), TokenCache()
-        first, second = SmtpConnection(account, tokens), SmtpConnection(account, tokens)
-        envelope = Envelope(MAILBOX, "b@example.com", "<id@example.org>", BODY)
-        try:
-            replies = [(await c.send(envelope)).reply for c in (first, second)]
-        finally:
-            await first.close()
-            await second.close()
+async def test_two_connections_share_one_token(rig: Rig) -> None:
+    smtp, sink, endpoint = rig.smtp, rig.sink, rig.endpoint
+    account, tokens = _account(sink.port, endpoint), TokenCache()
+    first, second = SmtpConnection(account, tokens), SmtpConnection(account, tokens)
+    envelope = Envelope(MAILBOX, "b@example.com", "<id@example.org>", BODY)
+    try:
+        replies = [(await c.send(envelope)).reply for c in (first, second)]
+    finally:
+        await first.close()
+        await second.close()
     assert [classify(r) for r in replies] == [Verdict.SENT, Verdict.SENT]
     assert len(endpoint.requests) == 1
     assert len({m.peer for m in sink.handler.messages}) == 2  # two connections, one token
     assert smtp.presented == endpoint.issued * 2
 
 
-async def test_a_token_is_refreshed_a_margin_before_it_expires(smtp_sink_factory: SinkFactory) -> None:
-    smtp = XOAuth2Handler()
-    sink = smtp_sink_factory(handler=smtp)
+async def test_a_token_is_refreshed_a_margin_before_it_expires(rig: Rig) -> None:
+    smtp, sink, endpoint = rig.smtp, rig.sink, rig.endpoint
     clock = Clock()
-    async with token_endpoint(smtp) as endpoint:
-        endpoint.expires_in = 600
-        account, tokens = _account(sink.port, endpoint), TokenCache(clock=clock, margin=60)
-        assert await _send_once(account, tokens) is Verdict.SENT
-        clock.now += 600 - 60 - 1  # a second before the margin: the cached token still serves
-        assert await _send_once(account, tokens) is Verdict.SENT
-        assert len(endpoint.requests) == 1
-        clock.now += 2
-        assert await _send_once(account, tokens) is Verdict.SENT
+    endpoint.expires_in = 600
+    account, tokens = _account(sink.port, endpoint), TokenCache(clock=clock, margin=60)
+    assert await _send_once(account, tokens) is Verdict.SENT
+    clock.now += 600 - 60 - 1  # a second before the margin: the cached token still serves
+    assert await _send_once(account, tokens) is Verdict.SENT
+    assert len(endpoint.requests) == 1
+    clock.now += 2
+    assert await _send_once(account, tokens) is Verdict.SENT
     assert len(endpoint.requests) == 2
     assert smtp.presented == [endpoint.issued[0], endpoint.issued[0], endpoint.issued[1]]
 
 
 async def test_a_revoked_token_is_refreshed_once_and_the_email_goes_out(
-    smtp_sink_factory: SinkFactory,
+    rig: Rig,
 ) -> None:
-    smtp = XOAuth2Handler()
-    sink = smtp_sink_factory(handler=smtp)
-    async with token_endpoint(smtp) as endpoint:
-        account, tokens = _account(sink.port, endpoint), TokenCache()
-        assert await _send_once(account, tokens) is Verdict.SENT
-        smtp.valid.clear()  # revoked at the provider, still cached here
-        assert await _send_once(account, tokens) is Verdict.SENT
+    smtp, sink, endpoint = rig.smtp, rig.sink, rig.endpoint
+    account, tokens = _account(sink.port, endpoint), TokenCache()
+    assert await _send_once(account, tokens) is Verdict.SENT
+    smtp.valid.clear()  # revoked at the provider, still cached here
+    assert await _send_once(account, tokens) is Verdict.SENT
     first, second = endpoint.issued
     assert smtp.presented == [first, first, second]
     assert smtp.empty_replies == 1  # the error challenge was answered with an empty line
@@ -168,15 +179,13 @@ async def test_a_revoked_token_is_refreshed_once_and_the_email_goes_out(
 
 
 async def test_a_revoked_token_in_the_worker_is_refreshed_and_the_sender_stays_active(
-    db_url: str, settings: Settings, smtp_sink_factory: SinkFactory
+    db_url: str, settings: Settings, rig: Rig
 ) -> None:
-    smtp = XOAuth2Handler()
-    sink = smtp_sink_factory(handler=smtp)
-    async with token_endpoint(smtp) as endpoint:
-        endpoint.refused = 1  # the first token is refused by the server, the second accepted
-        add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
-        enqueue_many(db_url, 2)
-        assert await run_until_drained(db_url, _fast(settings)) == 2
+    smtp, sink, endpoint = rig.smtp, rig.sink, rig.endpoint
+    endpoint.refused = 1  # the first token is refused by the server, the second accepted
+    add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
+    enqueue_many(db_url, 2)
+    assert await run_until_drained(db_url, _fast(settings)) == 2
     assert len(endpoint.requests) == 2
     assert smtp.presented == endpoint.issued
     assert _sender(db_url)["status"] == "active"
@@ -184,15 +193,13 @@ async def test_a_revoked_token_in_the_worker_is_refreshed_and_the_sender_stays_a
 
 
 async def test_a_token_refused_after_a_refresh_suspends_the_sender_and_charges_nothing(
-    db_url: str, settings: Settings, smtp_sink_factory: SinkFactory
+    db_url: str, settings: Settings, rig: Rig
 ) -> None:
-    smtp = XOAuth2Handler()
-    sink = smtp_sink_factory(handler=smtp)
-    async with token_endpoint(smtp) as endpoint:
-        endpoint.refused = 100  # the server accepts none of the endpoint's tokens
-        add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
-        enqueue_many(db_url, 2)
-        assert await run_until_drained(db_url, _fast(settings)) == 0
+    smtp, sink, endpoint = rig.smtp, rig.sink, rig.endpoint
+    endpoint.refused = 100  # the server accepts none of the endpoint's tokens
+    add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
+    enqueue_many(db_url, 2)
+    assert await run_until_drained(db_url, _fast(settings)) == 0
     assert len(endpoint.requests) == 2  # the first token, and one refresh after its refusal
     assert smtp.presented == endpoint.issued
     assert smtp.empty_replies == 2
@@ -204,16 +211,14 @@ async def test_a_token_refused_after_a_refresh_suspends_the_sender_and_charges_n
 
 
 async def test_an_endpoint_refusing_the_grant_suspends_the_sender_with_its_reason(
-    db_url: str, settings: Settings, smtp_sink_factory: SinkFactory
+    db_url: str, settings: Settings, rig: Rig
 ) -> None:
-    smtp = XOAuth2Handler()
-    sink = smtp_sink_factory(handler=smtp)
-    async with token_endpoint(smtp) as endpoint:
-        refusal = {"error": "invalid_grant", "error_description": "Token has been expired or revoked."}
-        endpoint.answers.append((400, refusal))
-        add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
-        enqueue_many(db_url, 2)
-        assert await run_until_drained(db_url, _fast(settings)) == 0
+    smtp, sink, endpoint = rig.smtp, rig.sink, rig.endpoint
+    refusal = {"error": "invalid_grant", "error_description": "Token has been expired or revoked."}
+    endpoint.answers.append((400, refusal))
+    add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
+    enqueue_many(db_url, 2)
+    assert await run_until_drained(db_url, _fast(settings)) == 0
     sender = _sender(db_url)
     assert sender["status"] == "suspended"
     assert "invalid_grant: Token has been expired or revoked." in sender["status_reason"]
@@ -233,17 +238,15 @@ def _closed_port() -> int:
     ids=["unreachable", "server-error", "not-json", "no-token"],
 )
 async def test_an_endpoint_that_fails_opens_the_circuit_and_charges_nothing(
-    db_url: str, settings: Settings, smtp_sink_factory: SinkFactory, answer: tuple[int, Any] | None
+    db_url: str, settings: Settings, rig: Rig, answer: tuple[int, Any] | None
 ) -> None:
-    smtp = XOAuth2Handler()
-    sink = smtp_sink_factory(handler=smtp)
-    async with token_endpoint(smtp) as endpoint:
-        url = f"http://127.0.0.1:{_closed_port()}/token" if answer is None else endpoint.url
-        if answer is not None:
-            endpoint.answers.append(answer)
-        add_oauth_sender(db_url, settings.secret_key or "", sink.port, url)
-        enqueue_many(db_url, 2)
-        assert await run_until_drained(db_url, _fast(settings)) == 0
+    smtp, sink, endpoint = rig.smtp, rig.sink, rig.endpoint
+    url = f"http://127.0.0.1:{_closed_port()}/token" if answer is None else endpoint.url
+    if answer is not None:
+        endpoint.answers.append(answer)
+    add_oauth_sender(db_url, settings.secret_key or "", sink.port, url)
+    enqueue_many(db_url, 2)
+    assert await run_until_drained(db_url, _fast(settings)) == 0
     sender = _sender(db_url)
     assert (sender["status"], sender["circuit_state"]) == ("active", "open")
     assert "token endpoint" in sender["circuit_reason"]
@@ -252,20 +255,18 @@ async def test_an_endpoint_that_fails_opens_the_circuit_and_charges_nothing(
 
 
 async def test_a_rotated_refresh_token_is_stored_encrypted_and_used_next(
-    db_url: str, settings: Settings, smtp_sink_factory: SinkFactory
+    db_url: str, settings: Settings, rig: Rig
 ) -> None:
-    smtp = XOAuth2Handler()
-    sink = smtp_sink_factory(handler=smtp)
+    sink, endpoint = rig.sink, rig.endpoint
     box = SecretBox(settings.secret_key or "")
-    async with token_endpoint(smtp) as endpoint:
-        endpoint.rotate_to = "refresh-token-rotated-9"
-        add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
-        enqueue_many(db_url, 1)
-        assert await run_until_drained(db_url, _fast(settings)) == 1
-        stored = bytes(_sender(db_url)["oauth_refresh_token_encrypted"])
-        assert b"rotated" not in stored and box.decrypt(stored) == "refresh-token-rotated-9"
-        enqueue_many(db_url, 1, start=1)
-        assert await run_until_drained(db_url, _fast(settings)) == 1  # a new process: a new token
+    endpoint.rotate_to = "refresh-token-rotated-9"
+    add_oauth_sender(db_url, settings.secret_key or "", sink.port, endpoint.url)
+    enqueue_many(db_url, 1)
+    assert await run_until_drained(db_url, _fast(settings)) == 1
+    stored = bytes(_sender(db_url)["oauth_refresh_token_encrypted"])
+    assert b"rotated" not in stored and box.decrypt(stored) == "refresh-token-rotated-9"
+    enqueue_many(db_url, 1, start=1)
+    assert await run_until_drained(db_url, _fast(settings)) == 1  # a new process: a new token
     assert [r["refresh_token"] for r in endpoint.requests] == [REFRESH_TOKEN, "refresh-token-rotated-9"]
 
 
