@@ -7,7 +7,7 @@ import getpass
 import os
 import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker.core.config import ConfigError
@@ -65,22 +65,33 @@ class _RefusePassword(argparse.Action):
 
 def password_from(args: argparse.Namespace) -> str | None:
     """The password from --password-env, --password-file or --password-prompt; None when none was given."""
-    if args.password_env:
-        value = os.environ.get(args.password_env)
+    prompt = f"SMTP password for {args.username or args.name}: "
+    return secret_from(args, "password", "password", ask=lambda: getpass.getpass(prompt))
+
+
+def secret_from(
+    args: argparse.Namespace, dest: str, what: str, *, ask: Callable[[], str | None], strip: bool = False
+) -> str | None:
+    """A secret from `--<dest>-env VAR`, the first line of `--<dest>-file PATH` (stripped with `strip`), or
+    `ask` after `--<dest>-prompt`; None when no option names it."""
+    variable = getattr(args, f"{dest}_env")
+    if variable:
+        value = os.environ.get(variable)
         if value is None:
-            raise ConfigError(f"environment variable {args.password_env} is not set")
+            raise ConfigError(f"environment variable {variable} is not set")
         return value
-    if args.password_file is not None:
-        path: pathlib.Path = args.password_file
+    path: pathlib.Path | None = getattr(args, f"{dest}_file")
+    if path is not None:
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
-            raise ConfigError(f"cannot read the password file: {exc.strerror}") from None
-        if not lines or not lines[0]:
-            raise ConfigError(f"{path} is empty: its first line must be the password")
-        return lines[0]
-    if args.password_prompt:
-        return getpass.getpass(f"SMTP password for {args.username or args.name}: ")
+            raise ConfigError(f"cannot read the {what} file: {exc.strerror}") from None
+        first = (lines[0].strip() if strip else lines[0]) if lines else ""
+        if not first:
+            raise ConfigError(f"{path} is empty: its first line must be the {what}")
+        return first
+    if getattr(args, f"{dest}_prompt"):
+        return ask()
     return None
 
 

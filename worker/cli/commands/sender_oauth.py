@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import os
 import pathlib
 import sys
 from typing import Any
 
+from worker.cli.commands.sender_input import secret_from
 from worker.core.config import ConfigError
 from worker.core.sender_settings import PROVIDERS, RELAY_PROVIDERS, preset_token_url
 from worker.core.validation import ValidationError
@@ -133,24 +133,8 @@ def oauth_secret_given(args: argparse.Namespace) -> bool:
 
 
 def _secret_from(args: argparse.Namespace, dest: str, what: str) -> str | None:
-    variable = getattr(args, f"{dest}_env")
-    if variable:
-        value = os.environ.get(variable)
-        if value is None:
-            raise ConfigError(f"environment variable {variable} is not set")
-        return value
-    path: pathlib.Path | None = getattr(args, f"{dest}_file")
-    if path is not None:
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the {what} file: {exc.strerror}") from None
-        if not lines or not lines[0].strip():
-            raise ConfigError(f"{path} is empty: its first line must be the {what}")
-        return lines[0].strip()
-    if getattr(args, f"{dest}_prompt"):
-        return getpass.getpass(f"{what} for {args.username or args.name}: ") or None
-    return None
+    prompt = f"{what} for {args.username or args.name}: "
+    return secret_from(args, dest, what, ask=lambda: getpass.getpass(prompt) or None, strip=True)
 
 
 def complete_oauth_add(args: argparse.Namespace, asking: bool) -> tuple[str | None, str | None]:
