@@ -1,0 +1,15 @@
+-- Roles granted read-only access before this revision see its new columns and tables too (and lose what it takes away): a
+-- console run under such a role would otherwise fail on the first screen that reads them.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT grantee FROM information_schema.column_privileges
+        WHERE table_schema = 'mailroom' AND table_name = 'sender_accounts' AND column_name = 'name'
+          AND privilege_type = 'SELECT' AND grantee <> current_user
+          AND grantee IN (SELECT rolname FROM pg_roles)
+    LOOP
+        PERFORM mailroom.grant_read_only_role(r.grantee::name);
+    END LOOP;
+END $$;
