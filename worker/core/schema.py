@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from worker.core.pgtools import client_tool, server_major
+from worker.core.pgtools import client_tool, server_major, tool_connection
 
 SCHEMA = "mailroom"
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "migrations" / "schema.sql"
@@ -39,11 +39,12 @@ def normalise(dump: str) -> str:
 def dump_schema(url: str) -> str:
     """The live `mailroom` schema of the database at `url`, normalised like `migrations/schema.sql`."""
     pg_dump = client_tool("pg_dump", server_major(url))
-    done = subprocess.run(
-        [str(pg_dump), "--schema-only", "--no-owner", f"--schema={SCHEMA}",
-         f"--exclude-table={_MONTH_PARTITIONS}", "--dbname", url],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    with tool_connection(url) as tool:  # the password in a private file, never in argv
+        done = subprocess.run(
+            [str(pg_dump), "--schema-only", "--no-owner", f"--schema={SCHEMA}",
+             f"--exclude-table={_MONTH_PARTITIONS}", "--dbname", tool.dsn],
+            capture_output=True, text=True, env=tool.env, check=False,
+        )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"pg_dump failed: {done.stderr.strip()}")
     return normalise(done.stdout)

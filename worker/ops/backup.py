@@ -6,6 +6,7 @@ pg_dump succeeded, so a failed or interrupted backup never leaves a truncated fi
 name. `restore` loads such a file into a database that has no `mailroom` schema yet, in one
 transaction: it works completely or changes nothing. Secrets stay encrypted as they were (the
 same `MAILROOM_SECRET_KEY` reads them), and the signature chain is restored byte for byte.
+Neither tool sees the database password on its command line (see `pgtools.tool_connection`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import psycopg
 
 from worker.core.config import ConfigError
-from worker.core.pgtools import client_tool, server_major
+from worker.core.pgtools import client_tool, server_major, tool_connection
 from worker.core.schema import SCHEMA
 
 
@@ -44,12 +45,13 @@ def backup(url: str, path: Path) -> BackupResult:
     if not path.parent.is_dir():
         raise ConfigError(f"cannot write {path}: {path.parent} is not a directory")
     partial = path.with_name(f".{path.name}.partial")
-    with partial.open("wb") as out:
+    with partial.open("wb") as out, tool_connection(url) as tool:
         os.fchmod(out.fileno(), 0o600)
         done = subprocess.run(
-            [str(pg_dump), "--format=custom", f"--schema={SCHEMA}", "--no-owner", "--dbname", url],
+            [str(pg_dump), "--format=custom", f"--schema={SCHEMA}", "--no-owner", "--dbname", tool.dsn],
             stdout=out,
             stderr=subprocess.PIPE,
+            env=tool.env,
             check=False,
         )
         out.flush()
@@ -75,19 +77,21 @@ def restore(url: str, path: Path) -> BackupResult:
             )
     major = server_major(url)
     pg_restore = client_tool("pg_restore", major)
-    done = subprocess.run(
-        [
-            str(pg_restore),
-            "--no-owner",
-            "--single-transaction",
-            "--exit-on-error",
-            "--dbname",
-            url,
-            str(path),
-        ],
-        capture_output=True,
-        check=False,
-    )
+    with tool_connection(url) as tool:
+        done = subprocess.run(
+            [
+                str(pg_restore),
+                "--no-owner",
+                "--single-transaction",
+                "--exit-on-error",
+                "--dbname",
+                tool.dsn,
+                str(path),
+            ],
+            capture_output=True,
+            env=tool.env,
+            check=False,
+        )
     if done.returncode != 0:
         raise BackupError(f"pg_restore failed (nothing was restored): {_first_line(done.stderr)}")
     return BackupResult(path, path.stat().st_size, major, pg_restore)
