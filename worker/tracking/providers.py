@@ -28,6 +28,8 @@ Mapped = WebhookEvent | str
 
 SENDGRID_SIGNATURE = "X-Twilio-Email-Event-Webhook-Signature"
 SENDGRID_TIMESTAMP = "X-Twilio-Email-Event-Webhook-Timestamp"
+# SendGrid posts batches of up to a few thousand events (by size, about 768 KiB); more is not SendGrid.
+MAX_BATCH = 10_000
 
 _STATUS = re.compile(r"\b[245]\.\d{1,3}\.\d{1,3}\b")
 _SMTP_CODE = re.compile(r"^\s*([245]\d\d)\b")
@@ -155,6 +157,8 @@ def map_sendgrid(payload: Any) -> list[Mapped]:
     """SendGrid's Event Webhook batch (a list of events) as events: bounces, drops, deferrals, spam reports."""
     if not isinstance(payload, list):
         raise PayloadError("expected a list of SendGrid events")
+    if len(payload) > MAX_BATCH:
+        raise PayloadError(f"expected at most {MAX_BATCH} SendGrid events")
     return [_sendgrid_event(item) for item in payload]
 
 

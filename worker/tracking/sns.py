@@ -1,10 +1,12 @@
 """Amazon SES bounces and complaints through SNS: the message signature, the subscription, the SES payload.
 
 SNS signs a canonical string of the message's fields with the private key of a certificate it
-names by URL (SignatureVersion 1: SHA1withRSA, 2: SHA256withRSA). Mailroom fetches that
-certificate only over https from a host under amazonaws.com (TLS vouches for it), caches it, and
-takes messages only from the topics configured, since any AWS account can sign messages of its own
-topics. A subscription is confirmed by GETting its SubscribeURL, under the same host rule.
+names by URL (SignatureVersion 1: SHA1withRSA, 2: SHA256withRSA). Anyone can post a message naming
+any URL, so the topic is checked against the allow-list before anything is fetched, the URL must be
+a `.pem` on the SNS host itself, and the certificate must chain to a trusted root and name SNS
+(`worker.tracking.sns_trust`); certificates are then kept per URL. Any AWS account can sign messages
+of its own topics, hence the allow-list. A subscription is confirmed by GETting its SubscribeURL,
+only when it is on the SNS host of the topic's region and confirms that topic.
 """
 
 from __future__ import annotations
@@ -12,26 +14,29 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
+import aiohttp
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.x509 import verification
 
 from worker.core.webhook_events import EventKind, WebhookEvent
+from worker.tracking import sns_trust
 from worker.tracking.providers import Mapped, PayloadError, clean, enhanced_status, smtp_code
 
-# GET an https URL and return its body (injected in tests; `fetch` below in production).
-HttpsGet = Callable[[str], Awaitable[bytes]]
+log = logging.getLogger("mailroom.tracker")
 
-MAX_CERTIFICATE = 64 * 1024
 # SNS retries an HTTP endpoint for up to an hour under the longest delivery policies.
 MAX_AGE_SECONDS = 3600
+# SES lists at most 50 recipients per message; more is not SES.
+MAX_RECIPIENTS = 100
 _SIGNED = ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type")
 FIELDS = {
     "Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
@@ -40,34 +45,8 @@ FIELDS = {
 }
 _HASHES: dict[str, Callable[[], hashes.HashAlgorithm]] = {"1": hashes.SHA1, "2": hashes.SHA256}
 SES_KINDS: dict[str, EventKind] = {"Permanent": "hard", "Transient": "soft", "Undetermined": "soft"}
-
-
-def amazon_url(url: Any) -> bool:
-    """Whether a URL is https on a host under amazonaws.com (and carries no credentials or odd port)."""
-    if not isinstance(url, str):
-        return False
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return False
-    host = (parts.hostname or "").lower()
-    return (
-        parts.scheme == "https"
-        and host.endswith(".amazonaws.com")
-        and parts.username is None
-        and port in (None, 443)
-    )
-
-
-async def fetch(url: str) -> bytes:
-    """GET an https URL (a certificate, a SubscribeURL): its body, at most 64 KiB, within 10 seconds."""
-    import aiohttp
-
-    timeout = aiohttp.ClientTimeout(total=10)
-    async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url, allow_redirects=False) as resp:
-        resp.raise_for_status()
-        return await resp.content.read(MAX_CERTIFICATE)
+# A network failure while fetching: SNS should retry later (a 503), unlike a refusal.
+UNREACHABLE = (aiohttp.ClientError, OSError)
 
 
 def canonical(message: dict[str, Any]) -> bytes | None:
@@ -98,55 +77,106 @@ def fresh(message: dict[str, Any], now: float) -> bool:
 
 
 class SnsVerifier:
-    """Checks SNS signatures against certificates fetched from AWS, kept per URL once fetched."""
+    """Checks SNS signatures against certificates from the SNS host that chain to a trusted root."""
 
-    def __init__(self, https_get: HttpsGet = fetch, cache_size: int = 32) -> None:
-        self.https_get = https_get
+    def __init__(
+        self,
+        fetch: sns_trust.Fetch | None = None,
+        roots: Sequence[x509.Certificate] | None = None,
+        cache_size: int = 32,
+    ) -> None:
+        self.fetch: sns_trust.Fetch = fetch or sns_trust.HttpFetcher()
+        self._roots = list(roots) if roots is not None else None
+        self._store: verification.Store | None = None
         self.cache_size = cache_size
-        self._keys: OrderedDict[str, rsa.RSAPublicKey] = OrderedDict()
+        # per certificate URL: its key and the end of its validity (refusals are not kept: see _key)
+        self._keys: OrderedDict[str, tuple[rsa.RSAPublicKey, datetime]] = OrderedDict()
+        self._issuers: OrderedDict[str, list[x509.Certificate]] = OrderedDict()
+
+    def store(self) -> verification.Store | None:
+        """The trust store (the system's unless roots were given), or None when there are no roots."""
+        if self._store is None:
+            roots = self._roots if self._roots is not None else sns_trust.system_roots()
+            self._store = verification.Store(roots) if roots else None
+        return self._store
 
     async def refusal(self, message: dict[str, Any], now: float) -> str | None:
         """None when SNS signed this message; else why not. Fetching a certificate may raise (network)."""
         algorithm = _HASHES.get(str(message.get("SignatureVersion")))
         signed = canonical(message)
-        url = message.get("SigningCertURL")
         if algorithm is None or signed is None:
             return "not a signed SNS message"
-        if not amazon_url(url):
-            return "signing certificate is not on an https amazonaws.com host"
+        url = sns_trust.certificate_url(message.get("SigningCertURL"))
+        if url is None:
+            return "signing certificate is not a .pem on an https SNS host"
         if not fresh(message, now):
             return "stale or missing Timestamp"
         try:
             signature = base64.b64decode(str(message.get("Signature")), validate=True)
         except (ValueError, binascii.Error):
             return "signature is not base64"
-        key = await self._key(str(url))
+        key = await self._key(url, datetime.fromtimestamp(now, UTC))
         if key is None:
-            return "signing certificate is unusable"
+            return "signing certificate is not an SNS certificate from a trusted authority"
         try:
             key.verify(signature, signed, padding.PKCS1v15(), algorithm())
         except InvalidSignature:
             return "bad signature"
         return None
 
-    async def _key(self, url: str) -> rsa.RSAPublicKey | None:
-        if url in self._keys:
-            self._keys.move_to_end(url)
-            return self._keys[url]
+    async def confirm(self, message: dict[str, Any]) -> bool:
+        """GET the SubscribeURL of a verified SubscriptionConfirmation when it is SNS's for its topic."""
+        url = sns_trust.subscribe_url(message.get("SubscribeURL"), str(message.get("TopicArn")))
+        if url is None:
+            return False
         try:
-            certificate = x509.load_pem_x509_certificate(await self.https_get(url))
-        except ValueError:
+            await self.fetch(str(url))
+        except sns_trust.FetchRefused as exc:
+            log.warning("SNS refused the subscription confirmation: %s", exc)
+            return False
+        return True
+
+    async def _key(self, url: sns_trust.SnsUrl, at: datetime) -> rsa.RSAPublicKey | None:
+        """The verified key of the certificate at `url` (a network failure raises and is not kept)."""
+        cached = self._keys.get(str(url))
+        if cached is not None and at <= cached[1]:
+            self._keys.move_to_end(str(url))
+            return cached[0]
+        store = self.store()
+        if store is None:
+            log.error("no trusted root certificates: every SNS message is refused")
             return None
-        now = datetime.now(UTC)
-        key = certificate.public_key()
-        if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
+        try:
+            chain = sns_trust.load_certificates(await self.fetch(str(url)))
+        except (ValueError, sns_trust.FetchRefused):
             return None
+        leaf, intermediates = chain[0], chain[1:]
+        key = leaf.public_key()
         if not isinstance(key, rsa.RSAPublicKey):
             return None
-        self._keys[url] = key
-        if len(self._keys) > self.cache_size:
-            self._keys.popitem(last=False)
+        if not sns_trust.chain_verified(store, leaf, intermediates, url.host, at):
+            issuers = await self._fetched_issuers(leaf)
+            if not issuers or not sns_trust.chain_verified(store, leaf, issuers, url.host, at):
+                return None
+        self._remember(self._keys, str(url), (key, leaf.not_valid_after_utc))
         return key
+
+    async def _fetched_issuers(self, leaf: x509.Certificate) -> list[x509.Certificate]:
+        """The leaf's issuer certificates from its caIssuers URLs on Amazon's trust hosts (AWS sends none)."""
+        found: list[x509.Certificate] = []
+        for url in sns_trust.issuer_urls(leaf):
+            if url not in self._issuers:
+                try:
+                    self._remember(self._issuers, url, sns_trust.load_certificates(await self.fetch(url))[:4])
+                except (ValueError, sns_trust.FetchRefused):
+                    continue
+            found.extend(self._issuers[url])
+        return found
+
+    def _remember(self, cache: OrderedDict[str, Any], url: str, value: Any) -> None:
+        cache[url] = value
+        if len(cache) > self.cache_size:
+            cache.popitem(last=False)
 
 
 def parse_sns(body: Any) -> dict[str, Any]:
@@ -177,6 +207,8 @@ def map_ses(message: dict[str, Any]) -> list[Mapped]:
     listed = report.get(key)
     if not isinstance(listed, list):
         return [f"SES {recipients} without recipients"]
+    if len(listed) > MAX_RECIPIENTS:
+        return [f"SES {recipients} with over {MAX_RECIPIENTS} recipients"]
     return [_ses_event(r, report, recipients, mail, message) for r in listed]
 
 

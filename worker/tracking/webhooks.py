@@ -3,8 +3,11 @@
 Each route authenticates the request before reading it (a secret that is not configured makes its
 route a 404), maps the payload to `WebhookEvent`s and hands them to the sink the command line gave
 the tracker (the bounce producers' `apply_events`), on a connection of its own in a thread. The
-answer is 202 with one verdict per event: recorded, duplicate, unmatched (quarantined) or ignored.
-A bad signature is a 401, a payload that is not what the route expects a 400: never a 500.
+answer to an authenticated request is one neutral 202 whatever became of its events (recorded,
+duplicate, unmatched and quarantined, or ignored: that goes to the log), so a webhook never tells
+whether an email or an address exists. A bad signature is a 401, a payload that is not what the
+route expects a 400: never a 500. No route fetches anything its request names, except SNS's
+certificate and subscription URLs, and those only on the SNS host (`worker.tracking.sns`).
 
 The generic webhook signs `<timestamp>.<body>` (not the body alone) so the timestamp cannot be
 changed to replay an old request; events are idempotent besides.
@@ -18,11 +21,11 @@ import hmac
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import psycopg
 from aiohttp import web
 
@@ -62,6 +65,8 @@ def add_routes(app: web.Application, url: str, settings: Settings, sink: EventSi
     """Serve the webhooks on `app`; a malformed SendGrid key is a `ConfigError` now, not at the first request."""
     key = providers.load_sendgrid_key(settings.sendgrid_webhook_public_key)
     app[WEBHOOKS] = Webhooks(url, settings, sink, key)
+    if not settings.ses_topic_arns:
+        log.info("/webhooks/ses refuses every SNS message: MAILROOM_SES_TOPIC_ARNS lists no topic")
     app.router.add_post("/webhooks/bounces", generic)
     app.router.add_post("/webhooks/postmark", postmark)
     app.router.add_post("/webhooks/sendgrid", sendgrid)
@@ -174,23 +179,22 @@ async def _receive(
         mapped = mapper(json.loads(body))
     except (ValueError, RecursionError) as exc:  # PayloadError is a ValueError, so is bad JSON
         return _answer(f"malformed payload: {str(exc)[:200]}", 400)
-    return await _respond(hooks, mapped)
+    return await _respond(request, hooks, mapped)
 
 
-async def _respond(hooks: Webhooks, mapped: list[Mapped]) -> web.Response:
-    """Apply the events among `mapped` and answer 202 with one verdict per item, in order."""
+def accepted(count: int) -> web.Response:
+    """The one answer to every authenticated, well-formed request: how many items it carried, nothing more."""
+    return web.json_response({"accepted": count}, status=202, headers=_JSON_HEADERS)
+
+
+async def _respond(request: web.Request, hooks: Webhooks, mapped: list[Mapped]) -> web.Response:
+    """Apply the events among `mapped`, log what became of each, and answer the neutral 202."""
     events = [m for m in mapped if isinstance(m, WebhookEvent)]
-    outcomes = iter(await asyncio.to_thread(_apply, hooks, events) if events else [])
-    answers: list[dict[str, Any]] = []
-    for m in mapped:
-        if isinstance(m, WebhookEvent):
-            outcome = next(outcomes)
-            answers.append(
-                {"verdict": outcome.verdict, "detail": outcome.detail, "email_id": outcome.email_id}
-            )
-        else:
-            answers.append({"verdict": "ignored", "detail": m})
-    return web.json_response({"events": answers}, status=202, headers=_JSON_HEADERS)
+    outcomes = await asyncio.to_thread(_apply, hooks, events) if events else []
+    verdicts = Counter[str](o.verdict for o in outcomes)
+    verdicts["ignored"] = len(mapped) - len(events)
+    log.info("webhook %s: %s", request.path, ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()) if n))
+    return accepted(len(mapped))
 
 
 async def generic(request: web.Request) -> web.Response:
@@ -241,7 +245,13 @@ async def ses(request: web.Request) -> web.Response:
         message = sns.parse_sns(json.loads(body))
     except (ValueError, RecursionError) as exc:
         return _answer(f"malformed payload: {str(exc)[:200]}", 400)
+    # Before anything is fetched: a message of another topic costs the tracker nothing.
     if message.get("TopicArn") not in hooks.settings.ses_topic_arns:
+        log.warning(
+            "webhook %s refused: topic %s is not configured",
+            request.path,
+            clean(message.get("TopicArn"), 300),
+        )
         return _answer("not a configured topic", 403)
     try:
         refusal = await hooks.sns.refusal(message, hooks.clock())
@@ -250,19 +260,20 @@ async def ses(request: web.Request) -> web.Response:
             return _answer(refusal, 401)
         if message["Type"] == "SubscriptionConfirmation":
             return await _confirm(hooks, message)
-    except (aiohttp.ClientError, OSError) as exc:  # AWS unreachable: SNS retries
+    except sns.UNREACHABLE as exc:  # AWS unreachable: SNS retries
         log.warning("webhook %s: AWS unreachable (%s)", request.path, exc)
         return _answer("AWS unreachable, try again", 503)
     if message["Type"] == "UnsubscribeConfirmation":
-        return web.json_response({"events": []}, status=200, headers=_JSON_HEADERS)
-    return await _respond(hooks, sns.map_ses(message))
+        return accepted(0)
+    return await _respond(request, hooks, sns.map_ses(message))
 
 
 async def _confirm(hooks: Webhooks, message: dict[str, Any]) -> web.Response:
-    """Confirm a signed subscription of a configured topic by GETting its SubscribeURL (on AWS only)."""
-    url = message["SubscribeURL"]
-    if not sns.amazon_url(url):
-        return _answer("SubscribeURL is not on an https amazonaws.com host", 400)
-    await hooks.sns.https_get(url)
+    """Confirm a signed subscription of a configured topic by GETting its SubscribeURL (SNS's own only)."""
+    if not await hooks.sns.confirm(message):
+        log.warning(
+            "SNS subscription to %s not confirmed: its SubscribeURL is not SNS's", message["TopicArn"]
+        )
+        return _answer("SubscribeURL is not an SNS confirmation of this topic", 400)
     log.info("confirmed the SNS subscription to %s", message["TopicArn"])
     return web.json_response({"confirmed": message["TopicArn"]}, status=200, headers=_JSON_HEADERS)
