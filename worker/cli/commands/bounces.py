@@ -16,6 +16,7 @@ from worker.cli.argtypes import positive_count
 from worker.cli.commands import bounce_list
 from worker.core.config import ConfigError, Settings
 from worker.core.masking import mask_address
+from worker.core.terminal import printable, printable_lines
 
 EX_TEMPFAIL = 75  # sysexits.h: Postfix, Exim and Sendmail keep the message and retry the pipe later
 
@@ -110,7 +111,8 @@ QUARANTINE = """\
 List the messages the bounce intake kept because it could not read them or could not trust them
 (no valid return-path token, no email of Mailroom named, a forged token), newest first: id, when
 (UTC), size, the envelope recipient (masked) and why. Each is stored once, its first 256 KiB kept.
---show ID writes the kept bytes of one message to standard output.
+--show ID writes the kept bytes of one message to standard output: unchanged into a file or a
+pipe; on a terminal with control characters shown as escapes (\\x1b), as the list shows them.
 
 Exit status: 0 listed; 1 --show names no quarantined message.
 
@@ -328,7 +330,10 @@ def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
             if raw is None:
                 print(f"no quarantined message {args.show}", file=sys.stderr)
                 return 1
-            sys.stdout.buffer.write(raw)
+            if sys.stdout.isatty():  # its sender wrote it: no escape sequence reaches the terminal
+                sys.stdout.write(printable_lines(raw.decode("utf-8", errors="replace")))
+            else:
+                sys.stdout.buffer.write(raw)
             return 0
         rows = list_quarantine(conn, args.limit)
     items = [
@@ -350,7 +355,7 @@ def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
     for item in items:
         print(
             f"{item['id']:>6}  {item['received_at'][:19].replace('T', ' ')}  {item['size']:>8} B  "
-            f"{item['envelope_recipient'] or '-'}  {item['reason']}"
+            f"{printable(item['envelope_recipient'] or '-')}  {printable(item['reason'])}"
         )
     return 0
 
