@@ -207,19 +207,21 @@ def test_dkim_covers_cc_so_it_cannot_be_altered_or_added_in_transit(
 # -- delivery ------------------------------------------------------------------------------------------
 
 
-async def test_every_recipient_gets_the_message_with_bcc_in_the_envelope_only(
+async def test_every_recipient_gets_its_own_copy_with_bcc_in_the_envelope_only(
     db_url: str, fast_settings: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     enqueue_to(db_url, A, name="Ann", to_extra=[B], cc=[C], bcc=["secret@example.net"],
                reply_to=["desk@example.org"])  # fmt: skip
     assert await run_until_drained(db_url, fast_settings) == 1
-    [message] = smtp_sink.messages
-    assert message.rcpt_tos == (A, B, C, "secret@example.net")
-    assert b"secret" not in message.content and b"Bcc" not in message.content
-    assert message.message["To"] == f"Ann <{A}>, {B}"
-    assert message.message["Cc"] == C
-    assert message.message["Reply-To"] == "desk@example.org"
+    assert [m.rcpt_tos for m in smtp_sink.messages] == [(A,), (B,), (C,), ("secret@example.net",)]
+    for message in smtp_sink.messages:
+        assert b"secret" not in message.content and b"Bcc" not in message.content
+        assert message.message["To"] == f"Ann <{A}>, {B}"
+        assert message.message["Cc"] == C
+        assert message.message["Reply-To"] == "desk@example.org"
+    # Each copy names its own recipient: what comes back from one acts for that one alone.
+    assert len({m.message["Message-ID"] for m in smtp_sink.messages}) == 4
     assert statuses(db_url) == {"sent": 1}
     assert outcomes(db_url) == []
 
@@ -273,7 +275,7 @@ async def test_transactional_email_ignores_unsubscribes_but_not_bounces_per_reci
         conn.execute("INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES (%s, 'complaint')", (C,))
     enqueue_to(db_url, A, cc=[B], bcc=[C])  # no campaign: transactional
     await run_until_drained(db_url, fast_settings)
-    assert [m.rcpt_tos for m in smtp_sink.messages] == [(A, B)]
+    assert [m.rcpt_tos for m in smtp_sink.messages] == [(A,), (B,)]
     assert outcomes(db_url) == [(C, "bcc", "suppressed", None, None, "on the bounce list (complaint)")]
 
 
@@ -284,7 +286,7 @@ async def test_one_bad_mailbox_of_three_is_recorded_and_bounced_and_the_others_g
     smtp_sink.on_rcpt(B, "550 5.1.1 User unknown")
     enqueue_to(db_url, A, cc=[B], bcc=[C])
     assert await run_until_drained(db_url, fast_settings) == 1
-    assert [m.rcpt_tos for m in smtp_sink.messages] == [(A, C)]
+    assert [m.rcpt_tos for m in smtp_sink.messages] == [(A,), (C,)]
     assert one_row(db_url, "SELECT status, last_error FROM mailroom.email_queue") == ("sent", None)
     assert outcomes(db_url) == [(B, "cc", "refused", 550, "5.1.1", "5.1.1 User unknown")]
     assert one_row(db_url, "SELECT email, bounce_type, enhanced_code FROM mailroom.bounce_list") == (
@@ -387,7 +389,7 @@ async def test_a_many_recipient_message_is_never_pipelined_nor_announced_and_sin
     assert [a.reply.code for a in (first, middle, last, after)] == [250] * 4
     assert middle.many and not first.many
     assert [m.rcpt_tos for m in smtp_sink.messages] == [
-        ("one@example.com",), (A, B, C), ("two@example.com",), ("three@example.com",)
+        ("one@example.com",), (A,), (B,), (C,), ("two@example.com",), ("three@example.com",)
     ]  # fmt: skip
     assert len({m.peer for m in smtp_sink.messages}) == 1
     # "one" and "two" each pipelined their own MAIL, RCPT and DATA (nothing rode behind a body before

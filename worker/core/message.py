@@ -19,6 +19,7 @@ from email.policy import SMTP
 from email.utils import format_datetime
 from typing import Any
 
+from worker.core.recipient_tokens import message_id, unsubscribe_token
 from worker.core.validation import ValidationError, check_header_name, check_header_text, normalise_address
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 .'-]*$")
@@ -36,10 +37,14 @@ class Envelope:
     # `recipient` first, de-duplicated and without the suppressed ones. Empty for the common email with
     # one recipient, which is the only kind whose commands may be pipelined behind another body.
     recipients: tuple[str, ...] = ()
+    # With several recipients: one single-recipient envelope per recipient in `recipients`, each its
+    # own message (Message-ID, unsubscribe link) and, once the engine sets it, its own return path.
+    copies: tuple[Envelope, ...] = ()
 
 
 def message_id_for(email_id: int, created_at: datetime, from_email: str) -> str:
-    """A Message-ID derived from the email's id: every attempt of one email carries the same one."""
+    """A Message-ID derived from the email's id, for a worker without a return-path key: stable, but
+    guessable, so the bounce intake never trusts it (it trusts `recipient_tokens.message_id`)."""
     domain = from_email.rpartition("@")[2] or "mailroom.invalid"
     stamp = int(created_at.timestamp() * 1_000_000)
     return f"<{email_id}.{stamp:x}@{domain}>"
@@ -185,10 +190,17 @@ def check_row(email: Mapping[str, Any]) -> None:
         _check_address_lists(email)
 
 
-def build_message(email: Mapping[str, Any], from_email: str, from_name: str | None = None) -> Envelope:
-    """Turn a stored `email_queue` row into bytes (after `check_row`); content is used exactly as stored."""
+def build_message(
+    email: Mapping[str, Any], from_email: str, from_name: str | None = None, key: bytes | None = None
+) -> Envelope:
+    """Turn a stored `email_queue` row into bytes (after `check_row`); content is used exactly as stored.
+
+    With the return-path `key`, the Message-ID names the email and its recipient under a MAC (see
+    `worker.core.recipient_tokens`). An email with several recipients becomes one copy per envelope
+    recipient (`Envelope.copies`), each with its own Message-ID and its own unsubscribe link, so a
+    report or a click from one recipient can only ever act for that recipient.
+    """
     check_row(email)
-    message_id = message_id_for(int(email["id"]), email["created_at"], from_email)
     get = email.get
     # The common email has none of these lists: its headers are written as they always were.
     lists = get("to_extra") or get("cc") or get("bcc") or get("reply_to")
@@ -197,31 +209,53 @@ def build_message(email: Mapping[str, Any], from_email: str, from_name: str | No
         if lists
         else _address_header("To", get("recipient_name"), email["recipient_email"])
     )
-    head = [
-        _address_header("From", from_name, from_email),
-        to,
-        _header("Subject", email["subject"]),
-        _date_header(),
-        f"Message-ID: {message_id}\r\n",
-    ]
-    head.extend(_header(name, value) for name, value in (email.get("headers") or {}).items())
-    head.append("MIME-Version: 1.0\r\n")
-    text, html = email.get("text_body"), email.get("html_body")
+    top = "".join((_address_header("From", from_name, from_email), to, _header("Subject", email["subject"])))
+    top += _date_header()
+    headers: Mapping[str, str] = email.get("headers") or {}
+    body = _body(email.get("text_body"), email.get("html_body"))
+    domain = from_email.rpartition("@")[2] or "mailroom.invalid"
+
+    def copy(recipient: str, copy_headers: Mapping[str, str]) -> Envelope:
+        if key is None:
+            mid = message_id_for(int(email["id"]), email["created_at"], from_email)
+        else:
+            mid = message_id(int(email["id"]), recipient, domain, key)
+        head = [top, f"Message-ID: {mid}\r\n"]
+        head.extend(_header(name, value) for name, value in copy_headers.items())
+        head.append("MIME-Version: 1.0\r\n")
+        return Envelope(from_email, recipient, mid, ("".join(head) + body).encode("utf-8"))
+
+    if not lists or not has_more_recipients(email):
+        return copy(email["recipient_email"], headers)
+    recipients = envelope_recipients(email)
+    copies = tuple(copy(r, _recipient_unsubscribe(headers, r, key)) for r in recipients)
+    first = copies[0]
+    return Envelope(from_email, first.recipient, first.message_id, first.content, recipients, copies)
+
+
+def _body(text: str | None, html: str | None) -> str:
+    """The MIME body (with its Content-Type) of the stored text and HTML."""
     if text is not None and html is not None:
         boundary = f"=_mailroom_{secrets.token_hex(12)}"
-        body = (
+        return (
             f'Content-Type: multipart/alternative; boundary="{boundary}"\r\n\r\n'
             f"--{boundary}\r\n{_part(text, 'plain')}--{boundary}\r\n{_part(html, 'html')}--{boundary}--\r\n"
         )
-    else:
-        body = _part(text, "plain") if text is not None else _part(html or "", "html")
-    content = ("".join(head) + body).encode("utf-8")
-    if not lists or not has_more_recipients(email):
-        return Envelope(
-            sender=from_email, recipient=email["recipient_email"], message_id=message_id, content=content
-        )
-    recipients = envelope_recipients(email)
-    return Envelope(from_email, recipients[0], message_id, content, recipients)
+    return _part(text, "plain") if text is not None else _part(html or "", "html")
+
+
+# The tracker's unsubscribe URL as `worker.core.links` writes it into List-Unsubscribe.
+_UNSUBSCRIBE_URL = re.compile(r"/u/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})>")
+
+
+def _recipient_unsubscribe(headers: Mapping[str, str], recipient: str, key: bytes | None) -> Mapping[str, str]:
+    """The headers of one recipient's copy: its own unsubscribe link. Without a key the email's plain
+    link stays, which the tracker refuses for an email with several recipients (it names none)."""
+    value = headers.get("List-Unsubscribe")
+    if value is None or key is None:
+        return headers
+    own = _UNSUBSCRIBE_URL.sub(lambda m: f"/u/{unsubscribe_token(m.group(1), recipient, key)}>", value)
+    return {**headers, "List-Unsubscribe": own}
 
 
 def _recipient_headers(email: Mapping[str, Any]) -> str:

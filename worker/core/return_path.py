@@ -41,6 +41,14 @@ def bounce_key(settings: Settings) -> bytes:
     raise ConfigError("MAILROOM_SECRET_KEY is not set: return-path tokens are signed with it")
 
 
+def optional_bounce_key(settings: Settings) -> bytes | None:
+    """The return-path key, or None where no secret key is configured (then no token is authentic)."""
+    try:
+        return bounce_key(settings)
+    except ConfigError:
+        return None
+
+
 def _b32(digest: bytes, chars: int) -> str:
     return base64.b32encode(digest).decode("ascii").lower()[:chars]
 

@@ -143,8 +143,8 @@ def failure_statements(
     }
     statements: list[tuple[str, dict[str, Any]]] = [(q.COMPLETE, complete)]
     if outcome.attempt.many:
-        # Whose mailbox a reply to DATA means is unknown with several recipients: only the refusals at
-        # RCPT, each tied to its recipient, put addresses on the bounce list.
+        # Each recipient had its own transaction: its refusal (at MAIL, RCPT or DATA) is tied to it
+        # and puts that address alone on the bounce list; the email's reply is that of its last copy.
         statements += refusal_statements(email, outcome.attempt, sender_id, errors=1)
         return _charged(statements, outcome, token)
     bounced = outcome.verdict is Verdict.BOUNCE

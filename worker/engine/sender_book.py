@@ -16,7 +16,7 @@ from worker.core.crypto import SecretBox, secret_box
 from worker.core.dkim import DkimKey, sign_envelope
 from worker.core.message import Envelope, build_message
 from worker.core.relay_tags import tag_for_relay
-from worker.core.return_path import envelope_sender
+from worker.core.return_path import envelope_sender, optional_bounce_key
 from worker.engine.database import Pool, fetch_scalar
 from worker.engine.oauth import OAuthClient, TokenCache
 from worker.engine.senders import ELIGIBLE_SENDERS, SAVE_ROTATED_GRANT, TAKE_SEND_SLOT
@@ -46,6 +46,9 @@ class Sender:
     bounce_domain: str | None = None
     # postmark or sendgrid: each message carries the tag that relay's event webhooks hand back.
     relay_provider: str | None = None
+    # The return-path key, which also signs Message-IDs and per-recipient unsubscribe links; None
+    # without MAILROOM_SECRET_KEY (or its key file): Message-IDs are then ones the intake never trusts.
+    message_key: bytes | None = None
 
     @property
     def id(self) -> int:
@@ -55,23 +58,27 @@ class Sender:
     def build(self, email: dict[str, Any]) -> Envelope | Exception:
         """The email as it goes on the wire from this sender (DKIM-signed if it has a key), or why it cannot be built."""
         try:
-            envelope = build_message(email, self.from_email, self.from_name)
-            if self.bounce_settings is not None:
-                sender = envelope_sender(
-                    self.bounce_settings,
-                    email["id"],
-                    email["recipient_email"],
-                    self.from_email,
-                    self.bounce_domain,
-                )
-                envelope = replace(envelope, sender=sender)
-            if self.relay_provider is not None:
-                envelope = tag_for_relay(envelope, self.relay_provider, int(email["id"]))
-            if self.dkim is not None:
-                # Inline on the event loop on purpose (~1 ms a message): see worker.core.dkim.
-                envelope = sign_envelope(envelope, self.dkim)
+            envelope = build_message(email, self.from_email, self.from_name, self.message_key)
+            if not envelope.copies:
+                return self._finish(envelope, int(email["id"]))
+            copies = tuple(self._finish(c, int(email["id"])) for c in envelope.copies)
+            first = copies[0]
+            return replace(envelope, sender=first.sender, content=first.content, copies=copies)
         except (TypeError, ValueError, AttributeError) as exc:
             return exc
+
+    def _finish(self, envelope: Envelope, email_id: int) -> Envelope:
+        """One message for one recipient: its own return path, the relay's tag, the DKIM signature."""
+        if self.bounce_settings is not None:
+            sender = envelope_sender(
+                self.bounce_settings, email_id, envelope.recipient, self.from_email, self.bounce_domain
+            )
+            envelope = replace(envelope, sender=sender)
+        if self.relay_provider is not None:
+            envelope = tag_for_relay(envelope, self.relay_provider, email_id)
+        if self.dkim is not None:
+            # Inline on the event loop on purpose (~1 ms a message): see worker.core.dkim.
+            envelope = sign_envelope(envelope, self.dkim)
         return envelope
 
 
@@ -86,6 +93,7 @@ class SenderBook:
         self._loaded_at = 0.0
         self._open: dict[int, int] = {}  # SMTP connections this process holds per sender account
         self._box: SecretBox | None = None
+        self._key: bytes | None = None  # the return-path key once read (b"": there is none)
         # DKIM keys decrypted once per sender account (and again only when its stored key changes)
         self._dkim_keys: dict[tuple[int, bytes], DkimKey] = {}
         # OAuth2 access tokens, shared by every SMTP connection of this process
@@ -197,7 +205,13 @@ class SenderBook:
             settings if bounce_domain else None,
             bounce_domain,
             row["relay_provider"],
+            self._message_key(),
         )
+
+    def _message_key(self) -> bytes | None:
+        if self._key is None:
+            self._key = optional_bounce_key(self.settings) or b""
+        return self._key or None
 
     def _oauth_client(self, row: dict[str, Any]) -> OAuthClient:
         """The account's OAuth2 client with its secret and refresh token decrypted."""

@@ -37,14 +37,14 @@ class SmtpAccount:
     oauth: OAuthClient | None = None
 
 
-# One recipient of a many-recipient message refused at RCPT, and the reply that refused it.
+# One recipient of a many-recipient message whose copy was refused, and the reply that refused it.
 Refusal = tuple[str, Reply]
 
 
 @dataclass(frozen=True)
 class Attempt:
     """The reply to one message and how long it took; for a message with several envelope recipients
-    (`many`), the recipients refused at RCPT (the reply is then that of DATA when any was accepted)."""
+    (`many`), the recipients whose copy was refused (the reply is then that of the last copy accepted)."""
 
     reply: Reply
     duration_ms: int
@@ -178,7 +178,9 @@ class SmtpConnection:
                 client = await self._connect()
             self._phase = "mail"
             if refused is not None:
-                return await _many_transaction(client, envelope, self.account, self._enter, refused)
+                return await _many_transaction(
+                    client, envelope, self.account, self._enter, refused, self._drop
+                )
             reply, self._announced = await _transaction(
                 client, envelope, announced is not None, upcoming, self.account, self._enter
             )
@@ -286,36 +288,111 @@ async def _many_transaction(
     account: SmtpAccount,
     enter: Callable[[str], None],
     refused: list[Refusal],
+    drop: Callable[[], None],
 ) -> Reply:
-    """MAIL, one RCPT per envelope recipient, then DATA to those accepted, one command at a time.
+    """One transaction per recipient's copy (MAIL with its own return path, RCPT, DATA), one command at a time.
 
-    Never pipelined, never announced behind another body, and nothing announced behind its own: each
-    RCPT's reply is read before the next, so a refusal is tied to its recipient beyond doubt. Refused
-    recipients are appended to `refused`. When every one is refused, this raises the refusal that
-    decides the email's fate as a single recipient's would (a temporary one first: a retry may reach
-    them all); a 421 ends the session and the email is retried whole.
+    Each recipient gets its own message (Message-ID, unsubscribe link, VERP token), so what comes back
+    from one recipient can only act for that one. Never pipelined, never announced behind another body.
+    A copy refused at MAIL, RCPT or DATA is that recipient's refusal, appended to `refused`. When every
+    copy is refused this raises the refusal that decides the email's fate as a single recipient's would
+    (a temporary one first: a retry may reach them all); a MAIL refusal of the first copy is the
+    sender's and raised at once. A 421 or a lost connection before any copy was accepted is raised (the
+    email is retried whole); after one was accepted, the copies not sent are recorded as refused with
+    that reply and the connection dropped: a recipient who has the message is never sent it twice.
     """
-    for address in (envelope.sender, *envelope.recipients):
-        if _unsafe(address):
-            raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {address!r}", envelope.sender)
-    response = await client.execute_command(b"MAIL", b"FROM:<" + envelope.sender.encode("ascii") + b">")
-    if response.code != 250:
-        raise aiosmtplib.SMTPSenderRefused(response.code, response.message, envelope.sender)
-    enter("rcpt")
-    refusals: list[tuple[str, SMTPResponse]] = []
-    for address in envelope.recipients:
-        response = await client.execute_command(b"RCPT", b"TO:<" + address.encode("ascii") + b">")
-        if response.code == CLOSING:
-            raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, address)
-        if response.code not in (250, 251):
-            refusals.append((address, response))
-            refused.append((address, clean_reply(response.code, response.message, "rcpt")))
-    if len(refusals) == len(envelope.recipients):
-        address, response = next(((a, r) for a, r in refusals if 400 <= r.code < 500), refusals[0])
-        raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, address)
-    enter("data")
-    response = await client.data(envelope.content, timeout=account.data_timeout)
-    return clean_reply(response.code, response.message, "data")
+    copies = envelope.copies or tuple(
+        Envelope(envelope.sender, r, envelope.message_id, envelope.content) for r in envelope.recipients
+    )
+    for copy in copies:
+        if _unsafe(copy.sender) or _unsafe(copy.recipient):
+            unsafe = copy.sender if _unsafe(copy.sender) else copy.recipient
+            raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {unsafe!r}", copy.sender)
+    accepted: Reply | None = None
+    for index, copy in enumerate(copies):
+        phase = "mail"
+        try:
+            enter(phase)
+            response = await client.execute_command(b"MAIL", b"FROM:<" + copy.sender.encode("ascii") + b">")
+            if response.code != 250:
+                if index == 0 or response.code == CLOSING:
+                    raise aiosmtplib.SMTPSenderRefused(response.code, response.message, copy.sender)
+                raise _Refused(response.code, response.message)
+            enter(phase := "rcpt")
+            response = await client.execute_command(b"RCPT", b"TO:<" + copy.recipient.encode("ascii") + b">")
+            if response.code == CLOSING:
+                raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, copy.recipient)
+            if response.code not in (250, 251):
+                raise _Refused(response.code, response.message)
+            enter(phase := "data")
+            try:
+                response = await client.data(copy.content, timeout=account.data_timeout)
+            except aiosmtplib.SMTPDataError as exc:
+                if exc.code == CLOSING:
+                    raise
+                if 200 <= exc.code < 300:
+                    # DATA answered 2xx instead of 354 (or 2xx other than 250 at its end): not a send.
+                    raise _Refused(None, f"unexpected reply {exc.code} {exc.message}") from None
+                raise _Refused(exc.code, exc.message) from None
+            accepted = clean_reply(response.code, response.message, "data")
+        except _Refused as exc:
+            refused.append((copy.recipient, clean_reply(exc.code, exc.message, phase)))
+            try:
+                await client.rset()
+            except (aiosmtplib.SMTPException, OSError, TimeoutError) as lost:
+                if accepted is not None:
+                    return _rest_refused(copies[index + 1 :], lost, "mail", accepted, refused, drop)
+                if index < len(copies) - 1:
+                    raise
+                drop()  # every copy refused: the refusal that decides is raised below
+        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+            if accepted is None:
+                raise
+            return _rest_refused(copies[index:], exc, phase, accepted, refused, drop)
+    if accepted is not None:
+        return accepted
+    _address, deciding = next(
+        ((a, r) for a, r in refused if r.code is not None and 400 <= r.code < 500), refused[0]
+    )
+    raise _refusal(deciding, _address)
+
+
+class _Refused(Exception):
+    """One copy refused by the server: that recipient's refusal, not the session's."""
+
+    def __init__(self, code: int | None, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _rest_refused(
+    rest: tuple[Envelope, ...],
+    exc: BaseException,
+    phase: str,
+    accepted: Reply,
+    refused: list[Refusal],
+    drop: Callable[[], None],
+) -> Reply:
+    """The session ended after a copy was accepted: the copies not sent are refused with its reply."""
+    code = exc.code if isinstance(exc, aiosmtplib.SMTPResponseException) else None
+    text = (
+        exc.message if isinstance(exc, aiosmtplib.SMTPResponseException) else f"{type(exc).__name__}: {exc}"
+    )
+    reply = clean_reply(code, text.strip(), phase)
+    refused.extend((copy.recipient, reply) for copy in rest)
+    drop()
+    return accepted
+
+
+def _refusal(reply: Reply, address: str) -> aiosmtplib.SMTPResponseException:
+    """The exception that stands for a recipient's refusal in the phase it happened."""
+    code = reply.code if reply.code is not None else 451
+    if reply.phase == "mail":
+        return aiosmtplib.SMTPSenderRefused(code, reply.text, address)
+    if reply.phase == "data":
+        return aiosmtplib.SMTPDataError(code, reply.text)
+    return aiosmtplib.SMTPRecipientRefused(code, reply.text, address)
 
 
 async def _pipelined(

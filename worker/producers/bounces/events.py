@@ -1,7 +1,8 @@
 """Bounces and complaints reported by webhook: find the email each names and apply it like a DSN.
 
-An event names its email by Mailroom's id or by the Message-ID Mailroom gave it, and its recipient
-must be one of that email's addresses; anything else is quarantined (its JSON) and answered as
+An event names its email by Mailroom's id (the relay's tag) or by the Message-ID Mailroom gave its
+copy (authentic under the return-path key, and then naming that copy's recipient too), and its
+recipient must be one of that email's addresses, the one the Message-ID names when it names one; anything else is quarantined (its JSON) and answered as
 unmatched. The dedupe key holds the provider's event id when there is one, else the event's digest,
 so a webhook delivered again changes nothing twice.
 """
@@ -16,9 +17,11 @@ from typing import Any
 import psycopg
 
 from worker.core.masking import mask_address
-from worker.core.webhook_events import EventOutcome, WebhookEvent
+from worker.core.recipient_tokens import parse_message_id
+from worker.core.return_path import recipient_hash
+from worker.core.webhook_events import EventOutcome, EventSink, WebhookEvent
 from worker.producers.bounces.effects import EmailRef, apply_report, quarantine
-from worker.producers.bounces.intake import _OUR_MESSAGE_ID, _addresses, _email, _sent_as
+from worker.producers.bounces.intake import _addresses, _email
 from worker.producers.bounces.parse import MAX_DIAGNOSTIC, RecipientReport
 
 log = logging.getLogger(__name__)
@@ -26,20 +29,33 @@ log = logging.getLogger(__name__)
 _ACTION = {"hard": "failed", "soft": "delayed", "complaint": None}
 
 
-def apply_events(conn: psycopg.Connection[Any], events: Sequence[WebhookEvent]) -> list[EventOutcome]:
+def event_sink(key: bytes | None) -> EventSink:
+    """`apply_events` with the return-path key that authenticates Message-IDs (None: none is trusted)."""
+
+    def sink(conn: psycopg.Connection[Any], events: Sequence[WebhookEvent]) -> list[EventOutcome]:
+        return apply_events(conn, events, key)
+
+    return sink
+
+
+def apply_events(
+    conn: psycopg.Connection[Any], events: Sequence[WebhookEvent], key: bytes | None = None
+) -> list[EventOutcome]:
     """Apply each event once, all in one transaction: recorded, duplicate or unmatched (quarantined)."""
     with conn.transaction():
-        return [_apply_one(conn, event) for event in events]
+        return [_apply_one(conn, event, key) for event in events]
 
 
-def _apply_one(conn: psycopg.Connection[Any], event: WebhookEvent) -> EventOutcome:
-    row = _find_email(conn, event)
+def _apply_one(conn: psycopg.Connection[Any], event: WebhookEvent, key: bytes | None) -> EventOutcome:
+    row, named_hash = _find_email(conn, event, key)
     recipient = event.recipient.strip().lower()
     reason = None
     if row is None:
-        reason = "names no email sent by Mailroom (no known email id or Message-ID)"
+        reason = "names no email sent by Mailroom (no known email id or authentic Message-ID)"
     elif recipient not in _addresses(row):
         reason = f"names no recipient of email {row['id']}"
+    elif named_hash is not None and key is not None and recipient_hash(recipient, key) != named_hash:
+        reason = f"names another recipient of email {row['id']} than its Message-ID"
     if row is None or reason is not None:
         quarantine(conn, event.raw, f"{event.source} webhook event {reason}", recipient or None)
         return EventOutcome("unmatched", str(reason))
@@ -68,21 +84,17 @@ def _apply_one(conn: psycopg.Connection[Any], event: WebhookEvent) -> EventOutco
     return EventOutcome("recorded", f"{event.kind} for email {row['id']}", int(row["id"]))
 
 
-def _find_email(conn: psycopg.Connection[Any], event: WebhookEvent) -> dict[str, Any] | None:
-    """The email the event names by id, else by the Message-ID Mailroom sent it with."""
+def _find_email(
+    conn: psycopg.Connection[Any], event: WebhookEvent, key: bytes | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The email the event names by id, else by the Message-ID Mailroom sent its copy with (and then
+    the recipient hash that Message-ID carries)."""
     if event.email_id is not None and event.email_id > 0:
         row = _email(conn, event.email_id)
         if row is not None:
-            return row
+            return row, None
     message_id = (event.message_id or "").strip()
-    if not message_id:
-        return None
-    if not message_id.startswith("<"):
-        message_id = f"<{message_id}>"
-    match = _OUR_MESSAGE_ID.match(message_id.lower())
-    if match is None:
-        return None
-    row = _email(conn, int(match.group(1)))
-    if row is not None and _sent_as(row, message_id, int(match.group(2), 16)):
-        return row
-    return None
+    named = parse_message_id(message_id, key) if message_id and key is not None else None
+    if named is None:
+        return None, None
+    return _email(conn, named[0]), named[1]

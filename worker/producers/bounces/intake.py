@@ -1,25 +1,26 @@
 """One incoming message, from any source: parse it, find the email it is about, apply it or quarantine it.
 
-The email is named by the VERP token of an address the report was sent to (the envelope recipient,
-X-Original-To, Delivered-To, To) or of the returned original's Return-Path; failing that, by the
-original's Message-ID (`<id.stamp@domain>`, checked against the one the email recorded). A report
-carrying a return path whose token is not authentic is quarantined, never matched another way.
-A recipient is only ever one of the email's own addresses, or the one its token's hash names.
+The email and its recipient are named by the VERP token of an address the report was sent to (the
+envelope recipient, X-Original-To, Delivered-To, To) or of the returned original's Return-Path;
+failing that, by the original's Message-ID, which names the email and the recipient of its copy under
+a MAC (`worker.core.recipient_tokens`). A report carrying a return path whose token is not authentic
+is quarantined, never matched another way. A report acts only for the recipient its token names:
+one naming another recipient of the same email is quarantined, and nothing is guessed (an email's
+only address, a Message-ID without a MAC).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
 from psycopg.rows import dict_row
 
+from worker.core.recipient_tokens import parse_message_id
 from worker.core.return_path import looks_like_return_path, parse_return_path, recipient_hash
 from worker.producers.bounces.effects import Applied, EmailRef, apply_report, quarantine
 from worker.producers.bounces.parse import Report, Unparseable, parse_report
@@ -34,8 +35,6 @@ FROM mailroom.email_queue WHERE id = %s
 FOR UPDATE
 """
 
-_OUR_MESSAGE_ID = re.compile(r"^<(\d{1,19})\.([0-9a-f]{1,16})@[^<>\s]+>$")
-
 
 @dataclass(frozen=True)
 class Outcome:
@@ -49,7 +48,7 @@ class Outcome:
 @dataclass(frozen=True)
 class _Identity:
     email_id: int
-    recipient_hash: str | None
+    recipient_hash: str  # the keyed hash of the one recipient the token names
     row: dict[str, Any] | None
 
 
@@ -99,13 +98,10 @@ def _identify(conn: psycopg.Connection[Any], report: Report, key: bytes) -> _Ide
     if forged:
         return "return path token is not authentic"
     for message_id in report.original_message_ids:
-        match = _OUR_MESSAGE_ID.match(message_id.lower())
-        if match is None:
-            continue
-        row = _email(conn, int(match.group(1)))
-        if row is not None and _sent_as(row, message_id, int(match.group(2), 16)):
-            return _Identity(row["id"], None, row)
-    return "names no email sent by Mailroom (no return-path token, no known Message-ID)"
+        named = parse_message_id(message_id, key)
+        if named is not None:
+            return _Identity(named[0], named[1], _email(conn, named[0]))
+    return "names no email sent by Mailroom (no return-path token, no authentic Message-ID)"
 
 
 def _email(conn: psycopg.Connection[Any], email_id: int) -> dict[str, Any] | None:
@@ -113,14 +109,6 @@ def _email(conn: psycopg.Connection[Any], email_id: int) -> dict[str, Any] | Non
         return None
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(EMAIL, (email_id,)).fetchone()
-
-
-def _sent_as(row: dict[str, Any], message_id: str, stamp: int) -> bool:
-    """Whether the email went out with this Message-ID: the one it recorded, else `message_id_for`'s stamp."""
-    if row["message_id"]:
-        return str(row["message_id"]).lower() == message_id.lower()
-    created_at: datetime = row["created_at"]
-    return int(created_at.timestamp() * 1_000_000) == stamp
 
 
 def _addresses(row: dict[str, Any] | None) -> list[str]:
@@ -133,17 +121,15 @@ def _addresses(row: dict[str, Any] | None) -> list[str]:
 def _recipient(
     named: str | None, identity: _Identity, addresses: list[str], key: bytes, *, alone: bool
 ) -> str | None:
-    """The address a recipient report is about, only if it is one this email was sent to."""
-    rh = identity.recipient_hash
-    if named is not None and (named in addresses or (rh is not None and recipient_hash(named, key) == rh)):
-        return named
-    if rh is not None and (named is None or alone):
-        # A feedback loop redacted the address, or forwarding rewrote it in the only report of a
-        # return path made for one recipient: the token still says whom.
-        return next((a for a in addresses if recipient_hash(a, key) == rh), None)
-    if named is None and len(addresses) == 1:
-        return addresses[0]
-    return None
+    """The address a recipient report acts for: always the one its token names, and only when the
+    report names that address, names none (a feedback loop redacted it), or is the token's only
+    report and names no recipient of the email (forwarding rewrote it). A report naming another
+    recipient of the same email acts for nobody: that is one recipient speaking for another."""
+    own = next((a for a in addresses if recipient_hash(a, key) == identity.recipient_hash), None)
+    named = named.strip().lower() if named else None
+    if own is None or named is None or named == own:
+        return own
+    return own if alone and named not in addresses else None
 
 
 def _apply(

@@ -1,0 +1,2 @@
+DROP TRIGGER email_queue_keep_archived_one_recipient ON mailroom.email_queue;
+DROP FUNCTION mailroom.email_queue_archive_no_shared_token();
