@@ -29,11 +29,11 @@ _STAGING = sql.SQL(
 ).format(columns=_COLUMN_LIST)
 _FROM_STAGING = sql.SQL(
     "INSERT INTO mailroom.email_queue (id, {columns}) SELECT id, {columns}"
-    " FROM mailroom_enqueue_staging ORDER BY id ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+    " FROM mailroom_enqueue_staging ORDER BY id ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 ).format(columns=_COLUMN_LIST)
 _RESOLVE_KEYS = (
     "SELECT s.id AS staged, q.id FROM mailroom_enqueue_staging s"
-    " JOIN mailroom.email_queue q ON q.idempotency_key = s.idempotency_key"
+    " JOIN mailroom.email_queue q ON q.enqueued_by = session_user AND q.idempotency_key = s.idempotency_key"
 )
 
 

@@ -86,12 +86,16 @@ _COLUMN_LIST = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
 INSERT_ONE = (
     sql.SQL(
         "INSERT INTO mailroom.email_queue ({columns}) VALUES ({values})"
-        " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id"
+        " ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id"
     )
     .format(columns=_COLUMN_LIST, values=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS))
     .as_string(None)
 )
-SELECT_BY_KEY = "SELECT id FROM mailroom.email_queue WHERE idempotency_key = %s"
+# An idempotency key belongs to the role that enqueued (`enqueued_by`, session_user by default): the
+# same key from another role is another email, and the lookup never answers with another role's id.
+SELECT_BY_KEY = (
+    "SELECT id FROM mailroom.email_queue WHERE enqueued_by = session_user AND idempotency_key = %s"
+)
 INSERT_LINKS = """
 INSERT INTO mailroom.tracked_links (token, email_id, position, url)
 SELECT t, %(email_id)s, p - 1, u FROM unnest(%(tokens)s::uuid[], %(urls)s::text[]) WITH ORDINALITY AS l(t, u, p)
@@ -398,7 +402,8 @@ def enqueue(
     """Enqueue one email in the caller's open transaction and return its id.
 
     Nothing is committed here: the email exists exactly when the caller's transaction
-    commits. The same `idempotency_key` again returns the first email's id and stores nothing.
+    commits. The same `idempotency_key` again from the same database role returns the first
+    email's id and stores nothing; keys are per role, so another application's are out of reach.
     """
     settings = settings or Settings.from_env()
     catalog = load_catalog(conn, settings) if request.template else None

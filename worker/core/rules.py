@@ -1,6 +1,6 @@
 """The content rules every writer of the queue obeys, from one specification (`content_rules.json`).
 
-Python's validation reads them here; revision 0006 writes the same file into the database's checks,
+Python's validation reads them here; revisions 0006 and 0008 write the same file into the database's checks,
 so a plain INSERT, an UPDATE, COPY, `mailroom.enqueue(...)` and the Python API refuse the same rows.
 `mailroom.content_rules()` returns the specification the database enforces; a test holds the two equal.
 """
@@ -28,6 +28,8 @@ class ContentRules:
     max_local_chars: int
     reserved_headers: frozenset[str]
     stored_by_mailroom: frozenset[str]
+    relay_and_trace_headers: frozenset[str]
+    relay_and_trace_header_prefixes: tuple[str, ...]
     max_address_chars: int
     max_header_value_chars: int
     max_name_chars: int
@@ -55,6 +57,8 @@ def rules() -> ContentRules:
         max_local_chars=int(spec["max_local_chars"]),
         reserved_headers=frozenset(spec["reserved_headers"]),
         stored_by_mailroom=frozenset(spec["stored_by_mailroom"]),
+        relay_and_trace_headers=frozenset(spec["relay_and_trace_headers"]),
+        relay_and_trace_header_prefixes=tuple(spec["relay_and_trace_header_prefixes"]),
         max_address_chars=int(spec["max_address_chars"]),
         max_header_value_chars=int(spec["max_header_value_chars"]),
         max_name_chars=int(spec["max_name_chars"]),
@@ -73,3 +77,22 @@ def plain_address(address: str) -> bool:
         and r.address.match(address) is not None
         and r.address_long_label.search(address.rpartition("@")[2]) is None
     )
+
+
+# The refusals, worded as the database words them (mailroom.headers_problem).
+SET_BY_MAILROOM = "this header is set by Mailroom and cannot be overridden"
+RELAY_OR_TRACE = (
+    "a relay-control, trace or authentication header; relays and receiving servers trust it, so an"
+    " application may not set it"
+)
+
+
+def reserved_header_problem(name: str) -> str | None:
+    """Why an application may not set the header `name` (any case), or None when it may."""
+    r = rules()
+    lower = name.lower()
+    if lower in r.reserved_headers:
+        return SET_BY_MAILROOM
+    if lower in r.relay_and_trace_headers or lower.startswith(r.relay_and_trace_header_prefixes):
+        return RELAY_OR_TRACE
+    return None

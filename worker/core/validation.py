@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from email_validator import SPECIAL_USE_DOMAIN_NAMES, EmailNotValidError, validate_email
 
-from worker.core.rules import plain_address, rules
+from worker.core.rules import plain_address, reserved_header_problem, rules
 
 # C0 controls, DEL, and the Unicode line breaks that Python's str.splitlines() honours (NEL, LS,
 # PS, FS, GS, RS, VT, FF): any of them in a header is an injection attempt. These patterns and the
@@ -20,7 +20,8 @@ _ENCODED_WORD = rules().encoded_word
 _HEADER_NAME = rules().header_name
 _READER = email.policy.default
 
-# Headers Mailroom writes itself; a caller may not set or override them.
+# Headers Mailroom writes itself; a caller may not set or override them (nor the relay-control and
+# trace headers of the same specification: `reserved_header_problem`).
 RESERVED_HEADERS = rules().reserved_headers
 
 
@@ -112,6 +113,7 @@ def check_header_name(name: str) -> str:
     """Accept an RFC 5322 field name that Mailroom does not write itself."""
     if not _HEADER_NAME.match(name):
         raise ValidationError(f"headers.{name}"[:90], "not a valid header name")
-    if name.lower() in RESERVED_HEADERS:
-        raise ValidationError(f"headers.{name}", "this header is set by Mailroom and cannot be overridden")
+    problem = reserved_header_problem(name)
+    if problem is not None:
+        raise ValidationError(f"headers.{name}", problem)
     return name

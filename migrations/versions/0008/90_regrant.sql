@@ -13,3 +13,19 @@ BEGIN
         PERFORM mailroom.grant_read_only_role(r.grantee::name);
     END LOOP;
 END $$;
+
+-- Application roles granted before this revision may call what it adds for them (mailroom.app_audit,
+-- which the README shows). They are the roles that may execute mailroom.enqueue, its owner aside.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT a.grantee::regrole::name AS grantee
+        FROM pg_proc p, aclexplode(p.proacl) a
+        WHERE p.oid = 'mailroom.enqueue'::regproc AND a.privilege_type = 'EXECUTE'
+          AND a.grantee <> p.proowner AND a.grantee <> 0
+    LOOP
+        PERFORM mailroom.grant_app_role(r.grantee);
+    END LOOP;
+END $$;
