@@ -1,4 +1,4 @@
-"""`mailroom audit`: the audit trail of sensitive operations, newest first."""
+"""`mailroom audit`: the audit trail of sensitive operations, newest first (its chain: `audit_chain`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from worker.cli.argtypes import positive_count
+from worker.cli.commands.audit_chain import add_chain_commands
 from worker.core.config import Settings
 
 AUDIT = """\
@@ -18,13 +19,17 @@ role that did it, who asked (the OS user of the command line, console:<user> fro
 action, what it was done to, how many rows it changed, and its detail.
 
 The trail is append-only: the database refuses to change or delete its rows. A row is written in
-the same transaction as the change it records, so an operation that failed left none.
+the same transaction as the change it records, so an operation that failed left none. Every row is
+hash-chained to the one before it: `mailroom audit verify` finds a row edited or removed behind the
+database's back (as a superuser could), `mailroom audit head` exports the chain's head to keep
+elsewhere, and `mailroom audit prune` is the one audited way old rows leave.
 
 --action takes a whole action (sender.suspend) or its first part (sender: every sender action).
 Reading the trail changes nothing. Exit status 0, 2 when --since is not a date or time.
 
 Examples:
   mailroom audit
+  mailroom audit verify --head audit-head.json
   mailroom audit --since 2026-11-25 --action sender
   mailroom audit --action queue.cancel --limit 10 --json | jq '.[].affected'"""
 
@@ -108,3 +113,5 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=cmd_audit)
+    chain = parser.add_subparsers(dest="audit_command", metavar="{head,verify,prune}")
+    add_chain_commands(chain, _since)
