@@ -7,6 +7,7 @@ a fetcher whose resolver sends every host to the local servers (so `sns.us-west-
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import tempfile
@@ -143,10 +144,14 @@ class FakeAws:
     files: dict[str, bytes]
     requests: list[str] = field(default_factory=list)
     fetcher: HttpFetcher | None = None
+    # what a hanging server waits for (never set while the test runs: the fetch must time out)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Serve a file, a subscription confirmation, or a redirect (which must never be followed)."""
         self.requests.append(f"{request.host.split(':')[0]}{request.path_qs}")
+        if request.path == "/hang.pem":
+            await self.release.wait()
         if request.path == "/redirect.pem":
             raise web.HTTPFound("https://sns.us-west-2.amazonaws.com/SimpleNotificationService-good.pem")
         if request.query.get("Action") == "ConfirmSubscription":
@@ -174,7 +179,7 @@ def _server_tls(pki: Pki) -> ssl.SSLContext:
 
 
 @asynccontextmanager
-async def fake_aws(pki: Pki, files: dict[str, bytes]) -> AsyncIterator[FakeAws]:
+async def fake_aws(pki: Pki, files: dict[str, bytes], fetch_seconds: float = 10.0) -> AsyncIterator[FakeAws]:
     """Local HTTPS (a certificate for SNS's regional hosts from the test PKI) and HTTP servers serving `files`."""
     aws = FakeAws(files)
     app = web.Application()
@@ -189,7 +194,10 @@ async def fake_aws(pki: Pki, files: dict[str, bytes]) -> AsyncIterator[FakeAws]:
     try:
         ports = [int(addr[1]) for addr in runner.addresses]
         client_tls = ssl.create_default_context(cadata=pki.root.pem().decode("ascii"))
-        aws.fetcher = HttpFetcher(ssl_context=client_tls, resolver=LocalResolver(ports[0], ports[1]))
+        aws.fetcher = HttpFetcher(
+            ssl_context=client_tls, resolver=LocalResolver(ports[0], ports[1]), timeout=fetch_seconds
+        )
         yield aws
     finally:
+        aws.release.set()
         await runner.cleanup()

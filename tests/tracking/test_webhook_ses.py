@@ -22,11 +22,11 @@ from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from tests.producers.bounces.corpus import sent_email
+from tests.producers.bounces.corpus import FIXTURE_KEY, sent_email
 from tests.tracking.sns_pki import FakeAws, Issued, Pki, authority, fake_aws, leaf
 from tests.tracking.webhook_helpers import dumps, state
 from worker.core.config import Settings
-from worker.producers.bounces.events import apply_events
+from worker.producers.bounces.events import event_sink
 from worker.tracking.server import make_app
 from worker.tracking.sns import SnsVerifier, canonical
 from worker.tracking.webhooks import WEBHOOKS
@@ -142,7 +142,8 @@ async def _tracker(
     db_url: str, settings: Settings, aws: FakeAws, pki: Pki, topics: tuple[str, ...] = (TOPIC,)
 ) -> AsyncIterator[TestServer]:
     """The tracker, its SNS verifier fetching from the local AWS and trusting the test root only."""
-    app = make_app(db_url, replace(settings, ses_topic_arns=topics), pool_size=2, bounce_sink=apply_events)
+    sink = event_sink(FIXTURE_KEY)  # the key `sent_email` made the Message-IDs with
+    app = make_app(db_url, replace(settings, ses_topic_arns=topics), pool_size=2, bounce_sink=sink)
     assert aws.fetcher is not None
     app[WEBHOOKS] = replace(app[WEBHOOKS], sns=SnsVerifier(aws.fetcher, roots=[pki.root.cert]))
     server = TestServer(app)
@@ -293,6 +294,29 @@ async def test_certificates_that_do_not_chain_to_a_trusted_root_and_name_sns_are
     assert state(db_url, victim["id"]) == before
     # the redirect was not followed: the good certificate it points at was never asked for
     assert SNS_HOST + CERT_PATH not in aws.requests
+
+
+async def test_a_certificate_host_that_never_answers_is_given_up_on_in_bounded_time(
+    db_url: str, settings: Settings
+) -> None:
+    pki = Pki.make()
+    victim = sent_email(db_url, "victim@example.com")
+    hanging = _signed(
+        pki.signing.key,
+        _notification(_complaint(victim["message_id"], "victim@example.com")),
+        "2",
+        f"https://{SNS_HOST}/hang.pem",
+    )
+    before = state(db_url, victim["id"])
+    async with (
+        fake_aws(pki, _files(pki), fetch_seconds=0.5) as aws,
+        _tracker(db_url, settings, aws, pki) as server,
+        aiohttp.ClientSession() as http,
+    ):
+        status, _ = await _post(http, server, hanging)
+    assert status == 503  # SNS retries later; nothing was applied
+    assert aws.requests == [f"{SNS_HOST}/hang.pem"]
+    assert state(db_url, victim["id"]) == before
 
 
 async def test_a_message_of_a_topic_not_allowed_is_refused_before_anything_is_fetched(

@@ -12,8 +12,9 @@ from typing import Any
 import psycopg
 from aiohttp.test_utils import TestServer
 
+from tests.producers.bounces.corpus import FIXTURE_KEY
 from worker.core.config import Settings
-from worker.producers.bounces.events import apply_events
+from worker.producers.bounces.events import event_sink
 from worker.tracking.server import make_app
 from worker.tracking.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, generic_signature
 
@@ -35,8 +36,10 @@ def webhook_settings(settings: Settings, sendgrid_key: str | None = None) -> Set
 
 @asynccontextmanager
 async def webhook_tracker(db_url: str, settings: Settings) -> AsyncIterator[TestServer]:
-    """The tracker, with the bounce producers applying its webhooks, on a real local port."""
-    server = TestServer(make_app(db_url, settings, pool_size=2, bounce_sink=apply_events))
+    """The tracker, with the bounce producers applying its webhooks, on a real local port.
+
+    Message-IDs are authenticated with the key `sent_email` made them with."""
+    server = TestServer(make_app(db_url, settings, pool_size=2, bounce_sink=event_sink(FIXTURE_KEY)))
     await server.start_server()
     try:
         yield server

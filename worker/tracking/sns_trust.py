@@ -11,6 +11,7 @@ alone, so the issuer is fetched from the leaf's caIssuers URL when it is on Amaz
 from __future__ import annotations
 
 import ssl
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver
 from cryptography import x509
+from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509 import verification
 from cryptography.x509.oid import AuthorityInformationAccessOID
 
@@ -183,10 +185,14 @@ def system_roots() -> list[x509.Certificate]:
     paths = ssl.get_default_verify_paths()
     for name in (paths.cafile, paths.openssl_cafile):
         if name and Path(name).is_file():
-            try:
-                return x509.load_pem_x509_certificates(Path(name).read_bytes())
-            except ValueError:
-                continue
+            # Some distributions' bundles hold old roots cryptography warns about (a negative serial):
+            # the bundle is the system's choice, not ours to lint.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+                try:
+                    return x509.load_pem_x509_certificates(Path(name).read_bytes())
+                except ValueError:
+                    continue
     return []
 
 

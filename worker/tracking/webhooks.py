@@ -67,6 +67,8 @@ def add_routes(app: web.Application, url: str, settings: Settings, sink: EventSi
     app[WEBHOOKS] = Webhooks(url, settings, sink, key)
     if not settings.ses_topic_arns:
         log.info("/webhooks/ses refuses every SNS message: MAILROOM_SES_TOPIC_ARNS lists no topic")
+    elif app[WEBHOOKS].sns.store() is None:
+        log.error("/webhooks/ses refuses every SNS message: no trusted root certificates (set SSL_CERT_FILE)")
     app.router.add_post("/webhooks/bounces", generic)
     app.router.add_post("/webhooks/postmark", postmark)
     app.router.add_post("/webhooks/sendgrid", sendgrid)
@@ -248,7 +250,7 @@ async def ses(request: web.Request) -> web.Response:
     # Before anything is fetched: a message of another topic costs the tracker nothing.
     if message.get("TopicArn") not in hooks.settings.ses_topic_arns:
         log.warning(
-            "webhook %s refused: topic %s is not configured",
+            "webhook %s refused: topic %r is not configured",  # %r: the sender's text, escaped
             request.path,
             clean(message.get("TopicArn"), 300),
         )
