@@ -10,6 +10,7 @@ import psycopg
 
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
+from worker.core.recipient_tokens import message_id
 from worker.core.return_path import derive_key, return_path
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "bounces"
@@ -52,10 +53,9 @@ def sent_email(
             (sender_id, email_id),
         )
         row = conn.execute(
-            "UPDATE mailroom.email_queue SET status = 'sent', sent_at = now(),"
-            " message_id = '<' || id || '.' || to_hex((extract(epoch FROM created_at) * 1000000)::bigint)"
-            " || '@example.org>' WHERE id = %s RETURNING id, message_id",
-            (email_id,),
+            "UPDATE mailroom.email_queue SET status = 'sent', sent_at = now(), message_id = %s"
+            " WHERE id = %s RETURNING id, message_id",
+            (message_id(email_id, to, "example.org", FIXTURE_KEY), email_id),
         ).fetchone()
     assert row is not None
     return {"id": row[0], "message_id": row[1]}

@@ -180,10 +180,16 @@ def test_a_plain_text_exim_bounce_is_matched_by_the_returned_message_id(
 
 def test_a_message_id_of_another_email_matches_nothing(db_url: str, auto: psycopg.Connection[Any]) -> None:
     email = sent_email(db_url, "gone@example.net")
-    forged = email["message_id"].replace("@", "0@")  # right id, wrong stamp
+    neighbour = sent_email(db_url, "victim@example.net")
+    # What a recipient of the first email can write for its neighbour: the next id with its own
+    # recipient hash and MAC, or the neighbour's id in the old `<id.stamp@domain>` shape.
+    own_id, rcpt, mac = email["message_id"].strip("<>").split("@")[0].split(".")
+    forged = [f"<{neighbour['id']}.{rcpt}.{mac}@example.org>", f"<{neighbour['id']}.18c3f2a@example.org>"]
     raw = load("exim-plain.eml").replace(b"bounces+TOKEN@bounces.example", b"postmaster@example.org")
-    assert ingest(auto, raw.replace(b"<MSGID>", forged.encode()), FIXTURE_KEY).verdict == "quarantined"
-    assert _status(auto, email["id"]) == "sent"
+    for message_id in forged:
+        assert ingest(auto, raw.replace(b"<MSGID>", message_id.encode()), FIXTURE_KEY).verdict == "quarantined"
+    assert _status(auto, email["id"]) == _status(auto, neighbour["id"]) == "sent"
+    assert _listed(auto) == []
 
 
 def test_a_report_about_an_address_the_email_was_not_sent_to_changes_nothing(
@@ -202,9 +208,19 @@ def test_a_report_about_an_address_the_email_was_not_sent_to_changes_nothing(
 
 def test_a_dsn_naming_a_cc_recipient_lists_that_address(db_url: str, auto: psycopg.Connection[Any]) -> None:
     email = sent_email(db_url, "ada@example.com", cc=[UNKNOWN])
-    raw = readdress(load("postfix-unknown-user.eml"), email["id"], "ada@example.com", FIXTURE_KEY)
+    raw = readdress(load("postfix-unknown-user.eml"), email["id"], UNKNOWN, FIXTURE_KEY)
     assert ingest(auto, raw, FIXTURE_KEY).verdict == "recorded"
     assert _listed(auto) == [(UNKNOWN, "hard", 1, "5.1.1")]
+
+
+def test_one_recipients_token_with_a_dsn_naming_another_recipient_acts_for_nobody(
+    db_url: str, auto: psycopg.Connection[Any]
+) -> None:
+    # The Cc recipient writes a DSN about the To recipient and sends it to its own return path.
+    email = sent_email(db_url, UNKNOWN, cc=["attacker@example.com"])
+    raw = readdress(load("postfix-unknown-user.eml"), email["id"], "attacker@example.com", FIXTURE_KEY)
+    assert ingest(auto, raw, FIXTURE_KEY).verdict == "quarantined"
+    assert _listed(auto) == [] and _status(auto, email["id"]) == "sent"
 
 
 def test_an_unreadable_message_is_quarantined_once_and_size_capped(auto: psycopg.Connection[Any]) -> None:
