@@ -147,6 +147,21 @@ class Settings:
     # who gets the digest of new complaints, and how often at most (one digest per period)
     admin_emails: tuple[str, ...] = ()
     complaint_digest_seconds: float = 3600.0
+    # what one client may hold of the bounce receiver (`bounces receive`): connections per client
+    # network (an IPv4 address or an IPv6 /64; 0: no cap; Postfix opens up to 20 to one destination),
+    # seconds between commands (and for one whole DATA), each non-mail command (NOOP, RSET, EHLO...),
+    # messages per session, and how many client networks' rates are kept
+    receiver_max_connections_per_client: int = 20
+    receiver_timeout_seconds: float = 60.0
+    receiver_max_non_mail_commands: int = 10
+    receiver_max_messages_per_session: int = 20
+    receiver_rate_clients: int = 10_000
+    # what one client may hold of the tracker: connections per client network (0: no cap, for a proxy
+    # in front that caps them), seconds a connection may go without a complete request head (slow or
+    # unfinished headers, idle keep-alive) and seconds one request may take, its body included
+    tracker_max_connections_per_client: int = 100
+    tracker_idle_timeout_seconds: float = 15.0
+    tracker_request_timeout_seconds: float = 30.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -195,6 +210,7 @@ class Settings:
             lifecycle_base_url=(os.environ.get("MAILROOM_LIFECYCLE_BASE_URL") or "").rstrip("/") or None,
             bounce_domain=(os.environ.get("MAILROOM_BOUNCE_DOMAIN") or "").strip().lower() or None,
             **_webhooks_from_env(),
+            **_doors_from_env(),
         )
 
 
@@ -211,6 +227,20 @@ def _health_from_env() -> dict[str, Any]:
         health_reputation_deliveries=_int("MAILROOM_HEALTH_REPUTATION_DELIVERIES", 1000, minimum=1),
         health_max_bounce_rate=_float("MAILROOM_HEALTH_MAX_BOUNCE_RATE", 0.05),
         health_max_complaint_rate=_float("MAILROOM_HEALTH_MAX_COMPLAINT_RATE", 0.003),
+    )
+
+
+def _doors_from_env() -> dict[str, Any]:
+    """What one client may hold of the bounce receiver and of the tracker."""
+    return dict(
+        receiver_max_connections_per_client=_int("MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT", 20),
+        receiver_timeout_seconds=_float("MAILROOM_RECEIVER_TIMEOUT_SECONDS", 60.0, minimum=0.1),
+        receiver_max_non_mail_commands=_int("MAILROOM_RECEIVER_MAX_NON_MAIL_COMMANDS", 10, minimum=2),
+        receiver_max_messages_per_session=_int("MAILROOM_RECEIVER_MAX_MESSAGES_PER_SESSION", 20, minimum=1),
+        receiver_rate_clients=_int("MAILROOM_RECEIVER_RATE_CLIENTS", 10_000, minimum=100),
+        tracker_max_connections_per_client=_int("MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT", 100),
+        tracker_idle_timeout_seconds=_float("MAILROOM_TRACKER_IDLE_TIMEOUT_SECONDS", 15.0, minimum=0.1),
+        tracker_request_timeout_seconds=_float("MAILROOM_TRACKER_REQUEST_TIMEOUT_SECONDS", 30.0, minimum=0.1),
     )
 
 

@@ -30,6 +30,7 @@ from worker.core.db import connection_kwargs
 from worker.core.links import ONE_CLICK
 from worker.core.masking import mask_address
 from worker.core.webhook_events import EventSink
+from worker.tracking.listener import listen, request_deadline
 
 log = logging.getLogger("mailroom.tracker")
 
@@ -380,7 +381,10 @@ def make_app(
     served (their events wait in memory), and what needs the database is a 503 after at most
     `pool_timeout` seconds, so a provider's one-click POST is retried instead of hanging.
     """
-    app = web.Application(client_max_size=64 * 1024, middlewares=[_database_errors])
+    # Bodies: forms up to 64 KiB here, webhooks read their own up to theirs; each request, its
+    # body included, within the deadline (a body trickled a byte a minute holds nothing for long).
+    deadline = request_deadline(settings.tracker_request_timeout_seconds)
+    app = web.Application(client_max_size=64 * 1024, middlewares=[deadline, _database_errors])
 
     async def pool_context(app: web.Application) -> AsyncIterator[None]:
         pool: Pool = AsyncConnectionPool(
@@ -423,14 +427,11 @@ def make_app(
 async def run_tracker(
     url: str, settings: Settings, host: str, port: int, bounce_sink: EventSink | None = None
 ) -> None:
-    """Serve until SIGTERM/SIGINT."""
+    """Serve until SIGTERM/SIGINT, with the limits of `worker.tracking.listener` (timeouts, connections per client)."""
     import signal
 
     app = make_app(url, settings, bounce_sink=bounce_sink)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    listening = await listen(app, settings, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -445,4 +446,4 @@ async def run_tracker(
     try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await listening.close()

@@ -27,9 +27,17 @@ from worker.core.outbox import EmailRequest, enqueue
 from worker.core.return_path import parse_return_path, return_path
 from worker.devtools.sink import RunningSink
 from worker.engine.queue_sql import CLAIM
-from worker.producers.bounces.receiver import BounceHandler, BounceServer, RateLimiter, database_processor
+from worker.producers.bounces.receiver import (
+    ACCEPTED,
+    BounceHandler,
+    BounceServer,
+    RateLimiter,
+    ReceiverLimits,
+    database_processor,
+)
 
 UNKNOWN = "no-such-user@mta.example.net"
+NEUTRAL = ACCEPTED.removeprefix("250 ")  # the reply text to every message taken in, whatever its outcome
 
 
 class Clock:
@@ -57,12 +65,14 @@ async def receiver(db_url: str) -> AsyncIterator[ReceiverFactory]:
         per_minute: float = 600,
         burst: int = 100,
         clock: Clock | None = None,
+        limits: ReceiverLimits | None = None,
+        clients: int = 10_000,
     ) -> BounceServer:
-        limiter = RateLimiter(per_minute, burst, clock or Clock())
+        limiter = RateLimiter(per_minute, burst, clock or Clock(), clients=clients)
         handler = BounceHandler(
             database_processor(url or db_url, FIXTURE_KEY), frozenset({BOUNCE_DOMAIN}), limiter
         )
-        server = BounceServer(handler, "127.0.0.1", 0, max_bytes=max_bytes)
+        server = BounceServer(handler, "127.0.0.1", 0, max_bytes=max_bytes, limits=limits)
         await server.start()
         servers.append(server)
         return server
@@ -91,7 +101,7 @@ async def test_a_dsn_sent_to_the_return_path_bounces_the_email_and_later_email_i
     email = sent_email(db_url, UNKNOWN)
     to = return_path(email["id"], UNKNOWN, BOUNCE_DOMAIN, "bounces", FIXTURE_KEY)
     raw = readdress(load("postfix-unknown-user.eml"), email["id"], UNKNOWN, FIXTURE_KEY)
-    assert await _send(server.port, raw, to) == (250, "2.0.0 recorded")
+    assert await _send(server.port, raw, to) == (250, NEUTRAL)
     with psycopg.connect(db_url) as conn:
         assert conn.execute(
             "SELECT status FROM mailroom.email_queue WHERE id = %s", (email["id"],)
@@ -176,6 +186,7 @@ async def test_mutated_reports_and_junk_never_stop_the_receiver(
 async def test_a_delivered_email_that_bounces_later_is_bounced_and_the_next_email_to_it_suppressed(
     db_url: str, settings: Settings, smtp_sink: RunningSink, receiver: ReceiverFactory
 ) -> None:
+    settings = replace(settings, secret_key=FIXTURE_SECRET)  # the key the receiver checks Message-IDs with
     server = await receiver()
     add_sender(db_url, smtp_sink.port)
     with psycopg.connect(db_url) as conn:
@@ -185,7 +196,7 @@ async def test_a_delivered_email_that_bounces_later_is_bounced_and_the_next_emai
     # The relay accepted it; later its DSN comes back naming the Message-ID the worker put on the wire.
     dsn = re.sub(rb"bounces\+[0-9a-z-]+@", b"bounces@", load("postfix-unknown-user.eml"))
     dsn = dsn.replace(b"<1.5f3c2a1b0c9d8@example.org>", str(delivered.message["Message-ID"]).encode())
-    assert await _send(server.port, dsn, f"bounces@{BOUNCE_DOMAIN}") == (250, "2.0.0 recorded")
+    assert await _send(server.port, dsn, f"bounces@{BOUNCE_DOMAIN}") == (250, NEUTRAL)
     with psycopg.connect(db_url) as conn:
         second = enqueue(conn, EmailRequest(to=UNKNOWN, subject="Again", text="Hi"), settings=settings)
     assert await run_until_drained(db_url, settings) == 0
@@ -217,7 +228,7 @@ async def test_the_worker_sends_from_the_emails_return_path_and_its_dsn_bounces_
         by_recipient[UNKNOWN].encode(),
         load("postfix-unknown-user.eml"),
     )
-    assert await _send(server.port, dsn, by_recipient[UNKNOWN]) == (250, "2.0.0 recorded")
+    assert await _send(server.port, dsn, by_recipient[UNKNOWN]) == (250, NEUTRAL)
     with psycopg.connect(db_url) as conn:
         rows = conn.execute("SELECT id, status FROM mailroom.email_queue ORDER BY id").fetchall()
     assert rows == [(first, "bounced"), (other, "sent")]
@@ -248,7 +259,12 @@ async def test_a_senders_own_bounce_domain_is_served_once_added_and_others_stay_
         assert (await _send(port, raw, address))[0] == 550  # read 0 s ago: still the old list
         clock.now = 31.0
         code, reply = await _send(port, raw, address)
-        assert (code, reply) == (250, "2.0.0 recorded")
+        assert (code, reply) == (250, NEUTRAL)
+        with psycopg.connect(db_url) as conn:
+            row = conn.execute(
+                "SELECT status FROM mailroom.email_queue WHERE id = %s", (email["id"],)
+            ).fetchone()
+        assert row == ("bounced",)
         assert (await _send(port, raw, "x@elsewhere.example"))[0] == 550
         # the database goes away: a domain it may know is deferred, not refused
         book.read = _unreachable

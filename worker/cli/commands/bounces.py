@@ -12,7 +12,7 @@ import sys
 from datetime import UTC
 from typing import Any, Literal
 
-from worker.cli.argtypes import positive_count
+from worker.cli.argtypes import positive_count, whole_number
 from worker.cli.commands import bounce_list
 from worker.core.config import ConfigError, Settings
 from worker.core.masking import mask_address
@@ -48,8 +48,13 @@ domain's MX record at it (port 25, or a port your MTA forwards to). Mail for any
 refused (550 5.7.1 relay denied): it is never an open relay. Messages larger than --max-bytes are
 refused (advertised with SIZE); a client sending more than --rate messages a minute (bursts of
 --burst) is told to try later (450). Each message is processed like `bounces ingest` and answered
-250 once recorded or quarantined, 451 when the database cannot take it (the sender retries). It
-runs until interrupted (Ctrl-C, SIGTERM).
+one neutral 250 once taken in (recorded, duplicate, ignored or quarantined alike: the reply tells a
+prober nothing), 451 when the database cannot take it (the sender retries). A client network (an
+IPv4 address or IPv6 /64) holding --max-connections-per-client connections is refused 421 at
+connect; a session idle for MAILROOM_RECEIVER_TIMEOUT_SECONDS (60), sending more than
+MAILROOM_RECEIVER_MAX_NON_MAIL_COMMANDS (10) of one of NOOP, RSET, EHLO... or more than
+MAILROOM_RECEIVER_MAX_MESSAGES_PER_SESSION (20) messages is closed (421). It runs until
+interrupted (Ctrl-C, SIGTERM).
 
 The domains are --domain (repeatable), else MAILROOM_BOUNCE_DOMAIN and every sender account's own
 bounce domain (`mailroom senders edit NAME --bounce-domain DOMAIN`), read again every 30 s so a
@@ -169,12 +174,15 @@ def _listen(text: str) -> tuple[str, int]:
 
 def cmd_receive(args: argparse.Namespace, settings: Settings) -> int:
     """Serve until interrupted."""
+    from dataclasses import replace
+
     from worker.core.db import checked_url
     from worker.core.return_path import bounce_key
     from worker.producers.bounces.receiver import (
         BounceHandler,
         BounceServer,
         RateLimiter,
+        ReceiverLimits,
         SenderDomains,
         database_processor,
         database_sender_domains,
@@ -195,10 +203,13 @@ def cmd_receive(args: argparse.Namespace, settings: Settings) -> int:
     handler = BounceHandler(
         database_processor(url, bounce_key(settings)),
         domains,
-        RateLimiter(args.rate, args.burst),
+        RateLimiter(args.rate, args.burst, clients=settings.receiver_rate_clients),
         sender_domains,
     )
-    server = BounceServer(handler, host, port, max_bytes=args.max_bytes)
+    limits = ReceiverLimits.from_settings(settings)
+    if args.max_connections_per_client is not None:
+        limits = replace(limits, connections_per_client=args.max_connections_per_client)
+    server = BounceServer(handler, host, port, max_bytes=args.max_bytes, limits=limits)
 
     async def serve() -> None:
         bound = await server.start()
@@ -429,6 +440,13 @@ def _add_receive(actions: argparse._SubParsersAction[Any]) -> None:
         default=20,
         metavar="N",
         help="messages at once per client (default 20)",
+    )
+    receive.add_argument(
+        "--max-connections-per-client",
+        type=whole_number,
+        metavar="N",
+        help="connections one client network may hold, 0 for no cap"
+        " (default MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT, else 20)",
     )
     receive.set_defaults(handler=cmd_receive)
 

@@ -3,9 +3,12 @@
 Never an open relay: RCPT to any other domain is refused `550 5.7.1`. The domains are the ones given,
 plus (with `SenderDomains`) every sender account's own bounce domain, read again every half minute so
 a sender added while the receiver runs is served. SIZE is advertised and
-enforced; each client address gets a token bucket of messages; a message is answered 250 once it
-is recorded or quarantined, and 451 (try again later) when the database cannot take it, so the
-sending MTA keeps it. No input and no failure of the database stops the server.
+enforced; each client network gets a token bucket of messages; a message is answered one neutral
+250 once it is in intake, whatever became of it (recorded, duplicate, ignored or quarantined: the
+reply must not tell a prober which address or token is real), and 451 (try again later) when the
+database cannot take it, so the sending MTA keeps it. No input and no failure of the database stops
+the server; a client cannot hold it either (`ReceiverLimits`: connections per client network, an
+idle timeout, few non-mail commands and a bounded number of messages per session).
 """
 
 from __future__ import annotations
@@ -19,40 +22,56 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from worker.core.config import Settings
+from worker.core.connection_gate import ConnectionGate, client_key
 from worker.core.masking import mask_address, mask_addresses
 from worker.producers.bounces.intake import Outcome
+from worker.producers.bounces.rate_limit import RateLimiter as RateLimiter  # where callers found it
 
 log = logging.getLogger(__name__)
 
-Processor = Callable[[bytes, list[str]], Outcome]
+# (message, envelope recipients, the client's network as `client_key` counts it)
+Processor = Callable[[bytes, list[str], str], Outcome]
 
 SENDER_DOMAINS = "SELECT DISTINCT bounce_domain FROM mailroom.sender_accounts WHERE bounce_domain IS NOT NULL"
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 MAX_RECIPIENTS = 20  # a DSN has one envelope recipient; more is somebody probing
+# The one reply to every message taken into intake: the outcome is logged, never told to the sender.
+ACCEPTED = "250 2.0.0 OK: message accepted"
+REFUSED_CONNECTION = b"421 4.7.0 Too many connections from your network, try again later\r\n"
+# Commands that move no mail; a session needs a handful at most (EHLO, perhaps a RSET between
+# messages). aiosmtpd answers the one past its budget `421 4.7.0` and closes the connection.
+NON_MAIL_COMMANDS = ("NOOP", "RSET", "HELO", "EHLO", "HELP", "VRFY", "EXPN", "AUTH", "STARTTLS")
 
 
-class RateLimiter:
-    """A token bucket per client: `per_minute` messages a minute, up to `burst` at once."""
+@dataclass(frozen=True)
+class ReceiverLimits:
+    """What one client may hold: connections per client network (0: no cap), seconds a session may
+    wait between commands (and for one whole DATA), each non-mail command and messages per session."""
 
-    def __init__(self, per_minute: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate = per_minute / 60.0
-        self.burst = float(burst)
-        self.clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}
+    connections_per_client: int = 20
+    timeout_seconds: float = 60.0
+    non_mail_commands: int = 10
+    messages_per_session: int = 20
 
-    def allow(self, client: str) -> bool:
-        """Take one token for `client`; False when its bucket is empty."""
-        now = self.clock()
-        tokens, last = self._buckets.get(client, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if len(self._buckets) > 10_000:
-            self._buckets.clear()  # bounded memory whatever the number of clients
-        if tokens < 1.0:
-            self._buckets[client] = (tokens, now)
-            return False
-        self._buckets[client] = (tokens - 1.0, now)
-        return True
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ReceiverLimits:
+        """The limits `MAILROOM_RECEIVER_*` set."""
+        return cls(
+            connections_per_client=settings.receiver_max_connections_per_client,
+            timeout_seconds=settings.receiver_timeout_seconds,
+            non_mail_commands=settings.receiver_max_non_mail_commands,
+            messages_per_session=settings.receiver_max_messages_per_session,
+        )
+
+    def command_call_limit(self) -> dict[str, int]:
+        """aiosmtpd's per-session budget of each command."""
+        budget = {command: self.non_mail_commands for command in NON_MAIL_COMMANDS}
+        budget["MAIL"] = budget["DATA"] = self.messages_per_session
+        budget["RCPT"] = self.messages_per_session * MAX_RECIPIENTS
+        budget["*"] = self.non_mail_commands  # QUIT and anything unknown
+        return budget
 
 
 class SenderDomains:
@@ -111,7 +130,7 @@ class BounceHandler:
         self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list[str]
     ) -> str:
         """Refuse a client over its rate (450: its MTA tries later), else take the sender."""
-        client = str(session.peer[0]) if isinstance(session.peer, tuple) else str(session.peer)
+        client = _client(session)
         if not self.limiter.allow(client):
             log.warning("bounce receiver: %s over its rate limit", client)
             return "450 4.7.1 Too many messages, try again later"
@@ -143,32 +162,47 @@ class BounceHandler:
         return self.sender_domains is not None and domain in await self.sender_domains.get()
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        """Process the message; 451 if it could not be stored, so the sender keeps it."""
+        """Process the message and answer the neutral 250; 451 if it could not be stored, so the sender keeps it."""
         raw = envelope.original_content or b""
         if isinstance(envelope.content, bytes) and not raw:
             raw = envelope.content
         recipients = [str(r) for r in envelope.rcpt_tos]
         try:
-            outcome = await asyncio.to_thread(self.process, bytes(raw), recipients)
+            outcome = await asyncio.to_thread(self.process, bytes(raw), recipients, _client(session))
         except Exception:  # a database outage or a bug: the sending MTA retries later
             log.exception("bounce receiver: message to %s not stored", mask_addresses(recipients))
             return "451 4.3.0 Temporary failure, try again later"
         self.received += 1
         self.outcomes.append(outcome.verdict)
         del self.outcomes[:-100]
-        return f"250 2.0.0 {outcome.verdict}"
+        log.info("bounce receiver: message from %s %s", _client(session), outcome.verdict)
+        return ACCEPTED
+
+
+def _client(session: Session) -> str:
+    """The client's network as the limits count it."""
+    peer = session.peer
+    return client_key(str(peer[0])) if isinstance(peer, tuple) and peer else str(peer)
 
 
 class BounceServer:
     """A listening bounce receiver on the current event loop."""
 
     def __init__(
-        self, handler: BounceHandler, host: str, port: int, *, max_bytes: int = DEFAULT_MAX_BYTES
+        self,
+        handler: BounceHandler,
+        host: str,
+        port: int,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        limits: ReceiverLimits | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
         self.max_bytes = max_bytes
+        self.limits = limits or ReceiverLimits()
+        self.gate = ConnectionGate(self.limits.connections_per_client, REFUSED_CONNECTION)
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> int:
@@ -176,18 +210,19 @@ class BounceServer:
         loop = asyncio.get_running_loop()
 
         def protocol() -> Any:
+            # No STARTTLS is offered: it would swap the transport's protocol past the gate's count.
             return SMTP(
                 self.handler,
                 data_size_limit=self.max_bytes,
                 ident="Mailroom bounce receiver",
-                timeout=60,
-                command_call_limit=100,
+                timeout=self.limits.timeout_seconds,
+                command_call_limit=self.limits.command_call_limit(),
                 loop=loop,
             )
 
         # aiosmtpd logs every envelope address unmasked at INFO: keep only its warnings.
         logging.getLogger("mail.log").setLevel(logging.WARNING)
-        self._server = await loop.create_server(protocol, host=self.host, port=self.port)
+        self._server = await loop.create_server(self.gate.protocol(protocol), host=self.host, port=self.port)
         self.port = int(self._server.sockets[0].getsockname()[1])
         log.info(
             "bounce receiver on %s:%d for %s, messages up to %d bytes",
@@ -212,7 +247,7 @@ def database_processor(url: str, key: bytes) -> Processor:
 
     from worker.producers.bounces.intake import ingest
 
-    def process(raw: bytes, recipients: list[str]) -> Outcome:
+    def process(raw: bytes, recipients: list[str], client: str) -> Outcome:
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
             return ingest(conn, raw, key, recipients)
 
