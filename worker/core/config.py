@@ -162,6 +162,10 @@ class Settings:
     tracker_max_connections_per_client: int = 100
     tracker_idle_timeout_seconds: float = 15.0
     tracker_request_timeout_seconds: float = 30.0
+    # the bounce quarantine: total bytes kept, messages kept per client per UTC day, days kept
+    quarantine_max_bytes: int = 256 * 1024 * 1024
+    quarantine_client_daily_max: int = 200
+    quarantine_retention_days: int = 30
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -211,6 +215,7 @@ class Settings:
             bounce_domain=(os.environ.get("MAILROOM_BOUNCE_DOMAIN") or "").strip().lower() or None,
             **_webhooks_from_env(),
             **_doors_from_env(),
+            **_quarantine_from_env(),
         )
 
 
@@ -241,6 +246,15 @@ def _doors_from_env() -> dict[str, Any]:
         tracker_max_connections_per_client=_int("MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT", 100),
         tracker_idle_timeout_seconds=_float("MAILROOM_TRACKER_IDLE_TIMEOUT_SECONDS", 15.0, minimum=0.1),
         tracker_request_timeout_seconds=_float("MAILROOM_TRACKER_REQUEST_TIMEOUT_SECONDS", 30.0, minimum=0.1),
+    )
+
+
+def _quarantine_from_env() -> dict[str, Any]:
+    """The bounce quarantine's bounds: total bytes, messages per client per day, days kept."""
+    return dict(
+        quarantine_max_bytes=_int("MAILROOM_QUARANTINE_MAX_BYTES", 256 * 1024 * 1024, minimum=1024 * 1024),
+        quarantine_client_daily_max=_int("MAILROOM_QUARANTINE_CLIENT_DAILY_MAX", 200, minimum=1),
+        quarantine_retention_days=_int("MAILROOM_QUARANTINE_RETENTION_DAYS", 30, minimum=1),
     )
 
 

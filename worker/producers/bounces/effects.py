@@ -1,7 +1,8 @@
 """What a bounce or complaint changes: its event row, the bounce list, the email's status, a notice.
 
 Every change happens in the caller's transaction, after the event row is inserted under its unique
-dedupe key: a report delivered again inserts nothing and so changes nothing a second time.
+dedupe key: a report delivered again inserts nothing and so changes nothing a second time. Every
+string is made storable first (`storable`), so no report fails for ever on a NUL or a bad byte.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import psycopg
 
 from worker.core.masking import mask_address, mask_addresses_in
 from worker.core.webhook_events import EventSource
-from worker.producers.bounces.parse import Kind, RecipientReport, Source
+from worker.producers.bounces.parse import MAX_DIAGNOSTIC, Kind, RecipientReport, Source
+from worker.producers.bounces.quarantine import QUARANTINE_CAP as QUARANTINE_CAP
+from worker.producers.bounces.quarantine import keep
+from worker.producers.bounces.storable import storable, storable_or_none
 
 log = logging.getLogger(__name__)
 
-QUARANTINE_CAP = 256 * 1024
 COMPLAINTS_CHANNEL = "mailroom_complaints"
 
 INSERT_EVENT = """
@@ -75,13 +78,6 @@ ON CONFLICT (sender_account_id, day) DO UPDATE SET bounces = mailroom.sender_usa
 
 NOTIFY_COMPLAINT = "SELECT pg_notify(%s, %s)"
 
-QUARANTINE = """
-INSERT INTO mailroom.bounce_quarantine (reason, envelope_recipient, raw, raw_size, digest)
-VALUES (%(reason)s, %(envelope)s, %(raw)s, %(size)s, %(digest)s)
-ON CONFLICT (digest) DO NOTHING
-RETURNING id
-"""
-
 
 @dataclass(frozen=True)
 class EmailRef:
@@ -105,7 +101,8 @@ class Applied:
 def dedupe_key(email_id: int, recipient: str, report: RecipientReport, source_id: str) -> str:
     """The event's identity: the same report of the same source about the same email and address."""
     parts = (str(email_id), recipient, report.kind or "", report.status or "", report.action or "", source_id)
-    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
+    # surrogatepass: the same key as before for every text that was storable; never an error
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def apply_report(
@@ -123,6 +120,16 @@ def apply_report(
     kind = report.kind
     if kind is None:
         raise ValueError("a success report changes nothing")
+    recipient = storable(recipient, 320)
+    source_message_id = storable_or_none(source_message_id, 998)
+    report = RecipientReport(
+        storable_or_none(report.recipient, 320),
+        kind,
+        storable_or_none(report.status, 100),
+        storable_or_none(report.action, 100),
+        storable_or_none(report.diagnostic, MAX_DIAGNOSTIC),
+        report.smtp_code,
+    )
     params = {
         "email_id": email.email_id,
         "recipient": recipient,
@@ -201,18 +208,17 @@ def _mark_bounced(conn: psycopg.Connection[Any], email: EmailRef, report: Recipi
 
 
 def quarantine(
-    conn: psycopg.Connection[Any], raw: bytes, reason: str, envelope_recipient: str | None
+    conn: psycopg.Connection[Any],
+    raw: bytes,
+    reason: str,
+    envelope_recipient: str | None,
+    *,
+    client: str | None = None,
 ) -> bool:
-    """Keep a report Mailroom cannot use (its first 256 KiB) for an operator; False if kept before."""
-    row = conn.execute(
-        QUARANTINE,
-        {
-            "reason": reason[:500],
-            "envelope": envelope_recipient,
-            "raw": raw[:QUARANTINE_CAP],
-            "size": len(raw),
-            "digest": hashlib.sha256(raw).digest(),
-        },
-    ).fetchone()
-    log.warning("bounce: quarantined a %d-byte message: %s", len(raw), mask_addresses_in(reason))
-    return row is not None
+    """Keep a report Mailroom cannot use for an operator, within the quarantine's bounds; False if it was
+    kept before or not kept now (dropped and counted: see `quarantine.keep`)."""
+    kept = keep(conn, raw, reason, envelope_recipient, client=client)
+    log.warning(
+        "bounce: quarantine %s a %d-byte message: %s", kept.verdict, len(raw), mask_addresses_in(kept.reason)
+    )
+    return kept.verdict == "kept"

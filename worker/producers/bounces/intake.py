@@ -57,33 +57,46 @@ def ingest(
     raw: bytes,
     key: bytes,
     envelope_recipients: Sequence[str] = (),
+    *,
+    client: str | None = None,
 ) -> Outcome:
-    """Process one message in one transaction of its own: recorded, duplicate, ignored or quarantined."""
+    """Process one message in one transaction of its own: recorded, duplicate, ignored or quarantined.
+
+    `client` says who handed it in (the SMTP peer address, `pipe`, `mailbox:<name>`): the quarantine's
+    per-client limit counts by it."""
     envelope = envelope_recipients[0] if envelope_recipients else None
     with conn.transaction():
         parsed = parse_report(raw, envelope_recipients)
         if isinstance(parsed, Unparseable):
-            return _quarantine(conn, raw, parsed.reason, envelope)
+            return _quarantine(conn, raw, parsed.reason, envelope, client=client)
         if all(r.kind is None for r in parsed.recipients):
             detail = f"{parsed.source} report with nothing to act on ({parsed.feedback_type or 'success'})"
             log.info("bounce: %s", detail)
             return Outcome("ignored", detail)
         identity = _identify(conn, parsed, key)
         if isinstance(identity, str):
-            return _quarantine(conn, raw, identity, envelope)
+            return _quarantine(conn, raw, identity, envelope, client=client)
         return _apply(conn, raw, parsed, identity, key, envelope)
 
 
 def keep_in_quarantine(
-    conn: psycopg.Connection[Any], raw: bytes, reason: str, envelope_recipients: Sequence[str] = ()
+    conn: psycopg.Connection[Any],
+    raw: bytes,
+    reason: str,
+    envelope_recipients: Sequence[str] = (),
+    *,
+    client: str | None = None,
 ) -> Outcome:
     """Quarantine a message without reading it (too large, say), in a transaction of its own."""
     with conn.transaction():
-        return _quarantine(conn, raw, reason, envelope_recipients[0] if envelope_recipients else None)
+        envelope = envelope_recipients[0] if envelope_recipients else None
+        return _quarantine(conn, raw, reason, envelope, client=client)
 
 
-def _quarantine(conn: psycopg.Connection[Any], raw: bytes, reason: str, envelope: str | None) -> Outcome:
-    quarantine(conn, raw, reason, envelope)
+def _quarantine(
+    conn: psycopg.Connection[Any], raw: bytes, reason: str, envelope: str | None, *, client: str | None = None
+) -> Outcome:
+    quarantine(conn, raw, reason, envelope, client=client)
     return Outcome("quarantined", reason)
 
 

@@ -9,19 +9,29 @@ on a line, as Exim, qmail, Postfix and Sendmail write them) followed within a fe
 enhanced status code (`5.1.1`) or an SMTP reply code (`550`). Text without a status is only taken
 when it says "permanent"; the returned copy of the original (after the MTA's "copy of the message"
 marker) is searched for its Message-ID and never for addresses.
+
+Reading costs linear time and bounded memory whatever the bytes (`Budget`): only the first
+`parse_bytes` are parsed, a message with more multipart boundaries, parts, nesting, recipient
+reports or Message-IDs than the budget allows is `Unparseable` with a reason starting "over budget"
+(quarantined, never retried), no regular expression has nested or overlapping quantifiers, and every
+string of a `Report` is storable (no NUL, no lone surrogate, bounded length).
 """
 
 from __future__ import annotations
 
+import codecs
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from email import message_from_bytes
 from email.message import Message
 from email.parser import HeaderParser
 from email.policy import compat32
 from email.utils import getaddresses, parseaddr
+from itertools import islice
 from typing import Literal
+
+from worker.producers.bounces.storable import storable, storable_or_none
 
 Kind = Literal["hard", "soft", "complaint"]
 Source = Literal["dsn", "arf", "plain"]
@@ -31,24 +41,52 @@ MAX_DIAGNOSTIC = 1000
 # and not-spam (RFC 6430) withdraws one: neither suppresses anybody.
 COMPLAINT_TYPES = frozenset({"abuse", "fraud", "virus", "other"})
 
+MAX_FIELD = 2000  # characters of any header value read (an address or a status needs far fewer)
+OVER_BUDGET = "over budget"
+
 _STATUS = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
 _SMTP_CODE = re.compile(r"(?<![\d.])([245]\d\d)(?![\d.])")
-_ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
-_LONE_ADDRESS = re.compile(
-    r"^\s*<?([A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)>?:?\s*$"
-)
-_MESSAGE_ID_LINE = re.compile(r"^message-id:\s*(<[^<>\s]{1,250}>)", re.I | re.M)
+# One address alone on a line: the line is stripped of `<`, `>` and `:` first, the domain's labels
+# are checked by `_lone_address` (no repeated group here: one pass over at most 320 characters).
+_LOCAL_AT_DOMAIN = re.compile(r"([A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64})@([A-Za-z0-9.-]{3,253})")
+_LABEL = re.compile(r"[A-Za-z0-9-]{1,63}")
+_MESSAGE_ID_LINE = re.compile(r"^message-id:[ \t]{0,20}(<[^<>\s]{1,250}>)", re.I | re.M)
 _BOUNCE_SENDER = re.compile(r"mailer-daemon|postmaster|mail delivery (sub)?system", re.I)
 _BOUNCE_SUBJECT = re.compile(
     r"undeliver|delivery status notification|mail delivery failed|failure notice|returned mail"
     r"|delivery failure|could not be delivered|non-delivery",
     re.I,
 )
-# Where the returned copy of the original begins (Exim, qmail, Postfix, Sendmail, Exchange).
-_COPY_MARKER = re.compile(
-    r"^(-{2,}.*(copy of|original message|below this line|message headers).*|\s*-+\s*Original message\s*-+\s*)$",
-    re.I | re.M,
-)
+_PERMANENT = re.compile(r"permanent|given up|failed permanently", re.I)
+# Where the returned copy of the original begins (Exim, qmail, Postfix, Sendmail, Exchange): a line
+# of dashes naming one of these, or `--- Original message ---`. Read line by line with `in`: the
+# regular expression this replaces (`^-{2,}.*(copy of|...).*$`) took quadratic time on a line of
+# dashes (60 s for 40,000 of them, hours for a megabyte).
+_COPY_PHRASES = ("copy of", "original message", "below this line", "message headers")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What reading one message may cost; past any of these it is `Unparseable`, "over budget"."""
+
+    # bytes of the message parsed: a DSN's status comes first, the rest is the returned original's tail
+    parse_bytes: int = 2 << 20
+    # `boundary=` parameters and `Content-Type` headers before parsing (the parser's cost grows with nesting)
+    boundaries: int = 64
+    content_types: int = 256
+    parts: int = 256  # MIME parts once parsed
+    depth: int = 16  # nesting of multiparts and returned messages
+    text_chars: int = 1 << 20  # decoded text of a plain bounce searched
+    recipients: int = 100  # recipient reports (a DSN has one field block per recipient)
+    message_ids: int = 10  # Message-IDs of returned originals looked up
+    addresses: int = 50  # addresses the report was sent to (where a return-path token may be)
+
+
+DEFAULT_BUDGET = Budget()
+
+
+class OverBudget(Exception):
+    """Reading the message would cost more than its `Budget`."""
 
 
 @dataclass(frozen=True)
@@ -85,30 +123,89 @@ class Unparseable:
     reason: str
 
 
-def parse_report(raw: bytes, envelope_recipients: Sequence[str] = ()) -> Report | Unparseable:
-    """Parse one message; never raises, whatever the bytes."""
+def parse_report(
+    raw: bytes, envelope_recipients: Sequence[str] = (), budget: Budget = DEFAULT_BUDGET
+) -> Report | Unparseable:
+    """Parse one message within `budget`; never raises, whatever the bytes."""
     try:
-        return _parse(raw, envelope_recipients)
+        parsed = _parse(raw[: budget.parse_bytes], envelope_recipients, budget)
+    except OverBudget as exc:
+        return Unparseable(f"{OVER_BUDGET}: {exc}")
     except Exception as exc:  # the verdict for malformed input of any kind, by design
         return Unparseable(f"cannot parse: {type(exc).__name__}")
+    return _storable(parsed) if isinstance(parsed, Report) else parsed
 
 
-def _parse(raw: bytes, envelope_recipients: Sequence[str]) -> Report | Unparseable:
+def _parse(raw: bytes, envelope_recipients: Sequence[str], budget: Budget) -> Report | Unparseable:
+    _check_structure(raw, budget)
     msg = message_from_bytes(raw, policy=compat32)
+    _check_parts(msg, budget)
     addressed = _unique(
         [a.strip().strip("<>").lower() for a in envelope_recipients]
         + _addresses(msg, "X-Original-To", "Delivered-To", "To", "Envelope-To")
-    )
+    )[: budget.addresses]
     own_id = _first_message_id(_header(msg, "Message-ID"))
     report = _find_report(msg)
     if report is not None:
-        report_type = str(report.get_param("report-type") or "").lower()
+        report_type = str(report.get_param("report-type") or "").lower()[:100]
         if report_type == "delivery-status":
-            return _dsn(report, addressed, own_id)
+            return _dsn(report, addressed, own_id, budget)
         if report_type == "feedback-report":
-            return _arf(report, addressed, own_id)
+            return _arf(report, addressed, own_id, budget)
         return Unparseable(f"multipart/report of type {report_type or 'none'}")
-    return _plain(msg, addressed, own_id)
+    return _plain(msg, addressed, own_id, budget)
+
+
+def _check_structure(raw: bytes, budget: Budget) -> None:
+    """Refuse, before parsing, a message whose structure alone would cost too much to parse.
+
+    The `email` parser checks every line against the boundary of every enclosing multipart, so its
+    cost is lines times depth; nested returned messages recurse. Counting the declarations bounds both.
+    """
+    lower = raw.lower()
+    if lower.count(b"boundary") > budget.boundaries:
+        raise OverBudget(f"more than {budget.boundaries} multipart boundaries")
+    if lower.count(b"content-type") > budget.content_types:
+        raise OverBudget(f"more than {budget.content_types} Content-Type headers")
+
+
+def _check_parts(msg: Message, budget: Budget) -> None:
+    """Count the parts without recursion, stopping at the budget."""
+    count = 0
+    stack: list[tuple[Message, int]] = [(msg, 0)]
+    while stack:
+        part, depth = stack.pop()
+        count += 1
+        if count > budget.parts:
+            raise OverBudget(f"more than {budget.parts} MIME parts")
+        if depth > budget.depth:
+            raise OverBudget(f"MIME parts nested more than {budget.depth} deep")
+        payload = part.get_payload()
+        if part.is_multipart() and isinstance(payload, list):
+            stack.extend((p, depth + 1) for p in payload if isinstance(p, Message))
+
+
+def _storable(report: Report) -> Report:
+    """The report with every string cleaned for the database (NUL, lone surrogates, length)."""
+    recipients = tuple(
+        replace(
+            r,
+            recipient=storable_or_none(r.recipient, 320),
+            status=storable_or_none(r.status, 100),
+            action=storable_or_none(r.action, 100),
+            diagnostic=storable_or_none(r.diagnostic, MAX_DIAGNOSTIC),
+        )
+        for r in report.recipients
+    )
+    return replace(
+        report,
+        recipients=recipients,
+        addressed_to=tuple(storable(a, 320) for a in report.addressed_to),
+        original_message_ids=tuple(storable(m, 252) for m in report.original_message_ids),
+        message_id=storable_or_none(report.message_id, 252),
+        feedback_type=storable_or_none(report.feedback_type, 100),
+        extra={storable(k, 100): storable(v, 500) for k, v in report.extra.items()},
+    )
 
 
 def _find_report(msg: Message) -> Message | None:
@@ -119,16 +216,17 @@ def _find_report(msg: Message) -> Message | None:
     return None
 
 
-def _header(msg: Message, name: str) -> str | None:
+def _header(msg: Message, name: str, limit: int = MAX_FIELD) -> str | None:
     value = msg.get(name)
     if value is None:
         return None
-    return " ".join(str(value).split())
+    return " ".join(str(value)[: limit * 4].split())[:limit]
 
 
-def _addresses(msg: Message, *names: str) -> list[str]:
-    values = [str(v) for name in names for v in (msg.get_all(name) or [])]
-    return [addr.lower() for _name, addr in getaddresses(values) if "@" in addr]
+def _addresses(msg: Message, *names: str, limit: int = 100) -> list[str]:
+    """The addresses in these headers: at most `limit` headers of each name, each cut at 8 KiB."""
+    values = [str(v)[:8192] for name in names for v in (msg.get_all(name) or [])[:limit]]
+    return [addr.lower() for _name, addr in getaddresses(values) if "@" in addr][:limit]
 
 
 def _unique(items: Iterable[str]) -> tuple[str, ...]:
@@ -146,15 +244,35 @@ def _first_message_id(value: str | None) -> str | None:
     return f"<{bare}>" if re.fullmatch(r"[^<>\s@]{1,200}@[^<>\s@]{1,200}", bare) else None
 
 
-def _field_blocks(part: Message) -> list[Message]:
+def _field_blocks(part: Message, budget: Budget) -> list[Message]:
     """The field blocks of a delivery-status or feedback-report part, parsed or as text."""
+    most = budget.recipients + 1  # and the per-message block
     payload = part.get_payload()
     if isinstance(payload, list):
-        return [block for block in payload if isinstance(block, Message)]
-    text = part.get_payload(decode=True)
-    body = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(payload)
-    blocks = re.split(r"\r?\n\s*\r?\n", body.strip())
-    return [HeaderParser(policy=compat32).parsestr(block.strip() + "\n") for block in blocks if block.strip()]
+        blocks = [block for block in payload if isinstance(block, Message)]
+    else:
+        text = part.get_payload(decode=True)
+        body = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(payload)
+        parser = HeaderParser(policy=compat32)
+        blocks = [
+            parser.parsestr(block.strip() + "\n") for block in islice(_blank_line_blocks(body), most + 1)
+        ]
+    if len(blocks) > most:
+        raise OverBudget(f"more than {budget.recipients} recipient reports")
+    return blocks
+
+
+def _blank_line_blocks(body: str) -> Iterator[str]:
+    """The runs of lines between blank lines (a line of white space is blank)."""
+    block: list[str] = []
+    for line in body.split("\n"):
+        if line.strip():
+            block.append(line.rstrip("\r"))
+        elif block:
+            yield "\n".join(block)
+            block = []
+    if block:
+        yield "\n".join(block)
 
 
 def _original_headers(report: Message) -> Message | None:
@@ -216,12 +334,14 @@ def _smtp_code(text: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _dsn(report: Message, addressed: tuple[str, ...], own_id: str | None) -> Report | Unparseable:
+def _dsn(
+    report: Message, addressed: tuple[str, ...], own_id: str | None, budget: Budget
+) -> Report | Unparseable:
     status_part = next((p for p in report.walk() if p.get_content_type() == "message/delivery-status"), None)
     if status_part is None:
         return Unparseable("delivery-status report without a message/delivery-status part")
     recipients: list[RecipientReport] = []
-    for block in _field_blocks(status_part):
+    for block in _field_blocks(status_part, budget):
         final = _typed_address(_header(block, "Final-Recipient"))
         if final is None:
             continue  # the per-message block (Reporting-MTA, Arrival-Date)
@@ -245,11 +365,13 @@ def _dsn(report: Message, addressed: tuple[str, ...], own_id: str | None) -> Rep
     return Report("dsn", tuple(recipients), _unique([*addressed, *return_paths]), ids, own_id)
 
 
-def _arf(report: Message, addressed: tuple[str, ...], own_id: str | None) -> Report | Unparseable:
+def _arf(
+    report: Message, addressed: tuple[str, ...], own_id: str | None, budget: Budget
+) -> Report | Unparseable:
     feedback = next((p for p in report.walk() if p.get_content_type() == "message/feedback-report"), None)
     if feedback is None:
         return Unparseable("feedback report without a message/feedback-report part")
-    fields = _field_blocks(feedback)
+    fields = _field_blocks(feedback, budget)
     if not fields:
         return Unparseable("empty feedback report")
     first = fields[0]
@@ -257,7 +379,10 @@ def _arf(report: Message, addressed: tuple[str, ...], own_id: str | None) -> Rep
     if not feedback_type:
         return Unparseable("feedback report without Feedback-Type")
     ids, return_paths, original = _returned(report)
-    rcpts = [_typed_address(str(v)) for v in first.get_all("Original-Rcpt-To") or []]
+    values = first.get_all("Original-Rcpt-To") or []
+    if len(values) > budget.recipients:
+        raise OverBudget(f"more than {budget.recipients} recipient reports")
+    rcpts = [_typed_address(" ".join(str(v)[: MAX_FIELD * 4].split())[:MAX_FIELD]) for v in values]
     named = [r for r in rcpts if r]
     if not named and original is not None:
         named = _addresses(original, "To")[:1]
@@ -272,52 +397,106 @@ def _arf(report: Message, addressed: tuple[str, ...], own_id: str | None) -> Rep
     )
 
 
-def _text_of(msg: Message) -> str:
-    """The text parts of a plain bounce, decoded leniently, at most 1 MiB."""
+def _text_of(msg: Message, budget: Budget) -> str:
+    """The text parts of a plain bounce, decoded leniently, at most `budget.text_chars` in all."""
     chunks: list[str] = []
+    left = budget.text_chars
     for part in msg.walk():
+        if left <= 0:
+            break
         if part.get_content_maintype() == "text" or part.get_content_type() == "message/rfc822":
             data = part.get_payload(decode=True)
             if isinstance(data, bytes):
-                chunks.append(data.decode(part.get_content_charset("utf-8") or "utf-8", "replace"))
+                chunk = data[: left * 4].decode(_charset(part), "replace")
             elif part.get_content_type() == "message/rfc822":
-                chunks.append("\n--- copy of the message\n" + "".join(str(m) for m in part.get_payload()))
-    return "\n".join(chunks)[: 1 << 20]
+                chunk = "\n--- copy of the message\n" + "".join(str(m) for m in part.get_payload())
+            else:
+                continue
+            chunks.append(chunk[:left])
+            left -= len(chunks[-1])
+    return "\n".join(chunks)
 
 
-def _plain(msg: Message, addressed: tuple[str, ...], own_id: str | None) -> Report | Unparseable:
+def _charset(part: Message) -> str:
+    """The part's charset when Python decodes it as text in linear time, else UTF-8."""
+    name = str(part.get_content_charset("utf-8") or "utf-8")
+    try:
+        info = codecs.lookup(name)
+    except (LookupError, ValueError):
+        return "utf-8"
+    # punycode decodes in quadratic time; idna is for host names, not text
+    if info.name in ("punycode", "idna") or not getattr(info, "_is_text_encoding", True):
+        return "utf-8"
+    return info.name
+
+
+def _plain(
+    msg: Message, addressed: tuple[str, ...], own_id: str | None, budget: Budget
+) -> Report | Unparseable:
     sender = _header(msg, "From") or ""
     subject = _header(msg, "Subject") or ""
     if not (_BOUNCE_SENDER.search(sender) or _BOUNCE_SUBJECT.search(subject)):
         return Unparseable("not a delivery report (no multipart/report, not from a mailer daemon)")
-    text = _text_of(msg).replace("\r\n", "\n")
-    marker = _COPY_MARKER.search(text)
-    notice, copy = (text[: marker.start()], text[marker.start() :]) if marker else (text, "")
-    permanent = bool(re.search(r"permanent|given up|failed permanently", notice, re.I))
-    recipients = _plain_recipients(notice.split("\n"), permanent)
+    lines = _text_of(msg, budget).replace("\r\n", "\n").split("\n")
+    marker = next((i for i, line in enumerate(lines) if _is_copy_marker(line)), len(lines))
+    notice = lines[:marker]
+    permanent = any(_PERMANENT.search(line) for line in notice)
+    recipients = _plain_recipients(notice, permanent, budget)
     if not recipients:
         return Unparseable("plain-text bounce naming no failed address with a status")
-    ids = _unique(m.group(1) for m in _MESSAGE_ID_LINE.finditer(copy or text))
+    copy = "\n".join(lines[marker:] if marker < len(lines) else lines)
+    ids = _unique(m.group(1) for m in islice(_MESSAGE_ID_LINE.finditer(copy), budget.message_ids))
     return Report("plain", tuple(recipients), addressed, ids, own_id)
 
 
-def _plain_recipients(lines: list[str], permanent: bool) -> list[RecipientReport]:
+def _is_copy_marker(line: str) -> bool:
+    """Whether the returned copy of the original starts at this line (see `_COPY_PHRASES`)."""
+    if line.startswith("--"):
+        lower = line.lower()
+        if any(phrase in lower for phrase in _COPY_PHRASES):
+            return True
+    core = line.strip()
+    return (
+        core.startswith("-") and core.endswith("-") and core.strip("-").strip().lower() == "original message"
+    )
+
+
+def _lone_address(line: str) -> str | None:
+    """The address when it stands alone on the line (`<a@b.example>:` too), lower case; else None."""
+    if len(line) > 400:
+        return None
+    core = line.strip()
+    core = core[1:] if core.startswith("<") else core
+    core = core[:-1] if core.endswith(":") else core
+    core = core[:-1] if core.endswith(">") else core
+    match = _LOCAL_AT_DOMAIN.fullmatch(core)
+    if match is None:
+        return None
+    labels = match.group(2).split(".")
+    if len(labels) < 2 or not all(_LABEL.fullmatch(label) for label in labels):
+        return None
+    return core.lower()
+
+
+def _plain_recipients(lines: list[str], permanent: bool, budget: Budget) -> list[RecipientReport]:
     """Each address alone on a line, with the first status or reply code in the lines after it."""
     found: dict[str, RecipientReport] = {}
     for index, line in enumerate(lines):
-        match = _LONE_ADDRESS.match(line)
-        if match is None or match.group(1).lower() in found:
+        address = _lone_address(line)
+        if address is None or address in found:
             continue
-        window = " ".join(lines[index : index + 6])[:2000]
+        following = [text[:MAX_FIELD] for text in lines[index + 1 : index + 6]]
+        window = " ".join([line, *following])[:2000]
         status = _status(window)
-        code = _smtp_code(" ".join(lines[index + 1 : index + 6]))
+        code = _smtp_code(" ".join(following))
         if status is None and code is not None:
             status = f"{str(code)[0]}.0.0"
         if status is None and permanent:
             status = "5.0.0"
         if status is None or status[0] == "2":
             continue
-        diagnostic = " ".join(" ".join(lines[index + 1 : index + 4]).split())[:MAX_DIAGNOSTIC] or None
-        address = match.group(1).lower()
+        diagnostic = " ".join(" ".join(following[:3]).split())[:MAX_DIAGNOSTIC] or None
+        if len(found) >= budget.recipients:
+            raise OverBudget(f"more than {budget.recipients} recipient reports")
         found[address] = RecipientReport(address, _kind(None, status), status, None, diagnostic, code)
     return list(found.values())
