@@ -369,3 +369,38 @@ def test_a_head_file_not_written_by_audit_head_is_bad_usage(
     (tmp_path / "h.json").write_text('{"format": "mailroom-signature-heads/1", "heads": []}')
     code, _, err = run(capsys, "audit", "verify", "--head", str(tmp_path / "h.json"))
     assert code == 2 and "not a head file written by `mailroom audit head`" in err
+
+
+def test_maintenance_prunes_audit_rows_past_their_retention_and_verify_still_passes(
+    cli_env: dict[str, str],
+    db_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        for days in (400, 300, 200):
+            c.execute(
+                "INSERT INTO mailroom.audit_log (at, actor, action) VALUES (now() - make_interval(days => %s),"
+                " 'alice', 'sender.add')",
+                (days,),
+            )
+    write_rows(db_url, 2)
+    assert run(capsys, "audit", "head", "-o", str(tmp_path / "head.txt"))[0] == 0
+    assert main(["maintenance", "run"]) == 0  # MAILROOM_AUDIT_RETENTION_DAYS unset: kept for ever
+    assert verify(capsys)[2]["head"]["pruned_seq"] == 0
+
+    monkeypatch.setenv("MAILROOM_AUDIT_RETENTION_DAYS", "250")
+    assert main(["maintenance", "run", "--dry-run"]) == 0
+    assert "prune_audit: would touch 2 row(s)" in capsys.readouterr()[0]
+    assert main(["maintenance", "run"]) == 0
+    assert "prune_audit: touched 2 row(s)" in capsys.readouterr()[0]
+    code, out, report = verify(capsys, "--head", str(tmp_path / "head.txt"))
+    assert code == 0, out
+    assert report["head"]["pruned_seq"] == 2 and report["first_seq"] == 3
+    with psycopg.connect(db_url, row_factory=dict_row) as c:
+        [pruned] = audit.recent(c, 1, action="audit.prune")
+    assert (pruned["actor"], pruned["detail"]["reason"]) == (
+        "maintenance",
+        "retention: MAILROOM_AUDIT_RETENTION_DAYS=250",
+    )

@@ -114,6 +114,7 @@ class Settings:
     archive_cancelled_after_days: int = 7
     archive_suppressed_after_days: int = 7
     inbox_retention_days: int = 30
+    audit_retention_days: int = 0  # audit rows older than this are pruned by maintenance; 0 keeps them all
     log_retention_months: int = 24
     partitions_ahead_months: int = 3
     maintenance_interval_seconds: float = 3600.0
@@ -203,6 +204,7 @@ class Settings:
             archive_cancelled_after_days=_int("MAILROOM_ARCHIVE_CANCELLED_AFTER_DAYS", 7, minimum=1),
             archive_suppressed_after_days=_int("MAILROOM_ARCHIVE_SUPPRESSED_AFTER_DAYS", 7, minimum=1),
             inbox_retention_days=_int("MAILROOM_INBOX_RETENTION_DAYS", 30, minimum=1),
+            audit_retention_days=_int("MAILROOM_AUDIT_RETENTION_DAYS", 0, minimum=0),
             log_retention_months=_int("MAILROOM_LOG_RETENTION_MONTHS", 24, minimum=2),
             partitions_ahead_months=_int("MAILROOM_PARTITIONS_AHEAD_MONTHS", 3, minimum=1),
             maintenance_interval_seconds=_float("MAILROOM_MAINTENANCE_INTERVAL_SECONDS", 3600.0, minimum=1.0),

@@ -20,7 +20,9 @@ from psycopg.rows import tuple_row
 from worker.core.config import Settings
 from worker.core.logs import event
 from worker.ops.archiving import DELETE_CHUNK, FINAL_STATES, Checkpoint, Progress, archive_state, day_start
+from worker.ops.audit_retention import prune_audit
 from worker.ops.maintenance_report import MaintenanceReport, StateCounts, StepReport
+from worker.ops.quarantine_upkeep import purge_quarantine
 
 __all__ = ["MAINTENANCE_LOCK_KEY", "MaintenanceReport", "StateCounts", "StepReport", "run_maintenance"]
 
@@ -234,6 +236,8 @@ def run_maintenance(
             record(archive_state(conn, settings, now, report, state, checkpoint, progress))
         _log_retention(report)
         record(purge_inbox(conn, settings, now, report))
+        record(purge_quarantine(conn, settings, now, report))
+        record(prune_audit(conn, settings, now, report))
         record(ensure_partitions(conn, settings, now, report))
         record(drop_partitions(conn, settings, now, report))
     finally:
