@@ -188,10 +188,11 @@ async def test_a_signed_subscription_is_confirmed_on_the_sns_host_and_nowhere_el
         aiohttp.ClientSession() as http,
     ):
         confirmed = await _post(http, server, _signed(pki.signing.key, _subscription()))
-        refused = [await _post(http, server, m) for m in (elsewhere, other_region, other_action)]
+        crowded = _signed(pki.signing.key, {**_subscription(), "SubscribeURL": SUBSCRIBE_URL + "&a=1" * 9})
+        refused = [await _post(http, server, m) for m in (elsewhere, other_region, other_action, crowded)]
         forgery = await _post(http, server, forged)
     assert confirmed == (200, {"confirmed": TOPIC})
-    assert [status for status, _ in refused] == [400, 400, 400]
+    assert [status for status, _ in refused] == [400] * 4
     assert forgery[0] == 401
     # the certificate and its issuer once (kept), the SubscribeURL once; never S3 nor another region
     assert aws.requests == [
@@ -412,12 +413,13 @@ async def test_ses_notifications_that_are_not_bounces_are_ignored_without_error(
         _notification(crowd),
     ]
     messages.append({**_notification({}), "Message": "not json"})
+    messages.append({**_notification({}), "Message": "[" * 100_000 + "]" * 100_000})
     async with (
         fake_aws(pki, _files(pki)) as aws,
         _tracker(db_url, settings, aws, pki) as server,
         aiohttp.ClientSession() as http,
     ):
         answers = [await _post(http, server, _signed(pki.signing.key, m)) for m in messages]
-    assert [s for s, _ in answers] == [202] * 5
+    assert [s for s, _ in answers] == [202] * 6
     assert state(db_url, jane["id"])["status"] == "sent"
     assert state(db_url, jane["id"])["quarantined"] == 0

@@ -192,7 +192,7 @@ def map_ses(message: dict[str, Any]) -> list[Mapped]:
     """The SES bounce or complaint an SNS Notification carries, one event per recipient."""
     try:
         ses = json.loads(str(message["Message"]))
-    except ValueError:
+    except (ValueError, RecursionError):
         return ["SNS notification that is not SES JSON"]
     if not isinstance(ses, dict):
         return ["SNS notification that is not SES JSON"]

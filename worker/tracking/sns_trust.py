@@ -106,7 +106,10 @@ def subscribe_url(url: Any, topic: str) -> SnsUrl | None:
     checked = sns_url(url)
     if checked is None or checked.path != "/":
         return None
-    query = parse_qs(checked.query, max_num_fields=8)
+    try:
+        query = parse_qs(checked.query, max_num_fields=8)
+    except ValueError:  # more fields than a confirmation has
+        return None
     arn = topic.split(":")
     if (
         query.get("Action") != ["ConfirmSubscription"]
