@@ -29,8 +29,11 @@ from worker.core.config import Settings
 from worker.core.db import connection_kwargs
 from worker.core.links import ONE_CLICK
 from worker.core.masking import mask_address
+from worker.core.return_path import optional_bounce_key
 from worker.core.webhook_events import EventSink
 from worker.tracking.listener import listen, request_deadline
+from worker.tracking.unsubscribe import find_target, is_unsubscribed
+from worker.tracking.unsubscribe import unsubscribe as unsubscribe_target
 
 log = logging.getLogger("mailroom.tracker")
 
@@ -70,45 +73,6 @@ JOIN mailroom.email_queue q ON q.id = l.email_id
 """
 
 LINK_DESTINATION = "SELECT url FROM mailroom.tracked_links WHERE token = %s"
-
-# The email an unsubscribe token belongs to: a queued one, or one retention has archived and deleted
-# (its recipient then comes from its send log, kept MAILROOM_LOG_RETENTION_MONTHS). Transactional
-# email has no token that counts.
-_TARGET = """
-WITH target AS (
-    (SELECT id, lower(recipient_email) AS email, campaign_id, recipient_email AS shown
-     FROM mailroom.email_queue WHERE unsubscribe_token = %(token)s AND NOT transactional)
-    UNION ALL
-    (SELECT s.email_id, lower(s.recipient_email), s.campaign_id, s.recipient_email
-     FROM mailroom.archived_emails a
-     CROSS JOIN LATERAL (
-         SELECT email_id, recipient_email, campaign_id FROM mailroom.send_logs
-         WHERE email_id = a.email_id AND outcome = 'sent' ORDER BY attempted_at DESC LIMIT 1
-     ) s
-     WHERE a.unsubscribe_token = %(token)s)
-    LIMIT 1
-)
-"""
-
-FIND_UNSUBSCRIBE = (
-    _TARGET  # noqa: S608 -- constant SQL text joined; values are parameters
-    + """
-SELECT shown, EXISTS (SELECT 1 FROM mailroom.unsubscribe_list u WHERE u.email = t.email) FROM target t
-"""
-)
-
-# Immediate and idempotent: the address is on the list when this statement commits.
-UNSUBSCRIBE = (
-    _TARGET  # noqa: S608 -- constant SQL text joined; values are parameters
-    + """
-, added AS (
-    INSERT INTO mailroom.unsubscribe_list (email, reason, source, campaign_id, email_id, user_agent, ip_address)
-    SELECT email, %(reason)s, %(source)s, campaign_id, id, %(ua)s, %(ip)s::inet FROM target
-    ON CONFLICT (email) DO NOTHING
-)
-SELECT count(*) FROM target
-"""
-)
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 # One event: (token, time, ip, user agent).
@@ -203,6 +167,8 @@ class LinkCache:
 POOL = web.AppKey("pool", AsyncConnectionPool)
 WRITER = web.AppKey("writer", EventWriter)
 LINKS = web.AppKey("links", LinkCache)
+# The return-path key, which signs each recipient's unsubscribe link (None: only plain links work).
+KEY: web.AppKey[bytes | None] = web.AppKey("key")
 
 
 def _token(request: web.Request) -> uuid.UUID | None:
@@ -273,15 +239,13 @@ async def click(request: web.Request) -> web.Response:
 
 async def unsubscribe_page(request: web.Request) -> web.Response:
     """GET /u/{token}: never unsubscribes (scanners follow links); shows a button that POSTs."""
-    token = _token(request)
-    row = None
-    if token is not None:
-        async with request.app[POOL].connection() as conn:
-            row = await (await conn.execute(FIND_UNSUBSCRIBE, {"token": token})).fetchone()
-    if row is None:
+    async with request.app[POOL].connection() as conn:
+        target = await find_target(conn, request.match_info["token"], request.app[KEY])
+        done = target is not None and await is_unsubscribed(conn, target)
+    if target is None:
         return _page("Link not found", "<p>This unsubscribe link is not valid.</p>", status=404)
-    who = html.escape(mask_address(str(row[0])))
-    if row[1]:
+    who = html.escape(mask_address(target.address))
+    if done:
         return _page("Unsubscribed", f"<p>{who} is unsubscribed and gets no more of these emails.</p>")
     action = html.escape(request.path, quote=True)
     name, _, value = ONE_CLICK.partition("=")
@@ -321,26 +285,24 @@ async def unsubscribe(request: web.Request) -> web.Response:
 
     No cookie, session or second step is asked for (RFC 8058 §3.2), and the answer is never a redirect.
     """
-    token = _token(request)
     one_click, from_page = await _one_click(request)
     if not one_click:
         return web.Response(
             text=f"expected a form body with {ONE_CLICK}\n", status=400, headers={**NO_CACHE, **_COMMON}
         )
-    found = 0
-    if token is not None:
-        ip, agent = _client(request)
-        params = {
-            "token": token,
-            "source": "link" if from_page else "one_click",
-            "reason": "unsubscribe page" if from_page else "RFC 8058 one-click",
-            "ip": ip,
-            "ua": agent,
-        }
-        async with request.app[POOL].connection() as conn:
-            row = await (await conn.execute(UNSUBSCRIBE, params)).fetchone()
-        found = int(row[0]) if row else 0
-    if not found:
+    ip, agent = _client(request)
+    async with request.app[POOL].connection() as conn:
+        target = await find_target(conn, request.match_info["token"], request.app[KEY])
+        if target is not None:
+            await unsubscribe_target(
+                conn,
+                target,
+                source="link" if from_page else "one_click",
+                reason="unsubscribe page" if from_page else "RFC 8058 one-click",
+                ip=ip,
+                user_agent=agent,
+            )
+    if target is None:
         return _page("Link not found", "<p>This unsubscribe link is not valid.</p>", status=404)
     log.info("unsubscribed via %s", "page" if from_page else "one-click")
     return _page("Unsubscribed", "<p>You will get no more of these emails.</p>")
@@ -412,6 +374,7 @@ def make_app(
             await pool.close()
 
     app.cleanup_ctx.append(pool_context)
+    app[KEY] = optional_bounce_key(settings)
     app.router.add_get("/o/{token}.gif", open_pixel)
     app.router.add_get("/c/{token}", click)
     app.router.add_get("/u/{token}", unsubscribe_page)
