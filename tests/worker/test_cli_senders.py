@@ -196,9 +196,11 @@ def test_edit_replaces_the_password_without_auditing_it_and_warns_of_doubtful_ch
     _add_relay(capsys, monkeypatch)
     monkeypatch.setenv("NEW_SMTP_PASSWORD", "rotated-secret")
     argv = ["senders", "edit", "relay", "--username", "mailer", "--password-env", "NEW_SMTP_PASSWORD"]
-    code, _, err = run(capsys, *argv, "--security", "none", "--version", str(sender(conn)["version"]))
+    version = str(sender(conn)["version"])
+    code, _, err = run(capsys, *argv, "--security", "none", "--allow-plaintext-login", "--version", version)
     assert code == 0, err
-    assert "crosses the network unencrypted" in err
+    assert "mail to smtp.example.com crosses the network unencrypted" in err
+    assert "the login to smtp.example.com crosses the network unencrypted" in err
     row = sender(conn)
     assert (
         SecretBox(cli_env["MAILROOM_SECRET_KEY"]).decrypt(row["smtp_password_encrypted"]) == "rotated-secret"

@@ -191,6 +191,7 @@ class SenderBook:
             command_timeout=float(row["command_timeout_seconds"] or settings.smtp_command_timeout),
             data_timeout=float(row["data_timeout_seconds"] or settings.smtp_data_timeout),
             oauth=self._oauth_client(row) if row["auth_type"] == "oauth2" else None,
+            allow_plaintext_login=row["allow_plaintext_login"],
         )
         bounce_domain = row["bounce_domain"] or settings.bounce_domain
         return Sender(

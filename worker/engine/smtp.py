@@ -13,6 +13,7 @@ import aiosmtplib
 from aiosmtplib.response import SMTPResponse
 
 from worker.core.message import Envelope
+from worker.core.plaintext import PLAINTEXT_LOGIN_REFUSED, login_in_clear
 from worker.engine.classify import Reply, clean_reply
 from worker.engine.oauth import OAuthClient, TokenCache, TokenRefused, TokenUnavailable
 from worker.engine.pipelining import CLOSING, PipeliningProtocol, enable_pipelining
@@ -35,6 +36,8 @@ class SmtpAccount:
     data_timeout: float = 120.0
     # OAuth2 (AUTH XOAUTH2 as `username`, with access tokens from this client) instead of a password.
     oauth: OAuthClient | None = None
+    # The operator allowed a login without TLS off the loopback interface (see worker.core.plaintext).
+    allow_plaintext_login: bool = False
 
 
 # One recipient of a many-recipient message whose copy was refused, and the reply that refused it.
@@ -97,6 +100,10 @@ class SmtpConnection:
         self._client = client
         await client.connect()
         await client.ehlo()
+        if account.username and not _may_log_in(client, account):
+            # Refused here, not only by the CLI: a row changed around it must not send a secret in clear.
+            self._phase = "auth"
+            raise aiosmtplib.SMTPException(PLAINTEXT_LOGIN_REFUSED.format(host=account.host))
         if token is not None and account.username:
             self._phase = "auth"
             if "xoauth2" not in client.server_auth_methods:
@@ -228,6 +235,16 @@ class SmtpConnection:
 
     def _enter(self, phase: str) -> None:
         self._phase = phase
+
+
+def _may_log_in(client: aiosmtplib.SMTP, account: SmtpAccount) -> bool:
+    """Whether the login may go out: over TLS, to the loopback interface, or allowed in clear by the operator."""
+    encrypted = client.get_transport_info("sslobject") is not None
+    return (
+        encrypted
+        or account.allow_plaintext_login
+        or not login_in_clear(account.host, "none", account.username)
+    )
 
 
 # What an envelope address may not hold to be written straight into MAIL FROM:<...> or RCPT TO:<...>.

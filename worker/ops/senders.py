@@ -12,6 +12,7 @@ import psycopg
 from psycopg.rows import dict_row, tuple_row
 
 from worker.core.crypto import SecretBox
+from worker.core.plaintext import PLAINTEXT_LOGIN_REFUSED, login_in_clear
 from worker.core.validation import ValidationError, check_header_text, normalise_address
 from worker.ops import audit
 from worker.ops.sender_auth import (
@@ -52,6 +53,8 @@ class SenderSpec:
     # The domain of its VERP return paths (None: MAILROOM_BOUNCE_DOMAIN, else the From address)
     bounce_domain: str | None = None
     relay_provider: str | None = None  # postmark or sendgrid: tag each message for its event webhooks
+    # Log in (password or OAuth2 token) even without TLS to a host off the loopback interface: see plaintext.py
+    allow_plaintext_login: bool = False
 
 
 # Every setting of a `SenderSpec` (same names) and the secrets, encrypted.
@@ -164,6 +167,11 @@ def validate_spec(spec: SenderSpec) -> SenderSpec:
         raise ValidationError("security", "must be none, starttls or tls")
     if not 1 <= spec.smtp_port <= 65535:
         raise ValidationError("port", "must be between 1 and 65535")
+    if (
+        login_in_clear(spec.smtp_host, spec.smtp_security, spec.smtp_username)
+        and not spec.allow_plaintext_login
+    ):
+        raise ValidationError("security", PLAINTEXT_LOGIN_REFUSED.format(host=spec.smtp_host))
     if spec.warmup_stage and spec.warmup_limit is None:
         raise ValidationError("warmup_limit", "a warm-up stage needs a warm-up limit")
     for name, value in (("daily_limit", spec.daily_limit), ("send_delay_ms", spec.send_delay_ms)):
@@ -242,6 +250,7 @@ def _added_detail(sender_id: int, spec: SenderSpec) -> dict[str, Any]:
         "auth": spec.auth_type,
         "bounce_domain": spec.bounce_domain,
         "relay_provider": spec.relay_provider,
+        "allow_plaintext_login": spec.allow_plaintext_login,
     }
 
 
@@ -308,6 +317,7 @@ EDITABLE = (
     "oauth_client_id",
     "bounce_domain",
     "relay_provider",
+    "allow_plaintext_login",
 )
 
 LOCK_FOR_EDIT = f"""

@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker.core.config import ConfigError
+from worker.core.plaintext import LOOPBACK_HOSTS, login_in_clear
 
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+LOCAL_HOSTS = LOOPBACK_HOSTS
 
 # Option (its argparse dest) -> the sender account setting it changes.
 SETTINGS = {
@@ -30,7 +31,13 @@ SETTINGS = {
     "connect_timeout": "connect_timeout_seconds",
     "command_timeout": "command_timeout_seconds",
     "data_timeout": "data_timeout_seconds",
+    "allow_plaintext_login": "allow_plaintext_login",
 }
+
+ALLOW_PLAINTEXT_LOGIN = (
+    "log in (password or OAuth2 token) even with --security none to a host other than localhost: the "
+    "secret then crosses the network readable by anyone on the path; refused without this flag"
+)
 
 
 def interactive() -> bool:
@@ -114,6 +121,13 @@ def doubtful_choices(
     return warnings
 
 
+def plaintext_login_warning(host: str, security: str, username: str | None, allowed: bool) -> list[str]:
+    """The warning an allowed login without TLS deserves, every time it is set or kept."""
+    if allowed and login_in_clear(host, security, username):
+        return [f"--allow-plaintext-login: the login to {host} crosses the network unencrypted"]
+    return []
+
+
 def settings_changes(args: argparse.Namespace) -> dict[str, Any]:
     """The sender account settings the options given change (`senders edit`)."""
     changes = {
@@ -139,6 +153,12 @@ def add_settings_arguments(parser: argparse.ArgumentParser, *, adding: bool) -> 
         help="none, starttls or tls (implicit TLS, usually port 465); asked on a terminal, else starttls",
     )
     parser.add_argument("--username", help="SMTP username (a login needs a password)")
+    parser.add_argument(
+        "--allow-plaintext-login",
+        action="store_true" if adding else argparse.BooleanOptionalAction,
+        default=False if adding else None,
+        help=ALLOW_PLAINTEXT_LOGIN + ("" if adding else " (--no-allow-plaintext-login takes it back)"),
+    )
     _password_arguments(parser)
     parser.add_argument(
         "--daily-limit", type=int, default=default(2000), help="emails per UTC day (default 2000)"

@@ -17,6 +17,7 @@ from worker.cli.commands.sender_input import (
     interactive,
     password_from,
     password_given,
+    plaintext_login_warning,
     settings_changes,
 )
 from worker.cli.commands.sender_oauth import (
@@ -32,7 +33,10 @@ from worker.core.config import ConfigError, Settings
 RAW = argparse.RawDescriptionHelpFormatter
 
 AUTH_OF = "SELECT auth_type FROM mailroom.sender_accounts WHERE name = %s"
-SETTINGS_OF = "SELECT smtp_host, smtp_port, smtp_security FROM mailroom.sender_accounts WHERE id = %s"
+SETTINGS_OF = """
+SELECT smtp_host, smtp_port, smtp_security, smtp_username, allow_plaintext_login
+FROM mailroom.sender_accounts WHERE id = %s
+"""
 
 
 def _url(settings: Settings) -> str:
@@ -61,7 +65,9 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("OAuth2 secrets are for an oauth2 sender: add --auth oauth2")
     password = _complete_add(args)
     login = args.auth == "password"
-    for warning in doubtful_choices(args.host, args.port, args.security, password, check_login=login):
+    warnings = doubtful_choices(args.host, args.port, args.security, password, check_login=login)
+    warnings += plaintext_login_warning(args.host, args.security, args.username, args.allow_plaintext_login)
+    for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     spec = SenderSpec(
         name=args.name,
@@ -81,6 +87,7 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
         connect_timeout_seconds=args.connect_timeout,
         command_timeout_seconds=args.command_timeout,
         data_timeout_seconds=args.data_timeout,
+        allow_plaintext_login=args.allow_plaintext_login,
         **auth_changes(args),
     )
     dkim_key = _dkim_key(args.dkim_key_file)
@@ -190,9 +197,13 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
                 return 1
             raise
         row = conn.execute(SETTINGS_OF, (done.id,)).fetchone()
-    if row is not None and {"smtp_host", "smtp_port", "smtp_security"} & set(done.changed):
+    watched = {"smtp_host", "smtp_port", "smtp_security", "smtp_username", "allow_plaintext_login"}
+    if row is not None and watched & set(done.changed):
         host, port, security = str(row["smtp_host"]), int(str(row["smtp_port"])), str(row["smtp_security"])
-        for warning in doubtful_choices(host, port, security, None, check_login=False):
+        warnings = doubtful_choices(host, port, security, None, check_login=False)
+        username = None if row["smtp_username"] is None else str(row["smtp_username"])
+        allowed = bool(row["allow_plaintext_login"])
+        for warning in warnings + plaintext_login_warning(host, security, username, allowed):
             print(f"warning: {warning}", file=sys.stderr)
     what = ", ".join(done.changed) if done.changed else "nothing (the values given are the current ones)"
     print(f"edited sender account {args.name} (version {done.version}, {done.status}): changed {what}")
