@@ -76,6 +76,16 @@ HOSTILE: list[tuple[str, Any, str]] = [
     ("header_name", "Reply-To", "set by Mailroom"),
     ("header_name", "Content-Type", "set by Mailroom"),
     ("header_name", "Message-ID", "set by Mailroom"),
+    ("header_name", "Received", "set by Mailroom"),
+    ("header_name", "DKIM-Signature", "set by Mailroom"),
+    # Relay-control, trace and authentication headers: relays and readers trust them.
+    ("header_name", "X-SMTPAPI", "relay-control"),
+    ("header_name", "x-smtpapi", "relay-control"),
+    ("header_name", "X-PM-Metadata-mailroom_email_id", "relay-control"),
+    ("header_name", "Authentication-Results", "relay-control"),
+    ("header_name", "Resent-From", "relay-control"),
+    ("header_name", "ARC-Seal", "relay-control"),
+    ("header_name", "X-Mailgun-Variables", "relay-control"),
     ("header_name", "X Bad", "not a valid header name"),
     ("header_name", "X:Bad", "not a valid header name"),
     ("header_name", "X-\u00e9", "not a valid header name"),
@@ -287,3 +297,46 @@ def test_a_local_part_of_64_characters_is_accepted_by_every_path(
     enqueue(conn, EmailRequest(to=address, subject="Hi", text="b"), settings=settings)
     conn.execute("SELECT mailroom.enqueue(ARRAY[%s], 'Hi', 'b')", (address,))
     assert conn.execute("SELECT count(*) AS n FROM mailroom.email_queue").fetchone() == {"n": 2}
+
+
+def _reserved_names() -> list[str]:
+    # Every listed name, and one name under each prefix, in the case an application would write.
+    r = rules()
+    names = sorted(r.relay_and_trace_headers) + [p + "x" for p in r.relay_and_trace_header_prefixes]
+    return ["-".join(part.capitalize() for part in name.split("-")) for name in names]
+
+
+@pytest.mark.parametrize("name", _reserved_names())
+def test_every_relay_and_trace_header_is_refused_in_the_same_words_by_python_and_the_database(
+    conn: psycopg.Connection[Any], settings: Settings, name: str
+) -> None:
+    with pytest.raises(ValidationError) as python:
+        enqueue(
+            conn,
+            EmailRequest(to="ada@example.com", subject="Hi", text="b", headers={name: "1"}),
+            settings=settings,
+        )
+    message = _refused_by_database(
+        conn,
+        "SELECT mailroom.enqueue(recipients => ARRAY['ada@example.com'], subject => 'Hi', text_body => 'b',"
+        " headers => %s::jsonb)",
+        (json.dumps({name: "1"}),),
+    )
+    assert str(python.value) == message.splitlines()[0]
+    assert message.startswith(f"headers.{name}: a relay-control, trace or authentication header"), message
+
+
+@pytest.mark.parametrize(
+    "name", ["X-Order", "X-Entity-Ref-ID", "Feedback-ID", "X-Pmx", "Arcade", "Resentment"]
+)
+def test_an_ordinary_header_near_a_reserved_one_is_still_allowed(
+    conn: psycopg.Connection[Any], settings: Settings, name: str
+) -> None:
+    request = EmailRequest(to="ada@example.com", subject="Hi", text="b", headers={name: "1"})
+    assert enqueue(conn, request, settings=settings) > 0
+    row = conn.execute(
+        "SELECT mailroom.enqueue(recipients => ARRAY['ada@example.com'], subject => 'Hi', text_body => 'b',"
+        " headers => %s::jsonb) AS id",
+        (json.dumps({name: "1"}),),
+    ).fetchone()
+    assert row is not None and row["id"] > 0
