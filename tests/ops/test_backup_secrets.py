@@ -142,3 +142,18 @@ def test_without_password_keeps_everything_but_the_password() -> None:
 def test_a_password_with_a_line_break_is_refused_rather_than_put_in_argv() -> None:
     with pytest.raises(ConfigError, match="line break"), tool_connection("host=h password='a\nb'"):
         pass
+
+
+def test_db_url_leaves_the_password_out_unless_asked_and_says_where_psql_finds_it(
+    db_url: str, cli_env: dict[str, str]
+) -> None:
+    env = {**cli_env, "MAILROOM_DATABASE_URL": make_conninfo(db_url, password=CANARY)}
+    argv = [sys.executable, "-m", "worker.cli.main", "db", "url"]
+    shown = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    assert "canary" not in shown.stdout and "password" not in shown.stdout
+    assert conninfo_to_dict(shown.stdout.strip()) == conninfo_to_dict(db_url)  # still the same database
+    assert "~/.pgpass" in shown.stderr and "--show-password" in shown.stderr
+    whole = subprocess.run([*argv, "--show-password"], env=env, capture_output=True, text=True, check=True)
+    assert conninfo_to_dict(whole.stdout.strip())["password"] == CANARY
+    helped = subprocess.run([*argv, "--help"], env=env, capture_output=True, text=True, check=True)
+    assert "readable by every local user" in helped.stdout and "PGPASSFILE" in helped.stdout

@@ -59,10 +59,15 @@ Example:
 
 URL = """\
 Print the DSN Mailroom uses: MAILROOM_DATABASE_URL, or the embedded server's (started and migrated
-if needed). Give it to psql or another client. Exit status 0.
+if needed), without its password: a password on a command line (`psql "postgresql://u:pw@..."`)
+is readable by every local user in `ps` and /proc, and stays in the shell history. psql and the
+other client tools take the password from ~/.pgpass or the file named by PGPASSFILE (mode 0600,
+`host:port:database:user:password`), or ask for it. --show-password prints the DSN whole, for a
+file or a secret store, never for a command line. Exit status 0.
 
-Example:
-  psql "$(mailroom db url)" -c 'TABLE mailroom.sender_accounts'"""
+Examples:
+  psql "$(mailroom db url)" -c 'TABLE mailroom.sender_accounts'
+  mailroom db url --show-password > ~/.config/mailroom/dsn    (then chmod 600 it)"""
 
 SCHEMA = """\
 Print the live mailroom schema the way migrations/schema.sql holds it, or with --check compare it
@@ -140,7 +145,10 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _migrations(args: argparse.Namespace, settings: Settings) -> int:
+    from psycopg.conninfo import conninfo_to_dict
+
     from worker.core import db
+    from worker.core.pgtools import without_password
 
     url = db.database_url(settings, migrate=False)
     if args.db_command == "upgrade":
@@ -153,7 +161,13 @@ def _migrations(args: argparse.Namespace, settings: Settings) -> int:
         print(db.current_revision(url) or "base (Mailroom is not installed in this database)")
     elif args.db_command == "url":
         db.upgrade(url)
-        print(url)
+        hidden = not args.show_password and bool(conninfo_to_dict(url).get("password"))
+        print(without_password(url) if hidden else url)
+        if hidden:
+            print(
+                "(password left out: psql reads it from ~/.pgpass or PGPASSFILE; --show-password prints it)",
+                file=sys.stderr,
+            )
         if not settings.database_url:
             print(
                 "(the embedded server runs while a Mailroom process uses it; `mailroom db serve` keeps it up)",
@@ -294,7 +308,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     down = action("downgrade", "migrate down to REV ('base' removes Mailroom's tables)", DOWNGRADE)
     down.add_argument("revision")
     action("current", "print the revision the database is at", CURRENT)
-    action("url", "print the DSN in use", URL)
+    shown = action("url", "print the DSN in use, without its password", URL)
+    shown.add_argument(
+        "--show-password",
+        action="store_true",
+        help="print the password too (for a 0600 file or a secret store; never paste it into a command line)",
+    )
     schema = action("schema", "print the live mailroom schema (as migrations/schema.sql)", SCHEMA)
     schema.add_argument(
         "--check", action="store_true", help="compare it with the shipped schema; exit 1 on a difference"
