@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_KEY, load, readdress, sent_email
@@ -240,3 +241,7 @@ async def test_every_message_taken_in_gets_the_same_neutral_reply_whatever_becam
     assert replies == {ACCEPTED.encode()}
     # the outcomes did differ: the reply hid them
     assert {"recorded", "duplicate", "quarantined"} <= set(server.handler.outcomes)
+    # what was quarantined is counted against the client that sent it
+    with psycopg.connect(db_url) as conn:
+        clients = conn.execute("SELECT DISTINCT client FROM mailroom.bounce_quarantine").fetchall()
+    assert ("127.0.0.1",) in clients

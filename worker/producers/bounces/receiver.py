@@ -248,7 +248,9 @@ def database_processor(url: str, key: bytes) -> Processor:
     from worker.producers.bounces.intake import ingest
 
     def process(raw: bytes, recipients: list[str], client: str) -> Outcome:
+        # `client` is the peer's network (an IPv4 address or IPv6 /64): the quarantine's per-client
+        # limit then counts an IPv6 sender once, not once per address of its /64
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-            return ingest(conn, raw, key, recipients)
+            return ingest(conn, raw, key, recipients, client=client)
 
     return process
