@@ -4,6 +4,10 @@ trickled bodies and one client holding many connections are all cut off within b
 from __future__ import annotations
 
 import asyncio
+import signal
+import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -131,3 +135,36 @@ async def test_a_client_over_its_connection_cap_is_answered_503_and_others_are_s
         assert await _get(again, "/healthz") == b"HTTP/1.1 200 OK"
         for _, held_writer in [*held, other, again]:
             held_writer.close()
+
+
+def test_mailroom_tracker_caps_connections_per_client_as_its_option_says(cli_env: dict[str, str]) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    argv = [
+        sys.executable,
+        "-m",
+        "worker.cli.main",
+        "tracker",
+        "--port",
+        str(port),
+        "--max-connections-per-client",
+        "1",
+    ]
+    with subprocess.Popen(
+        argv, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            assert process.stderr is not None
+            for line in process.stderr:
+                if "tracker listening" in line:
+                    break
+            with socket.create_connection(("127.0.0.1", port), timeout=BOUND) as held:
+                held.sendall(b"GET /healthz HTTP/1.1\r\nHost: t.example.org\r\n\r\n")
+                assert held.recv(100).startswith(b"HTTP/1.1 200 OK")  # admitted, and held open (keep-alive)
+                with socket.create_connection(("127.0.0.1", port), timeout=BOUND) as second:
+                    assert second.recv(100).startswith(b"HTTP/1.1 503 ")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.communicate(timeout=30)
+    assert process.returncode == 0

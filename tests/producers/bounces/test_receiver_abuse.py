@@ -4,6 +4,10 @@ idle timeouts, per-session messages, a rate limit a flood cannot wipe, and one n
 from __future__ import annotations
 
 import asyncio
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -245,3 +249,29 @@ async def test_every_message_taken_in_gets_the_same_neutral_reply_whatever_becam
     with psycopg.connect(db_url) as conn:
         clients = conn.execute("SELECT DISTINCT client FROM mailroom.bounce_quarantine").fetchall()
     assert ("127.0.0.1",) in clients
+
+
+def test_mailroom_bounces_receive_caps_connections_per_client_as_its_option_says(
+    cli_env: dict[str, str],
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    argv = [
+        *(sys.executable, "-m", "worker.cli.main", "bounces", "receive"),
+        *("--listen", f"127.0.0.1:{port}", "--domain", BOUNCE_DOMAIN, "--max-connections-per-client", "1"),
+    ]
+    with subprocess.Popen(
+        argv, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            assert "bounces: receiving" in process.stdout.readline()
+            with socket.create_connection(("127.0.0.1", port), timeout=BOUND) as held:
+                assert held.recv(100).startswith(b"220 ")
+                with socket.create_connection(("127.0.0.1", port), timeout=BOUND) as second:
+                    assert second.recv(100).startswith(b"421 4.7.0 ")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.communicate(timeout=30)
+    assert process.returncode == 0
