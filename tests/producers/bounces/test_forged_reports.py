@@ -70,17 +70,16 @@ def _listed(db_url: str) -> list[tuple[str, str]]:
 
 
 def _forgeries(db_url: str, own_message_id: str, ids: list[int], from_email: str) -> list[str]:
-    """What a recipient can write for its neighbours: each id with its own recipient hash and MAC, and
-    the `<id.stamp@domain>` shape Message-IDs had (every email of one transaction shares the stamp)."""
+    """What a recipient can write for its neighbours: its own Message-ID with each neighbour's id in
+    place of its own, and the `<id.stamp@domain>` shape Message-IDs had (every email of one
+    transaction shared the stamp)."""
     local, _, domain = own_message_id.strip("<>").partition("@")
-    _own, rcpt, mac = local.split(".")
+    _own, _, rest = local.partition(".")
     with psycopg.connect(db_url) as conn:
         created = {
             i: c for i, c in conn.execute("SELECT id, created_at FROM mailroom.email_queue").fetchall()
         }
-    return [f"<{i}.{rcpt}.{mac}@{domain}>" for i in ids] + [
-        message_id_for(i, created[i], from_email) for i in ids
-    ]
+    return [f"<{i}.{rest}@{domain}>" for i in ids] + [message_id_for(i, created[i], from_email) for i in ids]
 
 
 async def _deliver_to_all(db_url: str, verp: Settings, smtp_sink: RunningSink) -> dict[str, int]:
