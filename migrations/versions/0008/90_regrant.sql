@@ -1,5 +1,6 @@
--- Roles granted read-only access before this revision see its new columns and tables too (and lose what it takes away): a
--- console run under such a role would otherwise fail on the first screen that reads them.
+-- Roles granted read-only access before this revision see its new columns and tables too (and lose what it takes away: the
+-- grant function revokes each table's SELECT before granting the readable columns): a console run under such a role
+-- would otherwise fail on the first screen that reads them, and would go on reading the bodies 20_tenants made secret.
 DO $$
 DECLARE
     r record;
