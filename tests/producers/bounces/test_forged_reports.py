@@ -170,6 +170,9 @@ async def test_a_cc_recipient_acts_for_itself_only(
     )
     assert first == second and first[0] == 250
     assert _listed(db_url) == []
+    with psycopg.connect(db_url) as conn:  # both kept, counted against the client that sent them
+        kept = conn.execute("SELECT client FROM mailroom.bounce_quarantine").fetchall()
+    assert kept == [("127.0.0.1",), ("127.0.0.1",)]
     # Unsubscribe: the attacker's link with its MAC stripped names nobody; with it, the attacker only.
     link = re.search(r"<https://t\.example\.org(/u/[^>]+)>", str(own.message["List-Unsubscribe"]))
     assert link is not None and "." in link.group(1)

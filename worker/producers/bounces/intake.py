@@ -76,7 +76,7 @@ def ingest(
         identity = _identify(conn, parsed, key)
         if isinstance(identity, str):
             return _quarantine(conn, raw, identity, envelope, client=client)
-        return _apply(conn, raw, parsed, identity, key, envelope)
+        return _apply(conn, raw, parsed, identity, key, envelope, client)
 
 
 def keep_in_quarantine(
@@ -152,6 +152,7 @@ def _apply(
     identity: _Identity,
     key: bytes,
     envelope: str | None,
+    client: str | None,
 ) -> Outcome:
     row = identity.row
     email = EmailRef(
@@ -182,7 +183,8 @@ def _apply(
             )
         )
     if not applied:
-        return _quarantine(conn, raw, f"reports no recipient of email {identity.email_id}", envelope)
+        reason = f"reports no recipient of email {identity.email_id} its token names"
+        return _quarantine(conn, raw, reason, envelope, client=client)
     new = tuple(a for a in applied if a.new)
     if not new:
         return Outcome(
