@@ -212,5 +212,7 @@ BEGIN
     PERFORM set_config('mailroom.audit_prune', '', true);
     RETURN removed;
 END $$;
+-- Only the schema's owner prunes (it runs as its caller, so another role would be refused anyway).
+REVOKE EXECUTE ON FUNCTION mailroom.audit_prune(timestamptz, text, text) FROM PUBLIC;
 COMMENT ON FUNCTION mailroom.audit_prune(timestamptz, text, text) IS
     'Remove the audit trail''s oldest rows written before a time, audited, leaving a verifiable anchor';
