@@ -144,9 +144,9 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         with psycopg.connect(checked_url(settings), autocommit=True) as conn:
             if len(raw) > args.max_bytes:
                 reason = f"larger than --max-bytes {args.max_bytes}"
-                outcome = keep_in_quarantine(conn, raw, reason, recipients)
+                outcome = keep_in_quarantine(conn, raw, reason, recipients, client="pipe")
             else:
-                outcome = ingest(conn, raw, key, recipients)
+                outcome = ingest(conn, raw, key, recipients, client="pipe")
     except psycopg.Error as exc:
         print(f"error: message not stored, try again later: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EX_TEMPFAIL

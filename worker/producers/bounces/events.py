@@ -57,7 +57,8 @@ def _apply_one(conn: psycopg.Connection[Any], event: WebhookEvent, key: bytes | 
     elif named_hash is not None and key is not None and recipient_hash(recipient, key) != named_hash:
         reason = f"names another recipient of email {row['id']} than its Message-ID"
     if row is None or reason is not None:
-        quarantine(conn, event.raw, f"{event.source} webhook event {reason}", recipient or None)
+        why = f"{event.source} webhook event {reason}"
+        quarantine(conn, event.raw, why, recipient or None, client=f"webhook:{event.source}")
         return EventOutcome("unmatched", str(reason))
     report = RecipientReport(
         recipient,

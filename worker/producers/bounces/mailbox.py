@@ -283,12 +283,14 @@ def _poll_pop3(mailbox: Mailbox, process: Processor) -> PollResult:
 
 
 class DatabaseIntake:
-    """`ingest` on one connection for the whole poll, opened on the first message."""
+    """`ingest` on one connection for the whole poll, opened on the first message; `client` is who the
+    quarantine's per-client limit counts these messages against."""
 
-    def __init__(self, url: str, key: bytes, connect_timeout: int = 10) -> None:
+    def __init__(self, url: str, key: bytes, connect_timeout: int = 10, client: str = "mailbox") -> None:
         self.url = url
         self.key = key
         self.connect_timeout = connect_timeout
+        self.client = client
         self._conn: Any = None
 
     def __call__(self, raw: bytes) -> Outcome:
@@ -300,7 +302,7 @@ class DatabaseIntake:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=self.connect_timeout)
-            return ingest(self._conn, raw, self.key)
+            return ingest(self._conn, raw, self.key, client=self.client)
         except psycopg.OperationalError as exc:
             self.close()
             raise DatabaseUnavailable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc

@@ -167,6 +167,8 @@ def _check_structure(raw: bytes, budget: Budget) -> None:
         raise OverBudget(f"more than {budget.boundaries} multipart boundaries")
     if lower.count(b"content-type") > budget.content_types:
         raise OverBudget(f"more than {budget.content_types} Content-Type headers")
+    if lower.count(b"final-recipient") > budget.recipients:
+        raise OverBudget(f"more than {budget.recipients} recipient reports")
 
 
 def _check_parts(msg: Message, budget: Budget) -> None:
