@@ -19,6 +19,7 @@ from console.widgets.banner import Banner
 from console.widgets.dialogs import RowScreen
 from console.widgets.header import ConsoleHeader
 from console.widgets.table import ConsoleTable
+from worker.core.terminal import printable
 
 # Terminals narrower than this get the compact footer.
 COMPACT_BELOW = 100
@@ -167,6 +168,8 @@ def fill_table(table: DataTable[Any], rows: Iterable[tuple[str, Iterable[Any]]])
     wanted = [(key, list(cells)) for key, cells in rows]
     if isinstance(table, ConsoleTable):
         wanted = table.order(wanted)
+    # DataTable reads a str cell as Rich markup: "[@click=app.quit]" in a bounce's diagnostic would act.
+    wanted = [(key, [literal(cell) for cell in cells]) for key, cells in wanted]
     with table.app.batch_update():
         if [key for key, _ in wanted] == [str(k.value) for k in table.rows]:
             columns = list(table.columns)
@@ -192,6 +195,11 @@ def fill_table(table: DataTable[Any], rows: Iterable[tuple[str, Iterable[Any]]])
             except RowDoesNotExist:
                 pass  # the row is gone: keep the cursor's position instead
         table.move_cursor(row=min(cursor_row, table.row_count - 1), animate=False)
+
+
+def literal(cell: Any) -> Any:
+    """A str cell as Text shown exactly as written (no markup, control characters escaped); others as given."""
+    return Text(printable(cell)) if isinstance(cell, str) else cell
 
 
 def _plain(value: Any) -> str:

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.context import ConsoleContext, context_of
 from console.live import ALL_TABLES
-from console.screens.base import fill_table
+from console.screens.base import fill_table, literal
 from console.screens.confirm import confirm_cancel, confirm_retry
 from console.widgets.banner import Banner
 from console.widgets.cells import ago, attempts_made, masked, one_line, status_cell
@@ -127,7 +127,7 @@ class EmailDetailScreen(Screen[None]):
             ("next retry", ago(email["next_retry_at"], now)),
             ("last error", Text(one_line(email["last_error"], 200), style="red")),
         ):
-            grid.add_row(label, value)
+            grid.add_row(label, literal(value))  # a Rich table reads str cells as markup too
         fields.update(grid)
         table = self.query_one("#history", DataTable)
         table.border_subtitle = "" if history else "no attempts yet"

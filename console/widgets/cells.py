@@ -7,6 +7,7 @@ from datetime import datetime
 from rich.text import Text
 
 from worker.core.masking import mask_address
+from worker.core.terminal import printable
 
 STATUS_STYLES = {
     "active": "green",
@@ -125,10 +126,13 @@ def rate_cell(part: int, whole: int, limit: float, *, enough: int) -> Text:
 
 
 def one_line(text: str | None, limit: int = 80) -> str:
-    """Flatten a multi-line value (an SMTP reply) into one cell, cut at `limit` characters."""
+    """Flatten a multi-line value (an SMTP reply) into one cell, cut at `limit` characters.
+
+    Control and bidi characters are shown as escapes: the text was written outside (a remote server,
+    a recipient's report) and must not move the cursor or turn the line around."""
     if not text:
         return ""
-    flat = " ".join(text.split())
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
