@@ -346,3 +346,35 @@ def test_a_sender_with_few_deliveries_is_not_judged_on_its_rates(
     report = check_health(conn, settings)
     assert report.reputations[0].complaint_rate == 0.2
     assert report.ok and not report.findings
+
+
+def test_a_bounce_quarantine_past_80_percent_of_its_size_or_dropping_messages_is_a_warning(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    from worker.producers.bounces.quarantine import Limits, keep
+
+    settings = replace(settings, quarantine_max_bytes=1 << 20)
+    limits = Limits.from_settings(settings)
+    assert not [f for f in check_health(conn, settings).findings if f.kind.startswith("quarantine")]
+    # 12 messages of 64 KiB: 75% of the cap, no warning yet; the 13th passes 80%.
+    for i in range(13):
+        assert (
+            keep(conn, b"%d" % i + b"x" * 70_000, "junk", None, client="pipe", limits=limits).verdict
+            == "kept"
+        )
+        conn.commit()
+        kinds = [f.kind for f in check_health(conn, settings).findings]
+        assert ("quarantine_full" in kinds) == (i == 12)
+    (finding,) = [f for f in check_health(conn, settings).findings if f.kind == "quarantine_full"]
+    assert (
+        finding.severity == "warning"
+        and "the bounce quarantine holds 81% of its 1048576 bytes" in finding.text
+    )
+    # Full: the next ones are dropped, and health says so.
+    for i in range(13, 18):  # two more fit (15 in all), three do not
+        keep(conn, b"%d" % i + b"x" * 70_000, "junk", None, client="pipe", limits=limits)
+    conn.commit()
+    report = check_health(conn, settings)
+    assert report.ok
+    assert any("dropped 3 messages today" in w for w in report.warnings)
+    assert report.as_dict()["quarantine"]["dropped_today"] == 3

@@ -30,6 +30,7 @@ STEPS = [
     "archive_cancelled",
     "archive_suppressed",
     "purge_inbox",
+    "purge_quarantine",
     "prune_audit",
     "create_partitions",
     "drop_partitions",

@@ -10,7 +10,9 @@ the last `health_failure_window_seconds` passes `health_max_attempt_failure_rate
 been alive while email is due; a sender's hard bounces or complaints among its last
 `health_reputation_deliveries` deliveries (1,000) pass their thresholds (5% and 0.3%, the limits the
 large mailbox providers publish; see worker.core.reputation). A sender suspended while email is due is a
-warning: mail still flows through the others, but at risk. Every figure comes from indexes over the active
+warning: mail still flows through the others, but at risk. So is a bounce quarantine past
+`QUARANTINE_WARN_SHARE` of `quarantine_max_bytes`, or one that dropped messages today (full, or a client
+over its daily limit): what it drops an operator never sees. Every figure comes from indexes over the active
 sets, the sender table and one window of the attempt log.
 
 Each reason is a `Finding` (kind, text, advice, the sender it names): `mailroom health` prints its text
@@ -28,6 +30,7 @@ from psycopg.rows import dict_row
 
 from worker.core.config import Settings
 from worker.core.reputation import Reputation, sender_reputations
+from worker.ops.quarantine_upkeep import QuarantineUsage, quarantine_usage
 
 _FIGURES = """
 SELECT coalesce(%(now)s, now()) AS now,
@@ -72,13 +75,17 @@ _WORKERS = "SELECT count(*) FROM mailroom.workers WHERE seen_at > now() - make_i
 PROBLEM = "problem"
 WARNING = "warning"
 
+# The bounce quarantine's fill past which health warns (it drops new messages when full).
+QUARANTINE_WARN_SHARE = 0.8
+
 
 @dataclass(frozen=True)
 class Finding:
     """One reason the queue is unhealthy (a problem) or at risk (a warning), said for people and kept apart.
 
     `kind` is one of: backlog, oldest_pending, idle, no_sender, sender_unreachable, sender_suspended,
-    no_worker, attempt_failures, bounce_rate, complaint_rate. `advice` is what to run about it.
+    no_worker, attempt_failures, bounce_rate, complaint_rate, quarantine_full, quarantine_dropped.
+    `advice` is what to run about it.
     """
 
     kind: str
@@ -108,6 +115,7 @@ class HealthReport:
     attempt_failure_rate: float | None = None
     workers_alive: int = 0
     reputations: list[Reputation] = field(default_factory=list)
+    quarantine: QuarantineUsage | None = None
 
     @property
     def reasons(self) -> list[str]:
@@ -144,6 +152,7 @@ class HealthReport:
             "attempt_failure_rate": self.attempt_failure_rate,
             "workers_alive": self.workers_alive,
             "reputation": [r.as_dict() for r in self.reputations],
+            "quarantine": vars(self.quarantine) if self.quarantine else None,
         }
 
 
@@ -188,6 +197,8 @@ def check_health(
             )
     _check_attempts(report, settings)
     _check_bounces(report, settings)
+    report.quarantine = quarantine_usage(conn)
+    _check_quarantine(report, report.quarantine, settings)
     return report
 
 
@@ -330,3 +341,24 @@ def _check_bounces(report: HealthReport, settings: Settings) -> None:
                     f"look for a bad list (mailroom campaigns stats), or rest it: mailroom senders pause {r.sender}",
                     sender=r.sender,
                 )
+
+
+def _check_quarantine(report: HealthReport, usage: QuarantineUsage, settings: Settings) -> None:
+    """The bounce quarantine nearly full, or dropping messages: a warning (bounces still flow)."""
+    cap = settings.quarantine_max_bytes
+    if usage.bytes >= cap * QUARANTINE_WARN_SHARE:
+        report.add(
+            "quarantine_full",
+            f"the bounce quarantine holds {usage.bytes / cap:.0%} of its {cap} bytes ({usage.messages} messages;"
+            " MAILROOM_QUARANTINE_MAX_BYTES): when full, new unreadable reports are dropped unseen",
+            "look at them (mailroom bounces quarantine), lower MAILROOM_QUARANTINE_RETENTION_DAYS or raise the cap",
+            severity=WARNING,
+        )
+    if usage.dropped_today:
+        report.add(
+            "quarantine_dropped",
+            f"the bounce quarantine dropped {usage.dropped_today} messages today (UTC): full, or a client"
+            " past MAILROOM_QUARANTINE_CLIENT_DAILY_MAX",
+            "see which clients: SELECT * FROM mailroom.bounce_quarantine_clients WHERE dropped > 0",
+            severity=WARNING,
+        )

@@ -1,0 +1,75 @@
+"""The bounce quarantine's upkeep: a maintenance step that deletes what is past its retention, and its fill for health.
+
+The intake keeps the quarantine within its size and per-client bounds as messages arrive
+(`worker.producers.bounces.quarantine`); what it kept is deleted here once older than
+`quarantine_retention_days`, with the per-client counts of the same days.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from worker.core.config import Settings
+from worker.ops.archiving import DELETE_CHUNK
+from worker.ops.maintenance_report import MaintenanceReport, StepReport
+
+COUNT_OLD = "SELECT count(*) FROM mailroom.bounce_quarantine WHERE received_at < %s"
+DELETE_OLD = """
+DELETE FROM mailroom.bounce_quarantine
+WHERE id IN (SELECT id FROM mailroom.bounce_quarantine WHERE received_at < %s LIMIT %s)
+"""
+DELETE_OLD_COUNTS = "DELETE FROM mailroom.bounce_quarantine_clients WHERE day < %s"
+
+# The same sum the intake holds the quarantine's size to (worker.producers.bounces.quarantine.TOTAL).
+USAGE = """
+SELECT (SELECT coalesce(sum(raw_kept_bytes + octet_length(reason) + coalesce(octet_length(envelope_recipient), 0)
+                            + coalesce(octet_length(client), 0)), 0)
+        FROM mailroom.bounce_quarantine) AS bytes,
+       (SELECT count(*) FROM mailroom.bounce_quarantine) AS messages,
+       (SELECT coalesce(sum(dropped), 0) FROM mailroom.bounce_quarantine_clients
+        WHERE day = (now() AT TIME ZONE 'UTC')::date) AS dropped_today
+"""
+
+
+@dataclass(frozen=True)
+class QuarantineUsage:
+    """What the bounce quarantine holds, and how many messages it dropped today (UTC)."""
+
+    bytes: int
+    messages: int
+    dropped_today: int
+
+
+def quarantine_usage(conn: psycopg.Connection[Any]) -> QuarantineUsage:
+    """Bytes and messages held, messages dropped today."""
+    row = conn.cursor(row_factory=tuple_row).execute(USAGE).fetchone()
+    assert row is not None
+    return QuarantineUsage(int(row[0]), int(row[1]), int(row[2]))
+
+
+def purge_quarantine(
+    conn: psycopg.Connection[Any], settings: Settings, now: datetime, report: MaintenanceReport
+) -> StepReport:
+    """Delete quarantined messages received more than `quarantine_retention_days` ago, and their counts."""
+    step = StepReport("purge_quarantine")
+    cutoff = now - timedelta(days=settings.quarantine_retention_days)
+    cur = conn.cursor(row_factory=tuple_row)
+    if report.dry_run:
+        row = cur.execute(COUNT_OLD, (cutoff,)).fetchone()
+        step.rows = int(row[0]) if row is not None else 0
+    else:
+        while True:
+            with conn.transaction():
+                done = cur.execute(DELETE_OLD, (cutoff, DELETE_CHUNK)).rowcount
+            step.rows += done
+            if done < DELETE_CHUNK:
+                break
+        with conn.transaction():
+            cur.execute(DELETE_OLD_COUNTS, (cutoff.astimezone(UTC).date(),))
+    step.details.append(f"quarantined messages received before {cutoff.isoformat()}: {step.rows}")
+    return step
