@@ -159,3 +159,69 @@ def test_deeply_nested_multiparts_give_a_verdict() -> None:
         f'Content-Type: multipart/mixed; boundary="b{i}"\n\n--b{i}\n'.encode() for i in range(5000)
     )
     assert isinstance(parse_report(b"From: MAILER-DAEMON@x.example\n" + head), Report | Unparseable)
+
+
+def test_past_its_budget_the_parser_gives_up_with_over_budget_naming_what() -> None:
+    from tests.producers.bounces.pathological import many_parts, many_recipients, nested_mime
+    from worker.producers.bounces.parse import OVER_BUDGET, Budget
+
+    small = Budget(boundaries=4, content_types=8, parts=16, recipients=3)
+    cases = {
+        "multipart boundaries": nested_mime(2_000),
+        "Content-Type headers": many_parts(2_000),
+        "recipient reports": many_recipients(2_000),
+    }
+    for what, raw in cases.items():
+        parsed = parse_report(raw, budget=small)
+        assert isinstance(parsed, Unparseable) and parsed.reason.startswith(OVER_BUDGET), parsed
+        assert what in parsed.reason
+    # The same rfc3464 report with three recipients fits a budget of three, not of two.
+    assert isinstance(parse_report(load("rfc3464-multi-recipient.eml"), budget=small), Report)
+    two = Budget(recipients=2)
+    assert parse_report(load("rfc3464-multi-recipient.eml"), budget=two) == Unparseable(
+        f"{OVER_BUDGET}: more than 2 recipient reports"
+    )
+
+
+def test_only_the_first_parse_bytes_are_read() -> None:
+    from worker.producers.bounces.parse import Budget
+
+    raw = load("exim-plain.eml")
+    assert isinstance(parse_report(raw), Report)
+    # Cut before the failed address: the same message within a smaller budget names nobody.
+    cut = raw.index(b"gone@example.net")
+    parsed = parse_report(raw, budget=Budget(parse_bytes=cut))
+    assert isinstance(parsed, Unparseable) and "naming no failed address" in parsed.reason
+
+
+@pytest.mark.parametrize(
+    ("line", "address"),
+    [
+        ("  ada@example.com", "ada@example.com"),
+        ("<Ada@Example.com>:", "ada@example.com"),
+        ("ada@example", None),
+        ("ada@example..com", None),
+        ("see ada@example.com", None),
+        ("a." * 5000 + "@" + "a." * 5000, None),
+    ],
+)
+def test_an_address_alone_on_a_line_is_read_without_a_repeated_group(line: str, address: str | None) -> None:
+    from worker.producers.bounces.parse import _lone_address
+
+    assert _lone_address(line) == address
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "------ This is a copy of the message, including all the headers. ------",
+        "--- Below this line is a copy of the message.",
+        "   ----- Original message -----",
+        "-----Original Message-----",
+    ],
+)
+def test_the_returned_copy_marker_is_found_line_by_line(line: str) -> None:
+    from worker.producers.bounces.parse import _is_copy_marker
+
+    assert _is_copy_marker(line)
+    assert not _is_copy_marker("-" * 40_000)

@@ -115,7 +115,8 @@ Examples:
 QUARANTINE = """\
 List the messages the bounce intake kept because it could not read them or could not trust them
 (no valid return-path token, no email of Mailroom named, a forged token), newest first: id, when
-(UTC), size, the envelope recipient (masked) and why. Each is stored once, its first 256 KiB kept.
+(UTC), size, the envelope recipient (masked) and why. Each is stored once, its first 64 KiB kept;
+the quarantine is bounded (MAILROOM_QUARANTINE_MAX_BYTES, _CLIENT_DAILY_MAX, _RETENTION_DAYS).
 --show ID writes the kept bytes of one message to standard output: unchanged into a file or a
 pipe; on a terminal with control characters shown as escapes (\\x1b), as the list shows them.
 
