@@ -102,3 +102,19 @@ def test_bounces_quarantine_show_escapes_on_a_terminal_and_keeps_the_bytes_in_a_
     assert b"\x1b" not in shown and b"\x07" not in shown and b"\\x1b]0;pwned\\x07" in shown
     piped = subprocess.run(argv, env=cli_env, capture_output=True, check=True).stdout
     assert piped == raw  # `--show ID > message.eml` still saves the message as it came
+
+
+def test_docs_status_prints_a_documents_title_and_a_signers_name_escaped(
+    capsys: pytest.CaptureFixture[str], cli_env: dict[str, str], db_url: str
+) -> None:
+    from worker.core.config import Settings
+    from worker.producers.documents.records import add_document, expect_signer
+
+    settings = Settings(database_url=db_url, secret_key=cli_env["MAILROOM_SECRET_KEY"])
+    with psycopg.connect(db_url) as conn:
+        add_document(conn, "policy", title=f"Policy{FLIP}fdp.exe", url="https://example.com/p.pdf")
+        expect_signer(conn, "policy", "ada@example.com", name=f"Ada{FLIP}gpj.exe", settings=settings)
+        conn.commit()
+    code, out = _run(capsys, "docs", "status", "policy")
+    assert code == 0 and "Policy\\u202efdp.exe" in out and "Ada\\u202egpj.exe" in out
+    _clean(out)

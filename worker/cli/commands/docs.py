@@ -12,6 +12,7 @@ from typing import Any
 
 from worker.cli.commands import docs_help as help_text
 from worker.core.config import Settings
+from worker.core.terminal import printable
 from worker.ops.audit import cli_actor
 
 _BIG_FILE = 64 << 20
@@ -142,7 +143,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 0
     doc = status.document
-    print(f"{doc.doc_id}: {doc.title or '(untitled)'}" + (f"  {doc.url}" if doc.url else ""))
+    title = printable(doc.title or "(untitled)")
+    print(f"{doc.doc_id}: {title}" + (f"  {printable(doc.url)}" if doc.url else ""))
     print(
         f"expected {len(status.expected)}  signed {status.signed}  "
         f"completion {'n/a' if pct is None else f'{pct:.2f}%'}  unexpected {len(status.unexpected)}"
@@ -156,7 +158,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 if s.signed_at
                 else f"{s.reminders} reminder(s), last {_when(s.last_reminded_at)}"
             )
-            print(f"  {s.email:<40} {s.name:<24} {extra}")
+            print(f"  {printable(s.email):<40} {printable(s.name):<24} {extra}")  # a signer typed the name
     return 0
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from worker.cli.argtypes import positive_count as _count
 from worker.core.config import Settings
+from worker.core.terminal import printable
 from worker.core.validation import ValidationError
 
 MAX_HOURS = 24 * 366 * 10  # events upcoming looks at most ten years ahead
@@ -153,7 +154,7 @@ def cmd_people(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         print(f"{'ID':<36}  {'NAME':<28}  {'BORN':<10}  {'TIME ZONE':<22}  VERSION")
         for p in people:
-            name = f"{p.first_name} {p.last_name}"[:28]
+            name = printable(f"{p.first_name} {p.last_name}")[:28]  # as the application wrote it
             print(f"{p.id!s:<36}  {name:<28}  {p.date_of_birth!s:<10}  {p.time_zone:<22}  {p.version}")
         print(f"{len(people)} person(s)", file=sys.stderr)
         return 0
@@ -191,7 +192,7 @@ def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     print(f"{'DUE (UTC)':<16}  {'LOCAL':<16}  {'TIME ZONE':<22}  {'NAME':<28}  EVENT")
     for e in events:
-        name = f"{e.first_name} {e.last_name}"[:28]
+        name = printable(f"{e.first_name} {e.last_name}")[:28]
         print(
             f"{e.due_at:%Y-%m-%d %H:%M}  {e.local_due_at:%Y-%m-%d %H:%M}  {e.time_zone:<22}  {name:<28}"
             f"  {e.event_id}"
