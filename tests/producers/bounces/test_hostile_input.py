@@ -144,4 +144,6 @@ async def test_the_receiver_takes_a_nul_dsn_and_a_mebibyte_of_dashes_with_250(db
         await server.close()
     with psycopg.connect(db_url) as conn:
         events, kept, _reasons = _ended(conn)
+        client = conn.execute("SELECT client FROM mailroom.bounce_quarantine").fetchone()
     assert (events, kept) == (1, 1)
+    assert client == ("127.0.0.1",)  # the quarantine's per-client limit counts the SMTP peer
