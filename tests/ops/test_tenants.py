@@ -224,6 +224,10 @@ def test_the_read_only_role_reads_what_operators_need_and_no_column_named_like_a
         with pytest.raises(errors.InsufficientPrivilege):
             conn.execute("SELECT * FROM mailroom.email_queue")
         conn.rollback()
+        # What health reports of the quarantine, without its raw reports.
+        assert conn.execute(
+            "SELECT coalesce(sum(raw_kept_bytes), 0) FROM mailroom.bounce_quarantine"
+        ).fetchone() == (0,)
         readable = conn.execute(
             "SELECT c.relname, a.attname FROM pg_class c"
             " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'mailroom'"

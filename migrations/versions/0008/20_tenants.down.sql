@@ -28,6 +28,7 @@ BEGIN
     END LOOP;
 END $$;
 DROP FUNCTION mailroom.is_secret_column(name, name);
+ALTER TABLE mailroom.bounce_quarantine DROP COLUMN raw_kept_bytes;
 CREATE OR REPLACE FUNCTION mailroom.secret_columns() RETURNS TABLE (table_name name, column_name name)
 LANGUAGE sql IMMUTABLE AS $$
     VALUES ('sender_accounts'::name, 'smtp_password_encrypted'::name),

@@ -165,6 +165,12 @@ LANGUAGE sql IMMUTABLE AS $$
            ('inbox', 'payload')
 $$;
 
+-- What operators' read models need of a secret column, without it: the kept size of a quarantined
+-- report (health and `bounces quarantine` report how full the quarantine is).
+ALTER TABLE mailroom.bounce_quarantine ADD COLUMN raw_kept_bytes integer GENERATED ALWAYS AS (octet_length(raw)) STORED;
+COMMENT ON COLUMN mailroom.bounce_quarantine.raw_kept_bytes IS
+    'octet_length(raw): what a read-only role may know of raw, which it may not read';
+
 -- A column is secret when it is listed above, or when its name says it holds a token or a secret:
 -- a table or column added later (a per-recipient token, say) is hidden from readers by default
 -- instead of shown until someone remembers to list it. A partition is judged by its parent's name.
