@@ -22,7 +22,10 @@ prompt. On a terminal, what is missing is asked for: the security (none, starttl
 and the login (username, then the password, not echoed). Without a terminal nothing is asked: a
 port or security left out is defaulted with a warning on standard error, a login without a password
 is refused, and doubtful choices (implicit TLS on 587, no TLS to a remote host, no login) are
-warned about. Other accounts are left alone.
+warned about. A login (password or OAuth2) with --security none to a host other than localhost is
+refused: the secret would cross the network readable by anyone on the path; --allow-plaintext-login
+allows it knowingly (the worker refuses such a login too when the account does not allow it).
+Other accounts are left alone.
 
 OAuth2 (Gmail, Microsoft 365, which refuse passwords): --auth oauth2 logs in with SMTP AUTH
 XOAUTH2 as the mailbox (--username; the From address when left out), with access tokens the worker
