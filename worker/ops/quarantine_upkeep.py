@@ -15,8 +15,10 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
-from worker.ops.archiving import DELETE_CHUNK
 from worker.ops.maintenance_report import MaintenanceReport, StepReport
+
+# Rows deleted per transaction, as archiving does (imported from there it would pull the engine into the console).
+DELETE_CHUNK = 10_000
 
 COUNT_OLD = "SELECT count(*) FROM mailroom.bounce_quarantine WHERE received_at < %s"
 DELETE_OLD = """
