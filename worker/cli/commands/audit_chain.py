@@ -14,37 +14,38 @@ from worker.core.config import Settings
 RAW = argparse.RawDescriptionHelpFormatter
 
 HEAD = """\
-Print the audit chain's head: the position of the newest audit row, its id and the hash the chain ends
-with. Keep it somewhere the database's writers cannot reach (a ticket, another host, a printout) and
-check later with `mailroom audit verify --head FILE`: rows deleted from the end of the trail, or a trail
-rewritten from some row on, are then found even by an attacker who also rewrote the head in the database.
-Changes nothing. Exit status 0.
+Print the audit chain's head: the position of the newest audit row, its id and the hash the
+chain ends with. Keep it somewhere the database's writers cannot reach (a ticket, another host,
+a printout) and check later with `mailroom audit verify --head FILE`: rows deleted from the end
+of the trail, or a trail rewritten from some row on, are then found even by an attacker who also
+rewrote the head in the database. Changes nothing. Exit status 0.
 
 Examples:
   mailroom audit head --json > audit-head-2026-11-25.json
   mailroom audit head --output /mnt/offsite/audit-head.txt"""
 
 VERIFY = """\
-Walk the audit trail in chain order and check every row: its hash over its own content (an edited row),
-its link to the row before it (a row inserted out of chain), its position (a removed row), and that the
-chain ends at the head the database keeps. With --head FILE, also check against a head exported earlier
-by `mailroom audit head`: rows removed from the end (the head is ahead of the database) or a chain
-rewritten since. Rows removed by retention (`mailroom audit prune`) are not a break: the chain starts at
-the anchor that pruning recorded. Reads through a cursor (bounded memory); progress goes to standard
-error on long trails. Changes nothing.
+Walk the audit trail in chain order and check every row: its hash over its own content (an
+edited row), its link to the row before it (a row inserted out of chain), its position (a
+removed row), and that the chain ends at the head the database keeps. With --head FILE, also
+check against a head exported earlier by `mailroom audit head`: rows removed from the end (the
+head is ahead of the database) or a chain rewritten since. Rows removed by retention (`mailroom
+audit prune`) are not a break: the chain starts at the anchor that pruning recorded. Reads
+through a cursor (bounded memory); progress goes to standard error on long trails. Changes
+nothing.
 
-Exit status 0 when the chain is intact, 1 naming the first row edited, removed or inserted out of chain,
-2 when the head file is not one `mailroom audit head` wrote.
+Exit status 0 when the chain is intact, 1 naming the first row edited, removed or inserted out
+of chain, 2 when the head file is not one `mailroom audit head` wrote.
 
 Examples:
   mailroom audit verify
   mailroom audit verify --head audit-head-2026-11-25.json --json"""
 
 PRUNE = """\
-Remove the audit trail's oldest rows, those written before --before (up to the first row at or after
-it, so the rest stays one unbroken chain), through mailroom.audit_prune(): one `audit.prune` row with the
-reason and the anchor the kept chain starts from, in one transaction. `mailroom audit verify` still
-passes afterwards. Exit status 0.
+Remove the audit trail's oldest rows, those written before --before (up to the first row at or
+after it, so the rest stays one unbroken chain), through mailroom.audit_prune(): one
+`audit.prune` row with the reason and the anchor the kept chain starts from, in one transaction.
+`mailroom audit verify` still passes afterwards. Exit status 0.
 
 Example:
   mailroom audit prune --before 2025-01-01 --reason "retention: keep two years" --yes"""
