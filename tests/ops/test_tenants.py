@@ -348,3 +348,23 @@ def test_an_application_records_its_own_audit_rows_but_not_an_operators(
             "SELECT db_role, actor, action, target FROM mailroom.audit_log WHERE action LIKE 'app%%'"
         ).fetchall()
     assert rows == [("mr_shop", "billing", "app.refund", "order 42")]
+
+
+def test_going_back_to_one_key_space_stops_while_two_roles_share_a_key(
+    db_url: str, make_role: Callable[[str, str], str]
+) -> None:
+    """Downgrading past 0008 cannot merge two applications' emails: it refuses, naming the key."""
+    from worker.core import db
+
+    _enqueue_as(db_url, make_role("app", "mr_shop"), "ada@example.com", "order-42")
+    _enqueue_as(db_url, make_role("app", "mr_shop2"), "bob@example.com", "order-42")
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - the refusal is found in the chain below
+        db.downgrade(db_url, "0007")
+    # The refusal may arrive as the context of a later error (releasing the migration lock).
+    chain: list[str] = []
+    error: BaseException | None = caught.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    assert any("idempotency key order-42 is used by more than one email" in text for text in chain), chain
+    assert db.current_revision(db_url) == db.head_revision()
