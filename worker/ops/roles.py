@@ -1,8 +1,10 @@
 """Least privilege: grant a database role what an application needs to enqueue, or what a reader needs.
 
-An application's role may call `mailroom.enqueue(...)` and read `mailroom.my_emails` (the email it
-enqueued), nothing else. A read-only role (the console's `--read-only`, dashboards) may read every
-table of the schema except the secret columns, and change nothing. The grants themselves are SQL
+An application's role may call `mailroom.enqueue(...)` and `mailroom.app_audit(...)` and read
+`mailroom.my_emails` (the email it enqueued), nothing else; its idempotency keys are its own (scoped to
+the login role). A read-only role (the console's `--read-only`, dashboards) may read every table of the
+schema except the secret columns (`mailroom.is_secret_column`: credentials, tokens, bodies, template
+data, headers, link URLs), and change nothing; granting again takes away what has become secret. The grants themselves are SQL
 functions of revision 0006, so any tool can apply them; each grant leaves an audit row.
 """
 
