@@ -27,7 +27,8 @@ WHERE id IN (SELECT id FROM mailroom.bounce_quarantine WHERE received_at < %s LI
 """
 DELETE_OLD_COUNTS = "DELETE FROM mailroom.bounce_quarantine_clients WHERE day < %s"
 
-# The same sum the intake holds the quarantine's size to (worker.producers.bounces.quarantine.TOTAL).
+# The same sum the intake holds the quarantine's size to (worker.producers.bounces.quarantine.TOTAL), without
+# reading raw (a read-only role, the console's, may not): raw_kept_bytes is its length.
 USAGE = """
 SELECT (SELECT coalesce(sum(raw_kept_bytes + octet_length(reason) + coalesce(octet_length(envelope_recipient), 0)
                             + coalesce(octet_length(client), 0)), 0)

@@ -38,18 +38,9 @@ SEEN = "SELECT EXISTS (SELECT 1 FROM mailroom.bounce_quarantine WHERE digest = %
 
 # What the quarantine holds: each row's kept bytes and its text fields (the same sum for the bound and for health).
 TOTAL = """
-SELECT coalesce(sum(octet_length(raw) + octet_length(reason) + coalesce(octet_length(envelope_recipient), 0)
+SELECT coalesce(sum(raw_kept_bytes + octet_length(reason) + coalesce(octet_length(envelope_recipient), 0)
                     + coalesce(octet_length(client), 0)), 0)
 FROM mailroom.bounce_quarantine
-"""
-
-USAGE = """
-SELECT (SELECT coalesce(sum(octet_length(raw) + octet_length(reason) + coalesce(octet_length(envelope_recipient), 0)
-                            + coalesce(octet_length(client), 0)), 0)
-        FROM mailroom.bounce_quarantine) AS bytes,
-       (SELECT count(*) FROM mailroom.bounce_quarantine) AS messages,
-       (SELECT coalesce(sum(dropped), 0) FROM mailroom.bounce_quarantine_clients
-        WHERE day = (now() AT TIME ZONE 'UTC')::date) AS dropped_today
 """
 
 CLIENT_TODAY = """
@@ -148,14 +139,6 @@ def _scalar(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...]) 
     row = conn.execute(query, params).fetchone()
     assert row is not None
     return row[0] if isinstance(row, tuple) else next(iter(row.values()))
-
-
-def usage(conn: psycopg.Connection[Any]) -> dict[str, int]:
-    """Bytes and messages the quarantine holds, and messages dropped today (UTC)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(USAGE).fetchone()
-    assert row is not None
-    return {k: int(v) for k, v in row.items()}
 
 
 def list_quarantine(conn: psycopg.Connection[Any], limit: int) -> list[dict[str, Any]]:
