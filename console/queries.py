@@ -129,7 +129,7 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
 
 EMAIL_DETAIL = """
 SELECT id, status, recipient_email, subject, priority, campaign_id, template, retry_count, max_retries,
-       scheduled_for, next_retry_at, last_error, message_id, created_at, sent_at, finished_at
+       scheduled_for, next_retry_at, last_error, created_at, sent_at, finished_at
 FROM mailroom.email_queue WHERE id = %(id)s
 """
 

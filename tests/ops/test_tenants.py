@@ -150,6 +150,9 @@ SECRET_COLUMNS = [
     ("email_queue", "headers"),
     ("email_queue", "tracking_token"),
     ("email_queue", "unsubscribe_token"),
+    # A Message-ID and the recipient it names are all a forged complaint needs.
+    ("email_queue", "message_id"),
+    ("sent_journal", "message_id"),
     ("archived_emails", "unsubscribe_token"),
     ("tracked_links", "token"),
     ("tracked_links", "url"),
@@ -217,10 +220,10 @@ def test_the_read_only_role_reads_what_operators_need_and_no_column_named_like_a
     reader = make_role("read-only", "mr_reader")
     with _as(db_url, reader) as conn:
         row = conn.execute(
-            "SELECT status, recipient_email, subject, message_id IS NULL FROM mailroom.email_queue WHERE id = %s",
+            "SELECT status, recipient_email, subject FROM mailroom.email_queue WHERE id = %s",
             (email_id,),
         ).fetchone()
-        assert row == ("pending", "ada@example.com", "Activate your account", True)
+        assert row == ("pending", "ada@example.com", "Activate your account")
         with pytest.raises(errors.InsufficientPrivilege):
             conn.execute("SELECT * FROM mailroom.email_queue")
         conn.rollback()

@@ -158,6 +158,8 @@ LANGUAGE sql IMMUTABLE AS $$
            ('tokens', 'secret'), ('tokens', 'secret_hash'), ('tokens', 'code'),
            ('email_queue', 'text_body'), ('email_queue', 'html_body'), ('email_queue', 'template_data'),
            ('email_queue', 'headers'), ('email_queue', 'tracking_token'), ('email_queue', 'unsubscribe_token'),
+           -- a Message-ID authenticates reports about its recipient (worker.core.recipient_tokens)
+           ('email_queue', 'message_id'), ('sent_journal', 'message_id'),
            ('archived_emails', 'unsubscribe_token'),
            ('tracked_links', 'token'), ('tracked_links', 'url'),
            ('click_events', 'link_token'), ('click_events', 'url'),
