@@ -147,11 +147,19 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                 reason = f"larger than --max-bytes {args.max_bytes}"
                 outcome = keep_in_quarantine(conn, raw, reason, recipients, client="pipe")
             else:
-                outcome = ingest(conn, raw, key, recipients, client="pipe")
+                try:
+                    outcome = ingest(conn, raw, key, recipients, client="pipe")
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    raise
+                except psycopg.Error as exc:
+                    # The database refused what this message says (its own transaction rolled back):
+                    # that is permanent, so the message is kept for an operator, never retried for days.
+                    reason = f"refused by the database: {type(exc).__name__}"
+                    outcome = keep_in_quarantine(conn, raw, reason, recipients, client="pipe")
     except psycopg.Error as exc:
         print(f"error: message not stored, try again later: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EX_TEMPFAIL
-    print(f"bounces: {outcome.verdict}: {outcome.detail}")
+    print(printable(f"bounces: {outcome.verdict}: {outcome.detail}"))
     return 0
 
 
