@@ -106,6 +106,28 @@ CREATE FUNCTION mailroom.address_problem(value text) RETURNS text
 $_$;
 
 --
+-- Name: app_audit(text, text, text, bigint, jsonb); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.app_audit(action text, actor text, target text DEFAULT NULL::text, affected bigint DEFAULT 0, detail jsonb DEFAULT '{}'::jsonb) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF action IS NULL OR NOT starts_with(action, 'app.') THEN
+        RAISE EXCEPTION 'action: an application''s audit action starts with app. (app.refund, say)'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'action';
+    END IF;
+    RETURN mailroom.audit(action, actor, target, affected, detail);
+END $$;
+
+--
+-- Name: FUNCTION app_audit(action text, actor text, target text, affected bigint, detail jsonb); Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON FUNCTION mailroom.app_audit(action text, actor text, target text, affected bigint, detail jsonb) IS 'Record an application''s own audit row (action app.*); granted to application roles by mailroom.grant_app_role.';
+
+--
 -- Name: apply_sent_journal(uuid); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -147,6 +169,39 @@ CREATE FUNCTION mailroom.audit(action text, actor text, target text DEFAULT NULL
 $$;
 
 --
+-- Name: audit_chain_guard(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.audit_chain_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_LEVEL = 'ROW' AND TG_OP = 'UPDATE'
+       AND (pg_trigger_depth() > 1 OR mailroom.audit_prune_allows(NEW.pruned_seq)) THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'mailroom.audit_chain is kept by the audit trail''s trigger (% refused)', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+--
+-- Name: audit_field(text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.audit_field(value text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN value IS NULL THEN '-,'
+                ELSE octet_length(convert_to(value, 'UTF8'))::text || ':' || value || ',' END
+$$;
+
+--
+-- Name: FUNCTION audit_field(value text); Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON FUNCTION mailroom.audit_field(value text) IS 'One field of an audit row''s canonical encoding: <UTF-8 byte length>:<text>, and NULL as -,';
+
+--
 -- Name: audit_log_append_only(); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -154,9 +209,134 @@ CREATE FUNCTION mailroom.audit_log_append_only() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
+    IF TG_OP = 'DELETE' AND TG_LEVEL = 'ROW' AND mailroom.audit_prune_allows(OLD.seq) THEN
+        RETURN OLD;
+    END IF;
     RAISE EXCEPTION 'mailroom.audit_log is append-only (% refused)', TG_OP
-        USING ERRCODE = 'insufficient_privilege';
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'the oldest rows leave only through mailroom.audit_prune(before, reason, actor)';
 END $$;
+
+--
+-- Name: audit_log_chain(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.audit_log_chain() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    head record;
+BEGIN
+    SELECT c.seq, c.last_hash INTO head FROM mailroom.audit_chain c WHERE c.only_row FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the audit chain has no head row (mailroom.audit_chain was emptied)'
+            USING ERRCODE = 'insufficient_privilege', HINT = 'run mailroom audit verify';
+    END IF;
+    NEW.seq := head.seq + 1;
+    NEW.prev_hash := head.last_hash;
+    NEW.row_hash := mailroom.audit_row_hash(NEW.seq, NEW.id, NEW.at, NEW.db_role, NEW.actor, NEW.action,
+                                            NEW.target, NEW.affected, NEW.detail, NEW.prev_hash);
+    UPDATE mailroom.audit_chain c
+    SET seq = NEW.seq, last_id = NEW.id, last_hash = NEW.row_hash, updated_at = clock_timestamp()
+    WHERE c.only_row;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: FUNCTION audit_log_chain(); Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON FUNCTION mailroom.audit_log_chain() IS 'Chains each new audit row (seq, prev_hash, row_hash) and moves mailroom.audit_chain, under its row lock';
+
+--
+-- Name: audit_prune(timestamp with time zone, text, text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.audit_prune(before timestamp with time zone, reason text, actor text) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    head record;
+    through bigint;
+    through_hash text;
+    removed bigint;
+    audit_id bigint;
+BEGIN
+    IF audit_prune.before IS NULL OR coalesce(btrim(reason), '') = '' OR coalesce(btrim(actor), '') = '' THEN
+        RAISE EXCEPTION 'pruning the audit trail needs a time, a reason and an actor'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The head's lock waits for audit writers in flight and keeps new ones out until this commits.
+    SELECT c.seq, c.pruned_seq INTO head FROM mailroom.audit_chain c WHERE c.only_row FOR UPDATE;
+    SELECT coalesce(min(a.seq) - 1, head.seq) INTO through
+    FROM mailroom.audit_log a WHERE a.at >= audit_prune.before;
+    IF through <= head.pruned_seq THEN
+        RETURN 0;
+    END IF;
+    SELECT a.row_hash INTO through_hash FROM mailroom.audit_log a WHERE a.seq = through;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'audit chain position % is missing: the chain is broken', through
+            USING ERRCODE = 'data_corrupted', HINT = 'run mailroom audit verify';
+    END IF;
+    SELECT count(*) INTO removed FROM mailroom.audit_log a WHERE a.seq <= through;
+    audit_id := mailroom.audit('audit.prune', actor, NULL, removed,
+        jsonb_build_object('reason', reason, 'before', audit_prune.before, 'through_seq', through,
+                           'through_hash', through_hash, 'previously_pruned_seq', head.pruned_seq));
+    PERFORM set_config('mailroom.audit_prune', audit_id::text, true);
+    UPDATE mailroom.audit_chain c SET pruned_seq = through, pruned_hash = through_hash WHERE c.only_row;
+    DELETE FROM mailroom.audit_log a WHERE a.seq <= through;
+    PERFORM set_config('mailroom.audit_prune', '', true);
+    RETURN removed;
+END $$;
+
+--
+-- Name: FUNCTION audit_prune(before timestamp with time zone, reason text, actor text); Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON FUNCTION mailroom.audit_prune(before timestamp with time zone, reason text, actor text) IS 'Remove the audit trail''s oldest rows written before a time, audited, leaving a verifiable anchor';
+
+--
+-- Name: audit_prune_allows(bigint); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.audit_prune_allows(through bigint) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $_$
+    SELECT EXISTS (
+        SELECT 1 FROM mailroom.audit_log a
+        WHERE a.id = CASE WHEN current_setting('mailroom.audit_prune', true) ~ '^[0-9]{1,18}$'
+                          THEN current_setting('mailroom.audit_prune', true)::bigint END
+          AND a.action = 'audit.prune' AND a.at >= now()
+          AND through <= (a.detail ->> 'through_seq')::bigint)
+$_$;
+
+--
+-- Name: FUNCTION audit_prune_allows(through bigint); Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON FUNCTION mailroom.audit_prune_allows(through bigint) IS 'True inside mailroom.audit_prune() for positions its audit.prune row covers';
+
+--
+-- Name: audit_row_hash(bigint, bigint, timestamp with time zone, text, text, text, text, bigint, jsonb, text); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.audit_row_hash(seq bigint, id bigint, at timestamp with time zone, db_role text, actor text, action text, target text, affected bigint, detail jsonb, prev_hash text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT encode(sha256(convert_to('mailroom-audit/1,'
+        || mailroom.audit_field(seq::text) || mailroom.audit_field(id::text)
+        || mailroom.audit_field((extract(epoch FROM at) * 1000000)::bigint::text)
+        || mailroom.audit_field(db_role) || mailroom.audit_field(actor) || mailroom.audit_field(action)
+        || mailroom.audit_field(target) || mailroom.audit_field(affected::text)
+        || mailroom.audit_field(detail::text) || mailroom.audit_field(prev_hash), 'UTF8')), 'hex')
+$$;
+
+--
+-- Name: FUNCTION audit_row_hash(seq bigint, id bigint, at timestamp with time zone, db_role text, actor text, action text, target text, affected bigint, detail jsonb, prev_hash text); Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON FUNCTION mailroom.audit_row_hash(seq bigint, id bigint, at timestamp with time zone, db_role text, actor text, action text, target text, affected bigint, detail jsonb, prev_hash text) IS 'SHA-256 (hex) of an audit row''s canonical encoding: its row_hash';
 
 --
 -- Name: birthday_in(date, integer); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -211,7 +391,7 @@ $$;
 
 CREATE FUNCTION mailroom.content_rules() RETURNS jsonb
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $_$ SELECT  E'{"about": "What the database and the Python API both refuse in an email. One file: worker/core/rules.py loads it for Python, and revision 0006 writes it into the database''s checks (mailroom.content_rules() returns it). Patterns are written in the common subset of Python''s re and PostgreSQL''s regular expressions, without capturing groups or bounded repeats where they run per row (PostgreSQL''s engine is many times slower with them); an address is also at most max_local_chars before the @ and has no domain label of 64 characters; a change here needs a revision that installs it again.", "forbidden_in_headers": "[\\\\x00-\\\\x1f\\\\x7f\\\\x85\\\\u2028\\\\u2029]", "encoded_word": "=\\\\?[^?\\\\s]+\\\\?[BbQq]\\\\?[^?\\\\s]*\\\\?=", "header_name": "^[!-9;-~]{1,76}$", "address": "^[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(?:\\\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\\\.)+[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?$", "address_long_label": "[A-Za-z0-9-]{64}", "max_local_chars": 64, "max_address_chars": 254, "reserved_headers": ["from", "to", "cc", "bcc", "reply-to", "subject", "date", "message-id", "mime-version", "content-type", "content-transfer-encoding", "content-disposition", "return-path", "received", "sender", "dkim-signature", "list-unsubscribe", "list-unsubscribe-post"], "stored_by_mailroom": ["list-unsubscribe", "list-unsubscribe-post"], "max_header_value_chars": 998, "max_name_chars": 255, "max_subject_chars": 998, "max_body_bytes": 26214400, "max_recipients": 100}'::jsonb $_$;
+    AS $_$ SELECT  E'{"about": "What the database and the Python API both refuse in an email. One file: worker/core/rules.py loads it for Python, and revision 0006 writes it into the database''s checks (mailroom.content_rules() returns it). Patterns are written in the common subset of Python''s re and PostgreSQL''s regular expressions, without capturing groups or bounded repeats where they run per row (PostgreSQL''s engine is many times slower with them); an address is also at most max_local_chars before the @ and has no domain label of 64 characters; a change here needs a revision that installs it again.", "forbidden_in_headers": "[\\\\x00-\\\\x1f\\\\x7f\\\\x85\\\\u2028\\\\u2029]", "encoded_word": "=\\\\?[^?\\\\s]+\\\\?[BbQq]\\\\?[^?\\\\s]*\\\\?=", "header_name": "^[!-9;-~]{1,76}$", "address": "^[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(?:\\\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\\\.)+[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?$", "address_long_label": "[A-Za-z0-9-]{64}", "max_local_chars": 64, "max_address_chars": 254, "reserved_headers": ["from", "to", "cc", "bcc", "reply-to", "subject", "date", "message-id", "mime-version", "content-type", "content-transfer-encoding", "content-disposition", "return-path", "received", "sender", "dkim-signature", "list-unsubscribe", "list-unsubscribe-post"], "stored_by_mailroom": ["list-unsubscribe", "list-unsubscribe-post"], "about_reserved_headers": "Reserved headers (revision 0008 installs the relay and trace lists): those Mailroom writes itself (reserved_headers, except stored_by_mailroom, which its tracking stores at enqueue), and those that steer a relay or that receiving servers write to record a message''s path and authentication (relay_and_trace_headers, and every name starting with one of relay_and_trace_header_prefixes): an application setting them could change how a relay handles or reports an email (SendGrid''s bypass_list_management, Postmark''s metadata that names the email in its webhooks) or forge the trace a reader trusts.", "relay_and_trace_headers": ["x-smtpapi", "x-msys-api", "x-pm-message-stream", "x-pm-keepid", "authentication-results", "received-spf", "domainkey-signature", "delivered-to", "x-original-to", "x-forwarded-to", "errors-to"], "relay_and_trace_header_prefixes": ["x-pm-metadata-", "x-mailgun-", "x-ses-", "x-mc-", "x-sg-", "resent-", "arc-", "x-mailroom-"], "max_header_value_chars": 998, "max_name_chars": 255, "max_subject_chars": 998, "max_body_bytes": 26214400, "max_recipients": 100}'::jsonb $_$;
 
 --
 -- Name: documents_create_signature_head(); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -273,6 +453,7 @@ CREATE TABLE mailroom.email_queue (
     cc text[],
     bcc text[],
     reply_to text[],
+    enqueued_by name DEFAULT SESSION_USER NOT NULL,
     CONSTRAINT email_queue_campaign_id_check CHECK (((length(campaign_id) >= 1) AND (length(campaign_id) <= 100))),
     CONSTRAINT email_queue_check CHECK (((text_body IS NOT NULL) OR (html_body IS NOT NULL) OR ((template IS NOT NULL) AND (status = ANY (ARRAY['unrendered'::text, 'failed'::text, 'cancelled'::text]))))),
     CONSTRAINT email_queue_check1 CHECK ((retry_count <= max_retries)),
@@ -289,6 +470,12 @@ CREATE TABLE mailroom.email_queue (
     CONSTRAINT email_queue_status_check CHECK ((status = ANY (ARRAY['unrendered'::text, 'pending'::text, 'assigned'::text, 'sent'::text, 'failed'::text, 'cancelled'::text, 'suppressed'::text, 'bounced'::text]))),
     CONSTRAINT email_queue_unrendered_has_template CHECK (((status <> 'unrendered'::text) OR (template IS NOT NULL)))
 );
+
+--
+-- Name: COLUMN email_queue.enqueued_by; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.email_queue.enqueued_by IS 'The database role that enqueued this email (session_user): the scope of its idempotency key and of mailroom.my_emails.';
 
 --
 -- Name: email_content_problem(mailroom.email_queue); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -333,6 +520,22 @@ BEGIN
     
     RETURN NULL;
 END $$;
+
+--
+-- Name: email_queue_archive_no_shared_token(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.email_queue_archive_no_shared_token() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE mailroom.archived_emails a SET unsubscribe_token = NULL
+    FROM old_rows o
+    WHERE a.email_id = o.id AND a.unsubscribe_token IS NOT NULL
+      AND (o.to_extra IS NOT NULL OR o.cc IS NOT NULL OR o.bcc IS NOT NULL);
+    RETURN NULL;
+END;
+$$;
 
 --
 -- Name: email_queue_before_insert(); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -533,10 +736,12 @@ BEGIN
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION '%', bad USING ERRCODE = 'invalid_parameter_value', COLUMN = split_part(bad, ':', 1);
     END IF;
+    -- The key is looked up among this role's email only: another role's key is neither returned nor
+    -- in the way (the unique index is per role), so the answer says nothing about other applications.
     INSERT INTO mailroom.email_queue AS q (
         recipient_email, to_extra, cc, bcc, reply_to, recipient_name, subject, text_body, html_body, headers,
         priority, scheduled_for, max_retries, idempotency_key, transactional, reference_type, reference_id,
-        created_by, status, template, template_data, locale)
+        created_by, enqueued_by, status, template, template_data, locale)
     VALUES (
         mailroom.normalise_address(recipients[1]),
         mailroom.normalise_addresses(recipients[2:]),
@@ -544,12 +749,13 @@ BEGIN
         mailroom.normalise_addresses(reply_to),
         to_name, coalesce(btrim(subject, E' \t'), ''), text_body, html_body, coalesce(headers, '{}'), priority,
         coalesce(scheduled_for, now()), coalesce(max_retries, 5), idempotency_key, true,
-        reference_type, reference_id, session_user,
+        reference_type, reference_id, session_user, session_user,
         CASE WHEN template IS NULL THEN 'pending' ELSE 'unrendered' END, template, template_data, locale)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING q.id INTO new_id;
     IF new_id IS NULL THEN
-        SELECT e.id INTO new_id FROM mailroom.email_queue e WHERE e.idempotency_key = enqueue.idempotency_key;
+        SELECT e.id INTO new_id FROM mailroom.email_queue e
+        WHERE e.enqueued_by = session_user AND e.idempotency_key = enqueue.idempotency_key;
     END IF;
     RETURN new_id;
 END $_$;
@@ -604,6 +810,7 @@ CREATE FUNCTION mailroom.grant_app_role(role_name name) RETURNS void
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA mailroom TO %I', role_name);
     EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.enqueue TO %I', role_name);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.app_audit TO %I', role_name);
     EXECUTE format('GRANT SELECT ON mailroom.my_emails TO %I', role_name);
 END $$;
 
@@ -619,16 +826,20 @@ DECLARE
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA mailroom TO %I', role_name);
     FOR t IN
-        SELECT c.relname, string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) AS columns
+        SELECT c.relname,
+               string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+                   FILTER (WHERE NOT mailroom.is_secret_column(root.relname, a.attname)) AS columns
         FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'mailroom'
+        JOIN pg_class root ON root.oid = coalesce(pg_partition_root(c.oid), c.oid)
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
         WHERE c.relkind IN ('r', 'p', 'v')
-          AND NOT EXISTS (SELECT 1 FROM mailroom.secret_columns() s
-                          WHERE s.table_name = c.relname AND s.column_name = a.attname)
         GROUP BY c.relname
     LOOP
-        EXECUTE format('GRANT SELECT (%s) ON mailroom.%I TO %I', t.columns, t.relname, role_name);
+        EXECUTE format('REVOKE SELECT ON mailroom.%I FROM %I', t.relname, role_name);
+        IF t.columns IS NOT NULL THEN
+            EXECUTE format('GRANT SELECT (%s) ON mailroom.%I TO %I', t.columns, t.relname, role_name);
+        END IF;
     END LOOP;
 END $$;
 
@@ -667,17 +878,44 @@ CREATE FUNCTION mailroom.headers_problem(headers jsonb) RETURNS text
                 WHEN lower(k) = ANY (ARRAY['from', 'to', 'cc', 'bcc', 'reply-to', 'subject', 'date', 'message-id', 'mime-version', 'content-type', 'content-transfer-encoding', 'content-disposition', 'return-path', 'received', 'sender', 'dkim-signature', 'list-unsubscribe', 'list-unsubscribe-post']::text[])
                      AND lower(k) <> ALL (ARRAY['list-unsubscribe', 'list-unsubscribe-post']::text[]) THEN
                     'this header is set by Mailroom and cannot be overridden'
+                WHEN lower(k) = ANY (ARRAY['x-smtpapi', 'x-msys-api', 'x-pm-message-stream', 'x-pm-keepid', 'authentication-results', 'received-spf', 'domainkey-signature', 'delivered-to', 'x-original-to', 'x-forwarded-to', 'errors-to']::text[])
+                     OR EXISTS (SELECT FROM unnest(ARRAY['x-pm-metadata-', 'x-mailgun-', 'x-ses-', 'x-mc-', 'x-sg-', 'resent-', 'arc-', 'x-mailroom-']::text[]) AS p(prefix)
+                                WHERE starts_with(lower(k), p.prefix)) THEN
+                    'a relay-control, trace or authentication header; relays and receiving servers trust it,'
+                    ' so an application may not set it'
                 WHEN jsonb_typeof(v) <> 'string' THEN 'a header value must be text'
                 ELSE mailroom.header_text_problem(v #>> '{}')
             END
             FROM jsonb_each(headers) AS h(k, v)
             WHERE k !~ '^[!-9;-~]{1,76}$'
                OR (lower(k) = ANY (ARRAY['from', 'to', 'cc', 'bcc', 'reply-to', 'subject', 'date', 'message-id', 'mime-version', 'content-type', 'content-transfer-encoding', 'content-disposition', 'return-path', 'received', 'sender', 'dkim-signature', 'list-unsubscribe', 'list-unsubscribe-post']::text[]) AND lower(k) <> ALL (ARRAY['list-unsubscribe', 'list-unsubscribe-post']::text[]))
+               OR lower(k) = ANY (ARRAY['x-smtpapi', 'x-msys-api', 'x-pm-message-stream', 'x-pm-keepid', 'authentication-results', 'received-spf', 'domainkey-signature', 'delivered-to', 'x-original-to', 'x-forwarded-to', 'errors-to']::text[])
+               OR EXISTS (SELECT FROM unnest(ARRAY['x-pm-metadata-', 'x-mailgun-', 'x-ses-', 'x-mc-', 'x-sg-', 'resent-', 'arc-', 'x-mailroom-']::text[]) AS p(prefix)
+                          WHERE starts_with(lower(k), p.prefix))
                OR jsonb_typeof(v) <> 'string'
                OR mailroom.header_text_problem(v #>> '{}') IS NOT NULL
             ORDER BY k LIMIT 1)
     END
 $_$;
+
+--
+-- Name: is_secret_column(name, name); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.is_secret_column(table_name name, column_name name) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT EXISTS (SELECT FROM mailroom.secret_columns() s
+                   WHERE s.table_name = is_secret_column.table_name AND s.column_name = is_secret_column.column_name)
+        OR column_name = 'token' OR column_name LIKE '%\_token' OR column_name LIKE '%secret%'
+        OR column_name LIKE '%\_encrypted'
+$$;
+
+--
+-- Name: FUNCTION is_secret_column(table_name name, column_name name); Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON FUNCTION mailroom.is_secret_column(table_name name, column_name name) IS 'Whether a read-only role is refused this column: listed in mailroom.secret_columns(), or named like a token or secret.';
 
 --
 -- Name: is_time_zone(text); Type: FUNCTION; Schema: mailroom; Owner: -
@@ -1240,7 +1478,16 @@ CREATE FUNCTION mailroom.secret_columns() RETURNS TABLE(table_name name, column_
            ('sender_accounts', 'dkim_private_key_encrypted'),
            ('sender_accounts', 'oauth_client_secret_encrypted'),
            ('sender_accounts', 'oauth_refresh_token_encrypted'),
-           ('tokens', 'secret'), ('tokens', 'secret_hash'), ('tokens', 'code')
+           ('tokens', 'secret'), ('tokens', 'secret_hash'), ('tokens', 'code'),
+           ('email_queue', 'text_body'), ('email_queue', 'html_body'), ('email_queue', 'template_data'),
+           ('email_queue', 'headers'), ('email_queue', 'tracking_token'), ('email_queue', 'unsubscribe_token'),
+           -- a Message-ID authenticates reports about its recipient (worker.core.recipient_tokens)
+           ('email_queue', 'message_id'), ('sent_journal', 'message_id'),
+           ('archived_emails', 'unsubscribe_token'),
+           ('tracked_links', 'token'), ('tracked_links', 'url'),
+           ('click_events', 'link_token'), ('click_events', 'url'),
+           ('bounce_quarantine', 'raw'),
+           ('inbox', 'payload')
 $$;
 
 --
@@ -1573,6 +1820,63 @@ CREATE TABLE mailroom.archived_emails (
 );
 
 --
+-- Name: audit_chain; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.audit_chain (
+    only_row boolean DEFAULT true NOT NULL,
+    seq bigint DEFAULT 0 NOT NULL,
+    last_id bigint,
+    last_hash text,
+    pruned_seq bigint DEFAULT 0 NOT NULL,
+    pruned_hash text,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT audit_chain_head_set CHECK ((((seq = 0) = (last_hash IS NULL)) AND ((seq = 0) = (last_id IS NULL)))),
+    CONSTRAINT audit_chain_last_hash_hex CHECK ((last_hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT audit_chain_one_row CHECK (only_row),
+    CONSTRAINT audit_chain_pruned_hash_hex CHECK ((pruned_hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT audit_chain_pruned_set CHECK (((pruned_seq = 0) = (pruned_hash IS NULL))),
+    CONSTRAINT audit_chain_pruned_within CHECK (((pruned_seq >= 0) AND (pruned_seq <= seq))),
+    CONSTRAINT audit_chain_seq_positive CHECK ((seq >= 0))
+);
+
+--
+-- Name: TABLE audit_chain; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON TABLE mailroom.audit_chain IS 'The audit trail''s chain head (one row), moved by the audit_log_chain trigger; export it with mailroom audit head';
+
+--
+-- Name: COLUMN audit_chain.seq; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.audit_chain.seq IS 'Position of the newest audit row (0: none yet)';
+
+--
+-- Name: COLUMN audit_chain.last_id; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.audit_chain.last_id IS 'Id of the newest audit row';
+
+--
+-- Name: COLUMN audit_chain.last_hash; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.audit_chain.last_hash IS 'row_hash of the newest audit row';
+
+--
+-- Name: COLUMN audit_chain.pruned_seq; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.audit_chain.pruned_seq IS 'Rows at positions up to this one were removed by mailroom.audit_prune (0: none)';
+
+--
+-- Name: COLUMN audit_chain.pruned_hash; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.audit_chain.pruned_hash IS 'row_hash of the last pruned row: the prev_hash the oldest kept row must carry';
+
+--
 -- Name: audit_log; Type: TABLE; Schema: mailroom; Owner: -
 --
 
@@ -1585,12 +1889,36 @@ CREATE TABLE mailroom.audit_log (
     target text,
     affected bigint DEFAULT 0 NOT NULL,
     detail jsonb DEFAULT '{}'::jsonb NOT NULL,
+    seq bigint NOT NULL,
+    prev_hash text,
+    row_hash text NOT NULL,
     CONSTRAINT audit_log_action_check CHECK ((action ~ '^[a-z][a-z0-9_.]{0,63}$'::text)),
     CONSTRAINT audit_log_actor_check CHECK (((length(actor) >= 1) AND (length(actor) <= 200))),
     CONSTRAINT audit_log_affected_check CHECK ((affected >= 0)),
     CONSTRAINT audit_log_detail_check CHECK ((jsonb_typeof(detail) = 'object'::text)),
+    CONSTRAINT audit_log_prev_hash_hex CHECK ((prev_hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT audit_log_row_hash_hex CHECK ((row_hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT audit_log_seq_positive CHECK ((seq >= 1)),
     CONSTRAINT audit_log_target_check CHECK ((length(target) <= 500))
 );
+
+--
+-- Name: COLUMN audit_log.seq; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.audit_log.seq IS 'Position in the audit chain (set by the audit_log_chain trigger)';
+
+--
+-- Name: COLUMN audit_log.prev_hash; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.audit_log.prev_hash IS 'row_hash of the row at the previous position (NULL for the first row of a never-pruned chain)';
+
+--
+-- Name: COLUMN audit_log.row_hash; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.audit_log.row_hash IS 'SHA-256 of this row''s canonical encoding (mailroom.audit_row_hash), prev_hash included';
 
 --
 -- Name: audit_log_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
@@ -1677,8 +2005,65 @@ CREATE TABLE mailroom.bounce_quarantine (
     raw bytea NOT NULL,
     raw_size integer NOT NULL,
     digest bytea NOT NULL,
+    raw_kept_bytes integer GENERATED ALWAYS AS (octet_length(raw)) STORED,
+    client text,
     CONSTRAINT bounce_quarantine_raw_size_check CHECK ((raw_size >= 0))
 );
+
+--
+-- Name: TABLE bounce_quarantine; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON TABLE mailroom.bounce_quarantine IS 'Reports the bounce intake could not read or trust, kept once each (by digest) for an operator, bounded in size, per client and in age';
+
+--
+-- Name: COLUMN bounce_quarantine.raw; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.bounce_quarantine.raw IS 'The first bytes of the message (64 KiB; raw_size says how long it was)';
+
+--
+-- Name: COLUMN bounce_quarantine.raw_kept_bytes; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.bounce_quarantine.raw_kept_bytes IS 'octet_length(raw): what a read-only role may know of raw, which it may not read';
+
+--
+-- Name: COLUMN bounce_quarantine.client; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.bounce_quarantine.client IS 'Who handed the message in: the SMTP peer address, pipe, mailbox:<name> or webhook:<provider>; NULL when not known';
+
+--
+-- Name: bounce_quarantine_clients; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.bounce_quarantine_clients (
+    client text NOT NULL,
+    day date NOT NULL,
+    kept integer DEFAULT 0 NOT NULL,
+    dropped integer DEFAULT 0 NOT NULL,
+    CONSTRAINT bounce_quarantine_clients_dropped_not_negative CHECK ((dropped >= 0)),
+    CONSTRAINT bounce_quarantine_clients_kept_not_negative CHECK ((kept >= 0))
+);
+
+--
+-- Name: TABLE bounce_quarantine_clients; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON TABLE mailroom.bounce_quarantine_clients IS 'Quarantined messages kept and dropped per client and UTC day: the per-client limit and what health reports';
+
+--
+-- Name: COLUMN bounce_quarantine_clients.client; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.bounce_quarantine_clients.client IS 'As bounce_quarantine.client; unknown when the intake was not told';
+
+--
+-- Name: COLUMN bounce_quarantine_clients.dropped; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.bounce_quarantine_clients.dropped IS 'Messages not kept: the client was over its daily limit or the quarantine was full';
 
 --
 -- Name: bounce_quarantine_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
@@ -1954,7 +2339,7 @@ CREATE VIEW mailroom.my_emails WITH (security_barrier='true') AS
     last_error,
     suppression_reason
    FROM mailroom.email_queue
-  WHERE (created_by = SESSION_USER);
+  WHERE (enqueued_by = SESSION_USER);
 
 --
 -- Name: open_events; Type: TABLE; Schema: mailroom; Owner: -
@@ -2193,6 +2578,7 @@ CREATE TABLE mailroom.sender_accounts (
     oauth_refresh_token_encrypted bytea,
     bounce_domain text,
     relay_provider text,
+    allow_plaintext_login boolean DEFAULT false NOT NULL,
     CONSTRAINT sender_accounts_auth_type_check CHECK ((auth_type = ANY (ARRAY['password'::text, 'oauth2'::text]))),
     CONSTRAINT sender_accounts_bounce_domain_check CHECK (((bounce_domain ~ '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?$'::text) AND (length(bounce_domain) <= 253))),
     CONSTRAINT sender_accounts_check CHECK (((warmup_stage = 0) OR (warmup_limit IS NOT NULL))),
@@ -2224,6 +2610,12 @@ CREATE TABLE mailroom.sender_accounts (
     CONSTRAINT sender_accounts_warmup_limit_check CHECK ((warmup_limit >= 0)),
     CONSTRAINT sender_accounts_warmup_stage_check CHECK (((warmup_stage >= 0) AND (warmup_stage <= 5)))
 );
+
+--
+-- Name: COLUMN sender_accounts.allow_plaintext_login; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON COLUMN mailroom.sender_accounts.allow_plaintext_login IS 'The operator allowed this account to log in (password or OAuth2 token) over a connection without TLS to a host other than the loopback interface: the secret then crosses the network readable by anyone on the path.';
 
 --
 -- Name: sender_accounts_id_seq; Type: SEQUENCE; Schema: mailroom; Owner: -
@@ -2491,6 +2883,13 @@ ALTER TABLE ONLY mailroom.archived_emails
     ADD CONSTRAINT archived_emails_pkey PRIMARY KEY (email_id);
 
 --
+-- Name: audit_chain audit_chain_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.audit_chain
+    ADD CONSTRAINT audit_chain_pkey PRIMARY KEY (only_row);
+
+--
 -- Name: audit_log audit_log_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
 --
 
@@ -2517,6 +2916,13 @@ ALTER TABLE ONLY mailroom.bounce_events
 
 ALTER TABLE ONLY mailroom.bounce_list
     ADD CONSTRAINT bounce_list_pkey PRIMARY KEY (email);
+
+--
+-- Name: bounce_quarantine_clients bounce_quarantine_clients_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.bounce_quarantine_clients
+    ADD CONSTRAINT bounce_quarantine_clients_pkey PRIMARY KEY (client, day);
 
 --
 -- Name: bounce_quarantine bounce_quarantine_digest_key; Type: CONSTRAINT; Schema: mailroom; Owner: -
@@ -2835,6 +3241,12 @@ CREATE UNIQUE INDEX archived_emails_unsubscribe_token_idx ON mailroom.archived_e
 CREATE INDEX audit_log_at_idx ON mailroom.audit_log USING btree (at DESC);
 
 --
+-- Name: audit_log_seq_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE UNIQUE INDEX audit_log_seq_idx ON mailroom.audit_log USING btree (seq);
+
+--
 -- Name: bounce_events_campaign_idx; Type: INDEX; Schema: mailroom; Owner: -
 --
 
@@ -2857,6 +3269,12 @@ CREATE INDEX bounce_events_received_idx ON mailroom.bounce_events USING brin (re
 --
 
 CREATE INDEX bounce_events_undigested_idx ON mailroom.bounce_events USING btree (id) WHERE ((kind = 'complaint'::text) AND (digest_id IS NULL));
+
+--
+-- Name: bounce_quarantine_received_idx; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE INDEX bounce_quarantine_received_idx ON mailroom.bounce_quarantine USING btree (received_at);
 
 --
 -- Name: claims_expires_idx; Type: INDEX; Schema: mailroom; Owner: -
@@ -2931,16 +3349,16 @@ CREATE INDEX email_queue_claim_idx ON mailroom.email_queue USING btree (priority
 CREATE INDEX email_queue_due_idx ON mailroom.email_queue USING btree (scheduled_for) WHERE (status = 'pending'::text);
 
 --
+-- Name: email_queue_enqueued_by_idempotency_key_key; Type: INDEX; Schema: mailroom; Owner: -
+--
+
+CREATE UNIQUE INDEX email_queue_enqueued_by_idempotency_key_key ON mailroom.email_queue USING btree (enqueued_by, idempotency_key) WHERE (idempotency_key IS NOT NULL);
+
+--
 -- Name: email_queue_failed_idx; Type: INDEX; Schema: mailroom; Owner: -
 --
 
 CREATE INDEX email_queue_failed_idx ON mailroom.email_queue USING btree (finished_at DESC) WHERE (status = 'failed'::text);
-
---
--- Name: email_queue_idempotency_key_key; Type: INDEX; Schema: mailroom; Owner: -
---
-
-CREATE UNIQUE INDEX email_queue_idempotency_key_key ON mailroom.email_queue USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
 --
 -- Name: email_queue_lease_idx; Type: INDEX; Schema: mailroom; Owner: -
@@ -3261,10 +3679,28 @@ CREATE TRIGGER accounts_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.acco
 CREATE TRIGGER accounts_touch BEFORE UPDATE ON mailroom.accounts FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
 
 --
+-- Name: audit_chain audit_chain_guard; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER audit_chain_guard BEFORE INSERT OR DELETE OR UPDATE ON mailroom.audit_chain FOR EACH ROW EXECUTE FUNCTION mailroom.audit_chain_guard();
+
+--
+-- Name: audit_chain audit_chain_no_truncate; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER audit_chain_no_truncate BEFORE TRUNCATE ON mailroom.audit_chain FOR EACH STATEMENT EXECUTE FUNCTION mailroom.audit_chain_guard();
+
+--
 -- Name: audit_log audit_log_append_only; Type: TRIGGER; Schema: mailroom; Owner: -
 --
 
 CREATE TRIGGER audit_log_append_only BEFORE DELETE OR UPDATE ON mailroom.audit_log FOR EACH ROW EXECUTE FUNCTION mailroom.audit_log_append_only();
+
+--
+-- Name: audit_log audit_log_chain; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER audit_log_chain BEFORE INSERT ON mailroom.audit_log FOR EACH ROW EXECUTE FUNCTION mailroom.audit_log_chain();
 
 --
 -- Name: audit_log audit_log_no_truncate; Type: TRIGGER; Schema: mailroom; Owner: -
@@ -3355,6 +3791,12 @@ CREATE TRIGGER email_queue_content_rules_update BEFORE UPDATE OF recipient_email
 --
 
 CREATE TRIGGER email_queue_keep_archived AFTER DELETE ON mailroom.email_queue REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_keep_archived();
+
+--
+-- Name: email_queue email_queue_keep_archived_one_recipient; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER email_queue_keep_archived_one_recipient AFTER DELETE ON mailroom.email_queue REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_archive_no_shared_token();
 
 --
 -- Name: email_queue email_queue_notify_delete; Type: TRIGGER; Schema: mailroom; Owner: -
@@ -3658,6 +4100,18 @@ ALTER TABLE ONLY mailroom.tokens
 
 ALTER TABLE ONLY mailroom.tracked_links
     ADD CONSTRAINT tracked_links_email_id_fkey FOREIGN KEY (email_id) REFERENCES mailroom.email_queue(id) ON DELETE CASCADE;
+
+--
+-- Name: FUNCTION app_audit(action text, actor text, target text, affected bigint, detail jsonb); Type: ACL; Schema: mailroom; Owner: -
+--
+
+REVOKE ALL ON FUNCTION mailroom.app_audit(action text, actor text, target text, affected bigint, detail jsonb) FROM PUBLIC;
+
+--
+-- Name: FUNCTION audit_prune(before timestamp with time zone, reason text, actor text); Type: ACL; Schema: mailroom; Owner: -
+--
+
+REVOKE ALL ON FUNCTION mailroom.audit_prune(before timestamp with time zone, reason text, actor text) FROM PUBLIC;
 
 --
 -- Name: FUNCTION enqueue(recipients text[], subject text, text_body text, html_body text, to_name text, cc text[], bcc text[], reply_to text[], headers jsonb, idempotency_key text, scheduled_for timestamp with time zone, priority integer, max_retries integer, reference_type text, reference_id text, template text, template_data jsonb, locale text); Type: ACL; Schema: mailroom; Owner: -
