@@ -248,7 +248,9 @@ def _body(text: str | None, html: str | None) -> str:
 _UNSUBSCRIBE_URL = re.compile(r"/u/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})>")
 
 
-def _recipient_unsubscribe(headers: Mapping[str, str], recipient: str, key: bytes | None) -> Mapping[str, str]:
+def _recipient_unsubscribe(
+    headers: Mapping[str, str], recipient: str, key: bytes | None
+) -> Mapping[str, str]:
     """The headers of one recipient's copy: its own unsubscribe link. Without a key the email's plain
     link stays, which the tracker refuses for an email with several recipients (it names none)."""
     value = headers.get("List-Unsubscribe")

@@ -24,7 +24,9 @@ from worker.core.return_path import recipient_hash
 _MAC_CHARS = 16  # 80 bits
 # Bounded repetitions only: a reported Message-ID is untrusted text.
 _MESSAGE_ID = re.compile(r"^<?(\d{1,19})\.([a-z2-7]{8})\.([a-z2-7]{16})@[^<>\s@]{1,255}>?$")
-_UNSUBSCRIBE = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:\.([a-z2-7]{16}))?$")
+_UNSUBSCRIBE = re.compile(
+    r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:\.([a-z2-7]{16}))?$"
+)
 
 
 def _mac(context: bytes, body: str, key: bytes) -> str:

@@ -183,11 +183,13 @@ def test_a_message_id_of_another_email_matches_nothing(db_url: str, auto: psycop
     neighbour = sent_email(db_url, "victim@example.net")
     # What a recipient of the first email can write for its neighbour: the next id with its own
     # recipient hash and MAC, or the neighbour's id in the old `<id.stamp@domain>` shape.
-    own_id, rcpt, mac = email["message_id"].strip("<>").split("@")[0].split(".")
+    _own_id, rcpt, mac = email["message_id"].strip("<>").split("@")[0].split(".")
     forged = [f"<{neighbour['id']}.{rcpt}.{mac}@example.org>", f"<{neighbour['id']}.18c3f2a@example.org>"]
     raw = load("exim-plain.eml").replace(b"bounces+TOKEN@bounces.example", b"postmaster@example.org")
     for message_id in forged:
-        assert ingest(auto, raw.replace(b"<MSGID>", message_id.encode()), FIXTURE_KEY).verdict == "quarantined"
+        assert (
+            ingest(auto, raw.replace(b"<MSGID>", message_id.encode()), FIXTURE_KEY).verdict == "quarantined"
+        )
     assert _status(auto, email["id"]) == _status(auto, neighbour["id"]) == "sent"
     assert _listed(auto) == []
 
