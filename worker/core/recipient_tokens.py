@@ -13,13 +13,11 @@ context, so one kind of token is never valid as another.
 
 from __future__ import annotations
 
-import base64
 import hmac
 import re
 import uuid
-from hashlib import sha256
 
-from worker.core.return_path import recipient_hash
+from worker.core.return_path import b32_prefix, keyed_digest, recipient_hash
 
 _MAC_CHARS = 16  # 80 bits
 # Bounded repetitions only: a reported Message-ID is untrusted text.
@@ -30,8 +28,7 @@ _UNSUBSCRIBE = re.compile(
 
 
 def _mac(context: bytes, body: str, key: bytes) -> str:
-    digest = hmac.new(key, context + b"\0" + body.encode("utf-8"), sha256).digest()
-    return base64.b32encode(digest).decode("ascii").lower()[:_MAC_CHARS]
+    return b32_prefix(keyed_digest(key, context + b"\0" + body.encode("utf-8")), _MAC_CHARS)
 
 
 def message_id(email_id: int, recipient: str, domain: str, key: bytes) -> str:
