@@ -33,6 +33,8 @@ class ScriptedServer:
 
     script: dict[str, str]
     port: int = 0
+    # Answers for a phase's first times, in order, before its scripted (or ordinary) one applies.
+    first: dict[str, list[str]] = field(default_factory=dict)
     received: list[str] = field(default_factory=list)
     bodies: int = 0
     server: asyncio.base_events.Server | None = None
@@ -52,7 +54,12 @@ class ScriptedServer:
 
     async def _act(self, phase: str, writer: asyncio.StreamWriter) -> bool:
         """Do what the script says for `phase`; False when the session is over."""
-        action = self.script.get(phase, NORMAL.get(phase, "502 5.5.2 Command not recognized"))
+        queued = self.first.get(phase)
+        action = (
+            queued.pop(0)
+            if queued
+            else self.script.get(phase, NORMAL.get(phase, "502 5.5.2 Command not recognized"))
+        )
         if action == "drop":
             writer.close()
             return False

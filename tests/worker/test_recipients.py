@@ -23,6 +23,7 @@ from worker.core.message import Envelope, build_message, check_row
 from worker.core.outbox import EmailRequest, enqueue
 from worker.core.validation import ValidationError
 from worker.devtools.sink import RunningSink
+from worker.devtools.sink_script import Accept, Drop
 from worker.engine.smtp import SmtpAccount, SmtpConnection
 
 A, B, C = "ann@example.com", "bob@example.com", "cat@example.com"
@@ -308,6 +309,35 @@ async def test_a_temporary_refusal_of_one_recipient_is_recorded_without_bouncing
     assert statuses(db_url) == {"sent": 1}
     assert outcomes(db_url) == [(A, "to", "refused", 450, "4.2.0", "4.2.0 Mailbox busy")]
     assert one_row(db_url, "SELECT count(*) FROM mailroom.bounce_list") == (0,)
+
+
+async def test_a_session_cut_after_one_copy_retries_the_others_and_never_resends_the_first(
+    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_rcpt(B, Drop(), Accept())  # the relay drops the connection at B's RCPT, once
+    enqueue_to(db_url, A, cc=[B], bcc=[C], max_retries=3)
+    await run_until_drained(db_url, fast_settings, rounds=2)
+    # A got its copy in the first attempt; the retry sent B and C theirs, and A nothing again.
+    assert [m.rcpt_tos for m in smtp_sink.messages] == [(A,), (B,), (C,)]
+    assert one_row(db_url, "SELECT status, retry_count FROM mailroom.email_queue") == ("sent", 1)
+    assert [(r[0], r[1], r[2]) for r in outcomes(db_url)] == [(A, "to", "accepted")]
+
+
+async def test_a_refusal_of_mail_from_after_one_copy_releases_the_email_for_the_others_only(
+    db_url: str, fast_settings: Settings, scripted: Callable[[dict[str, str]], ScriptedServer]
+) -> None:
+    # The first MAIL is answered 250, every later one 451: the sender's trouble, not B's.
+    server = scripted({"mail": "451 4.3.0 Try again later"})
+    server.first["mail"] = ["250 2.1.0 Ok"]
+    await server.start()
+    add_sender(db_url, server.port)
+    enqueue_to(db_url, A, cc=[B])
+    await run_until_drained(db_url, fast_settings)
+    with psycopg.connect(db_url) as conn:
+        status = conn.execute("SELECT status, retry_count FROM mailroom.email_queue").fetchone()
+    assert status is not None and status[0] == "pending"
+    assert [(r[0], r[2]) for r in outcomes(db_url)] == [(A, "accepted")]
 
 
 async def test_every_recipient_refused_permanently_fails_the_email_and_bounces_each_mailbox(

@@ -121,7 +121,7 @@ def _dropped(rows: list[dict[str, Any]], kept: list[dict[str, Any]]) -> list[dic
         for row in many
         if row["status"] == "suppressed" or row["id"] in kept_ids
         for key, (address, kind) in recipient_kinds(row).items()
-        if key in row["dropped"]
+        if key in row["dropped"] and row["dropped"][key] != q.ALREADY_DELIVERED  # recorded as accepted
     ]
 
 

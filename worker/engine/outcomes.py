@@ -146,6 +146,7 @@ def failure_statements(
         # Each recipient had its own transaction: its refusal (at MAIL, RCPT or DATA) is tied to it
         # and puts that address alone on the bounce list; the email's reply is that of its last copy.
         statements += refusal_statements(email, outcome.attempt, sender_id, errors=1)
+        statements += accepted_statements(email, outcome.attempt)
         return _charged(statements, outcome, token)
     bounced = outcome.verdict is Verdict.BOUNCE
     if bounced:
@@ -169,6 +170,19 @@ def _charged(
         # The provider counted it: quota used. The claim row first: the lock order of rescue.
         statements.insert(0, (q.COUNT_USED, {"token": token}))
     return statements
+
+
+def accepted_statements(email: dict[str, Any], attempt: Attempt) -> list[tuple[str, dict[str, Any]]]:
+    """Record the recipients whose copy was accepted in an attempt that did not end sent: the retry
+    leaves them out (`queue_sql.CLAIM` drops them as already delivered)."""
+    if not attempt.accepted:
+        return []
+    kinds = recipient_kinds(email)
+    accepted = [
+        {"recipient": address, "kind": kinds.get(address.lower(), (address, "to"))[1]}
+        for address in attempt.accepted
+    ]
+    return [(q.RECORD_ACCEPTED, {"email_id": email["id"], "accepted": Jsonb(accepted)})]
 
 
 def refusal_statements(

@@ -44,6 +44,11 @@ WITH due AS (
                                     THEN 'on the bounce list (' || rb.bounce_type || ')'
                                WHEN rb.bounce_count >= 3 THEN 'on the bounce list (soft, ' || rb.bounce_count || ' times)'
                                WHEN ru.email IS NOT NULL THEN 'unsubscribed'
+                               -- its copy went out in an attempt the session then cut short
+                               WHEN EXISTS (SELECT 1 FROM mailroom.recipient_outcomes ro
+                                            WHERE ro.email_id = q.id AND ro.outcome = 'accepted'
+                                              AND lower(ro.recipient) = lower(e.address))
+                                    THEN 'already delivered'
                           END AS reason
                    FROM unnest(ARRAY[q.recipient_email] || coalesce(q.to_extra, '{}') || coalesce(q.cc, '{}')
                                || coalesce(q.bcc, '{}')) AS e(address)
@@ -101,6 +106,18 @@ INSERT INTO mailroom.recipient_outcomes (email_id, recipient, kind, outcome, smt
 SELECT %(email_id)s, d.r ->> 'recipient', d.r ->> 'kind', 'refused', (d.r ->> 'code')::int, d.r ->> 'enhanced',
        left(d.r ->> 'reason', 2000)
 FROM jsonb_array_elements(%(refused)s::jsonb) WITH ORDINALITY AS d(r, n)
+ORDER BY d.n
+"""
+
+# The reason CLAIM gives a recipient whose copy an earlier attempt delivered: left out, not suppressed.
+ALREADY_DELIVERED = "already delivered"
+
+# The recipients of a many-recipient email whose copy was accepted in an attempt that did not end
+# sent (the session was cut short after it): the claim leaves them out of the retry.
+RECORD_ACCEPTED = """
+INSERT INTO mailroom.recipient_outcomes (email_id, recipient, kind, outcome)
+SELECT %(email_id)s, d.r ->> 'recipient', d.r ->> 'kind', 'accepted'
+FROM jsonb_array_elements(%(accepted)s::jsonb) WITH ORDINALITY AS d(r, n)
 ORDER BY d.n
 """
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from aiosmtplib.response import SMTPResponse
 from worker.core.message import Envelope
 from worker.core.plaintext import PLAINTEXT_LOGIN_REFUSED, login_in_clear
 from worker.engine.classify import Reply, clean_reply
+from worker.engine.copies import Progress, Refusal, send_copies, unsafe_address
 from worker.engine.oauth import OAuthClient, TokenCache, TokenRefused, TokenUnavailable
 from worker.engine.pipelining import CLOSING, PipeliningProtocol, enable_pipelining
 
@@ -40,19 +40,17 @@ class SmtpAccount:
     allow_plaintext_login: bool = False
 
 
-# One recipient of a many-recipient message whose copy was refused, and the reply that refused it.
-Refusal = tuple[str, Reply]
-
-
 @dataclass(frozen=True)
 class Attempt:
     """The reply to one message and how long it took; for a message with several envelope recipients
-    (`many`), the recipients whose copy was refused (the reply is then that of the last copy accepted)."""
+    (`many`), the recipients whose copy was refused and those whose copy was accepted (the reply is
+    then that of the last copy accepted, or what ended the session)."""
 
     reply: Reply
     duration_ms: int
     refused: tuple[Refusal, ...] = ()
     many: bool = False
+    accepted: tuple[str, ...] = ()
 
 
 class SmtpConnection:
@@ -162,17 +160,17 @@ class SmtpConnection:
         """
         started = time.perf_counter()
         if envelope.recipients:
-            refused: list[Refusal] = []
-            reply = await self._send(envelope, None, refused)
+            progress = Progress()
+            reply = await self._send(envelope, None, progress)
             duration_ms = int((time.perf_counter() - started) * 1000)
-            return Attempt(reply, duration_ms, tuple(refused), many=True)
+            return Attempt(reply, duration_ms, tuple(progress.refused), True, tuple(progress.accepted))
         if upcoming is not None and upcoming.recipients:
-            upcoming = None  # a many-recipient message is never announced (see `_many_transaction`)
+            upcoming = None  # a many-recipient message is never announced (see `worker.engine.copies`)
         reply = await self._send(envelope, upcoming)
         return Attempt(reply=reply, duration_ms=int((time.perf_counter() - started) * 1000))
 
     async def _send(
-        self, envelope: Envelope, upcoming: Envelope | None, refused: list[Refusal] | None = None
+        self, envelope: Envelope, upcoming: Envelope | None, progress: Progress | None = None
     ) -> Reply:
         announced, self._announced = self._announced, None
         if announced is not None and announced != envelope:
@@ -184,10 +182,8 @@ class SmtpConnection:
                 announced = None
                 client = await self._connect()
             self._phase = "mail"
-            if refused is not None:
-                return await _many_transaction(
-                    client, envelope, self.account, self._enter, refused, self._drop
-                )
+            if progress is not None:
+                return await send_copies(client, envelope, self.account.data_timeout, self._enter, progress)
             reply, self._announced = await _transaction(
                 client, envelope, announced is not None, upcoming, self.account, self._enter
             )
@@ -247,17 +243,9 @@ def _may_log_in(client: aiosmtplib.SMTP, account: SmtpAccount) -> bool:
     )
 
 
-# What an envelope address may not hold to be written straight into MAIL FROM:<...> or RCPT TO:<...>.
-_UNSAFE = re.compile(r"[<>\r\n ]|[^\x00-\x7f]")
-
-
-def _unsafe(address: str) -> bool:
-    return _UNSAFE.search(address) is not None
-
-
 def _envelope_commands(envelope: Envelope) -> tuple[bytes, bytes] | None:
     """MAIL and RCPT arguments for a message, or None when an address could not be written safely."""
-    if _unsafe(envelope.sender) or _unsafe(envelope.recipient):
+    if unsafe_address(envelope.sender) or unsafe_address(envelope.recipient):
         return None
     return b"FROM:<" + envelope.sender.encode("ascii") + b">", b"TO:<" + envelope.recipient.encode(
         "ascii"
@@ -281,7 +269,7 @@ async def _transaction(
     """
     commands = _envelope_commands(envelope)
     if commands is None:
-        unsafe = envelope.sender if _unsafe(envelope.sender) else envelope.recipient
+        unsafe = envelope.sender if unsafe_address(envelope.sender) else envelope.recipient
         raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {unsafe!r}", envelope.sender)
     mail, rcpt = commands
     protocol = enable_pipelining(client)
@@ -297,119 +285,6 @@ async def _transaction(
     enter("data")
     response = await client.data(envelope.content, timeout=account.data_timeout)
     return clean_reply(response.code, response.message, "data"), None
-
-
-async def _many_transaction(
-    client: aiosmtplib.SMTP,
-    envelope: Envelope,
-    account: SmtpAccount,
-    enter: Callable[[str], None],
-    refused: list[Refusal],
-    drop: Callable[[], None],
-) -> Reply:
-    """One transaction per recipient's copy (MAIL with its own return path, RCPT, DATA), one command at a time.
-
-    Each recipient gets its own message (Message-ID, unsubscribe link, VERP token), so what comes back
-    from one recipient can only act for that one. Never pipelined, never announced behind another body.
-    A copy refused at MAIL, RCPT or DATA is that recipient's refusal, appended to `refused`. When every
-    copy is refused this raises the refusal that decides the email's fate as a single recipient's would
-    (a temporary one first: a retry may reach them all); a MAIL refusal of the first copy is the
-    sender's and raised at once. A 421 or a lost connection before any copy was accepted is raised (the
-    email is retried whole); after one was accepted, the copies not sent are recorded as refused with
-    that reply and the connection dropped: a recipient who has the message is never sent it twice.
-    """
-    copies = envelope.copies or tuple(
-        Envelope(envelope.sender, r, envelope.message_id, envelope.content) for r in envelope.recipients
-    )
-    for copy in copies:
-        if _unsafe(copy.sender) or _unsafe(copy.recipient):
-            unsafe = copy.sender if _unsafe(copy.sender) else copy.recipient
-            raise aiosmtplib.SMTPSenderRefused(501, f"unsafe address {unsafe!r}", copy.sender)
-    accepted: Reply | None = None
-    for index, copy in enumerate(copies):
-        phase = "mail"
-        try:
-            enter(phase)
-            response = await client.execute_command(b"MAIL", b"FROM:<" + copy.sender.encode("ascii") + b">")
-            if response.code != 250:
-                if index == 0 or response.code == CLOSING:
-                    raise aiosmtplib.SMTPSenderRefused(response.code, response.message, copy.sender)
-                raise _Refused(response.code, response.message)
-            enter(phase := "rcpt")
-            response = await client.execute_command(b"RCPT", b"TO:<" + copy.recipient.encode("ascii") + b">")
-            if response.code == CLOSING:
-                raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, copy.recipient)
-            if response.code not in (250, 251):
-                raise _Refused(response.code, response.message)
-            enter(phase := "data")
-            try:
-                response = await client.data(copy.content, timeout=account.data_timeout)
-            except aiosmtplib.SMTPDataError as exc:
-                if exc.code == CLOSING:
-                    raise
-                if 200 <= exc.code < 300:
-                    # DATA answered 2xx instead of 354 (or 2xx other than 250 at its end): not a send.
-                    raise _Refused(None, f"unexpected reply {exc.code} {exc.message}") from None
-                raise _Refused(exc.code, exc.message) from None
-            accepted = clean_reply(response.code, response.message, "data")
-        except _Refused as exc:
-            refused.append((copy.recipient, clean_reply(exc.code, exc.message, phase)))
-            try:
-                await client.rset()
-            except (aiosmtplib.SMTPException, OSError, TimeoutError) as lost:
-                if accepted is not None:
-                    return _rest_refused(copies[index + 1 :], lost, "mail", accepted, refused, drop)
-                if index < len(copies) - 1:
-                    raise
-                drop()  # every copy refused: the refusal that decides is raised below
-        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
-            if accepted is None:
-                raise
-            return _rest_refused(copies[index:], exc, phase, accepted, refused, drop)
-    if accepted is not None:
-        return accepted
-    _address, deciding = next(
-        ((a, r) for a, r in refused if r.code is not None and 400 <= r.code < 500), refused[0]
-    )
-    raise _refusal(deciding, _address)
-
-
-class _Refused(Exception):
-    """One copy refused by the server: that recipient's refusal, not the session's."""
-
-    def __init__(self, code: int | None, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _rest_refused(
-    rest: tuple[Envelope, ...],
-    exc: BaseException,
-    phase: str,
-    accepted: Reply,
-    refused: list[Refusal],
-    drop: Callable[[], None],
-) -> Reply:
-    """The session ended after a copy was accepted: the copies not sent are refused with its reply."""
-    code = exc.code if isinstance(exc, aiosmtplib.SMTPResponseException) else None
-    text = (
-        exc.message if isinstance(exc, aiosmtplib.SMTPResponseException) else f"{type(exc).__name__}: {exc}"
-    )
-    reply = clean_reply(code, text.strip(), phase)
-    refused.extend((copy.recipient, reply) for copy in rest)
-    drop()
-    return accepted
-
-
-def _refusal(reply: Reply, address: str) -> aiosmtplib.SMTPResponseException:
-    """The exception that stands for a recipient's refusal in the phase it happened."""
-    code = reply.code if reply.code is not None else 451
-    if reply.phase == "mail":
-        return aiosmtplib.SMTPSenderRefused(code, reply.text, address)
-    if reply.phase == "data":
-        return aiosmtplib.SMTPDataError(code, reply.text)
-    return aiosmtplib.SMTPRecipientRefused(code, reply.text, address)
 
 
 async def _pipelined(

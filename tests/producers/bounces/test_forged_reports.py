@@ -4,7 +4,6 @@ the receiver, `mailroom bounces ingest`, HTTP to the tracker) act on nobody else
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import aiosmtplib
 import psycopg
 import pytest
 
-from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_KEY, FIXTURE_SECRET, load
+from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_SECRET, load
 from tests.tracking import running_tracker
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.cli.main import main
@@ -21,7 +20,7 @@ from worker.core.config import Settings
 from worker.core.message import message_id_for
 from worker.core.outbox import EmailRequest, enqueue
 from worker.devtools.sink import RunningSink
-from worker.producers.bounces.receiver import BounceHandler, BounceServer, RateLimiter, database_processor
+from worker.producers.bounces.receiver import BounceServer
 
 ATTACKER = "attacker@example.net"
 CUSTOMERS = [f"customer{i}@example.com" for i in range(10)]
@@ -36,18 +35,6 @@ def verp(settings: Settings) -> Settings:
     )
 
 
-@pytest.fixture
-async def receiver(db_url: str) -> AsyncIterator[BounceServer]:
-    """The bounce receiver on a free local port."""
-    handler = BounceHandler(
-        database_processor(db_url, FIXTURE_KEY), frozenset({BOUNCE_DOMAIN}), RateLimiter(6000, 1000)
-    )
-    server = BounceServer(handler, "127.0.0.1", 0)
-    await server.start()
-    yield server
-    await server.close()
-
-
 async def _smtp(port: int, raw: bytes, to: str) -> tuple[int, str]:
     async with aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10) as client:
         try:
@@ -57,9 +44,13 @@ async def _smtp(port: int, raw: bytes, to: str) -> tuple[int, str]:
         return 250, reply
 
 
-def _complaint(message_id: str, about: str) -> bytes:
-    """An ARF complaint about `about` naming `message_id` as the original, with no VERP token anywhere."""
+def _complaint(message_id: str, about: str, return_path: str | None = None) -> bytes:
+    """An ARF complaint about `about` naming `message_id` as the original; with `return_path`, the
+    returned original's headers carry it (as a mailbox provider's feedback loop returns them)."""
     raw = load("rfc5965-optional-fields.eml").replace(ARF_MESSAGE_ID, message_id.strip("<>").encode())
+    if return_path is not None:
+        returned = f"Return-Path: <{return_path}>\nFrom: <somespammer@example.net>\nReceived:"
+        raw = raw.replace(b"From: <somespammer@example.net>\nReceived:", returned.encode())
     return raw.replace(b"user@example.com", about.encode())
 
 
@@ -94,7 +85,7 @@ async def _deliver_to_all(db_url: str, verp: Settings, smtp_sink: RunningSink) -
 
 
 async def test_forged_complaints_by_guessed_message_id_over_smtp_suppress_nobody(
-    db_url: str, verp: Settings, smtp_sink: RunningSink, receiver: BounceServer
+    db_url: str, verp: Settings, smtp_sink: RunningSink, bounce_receiver: BounceServer
 ) -> None:
     ids = await _deliver_to_all(db_url, verp, smtp_sink)
     [own] = [m for m in smtp_sink.messages if m.rcpt_tos == (ATTACKER,)]
@@ -104,13 +95,11 @@ async def test_forged_complaints_by_guessed_message_id_over_smtp_suppress_nobody
         _forgeries(db_url, str(own.message["Message-ID"]), neighbours, "sender@example.org")
     ):
         about = CUSTOMERS[i % len(CUSTOMERS)]
-        replies.add(await _smtp(receiver.port, _complaint(forged, about), f"abuse@{BOUNCE_DOMAIN}"))
-    # The attacker's own, genuine complaint is taken too, and answered exactly like every forgery.
-    replies.add(
-        await _smtp(
-            receiver.port, _complaint(str(own.message["Message-ID"]), ATTACKER), f"abuse@{BOUNCE_DOMAIN}"
-        )
-    )
+        replies.add(await _smtp(bounce_receiver.port, _complaint(forged, about), f"abuse@{BOUNCE_DOMAIN}"))
+    # The attacker's own, genuine complaint (its returned headers carry its return path) is taken
+    # too, and answered exactly like every forgery.
+    genuine = _complaint(str(own.message["Message-ID"]), ATTACKER, own.mail_from)
+    replies.add(await _smtp(bounce_receiver.port, genuine, f"abuse@{BOUNCE_DOMAIN}"))
     assert len(replies) == 1 and next(iter(replies))[0] == 250
     assert _listed(db_url) == [(ATTACKER, "complaint")]
     # A password reset to a customer the attacker named goes out.
@@ -143,7 +132,7 @@ async def test_forged_complaints_through_bounces_ingest_suppress_nobody(
 
 
 async def test_a_cc_recipient_acts_for_itself_only(
-    db_url: str, verp: Settings, smtp_sink: RunningSink, receiver: BounceServer
+    db_url: str, verp: Settings, smtp_sink: RunningSink, bounce_receiver: BounceServer
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     victim = CUSTOMERS[0]
@@ -164,9 +153,9 @@ async def test_a_cc_recipient_acts_for_itself_only(
         rb"bounces\+[0-9a-z-]+@bounces\.example", own.mail_from.encode(), load("postfix-unknown-user.eml")
     )
     dsn = dsn.replace(b"no-such-user@mta.example.net", victim.encode())
-    first = await _smtp(receiver.port, dsn, own.mail_from)
+    first = await _smtp(bounce_receiver.port, dsn, own.mail_from)
     second = await _smtp(
-        receiver.port, _complaint(str(own.message["Message-ID"]), victim), f"abuse@{BOUNCE_DOMAIN}"
+        bounce_receiver.port, _complaint(str(own.message["Message-ID"]), victim), f"abuse@{BOUNCE_DOMAIN}"
     )
     assert first == second and first[0] == 250
     assert _listed(db_url) == []
@@ -186,3 +175,15 @@ async def test_a_cc_recipient_acts_for_itself_only(
     with psycopg.connect(db_url) as conn:
         listed = conn.execute("SELECT email, email_id FROM mailroom.unsubscribe_list").fetchall()
     assert listed == [(ATTACKER, email_id)]
+    # The To recipient replies to all: the Cc now holds the To's Message-ID. A complaint naming it
+    # alone, with no return-path token, is not trusted for an email sent from a VERP return path.
+    leaked = str(copies[victim].message["Message-ID"])
+    assert await _smtp(bounce_receiver.port, _complaint(leaked, victim), f"abuse@{BOUNCE_DOMAIN}") == first
+    assert _listed(db_url) == []
+    # The Cc's own hard bounce lists the Cc, and the email the To recipient got stays `sent`.
+    own_dsn = dsn.replace(victim.encode(), ATTACKER.encode())
+    assert await _smtp(bounce_receiver.port, own_dsn, own.mail_from) == first
+    assert _listed(db_url) == [(ATTACKER, "hard")]
+    with psycopg.connect(db_url) as conn:
+        status = conn.execute("SELECT status FROM mailroom.email_queue WHERE id = %s", (email_id,)).fetchone()
+    assert status == ("sent",)

@@ -167,6 +167,21 @@ def test_a_complaint_outranks_an_earlier_hard_bounce_and_a_later_one_keeps_it(
     assert _listed(auto)[0][1] == "complaint"
 
 
+def test_a_redacted_complaint_from_a_cc_recipient_lists_the_cc_not_the_first_to(
+    db_url: str, auto: psycopg.Connection[Any]
+) -> None:
+    # Every copy has the same To header; only the token (here the returned Return-Path) says whose it was.
+    email = sent_email(db_url, "other@example.com", cc=["reader@example.com"])
+    raw = load("rfc5965-simple.eml").replace(
+        b"From: <somespammer@example.net>\nTo: <Undisclosed Recipients>",
+        b"Return-Path: <bounces+x-aaaaaaaa-aaaaaaaaaaaaaaaa@bounces.example>\n"
+        b"From: <somespammer@example.net>\nTo: <other@example.com>\nCc: <reader@example.com>",
+    )
+    raw = readdress(raw, email["id"], "reader@example.com", FIXTURE_KEY)
+    assert ingest(auto, raw, FIXTURE_KEY).verdict == "recorded"
+    assert _listed(auto) == [("reader@example.com", "complaint", 1, None)]
+
+
 def test_a_plain_text_exim_bounce_is_matched_by_the_returned_message_id(
     db_url: str, auto: psycopg.Connection[Any]
 ) -> None:

@@ -10,10 +10,10 @@ import os
 import signal
 import sys
 from datetime import UTC
-from typing import Any, Literal
+from typing import Any
 
 from worker.cli.argtypes import positive_count, whole_number
-from worker.cli.commands import bounce_list
+from worker.cli.commands import bounce_list, bounce_poll
 from worker.core.config import ConfigError, Settings
 from worker.core.masking import mask_address
 from worker.core.terminal import printable, printable_lines
@@ -25,15 +25,17 @@ Process one message -- a delivery status notification (RFC 3464), a complaint (R
 a plain-text bounce -- read from FILE, or from standard input when FILE is - or missing, as an MTA
 pipe delivers it. The email is found by the VERP token of the address the report was sent to
 (--envelope-recipient, else $ORIGINAL_RECIPIENT or $RECIPIENT as Postfix's local and pipe
-delivery set them, else X-Original-To, Delivered-To and To) or by the original's Message-ID. A
-permanent failure turns the email `bounced` and puts the address on the bounce list (hard); a
+delivery set them, else X-Original-To, Delivered-To and To) or, for an email sent without a VERP
+return path, by the original's signed Message-ID; it acts only for the recipient its token names.
+A permanent failure turns the email `bounced` and puts the address on the bounce list (hard); a
 transient one records a soft bounce; a complaint suppresses the address at once and notifies the
-console. A report that cannot be read or trusted (a forged token, no known email) is kept in the
+console. A report that cannot be read or trusted (a forged token, no known email, another
+recipient than its token names, over the parser's budget, refused by the database) is kept in the
 quarantine: `mailroom bounces quarantine`. The same report again changes nothing.
 
 Exit status: 0 the message was recorded, recognised as seen before, ignored (a success report) or
 quarantined -- so an MTA never bounces a bounce; 2 bad usage (no such FILE); 75 (EX_TEMPFAIL) the
-database cannot be reached or refused the message: the MTA keeps it and tries again.
+database cannot be reached: the MTA keeps the message and tries again.
 
 Examples:
   mailroom bounces ingest dsn.eml
@@ -85,33 +87,6 @@ Examples:
   mailroom bounces quarantine --json
 """
 
-POLL = """\
-Fetch the messages of a bounce mailbox -- where your relay or your MTA delivers the DSNs and
-complaints sent to the return path -- over IMAP (--imap) or POP3 (--pop3), process each like
-`bounces ingest`, and delete it only once it is recorded, recognised as seen before, ignored or
-quarantined: POP3 DELE; IMAP moved to --move-to FOLDER when given, else flagged \\Deleted and
-expunged. A message that could not be stored (the database down) stays in the mailbox for the next
-poll, and the poll stops there. At most --max messages are taken per poll.
-
-The connection uses TLS with the certificate verified against the system's authorities (or
---cafile): implicit TLS on port 993 (IMAP) or 995 (POP3) by default, --starttls on 143 or 110.
---insecure (no TLS) is accepted for 127.0.0.1 and localhost only. The password is read from the
-environment variable --password-env or the file --password-file, never from the command line.
---once (the default) polls once, for cron or a systemd timer; --every SECONDS keeps polling until
-interrupted (Ctrl-C, SIGTERM), riding out a mailbox or database that is down.
-
-Exit status: 0 polled (the mailbox may be empty); 1 the mailbox could not be reached, secured,
-logged into or read; 2 bad usage (no password in --password-env or --password-file); 75
-(EX_TEMPFAIL) the database could not take a message: it stays in the mailbox for the next poll.
-
-Examples:
-  BOUNCE_PASSWORD=... mailroom bounces poll --imap mail.example.org --user bounces \\
-      --password-env BOUNCE_PASSWORD --move-to Processed
-  mailroom bounces poll --pop3 pop.example.org:995 --user bounces --password-file /etc/mailroom/pop
-  mailroom bounces poll --imap mail.example.org:143 --starttls --user bounces \\
-      --password-env BOUNCE_PASSWORD --every 300 --max 500
-"""
-
 QUARANTINE = """\
 List the messages the bounce intake kept because it could not read them or could not trust them
 (no valid return-path token, no email of Mailroom named, a forged token), newest first: id, when
@@ -147,15 +122,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                 reason = f"larger than --max-bytes {args.max_bytes}"
                 outcome = keep_in_quarantine(conn, raw, reason, recipients, client="pipe")
             else:
-                try:
-                    outcome = ingest(conn, raw, key, recipients, client="pipe")
-                except (psycopg.OperationalError, psycopg.InterfaceError):
-                    raise
-                except psycopg.Error as exc:
-                    # The database refused what this message says (its own transaction rolled back):
-                    # that is permanent, so the message is kept for an operator, never retried for days.
-                    reason = f"refused by the database: {type(exc).__name__}"
-                    outcome = keep_in_quarantine(conn, raw, reason, recipients, client="pipe")
+                domain = settings.bounce_domain
+                outcome = ingest(conn, raw, key, recipients, client="pipe", bounce_domain=domain)
     except psycopg.Error as exc:
         print(f"error: message not stored, try again later: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EX_TEMPFAIL
@@ -210,7 +178,7 @@ def cmd_receive(args: argparse.Namespace, settings: Settings) -> int:
         )
     host, port = args.listen
     handler = BounceHandler(
-        database_processor(url, bounce_key(settings)),
+        database_processor(url, bounce_key(settings), settings.bounce_domain),
         domains,
         RateLimiter(args.rate, args.burst, clients=settings.receiver_rate_clients),
         sender_domains,
@@ -236,107 +204,6 @@ def cmd_receive(args: argparse.Namespace, settings: Settings) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
     return 0
-
-
-def cmd_poll(args: argparse.Namespace, settings: Settings) -> int:
-    """Poll the bounce mailbox once, or every --every seconds."""
-    import threading
-
-    from worker.producers.bounces.mailbox import DatabaseIntake, MailboxError, poll
-
-    mailbox = _mailbox(args)
-    stop = threading.Event()
-    if args.every is not None:
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    where = f"{mailbox.protocol} {mailbox.host}:{mailbox.address[1]} {mailbox.folder}"
-    intake: DatabaseIntake | None = None
-    try:
-        while True:
-            status = 0
-            try:
-                # Checked at each poll: a database down at start is ridden out like one down later.
-                intake = intake or _intake(settings)
-                result = poll(mailbox, intake)
-                print(f"bounces: {where}: {result.summary()}", flush=True)
-                if result.stopped:
-                    raise _Unavailable(result.stopped)
-            except _Unavailable as exc:
-                print(f"error: database unavailable, messages left for the next poll: {exc}", file=sys.stderr)
-                status = EX_TEMPFAIL
-            except MailboxError as exc:
-                print(f"error: {exc}", file=sys.stderr, flush=True)
-                status = 1
-            finally:
-                if intake is not None:
-                    intake.close()
-            if args.every is None or stop.wait(args.every):
-                return status
-    except KeyboardInterrupt:
-        return 0
-
-
-class _Unavailable(Exception):
-    """The database could not be reached: nothing taken from the mailbox."""
-
-
-def _intake(settings: Settings) -> Any:
-    """Ingest on the configured database, once its schema is checked."""
-    import psycopg
-
-    from worker.core.db import checked_url
-    from worker.core.return_path import bounce_key
-    from worker.producers.bounces.mailbox import DatabaseIntake
-
-    try:
-        return DatabaseIntake(checked_url(settings), bounce_key(settings))
-    except psycopg.Error as exc:
-        raise _Unavailable(str(exc).splitlines()[0]) from None
-
-
-def _mailbox(args: argparse.Namespace) -> Any:
-    """The mailbox the options name, its password read from the environment or a file."""
-    from worker.producers.bounces.mailbox import Mailbox
-
-    protocol: Literal["imap", "pop3"] = "imap" if args.imap else "pop3"
-    host, port = args.imap or args.pop3
-    if args.password_file:
-        try:
-            with open(args.password_file, encoding="utf-8") as handle:
-                password = handle.read().rstrip("\r\n")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {args.password_file}: {exc.strerror}") from None
-    else:
-        password = os.environ.get(args.password_env, "")
-    if not password:
-        source = args.password_file or f"${args.password_env}"
-        raise ConfigError(f"no password in {source}")
-    security: Literal["tls", "starttls", "none"] = (
-        "none" if args.insecure else "starttls" if args.starttls else "tls"
-    )
-    return Mailbox(
-        protocol=protocol,
-        host=host,
-        port=port,
-        user=args.user,
-        password=password,
-        security=security,
-        cafile=args.cafile,
-        folder=args.folder,
-        move_to=args.move_to,
-        max_messages=args.max,
-        timeout=args.timeout,
-    )
-
-
-def _host_port(text: str) -> tuple[str, int | None]:
-    host, colon, port = text.rpartition(":")
-    if not colon or "]" in port:  # no port, or a bare [IPv6] address
-        return text.strip("[]"), None
-    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise argparse.ArgumentTypeError(
-            f"expected HOST or HOST:PORT, e.g. mail.example.org:993, not {text!r}"
-        )
-    return host.strip("[]"), int(port)
 
 
 def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
@@ -391,7 +258,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     actions = parser.add_subparsers(dest="bounces_command", required=True, metavar="ACTION")
     _add_ingest(actions)
     _add_receive(actions)
-    _add_poll(actions)
+    bounce_poll.add_poll(actions)
     bounce_list.add_list(actions)
     _add_quarantine(actions)
 
@@ -458,42 +325,6 @@ def _add_receive(actions: argparse._SubParsersAction[Any]) -> None:
         " (default MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT, else 20)",
     )
     receive.set_defaults(handler=cmd_receive)
-
-
-def _add_poll(actions: argparse._SubParsersAction[Any]) -> None:
-    poll = actions.add_parser(
-        "poll",
-        help="fetch and process the messages of a bounce mailbox",
-        description=POLL,
-        formatter_class=_RAW,
-    )
-    where = poll.add_mutually_exclusive_group(required=True)
-    where.add_argument("--imap", type=_host_port, metavar="HOST[:PORT]", help="an IMAP server")
-    where.add_argument("--pop3", type=_host_port, metavar="HOST[:PORT]", help="a POP3 server")
-    poll.add_argument("--user", required=True, metavar="USER", help="the mailbox's login")
-    secret = poll.add_mutually_exclusive_group(required=True)
-    secret.add_argument("--password-env", metavar="VAR", help="environment variable holding the password")
-    secret.add_argument("--password-file", metavar="FILE", help="file holding the password")
-    poll.add_argument(
-        "--folder", default="INBOX", metavar="FOLDER", help="IMAP folder to read (default INBOX)"
-    )
-    poll.add_argument("--move-to", metavar="FOLDER", help="IMAP: move processed messages there, not delete")
-    tls = poll.add_mutually_exclusive_group()
-    tls.add_argument("--starttls", action="store_true", help="plain port upgraded with STARTTLS/STLS")
-    tls.add_argument("--insecure", action="store_true", help="no TLS at all (127.0.0.1 and localhost only)")
-    poll.add_argument("--cafile", metavar="FILE", help="verify the server against these certificates")
-    when = poll.add_mutually_exclusive_group()
-    when.add_argument("--once", action="store_true", help="poll once and exit (the default)")
-    when.add_argument(
-        "--every", type=positive_count, metavar="SECONDS", help="poll every SECONDS until stopped"
-    )
-    poll.add_argument(
-        "--max", type=positive_count, default=100, metavar="N", help="messages per poll (default 100)"
-    )
-    poll.add_argument(
-        "--timeout", type=positive_count, default=30, metavar="SECONDS", help="network timeout (default 30)"
-    )
-    poll.set_defaults(handler=cmd_poll)
 
 
 def _add_quarantine(actions: argparse._SubParsersAction[Any]) -> None:

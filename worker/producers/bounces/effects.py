@@ -86,6 +86,9 @@ class EmailRef:
     email_id: int
     sender_account_id: int | None = None
     campaign_id: str | None = None
+    # Sent to several recipients: one recipient's bounce lists that address but never ends the email
+    # (the others had their copies), so no recipient can change what the others' email shows.
+    many: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,14 +125,7 @@ def apply_report(
         raise ValueError("a success report changes nothing")
     recipient = storable(recipient, 320)
     source_message_id = storable_or_none(source_message_id, 998)
-    report = RecipientReport(
-        storable_or_none(report.recipient, 320),
-        kind,
-        storable_or_none(report.status, 100),
-        storable_or_none(report.action, 100),
-        storable_or_none(report.diagnostic, MAX_DIAGNOSTIC),
-        report.smtp_code,
-    )
+    report = _storable_report(report)
     params = {
         "email_id": email.email_id,
         "recipient": recipient,
@@ -172,6 +168,18 @@ def apply_report(
     return Applied(kind, recipient, new=True, bounced_email=bounced)
 
 
+def _storable_report(report: RecipientReport) -> RecipientReport:
+    """The report with every text cut to its column and cleaned of what PostgreSQL cannot store."""
+    return RecipientReport(
+        storable_or_none(report.recipient, 320),
+        report.kind,
+        storable_or_none(report.status, 100),
+        storable_or_none(report.action, 100),
+        storable_or_none(report.diagnostic, MAX_DIAGNOSTIC),
+        report.smtp_code,
+    )
+
+
 def _apply_kind(
     conn: psycopg.Connection[Any],
     email: EmailRef,
@@ -187,7 +195,7 @@ def _apply_kind(
         return False
     conn.execute(UPSERT_HARD if report.kind == "hard" else UPSERT_SOFT, listed)
     # A report that delivery failed ends the email even when the address is only soft (expired in a queue).
-    if report.kind == "hard" or report.action == "failed":
+    if (report.kind == "hard" or report.action == "failed") and not email.many:
         return _mark_bounced(conn, email, report)
     return False
 

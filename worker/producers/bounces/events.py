@@ -21,7 +21,7 @@ from worker.core.recipient_tokens import parse_message_id
 from worker.core.return_path import recipient_hash
 from worker.core.webhook_events import EventOutcome, EventSink, WebhookEvent
 from worker.producers.bounces.effects import EmailRef, apply_report, quarantine
-from worker.producers.bounces.intake import _addresses, _email
+from worker.producers.bounces.intake import addresses_of, email_row
 from worker.producers.bounces.parse import MAX_DIAGNOSTIC, RecipientReport
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def _apply_one(conn: psycopg.Connection[Any], event: WebhookEvent, key: bytes | 
     reason = None
     if row is None:
         reason = "names no email sent by Mailroom (no known email id or authentic Message-ID)"
-    elif recipient not in _addresses(row):
+    elif recipient not in addresses_of(row):
         reason = f"names no recipient of email {row['id']}"
     elif named_hash is not None and key is not None and recipient_hash(recipient, key) != named_hash:
         reason = f"names another recipient of email {row['id']} than its Message-ID"
@@ -71,7 +71,9 @@ def _apply_one(conn: psycopg.Connection[Any], event: WebhookEvent, key: bytes | 
     identity = event.event_id or hashlib.sha256(event.raw).hexdigest()
     applied = apply_report(
         conn,
-        EmailRef(int(row["id"]), row["sender_account_id"], row["campaign_id"]),
+        EmailRef(
+            int(row["id"]), row["sender_account_id"], row["campaign_id"], many=len(addresses_of(row)) > 1
+        ),
         recipient,
         report,
         source=event.source,
@@ -91,11 +93,11 @@ def _find_email(
     """The email the event names by id, else by the Message-ID Mailroom sent its copy with (and then
     the recipient hash that Message-ID carries)."""
     if event.email_id is not None and event.email_id > 0:
-        row = _email(conn, event.email_id)
+        row = email_row(conn, event.email_id)
         if row is not None:
             return row, None
     message_id = (event.message_id or "").strip()
     named = parse_message_id(message_id, key) if message_id and key is not None else None
     if named is None:
         return None, None
-    return _email(conn, named[0]), named[1]
+    return email_row(conn, named[0]), named[1]

@@ -30,9 +30,12 @@ log = logging.getLogger(__name__)
 Verdict = Literal["recorded", "duplicate", "ignored", "quarantined"]
 
 EMAIL = """
-SELECT id, created_at, message_id, recipient_email, to_extra, cc, bcc, sender_account_id, campaign_id
-FROM mailroom.email_queue WHERE id = %s
-FOR UPDATE
+SELECT q.id, q.created_at, q.message_id, q.recipient_email, q.to_extra, q.cc, q.bcc, q.sender_account_id,
+       q.campaign_id, s.bounce_domain AS sender_bounce_domain
+FROM mailroom.email_queue q
+LEFT JOIN mailroom.sender_accounts s ON s.id = q.sender_account_id
+WHERE q.id = %s
+FOR UPDATE OF q
 """
 
 
@@ -59,24 +62,46 @@ def ingest(
     envelope_recipients: Sequence[str] = (),
     *,
     client: str | None = None,
+    bounce_domain: str | None = None,
 ) -> Outcome:
     """Process one message in one transaction of its own: recorded, duplicate, ignored or quarantined.
 
     `client` says who handed it in (the SMTP peer address, `pipe`, `mailbox:<name>`): the quarantine's
-    per-client limit counts by it."""
+    per-client limit counts by it. `bounce_domain` is MAILROOM_BOUNCE_DOMAIN: an email sent from a VERP
+    return path (on it, or on its sender's own) is named by its token only, never by a Message-ID
+    alone, which anyone who saw a reply quoting it could copy. A message the database refuses (what
+    it says, not the database being down) is quarantined: that is permanent, never worth a retry."""
+    try:
+        with conn.transaction():
+            return _ingest(conn, raw, key, envelope_recipients, client, bounce_domain)
+    except (psycopg.OperationalError, psycopg.InterfaceError):
+        raise
+    except psycopg.Error as exc:
+        reason = f"refused by the database: {type(exc).__name__}"
+        log.warning("bounce: a message %s", reason)
+        return keep_in_quarantine(conn, raw, reason, envelope_recipients, client=client)
+
+
+def _ingest(
+    conn: psycopg.Connection[Any],
+    raw: bytes,
+    key: bytes,
+    envelope_recipients: Sequence[str],
+    client: str | None,
+    bounce_domain: str | None,
+) -> Outcome:
     envelope = envelope_recipients[0] if envelope_recipients else None
-    with conn.transaction():
-        parsed = parse_report(raw, envelope_recipients)
-        if isinstance(parsed, Unparseable):
-            return _quarantine(conn, raw, parsed.reason, envelope, client=client)
-        if all(r.kind is None for r in parsed.recipients):
-            detail = f"{parsed.source} report with nothing to act on ({parsed.feedback_type or 'success'})"
-            log.info("bounce: %s", detail)
-            return Outcome("ignored", detail)
-        identity = _identify(conn, parsed, key)
-        if isinstance(identity, str):
-            return _quarantine(conn, raw, identity, envelope, client=client)
-        return _apply(conn, raw, parsed, identity, key, envelope, client)
+    parsed = parse_report(raw, envelope_recipients)
+    if isinstance(parsed, Unparseable):
+        return _quarantine(conn, raw, parsed.reason, envelope, client=client)
+    if all(r.kind is None for r in parsed.recipients):
+        detail = f"{parsed.source} report with nothing to act on ({parsed.feedback_type or 'success'})"
+        log.info("bounce: %s", detail)
+        return Outcome("ignored", detail)
+    identity = _identify(conn, parsed, key, bounce_domain)
+    if isinstance(identity, str):
+        return _quarantine(conn, raw, identity, envelope, client=client)
+    return _apply(conn, raw, parsed, identity, key, envelope, client)
 
 
 def keep_in_quarantine(
@@ -100,31 +125,38 @@ def _quarantine(
     return Outcome("quarantined", reason)
 
 
-def _identify(conn: psycopg.Connection[Any], report: Report, key: bytes) -> _Identity | str:
+def _identify(
+    conn: psycopg.Connection[Any], report: Report, key: bytes, bounce_domain: str | None
+) -> _Identity | str:
     """The email the report names, or why none can be trusted."""
     forged = False
     for address in report.addressed_to:
         token = parse_return_path(address, key)
         if token is not None:
-            return _Identity(token[0], token[1], _email(conn, token[0]))
+            return _Identity(token[0], token[1], email_row(conn, token[0]))
         forged = forged or looks_like_return_path(address)
     if forged:
         return "return path token is not authentic"
     for message_id in report.original_message_ids:
         named = parse_message_id(message_id, key)
         if named is not None:
-            return _Identity(named[0], named[1], _email(conn, named[0]))
+            row = email_row(conn, named[0])
+            if row is not None and (bounce_domain or row["sender_bounce_domain"]):
+                return (
+                    "names by Message-ID alone an email sent from a VERP return path (only its token counts)"
+                )
+            return _Identity(named[0], named[1], row)
     return "names no email sent by Mailroom (no return-path token, no authentic Message-ID)"
 
 
-def _email(conn: psycopg.Connection[Any], email_id: int) -> dict[str, Any] | None:
+def email_row(conn: psycopg.Connection[Any], email_id: int) -> dict[str, Any] | None:
     if email_id > 2**63 - 1:
         return None
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(EMAIL, (email_id,)).fetchone()
 
 
-def _addresses(row: dict[str, Any] | None) -> list[str]:
+def addresses_of(row: dict[str, Any] | None) -> list[str]:
     if row is None:
         return []
     extra = [*(row["to_extra"] or []), *(row["cc"] or []), *(row["bcc"] or [])]
@@ -155,12 +187,13 @@ def _apply(
     client: str | None,
 ) -> Outcome:
     row = identity.row
+    addresses = addresses_of(row)
     email = EmailRef(
         identity.email_id,
         row["sender_account_id"] if row else None,
         row["campaign_id"] if row else None,
+        many=len(addresses) > 1,
     )
-    addresses = _addresses(row)
     source_id = report.message_id or hashlib.sha256(raw).hexdigest()
     applied: list[Applied] = []
     actionable = [r for r in report.recipients if r.kind is not None]

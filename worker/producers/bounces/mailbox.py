@@ -286,9 +286,17 @@ class DatabaseIntake:
     """`ingest` on one connection for the whole poll, opened on the first message; `client` is who the
     quarantine's per-client limit counts these messages against."""
 
-    def __init__(self, url: str, key: bytes, connect_timeout: int = 10, client: str = "mailbox") -> None:
+    def __init__(
+        self,
+        url: str,
+        key: bytes,
+        connect_timeout: int = 10,
+        client: str = "mailbox",
+        bounce_domain: str | None = None,
+    ) -> None:
         self.url = url
         self.key = key
+        self.bounce_domain = bounce_domain
         self.connect_timeout = connect_timeout
         self.client = client
         self._conn: Any = None
@@ -302,7 +310,7 @@ class DatabaseIntake:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=self.connect_timeout)
-            return ingest(self._conn, raw, self.key, client=self.client)
+            return ingest(self._conn, raw, self.key, client=self.client, bounce_domain=self.bounce_domain)
         except psycopg.OperationalError as exc:
             self.close()
             raise DatabaseUnavailable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc

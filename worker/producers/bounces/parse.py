@@ -31,6 +31,14 @@ from email.utils import getaddresses, parseaddr
 from itertools import islice
 from typing import Literal
 
+from worker.producers.bounces.budget import (
+    DEFAULT_BUDGET,
+    OVER_BUDGET,
+    Budget,
+    OverBudget,
+    check_parts,
+    check_structure,
+)
 from worker.producers.bounces.storable import storable, storable_or_none
 
 Kind = Literal["hard", "soft", "complaint"]
@@ -42,7 +50,6 @@ MAX_DIAGNOSTIC = 1000
 COMPLAINT_TYPES = frozenset({"abuse", "fraud", "virus", "other"})
 
 MAX_FIELD = 2000  # characters of any header value read (an address or a status needs far fewer)
-OVER_BUDGET = "over budget"
 
 _STATUS = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
 _SMTP_CODE = re.compile(r"(?<![\d.])([245]\d\d)(?![\d.])")
@@ -63,30 +70,6 @@ _PERMANENT = re.compile(r"permanent|given up|failed permanently", re.I)
 # regular expression this replaces (`^-{2,}.*(copy of|...).*$`) took quadratic time on a line of
 # dashes (60 s for 40,000 of them, hours for a megabyte).
 _COPY_PHRASES = ("copy of", "original message", "below this line", "message headers")
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What reading one message may cost; past any of these it is `Unparseable`, "over budget"."""
-
-    # bytes of the message parsed: a DSN's status comes first, the rest is the returned original's tail
-    parse_bytes: int = 2 << 20
-    # `boundary=` parameters and `Content-Type` headers before parsing (the parser's cost grows with nesting)
-    boundaries: int = 64
-    content_types: int = 256
-    parts: int = 256  # MIME parts once parsed
-    depth: int = 16  # nesting of multiparts and returned messages
-    text_chars: int = 1 << 20  # decoded text of a plain bounce searched
-    recipients: int = 100  # recipient reports (a DSN has one field block per recipient)
-    message_ids: int = 10  # Message-IDs of returned originals looked up
-    addresses: int = 50  # addresses the report was sent to (where a return-path token may be)
-
-
-DEFAULT_BUDGET = Budget()
-
-
-class OverBudget(Exception):
-    """Reading the message would cost more than its `Budget`."""
 
 
 @dataclass(frozen=True)
@@ -137,9 +120,9 @@ def parse_report(
 
 
 def _parse(raw: bytes, envelope_recipients: Sequence[str], budget: Budget) -> Report | Unparseable:
-    _check_structure(raw, budget)
+    check_structure(raw, budget)
     msg = message_from_bytes(raw, policy=compat32)
-    _check_parts(msg, budget)
+    check_parts(msg, budget)
     addressed = _unique(
         [a.strip().strip("<>").lower() for a in envelope_recipients]
         + _addresses(msg, "X-Original-To", "Delivered-To", "To", "Envelope-To")
@@ -154,37 +137,6 @@ def _parse(raw: bytes, envelope_recipients: Sequence[str], budget: Budget) -> Re
             return _arf(report, addressed, own_id, budget)
         return Unparseable(f"multipart/report of type {report_type or 'none'}")
     return _plain(msg, addressed, own_id, budget)
-
-
-def _check_structure(raw: bytes, budget: Budget) -> None:
-    """Refuse, before parsing, a message whose structure alone would cost too much to parse.
-
-    The `email` parser checks every line against the boundary of every enclosing multipart, so its
-    cost is lines times depth; nested returned messages recurse. Counting the declarations bounds both.
-    """
-    lower = raw.lower()
-    if lower.count(b"boundary") > budget.boundaries:
-        raise OverBudget(f"more than {budget.boundaries} multipart boundaries")
-    if lower.count(b"content-type") > budget.content_types:
-        raise OverBudget(f"more than {budget.content_types} Content-Type headers")
-    if lower.count(b"final-recipient") > budget.recipients:
-        raise OverBudget(f"more than {budget.recipients} recipient reports")
-
-
-def _check_parts(msg: Message, budget: Budget) -> None:
-    """Count the parts without recursion, stopping at the budget."""
-    count = 0
-    stack: list[tuple[Message, int]] = [(msg, 0)]
-    while stack:
-        part, depth = stack.pop()
-        count += 1
-        if count > budget.parts:
-            raise OverBudget(f"more than {budget.parts} MIME parts")
-        if depth > budget.depth:
-            raise OverBudget(f"MIME parts nested more than {budget.depth} deep")
-        payload = part.get_payload()
-        if part.is_multipart() and isinstance(payload, list):
-            stack.extend((p, depth + 1) for p in payload if isinstance(p, Message))
 
 
 def _storable(report: Report) -> Report:
@@ -292,13 +244,13 @@ def _original_headers(report: Message) -> Message | None:
     return None
 
 
-def _returned(report: Message) -> tuple[tuple[str, ...], tuple[str, ...], Message | None]:
-    """(Message-IDs, return paths) of the returned original, and its headers."""
+def _returned(report: Message) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(Message-IDs, return paths) of the returned original."""
     original = _original_headers(report)
     if original is None:
-        return (), (), None
+        return (), ()
     ids = _unique([_first_message_id(_header(original, "Message-ID")) or ""])
-    return ids, _unique(_addresses(original, "Return-Path")), original
+    return ids, _unique(_addresses(original, "Return-Path"))
 
 
 def _typed_address(value: str | None) -> str | None:
@@ -363,7 +315,7 @@ def _dsn(
         )
     if not recipients:
         return Unparseable("delivery-status report names no recipient")
-    ids, return_paths, _original = _returned(report)
+    ids, return_paths = _returned(report)
     return Report("dsn", tuple(recipients), _unique([*addressed, *return_paths]), ids, own_id)
 
 
@@ -380,14 +332,14 @@ def _arf(
     feedback_type = (_header(first, "Feedback-Type") or "").lower()
     if not feedback_type:
         return Unparseable("feedback report without Feedback-Type")
-    ids, return_paths, original = _returned(report)
+    ids, return_paths = _returned(report)
     values = first.get_all("Original-Rcpt-To") or []
     if len(values) > budget.recipients:
         raise OverBudget(f"more than {budget.recipients} recipient reports")
     rcpts = [_typed_address(" ".join(str(v)[: MAX_FIELD * 4].split())[:MAX_FIELD]) for v in values]
+    # Without Original-Rcpt-To the token names the recipient: the original's To header is the same in
+    # every recipient's copy, so it would name the first To for a complaint from a Cc or Bcc.
     named = [r for r in rcpts if r]
-    if not named and original is not None:
-        named = _addresses(original, "To")[:1]
     kind: Kind | None = "complaint" if feedback_type in COMPLAINT_TYPES else None
     # A provider that redacts the recipient still names the email: the return path's token says who.
     recipients = [RecipientReport(r, kind, feedback_type, None) for r in named] or [

@@ -241,7 +241,7 @@ class BounceServer:
             self._server = None
 
 
-def database_processor(url: str, key: bytes) -> Processor:
+def database_processor(url: str, key: bytes, bounce_domain: str | None = None) -> Processor:
     """Process each message on a connection of its own (bounces are few; a restart of PostgreSQL is harmless)."""
     import psycopg
 
@@ -251,6 +251,6 @@ def database_processor(url: str, key: bytes) -> Processor:
         # `client` is the peer's network (an IPv4 address or IPv6 /64): the quarantine's per-client
         # limit then counts an IPv6 sender once, not once per address of its /64
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-            return ingest(conn, raw, key, recipients, client=client)
+            return ingest(conn, raw, key, recipients, client=client, bounce_domain=bounce_domain)
 
     return process
