@@ -183,3 +183,28 @@ async def test_a_webhook_without_its_secret_configured_is_not_there(db_url: str,
         answer = await _post(http, server, body, signed_headers(body, secret=SECRET))
     assert answer[0] == 404
     assert state(db_url, email["id"])["status"] == "sent"
+
+
+async def test_an_event_the_database_refuses_is_kept_and_the_rest_of_the_batch_applied(
+    db_url: str, settings: Settings
+) -> None:
+    refused, fine = sent_email(db_url, "refused@example.net"), sent_email(db_url, "fine@example.net")
+    with psycopg.connect(db_url) as conn:  # a rule of the database that refuses what one event says
+        conn.execute(
+            "CREATE FUNCTION refuse_event() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.recipient = 'refused@example.net' THEN"
+            " RAISE EXCEPTION 'refused' USING ERRCODE = 'check_violation'; END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON mailroom.bounce_events FOR EACH ROW EXECUTE FUNCTION refuse_event()"
+        )
+    body = dumps(
+        [{"recipient": "refused@example.net", "type": "hard", "email_id": refused["id"], "event_id": "e1"},
+         {"recipient": "fine@example.net", "type": "hard", "email_id": fine["id"], "event_id": "e2"}]
+    )  # fmt: skip
+    async with webhook_tracker(db_url, webhook_settings(settings)) as server, aiohttp.ClientSession() as http:
+        assert await _post(http, server, body, signed_headers(body)) == (202, {"accepted": 2})
+    assert state(db_url, fine["id"])["status"] == "bounced"
+    with psycopg.connect(db_url) as conn:
+        kept = conn.execute("SELECT reason, client FROM mailroom.bounce_quarantine").fetchall()
+    assert kept == [("webhook webhook event refused by the database: CheckViolation", "webhook:webhook")]

@@ -43,7 +43,22 @@ def apply_events(
 ) -> list[EventOutcome]:
     """Apply each event once, all in one transaction: recorded, duplicate or unmatched (quarantined)."""
     with conn.transaction():
-        return [_apply_one(conn, event, key) for event in events]
+        return [_apply_or_keep(conn, event, key) for event in events]
+
+
+def _apply_or_keep(conn: psycopg.Connection[Any], event: WebhookEvent, key: bytes | None) -> EventOutcome:
+    """One event under a savepoint: one the database refuses is quarantined, the batch goes on (a
+    provider would otherwise retry the whole batch for days)."""
+    try:
+        with conn.transaction():
+            return _apply_one(conn, event, key)
+    except (psycopg.OperationalError, psycopg.InterfaceError):
+        raise
+    except psycopg.Error as exc:
+        reason = f"{event.source} webhook event refused by the database: {type(exc).__name__}"
+        log.warning("bounce: %s", reason)
+        quarantine(conn, event.raw, reason, None, client=f"webhook:{event.source}")
+        return EventOutcome("unmatched", reason)
 
 
 def _apply_one(conn: psycopg.Connection[Any], event: WebhookEvent, key: bytes | None) -> EventOutcome:
