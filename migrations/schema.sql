@@ -359,6 +359,37 @@ CREATE FUNCTION mailroom.birthday_time() RETURNS time without time zone
 $$;
 
 --
+-- Name: bounce_quarantine_count(); Type: FUNCTION; Schema: mailroom; Owner: -
+--
+
+CREATE FUNCTION mailroom.bounce_quarantine_count() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        UPDATE mailroom.bounce_quarantine_size
+        SET messages = messages + c.n, bytes = bytes + c.b
+        FROM (SELECT count(*) AS n, coalesce(sum(octet_length(raw) + octet_length(reason)
+                                  + coalesce(octet_length(envelope_recipient), 0) + coalesce(octet_length(client), 0)), 0) AS b
+              FROM new_rows) c;
+    ELSE
+        UPDATE mailroom.bounce_quarantine_size
+        SET messages = messages - c.n, bytes = bytes - c.b
+        FROM (SELECT count(*) AS n, coalesce(sum(octet_length(raw) + octet_length(reason)
+                                  + coalesce(octet_length(envelope_recipient), 0) + coalesce(octet_length(client), 0)), 0) AS b
+              FROM old_rows) c;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: FUNCTION bounce_quarantine_count(); Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON FUNCTION mailroom.bounce_quarantine_count() IS 'Keeps mailroom.bounce_quarantine_size equal to what bounce_quarantine holds, for inserts and deletes';
+
+--
 -- Name: clock(); Type: FUNCTION; Schema: mailroom; Owner: -
 --
 
@@ -2079,6 +2110,25 @@ ALTER TABLE mailroom.bounce_quarantine ALTER COLUMN id ADD GENERATED ALWAYS AS I
 );
 
 --
+-- Name: bounce_quarantine_size; Type: TABLE; Schema: mailroom; Owner: -
+--
+
+CREATE TABLE mailroom.bounce_quarantine_size (
+    one boolean DEFAULT true NOT NULL,
+    messages bigint NOT NULL,
+    bytes bigint NOT NULL,
+    CONSTRAINT bounce_quarantine_size_bytes_not_negative CHECK ((bytes >= 0)),
+    CONSTRAINT bounce_quarantine_size_messages_not_negative CHECK ((messages >= 0)),
+    CONSTRAINT bounce_quarantine_size_one_row CHECK (one)
+);
+
+--
+-- Name: TABLE bounce_quarantine_size; Type: COMMENT; Schema: mailroom; Owner: -
+--
+
+COMMENT ON TABLE mailroom.bounce_quarantine_size IS 'One row: how many messages the bounce quarantine holds and their size (kept bytes and text fields), kept by triggers';
+
+--
 -- Name: checksum_verifications; Type: TABLE; Schema: mailroom; Owner: -
 --
 
@@ -2939,6 +2989,13 @@ ALTER TABLE ONLY mailroom.bounce_quarantine
     ADD CONSTRAINT bounce_quarantine_pkey PRIMARY KEY (id);
 
 --
+-- Name: bounce_quarantine_size bounce_quarantine_size_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
+--
+
+ALTER TABLE ONLY mailroom.bounce_quarantine_size
+    ADD CONSTRAINT bounce_quarantine_size_pkey PRIMARY KEY (one);
+
+--
 -- Name: checksum_verifications checksum_verifications_pkey; Type: CONSTRAINT; Schema: mailroom; Owner: -
 --
 
@@ -3725,6 +3782,18 @@ CREATE TRIGGER bounce_events_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom
 --
 
 CREATE TRIGGER bounce_list_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.bounce_list FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+--
+-- Name: bounce_quarantine bounce_quarantine_count_deletes; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER bounce_quarantine_count_deletes AFTER DELETE ON mailroom.bounce_quarantine REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.bounce_quarantine_count();
+
+--
+-- Name: bounce_quarantine bounce_quarantine_count_inserts; Type: TRIGGER; Schema: mailroom; Owner: -
+--
+
+CREATE TRIGGER bounce_quarantine_count_inserts AFTER INSERT ON mailroom.bounce_quarantine REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.bounce_quarantine_count();
 
 --
 -- Name: bounce_quarantine bounce_quarantine_notify; Type: TRIGGER; Schema: mailroom; Owner: -

@@ -27,15 +27,13 @@ WHERE id IN (SELECT id FROM mailroom.bounce_quarantine WHERE received_at < %s LI
 """
 DELETE_OLD_COUNTS = "DELETE FROM mailroom.bounce_quarantine_clients WHERE day < %s"
 
-# The same sum the intake holds the quarantine's size to (worker.producers.bounces.quarantine.TOTAL), without
-# reading raw (a read-only role, the console's, may not): raw_kept_bytes is its length.
+# What the intake holds the quarantine's size to (worker.producers.bounces.quarantine.TOTAL), kept by
+# triggers in one row; and what was dropped today.
 USAGE = """
-SELECT (SELECT coalesce(sum(raw_kept_bytes + octet_length(reason) + coalesce(octet_length(envelope_recipient), 0)
-                            + coalesce(octet_length(client), 0)), 0)
-        FROM mailroom.bounce_quarantine) AS bytes,
-       (SELECT count(*) FROM mailroom.bounce_quarantine) AS messages,
+SELECT s.bytes, s.messages,
        (SELECT coalesce(sum(dropped), 0) FROM mailroom.bounce_quarantine_clients
         WHERE day = (now() AT TIME ZONE 'UTC')::date) AS dropped_today
+FROM mailroom.bounce_quarantine_size s
 """
 
 

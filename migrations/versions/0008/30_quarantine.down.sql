@@ -1,3 +1,7 @@
+DROP TRIGGER bounce_quarantine_count_deletes ON mailroom.bounce_quarantine;
+DROP TRIGGER bounce_quarantine_count_inserts ON mailroom.bounce_quarantine;
+DROP FUNCTION mailroom.bounce_quarantine_count();
+DROP TABLE mailroom.bounce_quarantine_size;
 DROP TABLE mailroom.bounce_quarantine_clients;
 DROP INDEX mailroom.bounce_quarantine_received_idx;
 COMMENT ON TABLE mailroom.bounce_quarantine IS NULL;

@@ -31,3 +31,43 @@ COMMENT ON COLUMN mailroom.bounce_quarantine_clients.client IS
     'As bounce_quarantine.client; unknown when the intake was not told';
 COMMENT ON COLUMN mailroom.bounce_quarantine_clients.dropped IS
     'Messages not kept: the client was over its daily limit or the quarantine was full';
+
+-- What the quarantine holds, kept exact by statement triggers (whoever inserts or deletes: intake,
+-- retention, privacy erasure, an operator), so the bound is checked for each message, and health
+-- reads it, in one row instead of a sum over every quarantined message.
+CREATE TABLE mailroom.bounce_quarantine_size (
+    one boolean PRIMARY KEY DEFAULT true CONSTRAINT bounce_quarantine_size_one_row CHECK (one),
+    messages bigint NOT NULL CONSTRAINT bounce_quarantine_size_messages_not_negative CHECK (messages >= 0),
+    bytes bigint NOT NULL CONSTRAINT bounce_quarantine_size_bytes_not_negative CHECK (bytes >= 0)
+);
+COMMENT ON TABLE mailroom.bounce_quarantine_size IS
+    'One row: how many messages the bounce quarantine holds and their size (kept bytes and text fields), kept by triggers';
+INSERT INTO mailroom.bounce_quarantine_size (messages, bytes)
+SELECT count(*), coalesce(sum(octet_length(raw) + octet_length(reason) + coalesce(octet_length(envelope_recipient), 0)
+                              + coalesce(octet_length(client), 0)), 0)
+FROM mailroom.bounce_quarantine;
+
+CREATE FUNCTION mailroom.bounce_quarantine_count() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        UPDATE mailroom.bounce_quarantine_size
+        SET messages = messages + c.n, bytes = bytes + c.b
+        FROM (SELECT count(*) AS n, coalesce(sum(octet_length(raw) + octet_length(reason)
+                                  + coalesce(octet_length(envelope_recipient), 0) + coalesce(octet_length(client), 0)), 0) AS b
+              FROM new_rows) c;
+    ELSE
+        UPDATE mailroom.bounce_quarantine_size
+        SET messages = messages - c.n, bytes = bytes - c.b
+        FROM (SELECT count(*) AS n, coalesce(sum(octet_length(raw) + octet_length(reason)
+                                  + coalesce(octet_length(envelope_recipient), 0) + coalesce(octet_length(client), 0)), 0) AS b
+              FROM old_rows) c;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+COMMENT ON FUNCTION mailroom.bounce_quarantine_count() IS
+    'Keeps mailroom.bounce_quarantine_size equal to what bounce_quarantine holds, for inserts and deletes';
+CREATE TRIGGER bounce_quarantine_count_inserts AFTER INSERT ON mailroom.bounce_quarantine
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.bounce_quarantine_count();
+CREATE TRIGGER bounce_quarantine_count_deletes AFTER DELETE ON mailroom.bounce_quarantine
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.bounce_quarantine_count();
