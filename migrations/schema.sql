@@ -112,11 +112,17 @@ $_$;
 CREATE FUNCTION mailroom.app_audit(action text, actor text, target text DEFAULT NULL::text, affected bigint DEFAULT 0, detail jsonb DEFAULT '{}'::jsonb) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '10s'
     AS $$
 BEGIN
     IF action IS NULL OR NOT starts_with(action, 'app.') THEN
         RAISE EXCEPTION 'action: an application''s audit action starts with app. (app.refund, say)'
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'action';
+    END IF;
+    IF length(action) > 100 OR length(actor) > 200 OR length(target) > 500
+       OR octet_length(detail::text) > 16384 THEN
+        RAISE EXCEPTION 'an application''s audit row is at most 100 characters of action, 200 of actor, 500 of target and 16 KiB of detail'
+            USING ERRCODE = 'string_data_right_truncation';
     END IF;
     RETURN mailroom.audit(action, actor, target, affected, detail);
 END $$;

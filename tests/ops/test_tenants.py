@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg import errors, sql
 from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
 
 from worker.cli.main import main
 from worker.core.bulk import enqueue_lines
@@ -351,6 +352,25 @@ def test_an_application_records_its_own_audit_rows_but_not_an_operators(
             "SELECT db_role, actor, action, target FROM mailroom.audit_log WHERE action LIKE 'app%%'"
         ).fetchall()
     assert rows == [("mr_shop", "billing", "app.refund", "order 42")]
+
+
+def test_an_applications_audit_row_is_bounded_and_it_waits_for_another_only_so_long(
+    db_url: str, make_role: Callable[[str, str], str]
+) -> None:
+    shop, other = make_role("app", "mr_shop"), make_role("app", "mr_other")
+    with _as(db_url, shop) as conn:
+        with pytest.raises(errors.StringDataRightTruncation, match="16 KiB of detail"):
+            conn.execute(
+                "SELECT mailroom.app_audit('app.note', 'billing', NULL, 0, %s)", (Jsonb({"x": "y" * 20000}),)
+            )
+        conn.rollback()
+        # Another application holds the chain head in a transaction it leaves open.
+        conn.execute("SELECT mailroom.app_audit('app.refund', 'billing')")
+        with _as(db_url, other) as waiting:
+            waiting.execute("SET lock_timeout = 0")  # the application's own setting: wait for ever
+            with pytest.raises(errors.LockNotAvailable):
+                waiting.execute("SELECT mailroom.app_audit('app.refund', 'shipping')")
+        conn.rollback()
 
 
 def test_going_back_to_one_key_space_stops_while_two_roles_share_a_key(

@@ -217,14 +217,22 @@ END $$;
 -- writes through mailroom.audit as the schema's owner, the database role recorded is still the
 -- application's (session_user), and only actions named app.* are accepted, so an application
 -- cannot write rows that look like an operator's (sender.*, role.grant, ...).
+-- Every audit row takes the chain head's row lock until its transaction commits (worker.ops.audit_chain):
+-- an application's call waits at most lock_timeout for another's, never for ever, and its row is
+-- bounded in size, so one application cannot stall or swell the trail that every other writes to.
 CREATE FUNCTION mailroom.app_audit(
     action text, actor text, target text DEFAULT NULL, affected bigint DEFAULT 0, detail jsonb DEFAULT '{}'
 ) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
 BEGIN
     IF action IS NULL OR NOT starts_with(action, 'app.') THEN
         RAISE EXCEPTION 'action: an application''s audit action starts with app. (app.refund, say)'
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'action';
+    END IF;
+    IF length(action) > 100 OR length(actor) > 200 OR length(target) > 500
+       OR octet_length(detail::text) > 16384 THEN
+        RAISE EXCEPTION 'an application''s audit row is at most 100 characters of action, 200 of actor, 500 of target and 16 KiB of detail'
+            USING ERRCODE = 'string_data_right_truncation';
     END IF;
     RETURN mailroom.audit(action, actor, target, affected, detail);
 END $$;
