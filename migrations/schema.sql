@@ -112,7 +112,7 @@ $_$;
 CREATE FUNCTION mailroom.app_audit(action text, actor text, target text DEFAULT NULL::text, affected bigint DEFAULT 0, detail jsonb DEFAULT '{}'::jsonb) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET lock_timeout TO '10s'
+    SET lock_timeout TO '5s'
     AS $$
 BEGIN
     IF action IS NULL OR NOT starts_with(action, 'app.') THEN

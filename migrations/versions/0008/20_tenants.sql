@@ -223,7 +223,7 @@ END $$;
 CREATE FUNCTION mailroom.app_audit(
     action text, actor text, target text DEFAULT NULL, affected bigint DEFAULT 0, detail jsonb DEFAULT '{}'
 ) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '5s' AS $$
 BEGIN
     IF action IS NULL OR NOT starts_with(action, 'app.') THEN
         RAISE EXCEPTION 'action: an application''s audit action starts with app. (app.refund, say)'
