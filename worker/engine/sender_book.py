@@ -212,6 +212,11 @@ class SenderBook:
     def _message_key(self) -> bytes | None:
         if self._key is None:
             self._key = optional_bounce_key(self.settings) or b""
+            if not self._key:
+                log.warning(
+                    "no MAILROOM_SECRET_KEY: Message-IDs are not signed (no report can be matched by one), and"
+                    " an email with several recipients carries unsubscribe links the tracker cannot check"
+                )
         return self._key or None
 
     def _oauth_client(self, row: dict[str, Any]) -> OAuthClient:
