@@ -22,6 +22,7 @@ import psycopg
 from psycopg import IsolationLevel
 from psycopg.rows import dict_row
 
+from worker.core.head_files import load_json_head
 from worker.core.validation import ValidationError
 
 EXPORT_FORMAT = "mailroom-audit-head/1"
@@ -207,17 +208,7 @@ def parse_exported_head(text: str) -> ExportedHead:
     """Read what `audit head` printed or wrote: its JSON (`--json`) or its text form."""
     if not text.lstrip().startswith("{"):
         return _parse_text(text)
-    refused = ValidationError("head", f"not a head file written by `mailroom audit head` ({EXPORT_FORMAT})")
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise refused from None
-    if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
-        raise refused
-    try:
-        exported_at = datetime.fromisoformat(data["exported_at"]) if data.get("exported_at") else None
-    except (TypeError, ValueError):
-        raise refused from None
+    data, exported_at = load_json_head(text, EXPORT_FORMAT, "mailroom audit head")
     return ExportedHead(exported_at, _head(data.get("seq"), data.get("last_id"), data.get("last_hash")))
 
 

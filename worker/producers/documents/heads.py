@@ -8,7 +8,6 @@ who also rewrote the head table. Signatures are removed only by `remove_signatur
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from worker.core.head_files import load_json_head
 from worker.core.validation import ValidationError
 from worker.producers.documents.chain import link_hash
 from worker.producers.documents.records import check_doc_id, get_document
@@ -116,18 +116,10 @@ def parse_exported_heads(text: str) -> ExportedHeads:
     """Read what `docs head` printed: its JSON (`--json`) or its text lines (`DOC COUNT LAST_HASH`)."""
     if not text.lstrip().startswith("{"):
         return _parse_text(text)
-    refused = ValidationError("head", f"not a head file written by `mailroom docs head` ({EXPORT_FORMAT})")
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise refused from None
-    items = data.get("heads") if isinstance(data, dict) and data.get("format") == EXPORT_FORMAT else None
+    data, exported_at = load_json_head(text, EXPORT_FORMAT, "mailroom docs head")
+    items = data.get("heads")
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise refused
-    try:
-        exported_at = datetime.fromisoformat(data["exported_at"]) if data.get("exported_at") else None
-    except (TypeError, ValueError):
-        raise refused from None
+        raise ValidationError("head", f"not a head file written by `mailroom docs head` ({EXPORT_FORMAT})")
     heads = {str(i.get("doc_id")): _head(i.get("doc_id"), i.get("count"), i.get("last_hash")) for i in items}
     return ExportedHeads(exported_at, heads)
 
