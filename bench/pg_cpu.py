@@ -22,6 +22,7 @@ import psycopg
 
 from bench.common import add_bench_sender, bulk_enqueue, database, free_port, reset, sink_process
 from worker.core.config import Settings
+from worker.core.crypto import generate_key
 from worker.engine.delivery import Worker, WorkerOptions
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -60,7 +61,8 @@ def postmaster_pid(url: str) -> int:
 
 def drain(url: str, concurrency: int) -> tuple[int, float]:
     """Run a draining worker; how many it sent and the wall time it took."""
-    worker = Worker(url, Settings(database_url=url), WorkerOptions(concurrency=concurrency, drain=True))
+    settings = Settings(database_url=url, secret_key=generate_key())  # signed Message-IDs, as deployed
+    worker = Worker(url, settings, WorkerOptions(concurrency=concurrency, drain=True))
     started = time.perf_counter()
     asyncio.run(worker.run())
     return worker.sent, time.perf_counter() - started

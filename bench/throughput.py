@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 
 from bench.common import add_bench_sender, bulk_enqueue, database, reset, sink_process
 from worker.core.config import Settings
+from worker.core.crypto import generate_key
 from worker.core.message import Envelope, build_message
 from worker.engine.delivery import Worker, WorkerOptions
 from worker.engine.smtp import SmtpAccount, SmtpConnection
@@ -123,7 +124,7 @@ def rss_mb() -> float:
 
 async def mailroom_worker(url: str, n: int, concurrency: int) -> tuple[float, int, list[float]]:
     """Emails/s for a draining worker, how many it sent, and its RSS sampled every 2 s."""
-    settings = Settings(database_url=url)
+    settings = Settings(database_url=url, secret_key=generate_key())  # signed Message-IDs, as deployed
     worker = Worker(
         url,
         settings,
