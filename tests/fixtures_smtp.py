@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from os import PathLike
 from typing import Protocol
@@ -53,3 +54,13 @@ def smtp_sink_factory() -> Iterator[SinkFactory]:
 def smtp_sink(smtp_sink_factory: SinkFactory) -> RunningSink:
     """A fresh sink accepting everything on 127.0.0.1; ``smtp_sink.port`` is where to connect."""
     return smtp_sink_factory()
+
+
+async def until_closed(reader: asyncio.StreamReader, bound: float = 10.0) -> bytes:
+    """Everything a server still sends until it closes the connection; fails past `bound` seconds
+    (generous: a wait cut off, never a duration asserted)."""
+    seen = b""
+    async with asyncio.timeout(bound):
+        while chunk := await reader.read(4096):
+            seen += chunk
+    return seen

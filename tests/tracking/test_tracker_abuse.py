@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+from tests.fixtures_smtp import until_closed
 from worker.core.config import Settings
 from worker.tracking.listener import Listening, listen
 from worker.tracking.server import make_app
@@ -37,15 +38,6 @@ async def _connect(port: int, source: str = "127.0.0.1") -> Streams:
     return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
 
 
-async def _until_closed(reader: asyncio.StreamReader) -> bytes:
-    """Everything the server still sends until it closes the connection (fails past BOUND)."""
-    seen = b""
-    async with asyncio.timeout(BOUND):
-        while chunk := await reader.read(4096):
-            seen += chunk
-    return seen
-
-
 async def _get(streams: Streams, path: str) -> bytes:
     """The status line of a keep-alive GET on an open connection (its body read and dropped)."""
     reader, writer = streams
@@ -67,7 +59,7 @@ async def test_a_request_head_that_never_finishes_is_closed_within_the_idle_time
     async with tracker(db_url, settings, tracker_idle_timeout_seconds=0.5) as served:
         reader, writer = await _connect(served.port)
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: t.example.org\r\n")  # and never the blank line
-        assert await _until_closed(reader) == b""
+        assert await until_closed(reader) == b""
         writer.close()
 
 
@@ -85,7 +77,7 @@ async def test_headers_trickled_a_byte_at_a_time_do_not_hold_the_connection(
 
         task = asyncio.create_task(trickle())
         try:
-            assert await _until_closed(reader) == b""
+            assert await until_closed(reader) == b""
         finally:
             task.cancel()
             writer.close()
@@ -97,7 +89,7 @@ async def test_an_idle_keep_alive_connection_is_closed_after_its_answer(
     async with tracker(db_url, settings, tracker_idle_timeout_seconds=0.5) as served:
         streams = await _connect(served.port)
         assert await _get(streams, f"/o/{uuid.uuid4()}.gif") == b"HTTP/1.1 200 OK"
-        assert await _until_closed(streams[0]) == b""
+        assert await until_closed(streams[0]) == b""
         streams[1].close()
 
 
@@ -111,7 +103,7 @@ async def test_a_body_trickled_past_the_request_deadline_is_answered_408_and_clo
             "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n"
             "List-Unsub".encode()  # ten bytes of a thousand, then nothing
         )
-        answer = await _until_closed(reader)
+        answer = await until_closed(reader)
         assert answer.startswith(b"HTTP/1.1 408 ")
         writer.close()
 
@@ -123,14 +115,14 @@ async def test_a_client_over_its_connection_cap_is_answered_503_and_others_are_s
         held = [await _connect(served.port) for _ in range(3)]
         assert await _get(held[0], "/healthz") == b"HTTP/1.1 200 OK"
         reader, writer = await _connect(served.port)
-        refusal = await _until_closed(reader)
+        refusal = await until_closed(reader)
         assert refusal.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
         writer.close()
         other = await _connect(served.port, "127.0.0.2")  # another client is not counted with the first
         assert await _get(other, "/healthz") == b"HTTP/1.1 200 OK"
         # one of the three leaves (the server closes it after its answer): the first client is served again
         held[2][1].write(b"GET /healthz HTTP/1.1\r\nHost: t.example.org\r\nConnection: close\r\n\r\n")
-        assert (await _until_closed(held[2][0])).startswith(b"HTTP/1.1 200 OK\r\n")
+        assert (await until_closed(held[2][0])).startswith(b"HTTP/1.1 200 OK\r\n")
         again = await _connect(served.port)
         assert await _get(again, "/healthz") == b"HTTP/1.1 200 OK"
         for _, held_writer in [*held, other, again]:

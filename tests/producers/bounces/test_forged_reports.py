@@ -8,11 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
-import aiosmtplib
 import psycopg
 import pytest
 
 from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_SECRET, load
+from tests.producers.bounces.receivers import ReceiverFactory, send_report
 from tests.tracking import running_tracker
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.cli.main import main
@@ -20,7 +20,6 @@ from worker.core.config import Settings
 from worker.core.message import message_id_for
 from worker.core.outbox import EmailRequest, enqueue
 from worker.devtools.sink import RunningSink
-from worker.producers.bounces.receiver import BounceServer
 
 ATTACKER = "attacker@example.net"
 CUSTOMERS = [f"customer{i}@example.com" for i in range(10)]
@@ -33,15 +32,6 @@ def verp(settings: Settings) -> Settings:
     return replace(
         settings, secret_key=FIXTURE_SECRET, bounce_domain=BOUNCE_DOMAIN, base_url="https://t.example.org"
     )
-
-
-async def _smtp(port: int, raw: bytes, to: str) -> tuple[int, str]:
-    async with aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10) as client:
-        try:
-            _refused, reply = await client.sendmail("", [to], raw)
-        except aiosmtplib.SMTPResponseException as exc:
-            return exc.code, exc.message
-        return 250, reply
 
 
 def _complaint(message_id: str, about: str, return_path: str | None = None) -> bytes:
@@ -85,8 +75,9 @@ async def _deliver_to_all(db_url: str, verp: Settings, smtp_sink: RunningSink) -
 
 
 async def test_forged_complaints_by_guessed_message_id_over_smtp_suppress_nobody(
-    db_url: str, verp: Settings, smtp_sink: RunningSink, bounce_receiver: BounceServer
+    db_url: str, verp: Settings, smtp_sink: RunningSink, receiver: ReceiverFactory
 ) -> None:
+    bounces = await receiver(bounce_domain=BOUNCE_DOMAIN)
     ids = await _deliver_to_all(db_url, verp, smtp_sink)
     [own] = [m for m in smtp_sink.messages if m.rcpt_tos == (ATTACKER,)]
     neighbours = [ids[c] for c in CUSTOMERS]
@@ -95,11 +86,11 @@ async def test_forged_complaints_by_guessed_message_id_over_smtp_suppress_nobody
         _forgeries(db_url, str(own.message["Message-ID"]), neighbours, "sender@example.org")
     ):
         about = CUSTOMERS[i % len(CUSTOMERS)]
-        replies.add(await _smtp(bounce_receiver.port, _complaint(forged, about), f"abuse@{BOUNCE_DOMAIN}"))
+        replies.add(await send_report(bounces.port, _complaint(forged, about), f"abuse@{BOUNCE_DOMAIN}"))
     # The attacker's own, genuine complaint (its returned headers carry its return path) is taken
     # too, and answered exactly like every forgery.
     genuine = _complaint(str(own.message["Message-ID"]), ATTACKER, own.mail_from)
-    replies.add(await _smtp(bounce_receiver.port, genuine, f"abuse@{BOUNCE_DOMAIN}"))
+    replies.add(await send_report(bounces.port, genuine, f"abuse@{BOUNCE_DOMAIN}"))
     assert len(replies) == 1 and next(iter(replies))[0] == 250
     assert _listed(db_url) == [(ATTACKER, "complaint")]
     # A password reset to a customer the attacker named goes out.
@@ -132,8 +123,9 @@ async def test_forged_complaints_through_bounces_ingest_suppress_nobody(
 
 
 async def test_a_cc_recipient_acts_for_itself_only(
-    db_url: str, verp: Settings, smtp_sink: RunningSink, bounce_receiver: BounceServer
+    db_url: str, verp: Settings, smtp_sink: RunningSink, receiver: ReceiverFactory
 ) -> None:
+    bounces = await receiver(bounce_domain=BOUNCE_DOMAIN)
     add_sender(db_url, smtp_sink.port)
     victim = CUSTOMERS[0]
     with psycopg.connect(db_url) as conn:
@@ -153,9 +145,9 @@ async def test_a_cc_recipient_acts_for_itself_only(
         rb"bounces\+[0-9a-z-]+@bounces\.example", own.mail_from.encode(), load("postfix-unknown-user.eml")
     )
     dsn = dsn.replace(b"no-such-user@mta.example.net", victim.encode())
-    first = await _smtp(bounce_receiver.port, dsn, own.mail_from)
-    second = await _smtp(
-        bounce_receiver.port, _complaint(str(own.message["Message-ID"]), victim), f"abuse@{BOUNCE_DOMAIN}"
+    first = await send_report(bounces.port, dsn, own.mail_from)
+    second = await send_report(
+        bounces.port, _complaint(str(own.message["Message-ID"]), victim), f"abuse@{BOUNCE_DOMAIN}"
     )
     assert first == second and first[0] == 250
     assert _listed(db_url) == []
@@ -178,11 +170,11 @@ async def test_a_cc_recipient_acts_for_itself_only(
     # The To recipient replies to all: the Cc now holds the To's Message-ID. A complaint naming it
     # alone, with no return-path token, is not trusted for an email sent from a VERP return path.
     leaked = str(copies[victim].message["Message-ID"])
-    assert await _smtp(bounce_receiver.port, _complaint(leaked, victim), f"abuse@{BOUNCE_DOMAIN}") == first
+    assert await send_report(bounces.port, _complaint(leaked, victim), f"abuse@{BOUNCE_DOMAIN}") == first
     assert _listed(db_url) == []
     # The Cc's own hard bounce lists the Cc, and the email the To recipient got stays `sent`.
     own_dsn = dsn.replace(victim.encode(), ATTACKER.encode())
-    assert await _smtp(bounce_receiver.port, own_dsn, own.mail_from) == first
+    assert await send_report(bounces.port, own_dsn, own.mail_from) == first
     assert _listed(db_url) == [(ATTACKER, "hard")]
     with psycopg.connect(db_url) as conn:
         status = conn.execute("SELECT status FROM mailroom.email_queue WHERE id = %s", (email_id,)).fetchone()

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import aiosmtplib
 import psycopg
 import pytest
 
 from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_KEY, load, readdress, sent_email
+from tests.producers.bounces.receivers import ReceiverFactory, send_report
 from worker.cli.main import main
 from worker.core.return_path import derive_key, return_path
-from worker.producers.bounces.receiver import BounceServer
 
 UNKNOWN = "no-such-user@mta.example.net"
 
@@ -52,15 +51,15 @@ def test_a_report_the_database_refuses_is_quarantined_with_exit_0_not_retried_fo
 
 
 async def test_the_receiver_answers_250_to_a_report_the_database_refuses_and_keeps_it(
-    db_url: str, bounce_receiver: BounceServer
+    db_url: str, receiver: ReceiverFactory
 ) -> None:
     email = sent_email(db_url, UNKNOWN)
     _refuse_every_bounce_event(db_url)
     raw = readdress(load("postfix-unknown-user.eml"), email["id"], UNKNOWN, FIXTURE_KEY)
     to = return_path(email["id"], UNKNOWN, BOUNCE_DOMAIN, "bounces", FIXTURE_KEY)
-    async with aiosmtplib.SMTP(hostname="127.0.0.1", port=bounce_receiver.port, timeout=10) as client:
-        _refused, reply = await client.sendmail("", [to], raw)
-    assert reply.startswith("2.0.0")  # not a 451 the sending MTA would retry for days
+    server = await receiver(bounce_domain=BOUNCE_DOMAIN)
+    code, reply = await send_report(server.port, raw, to)
+    assert code == 250 and reply.startswith("2.0.0")  # not a 451 the sending MTA would retry for days
     with psycopg.connect(db_url) as conn:
         kept = conn.execute("SELECT reason, client FROM mailroom.bounce_quarantine").fetchall()
     assert kept == [("refused by the database: CheckViolation", "127.0.0.1")]

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import Any
 
-import aiosmtplib
 import psycopg
-import pytest
 
 from tests.producers.bounces.corpus import (
     BOUNCE_DOMAIN,
@@ -21,6 +17,7 @@ from tests.producers.bounces.corpus import (
     readdress,
     sent_email,
 )
+from tests.producers.bounces.receivers import Clock, ReceiverFactory, send_report
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
@@ -32,66 +29,11 @@ from worker.producers.bounces.receiver import (
     BounceHandler,
     BounceServer,
     RateLimiter,
-    ReceiverLimits,
     database_processor,
 )
 
 UNKNOWN = "no-such-user@mta.example.net"
 NEUTRAL = ACCEPTED.removeprefix("250 ")  # the reply text to every message taken in, whatever its outcome
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-ReceiverFactory = Callable[..., Any]
-
-
-@pytest.fixture
-async def receiver(db_url: str) -> AsyncIterator[ReceiverFactory]:
-    """Start receivers on free ports (database, limits and clock per test); all closed at the end."""
-    servers: list[BounceServer] = []
-
-    async def start(
-        *,
-        url: str | None = None,
-        max_bytes: int = 1024 * 1024,
-        per_minute: float = 600,
-        burst: int = 100,
-        clock: Clock | None = None,
-        limits: ReceiverLimits | None = None,
-        clients: int = 10_000,
-    ) -> BounceServer:
-        limiter = RateLimiter(per_minute, burst, clock or Clock(), clients=clients)
-        handler = BounceHandler(
-            database_processor(url or db_url, FIXTURE_KEY), frozenset({BOUNCE_DOMAIN}), limiter
-        )
-        server = BounceServer(handler, "127.0.0.1", 0, max_bytes=max_bytes, limits=limits)
-        await server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        await server.close()
-
-
-async def _send(port: int, raw: bytes, to: str, sender: str = "") -> tuple[int, str]:
-    """Send one message; the server's reply to the end of DATA (or the refusal before it)."""
-    async with aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10) as client:
-        try:
-            _refused, reply = await client.sendmail(sender, [to], raw)
-        except aiosmtplib.SMTPRecipientsRefused as exc:
-            return exc.recipients[0].code, exc.recipients[0].message
-        except aiosmtplib.SMTPResponseException as exc:
-            return exc.code, exc.message
-        return 250, reply
 
 
 async def test_a_dsn_sent_to_the_return_path_bounces_the_email_and_later_email_is_suppressed_at_claim(
@@ -101,7 +43,7 @@ async def test_a_dsn_sent_to_the_return_path_bounces_the_email_and_later_email_i
     email = sent_email(db_url, UNKNOWN)
     to = return_path(email["id"], UNKNOWN, BOUNCE_DOMAIN, "bounces", FIXTURE_KEY)
     raw = readdress(load("postfix-unknown-user.eml"), email["id"], UNKNOWN, FIXTURE_KEY)
-    assert await _send(server.port, raw, to) == (250, NEUTRAL)
+    assert await send_report(server.port, raw, to) == (250, NEUTRAL)
     with psycopg.connect(db_url) as conn:
         assert conn.execute(
             "SELECT status FROM mailroom.email_queue WHERE id = %s", (email["id"],)
@@ -127,16 +69,18 @@ async def test_a_dsn_sent_to_the_return_path_bounces_the_email_and_later_email_i
 
 async def test_mail_for_any_other_domain_is_refused_as_relaying(receiver: ReceiverFactory) -> None:
     server = await receiver()
-    code, message = await _send(server.port, b"Subject: x\n\nhello\n", "someone@example.com")
+    code, message = await send_report(server.port, b"Subject: x\n\nhello\n", "someone@example.com")
     assert code == 550 and "5.7.1" in message
-    code, _ = await _send(server.port, b"Subject: x\n\nhello\n", "bounces@bounces.example.evil.test")
+    code, _ = await send_report(server.port, b"Subject: x\n\nhello\n", "bounces@bounces.example.evil.test")
     assert code == 550
     assert server.handler.received == 0
 
 
 async def test_a_message_over_the_size_limit_is_refused(receiver: ReceiverFactory) -> None:
     server = await receiver(max_bytes=2000)
-    code, _ = await _send(server.port, b"Subject: x\n\n" + b"a" * 5000 + b"\n", f"bounces@{BOUNCE_DOMAIN}")
+    code, _ = await send_report(
+        server.port, b"Subject: x\n\n" + b"a" * 5000 + b"\n", f"bounces@{BOUNCE_DOMAIN}"
+    )
     assert code == 552
     assert server.handler.received == 0
 
@@ -145,18 +89,22 @@ async def test_a_client_over_its_rate_is_told_to_come_back_later(receiver: Recei
     clock = Clock()
     server = await receiver(per_minute=6, burst=2, clock=clock)
     to = f"bounces@{BOUNCE_DOMAIN}"
-    assert [(await _send(server.port, b"Subject: x\n\nhi\n", to))[0] for _ in range(3)] == [250, 250, 450]
+    assert [(await send_report(server.port, b"Subject: x\n\nhi\n", to))[0] for _ in range(3)] == [
+        250,
+        250,
+        450,
+    ]
     clock.now += 10.0  # one token back at six a minute
-    assert (await _send(server.port, b"Subject: y\n\nhi\n", to))[0] == 250
+    assert (await send_report(server.port, b"Subject: y\n\nhi\n", to))[0] == 250
 
 
 async def test_a_database_outage_answers_451_and_the_server_keeps_serving(
     db_url: str, receiver: ReceiverFactory
 ) -> None:
     down = await receiver(url="postgresql://127.0.0.1:1/nothing")
-    code, message = await _send(down.port, b"Subject: x\n\nhi\n", f"bounces@{BOUNCE_DOMAIN}")
+    code, message = await send_report(down.port, b"Subject: x\n\nhi\n", f"bounces@{BOUNCE_DOMAIN}")
     assert code == 451 and "4.3.0" in message
-    code, _ = await _send(down.port, b"Subject: x\n\nhi\n", f"bounces@{BOUNCE_DOMAIN}")
+    code, _ = await send_report(down.port, b"Subject: x\n\nhi\n", f"bounces@{BOUNCE_DOMAIN}")
     assert code == 451
 
 
@@ -172,10 +120,10 @@ async def test_mutated_reports_and_junk_never_stop_the_receiver(
         for _ in range(rng.randint(1, 6)):
             at = rng.randrange(len(data))
             data[at : at + rng.randint(0, 50)] = bytes(rng.randrange(256) for _ in range(rng.randint(0, 20)))
-        code, _ = await _send(server.port, bytes(data), f"bounces@{BOUNCE_DOMAIN}")
+        code, _ = await send_report(server.port, bytes(data), f"bounces@{BOUNCE_DOMAIN}")
         assert code == 250
     assert server.handler.received == 25
-    code, _ = await _send(
+    code, _ = await send_report(
         server.port,
         readdress(load("postfix-unknown-user.eml"), email["id"], UNKNOWN, FIXTURE_KEY),
         f"bounces@{BOUNCE_DOMAIN}",
@@ -196,7 +144,7 @@ async def test_a_delivered_email_that_bounces_later_is_bounced_and_the_next_emai
     # The relay accepted it; later its DSN comes back naming the Message-ID the worker put on the wire.
     dsn = re.sub(rb"bounces\+[0-9a-z-]+@", b"bounces@", load("postfix-unknown-user.eml"))
     dsn = dsn.replace(b"<1.5f3c2a1b0c9d8@example.org>", str(delivered.message["Message-ID"]).encode())
-    assert await _send(server.port, dsn, f"bounces@{BOUNCE_DOMAIN}") == (250, NEUTRAL)
+    assert await send_report(server.port, dsn, f"bounces@{BOUNCE_DOMAIN}") == (250, NEUTRAL)
     with psycopg.connect(db_url) as conn:
         second = enqueue(conn, EmailRequest(to=UNKNOWN, subject="Again", text="Hi"), settings=settings)
     assert await run_until_drained(db_url, settings) == 0
@@ -228,7 +176,7 @@ async def test_the_worker_sends_from_the_emails_return_path_and_its_dsn_bounces_
         by_recipient[UNKNOWN].encode(),
         load("postfix-unknown-user.eml"),
     )
-    assert await _send(server.port, dsn, by_recipient[UNKNOWN]) == (250, NEUTRAL)
+    assert await send_report(server.port, dsn, by_recipient[UNKNOWN]) == (250, NEUTRAL)
     with psycopg.connect(db_url) as conn:
         rows = conn.execute("SELECT id, status FROM mailroom.email_queue ORDER BY id").fetchall()
     assert rows == [(first, "bounced"), (other, "sent")]
@@ -248,7 +196,7 @@ async def test_a_senders_own_bounce_domain_is_served_once_added_and_others_stay_
         email = sent_email(db_url, UNKNOWN)
         address = return_path(email["id"], UNKNOWN, "returns.example.net", "bounces", FIXTURE_KEY)
         raw = readdress(load("postfix-unknown-user.eml"), email["id"], UNKNOWN, FIXTURE_KEY)
-        code, _ = await _send(port, raw, address)
+        code, _ = await send_report(port, raw, address)
         assert code == 550  # no sender has that domain yet
         sender = add_sender(db_url, 25)
         with psycopg.connect(db_url) as conn:
@@ -256,20 +204,20 @@ async def test_a_senders_own_bounce_domain_is_served_once_added_and_others_stay_
                 "UPDATE mailroom.sender_accounts SET bounce_domain = 'returns.example.net' WHERE id = %s",
                 (sender,),
             )
-        assert (await _send(port, raw, address))[0] == 550  # read 0 s ago: still the old list
+        assert (await send_report(port, raw, address))[0] == 550  # read 0 s ago: still the old list
         clock.now = 31.0
-        code, reply = await _send(port, raw, address)
+        code, reply = await send_report(port, raw, address)
         assert (code, reply) == (250, NEUTRAL)
         with psycopg.connect(db_url) as conn:
             row = conn.execute(
                 "SELECT status FROM mailroom.email_queue WHERE id = %s", (email["id"],)
             ).fetchone()
         assert row == ("bounced",)
-        assert (await _send(port, raw, "x@elsewhere.example"))[0] == 550
+        assert (await send_report(port, raw, "x@elsewhere.example"))[0] == 550
         # the database goes away: a domain it may know is deferred, not refused
         book.read = _unreachable
         clock.now = 62.0
-        assert (await _send(port, raw, "bounces+x@another.example.net"))[0] == 451
+        assert (await send_report(port, raw, "bounces+x@another.example.net"))[0] == 451
     finally:
         await server.close()
 

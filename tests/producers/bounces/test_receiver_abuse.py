@@ -8,60 +8,21 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import psycopg
 import pytest
 
+from tests.fixtures_smtp import until_closed
 from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_KEY, load, readdress, sent_email
+from tests.producers.bounces.receivers import ReceiverFactory
 from worker.core.return_path import return_path
 from worker.producers.bounces.receiver import (
     ACCEPTED,
-    BounceHandler,
-    BounceServer,
-    RateLimiter,
-    ReceiverLimits,
-    database_processor,
 )
 
 BOUND = 10.0  # generous: every wait on the server is cut off here, never asserted as a duration
 TO = f"bounces@{BOUNCE_DOMAIN}"
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-ReceiverFactory = Callable[..., Any]
-
-
-class Clock:
-    """A clock that stands still unless the test moves it."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-async def receiver(db_url: str) -> AsyncIterator[ReceiverFactory]:
-    """Start receivers with the limits given (rate limit with a clock that stands still); closed at the end."""
-    servers: list[BounceServer] = []
-
-    async def start(
-        *, per_minute: float = 600, burst: int = 100, clients: int = 10_000, **limits: Any
-    ) -> BounceServer:
-        handler = BounceHandler(
-            database_processor(db_url, FIXTURE_KEY),
-            frozenset({BOUNCE_DOMAIN}),
-            RateLimiter(per_minute, burst, Clock(), clients=clients),
-        )
-        server = BounceServer(handler, "127.0.0.1", 0, limits=ReceiverLimits(**limits))
-        await server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        await server.close()
 
 
 async def _connect(port: int, source: str = "127.0.0.1") -> Streams:
@@ -84,15 +45,6 @@ async def _command(streams: Streams, line: bytes) -> bytes:
     return await _reply(reader)
 
 
-async def _until_closed(reader: asyncio.StreamReader) -> bytes:
-    """Everything the server still sends until it closes the connection (fails past BOUND)."""
-    seen = b""
-    async with asyncio.timeout(BOUND):
-        while chunk := await reader.read(4096):
-            seen += chunk
-    return seen
-
-
 def _close(streams: Streams) -> None:
     streams[1].close()
 
@@ -105,14 +57,14 @@ async def test_a_client_over_its_connection_cap_is_refused_421_at_connect_and_ot
     for streams in held:
         assert (await _reply(streams[0])).startswith(b"220 ")
     reader, writer = await _connect(server.port)
-    refusal = await _until_closed(reader)
+    refusal = await until_closed(reader)
     assert refusal.startswith(b"421 4.7.0 ")
     writer.close()
     other = await _connect(server.port, "127.0.0.2")  # another client is not counted with the first
     assert (await _reply(other[0])).startswith(b"220 ")
     # one of the three leaves: the first client may connect again
     assert (await _command(held[0], b"QUIT")).startswith(b"221")
-    await _until_closed(held[0][0])
+    await until_closed(held[0][0])
     again = await _connect(server.port)
     assert (await _reply(again[0])).startswith(b"220 ")
     for streams in [*held, other, again]:
@@ -129,7 +81,7 @@ async def test_a_session_sending_non_mail_commands_past_the_limit_gets_421_and_i
     for _ in range(4):
         assert (await _command(streams, command))[:1] in (b"2", b"5")  # HELP answers 250, unknown ones 5xx
     assert (await _command(streams, command)).startswith(b"421 4.7.0")
-    assert await _until_closed(streams[0]) == b""
+    assert await until_closed(streams[0]) == b""
     _close(streams)
 
 
@@ -137,7 +89,7 @@ async def test_an_idle_session_is_closed_after_the_timeout(receiver: ReceiverFac
     server = await receiver(timeout_seconds=0.3)
     streams = await _connect(server.port)
     assert (await _reply(streams[0])).startswith(b"220 ")
-    await _until_closed(streams[0])  # it sends nothing more: closed by the server, not by BOUND
+    await until_closed(streams[0])  # it sends nothing more: closed by the server, not by BOUND
     _close(streams)
 
 
@@ -157,7 +109,7 @@ async def test_a_command_trickled_a_byte_at_a_time_does_not_hold_the_session(
 
     task = asyncio.create_task(trickle())
     try:
-        await _until_closed(reader)
+        await until_closed(reader)
     finally:
         task.cancel()
         writer.close()
@@ -176,7 +128,7 @@ async def test_messages_past_the_per_session_cap_close_the_session(
         assert (await _command(streams, b"DATA")).startswith(b"354")
         assert await _command(streams, f"Subject: junk {n}\r\n\r\nhello\r\n.".encode()) == ACCEPTED.encode()
     assert (await _command(streams, b"MAIL FROM:<>")).startswith(b"421 4.7.0")
-    assert await _until_closed(streams[0]) == b""
+    assert await until_closed(streams[0]) == b""
     _close(streams)
 
 
