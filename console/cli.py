@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from worker.core.config import Settings
@@ -42,6 +42,13 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from console.demo import run_demo
 
     return run_demo(settings, headless=args.headless, rounds=args.rounds)
+
+
+def help_pages() -> Iterator[tuple[tuple[str, ...], str]]:
+    """Every `mailroom` command's path and `--help` text, console commands included (for the docs site)."""
+    from worker.cli.reference import help_pages as worker_help_pages
+
+    return worker_help_pages((register,))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
