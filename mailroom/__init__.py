@@ -1,1 +1,30 @@
-"""Mailroom's public Python API (being written: see the issue "A face for the people who build on Mailroom")."""
+"""Mailroom's public Python API: enqueue email inside your own PostgreSQL transaction.
+
+    import mailroom, psycopg
+
+    with psycopg.connect(url) as conn, conn.transaction():
+        conn.execute("INSERT INTO orders ...")
+        email_id = mailroom.enqueue(conn, mailroom.EmailRequest(to="ada@example.com", subject="Hi", text="..."))
+    # the email exists exactly when the order does
+
+Everything named in `__all__` is the stable face; `worker.*` is internal and may move.
+Each call has an SQL twin (`mailroom.enqueue(...)` in the database) for applications in other languages.
+"""
+
+from __future__ import annotations
+
+from mailroom._enqueue import enqueue, enqueue_async, enqueue_many, enqueue_many_async
+from mailroom._errors import BatchValidationError, ConfigError, ValidationError
+from mailroom._request import EmailRequest
+from worker import __version__ as __version__
+
+__all__ = [
+    "BatchValidationError",
+    "ConfigError",
+    "EmailRequest",
+    "ValidationError",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_many",
+    "enqueue_many_async",
+]
