@@ -1,4 +1,4 @@
-"""The `mailroom` command: one parser from the command modules, and one-line errors with documented exit codes.
+"""The `mailroom` command: the top-level group, and one-line errors with documented exit codes.
 
 Exit status: 0 done; 1 the command ran and says what failed (a rejected line, an unhealthy queue,
 a stopped worker); 2 bad usage, setting or input; 3 the database cannot be reached; 4 the database
@@ -7,21 +7,18 @@ schema is missing, older or newer than this version of Mailroom. `-v` adds the t
 
 from __future__ import annotations
 
-import argparse
 import errno
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import click
 
 from worker import __version__
-from worker.cli.commands import Registrar
-from worker.core.config import ConfigError, Settings
-from worker.core.logs import configure_logging, log_format
-from worker.core.validation import ValidationError
+from worker.cli.framework import Entry, LazyGroup, Runtime
 
 log = logging.getLogger("mailroom")
-
-Handler = Callable[[argparse.Namespace, Settings], int]
 
 EXIT_FAILED, EXIT_USAGE, EXIT_DATABASE, EXIT_SCHEMA = 1, 2, 3, 4
 # The extra each part of Mailroom comes with, for a module missing from a smaller install.
@@ -51,52 +48,69 @@ Examples:
   mailroom senders --help              how to add the SMTP accounts email goes out through"""
 
 
-def build_parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
-    """Every subcommand with its help: `worker.cli.commands`' groups, then `extra`'s."""
-    from worker.cli.commands import registrars
+class Mailroom(LazyGroup):
+    """The top-level group: every command's unexpected error becomes one line and an exit status."""
 
-    parser = argparse.ArgumentParser(
-        prog="mailroom", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except BrokenPipeError:
+            return EXIT_FAILED
+        except Exception as exc:
+            command = ctx.invoked_subcommand or ""
+            if ctx.ensure_object(Runtime).verbose:
+                log.exception("mailroom %s failed", command)
+            code, text = explain(exc, command)
+            print(f"error: {text}", file=sys.stderr)
+            return code
+
+
+def build_cli(extra: Mapping[str, Entry] | None = None) -> Mailroom:
+    """The `mailroom` group: `worker.cli.commands.ENTRIES`, then `extra`'s (which may replace one)."""
+    from worker.cli.commands import ENTRIES
+
+    @click.group(
+        "mailroom",
+        cls=Mailroom,
+        entries={**ENTRIES, **(extra or {})},
+        help=DESCRIPTION,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     )
-    parser.add_argument("--version", action="version", version=f"mailroom {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail and show tracebacks")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in (*registrars(), *extra):
-        register(sub)
-    return parser
+    @click.version_option(__version__, "--version", prog_name="mailroom", message="%(prog)s %(version)s")
+    @click.option("-v", "--verbose", is_flag=True, help="log debug detail and show tracebacks")
+    @click.pass_context
+    def mailroom(ctx: click.Context, verbose: bool) -> None:
+        ctx.ensure_object(Runtime).verbose = verbose
+
+    assert isinstance(mailroom, Mailroom)
+    return mailroom
 
 
-def main(argv: Sequence[str] | None = None, extra: Sequence[Registrar] = ()) -> int:
-    """Run one `mailroom` command; `extra` adds subcommand groups from packages above the worker."""
-    args = build_parser(extra).parse_args(argv)
+def main(argv: Sequence[str] | None = None, extra: Mapping[str, Entry] | None = None) -> int:
+    """Run one `mailroom` command and return its exit status; `extra` adds commands from packages above."""
+    cli = build_cli(extra)
     try:
-        fmt = log_format()
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    configure_logging(args.verbose, fmt)
-    try:
-        settings = Settings.from_env()
-        from worker.core import db
-
-        db.configure(settings)
-        handler: Handler = args.handler
-        return handler(args, settings)
-    except BrokenPipeError:
+        result = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="mailroom", standalone_mode=False
+        )
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        print("aborted", file=sys.stderr)
         return EXIT_FAILED
-    except Exception as exc:
-        if args.verbose:
-            log.exception("mailroom %s failed", args.command)
-        code, text = explain(exc, args.command)
-        print(f"error: {text}", file=sys.stderr)
-        return code
+    return result if isinstance(result, int) else 0
 
 
 def explain(exc: BaseException, command: str) -> tuple[int, str]:
     """The exit status and the one line that says what went wrong and what to do."""
     import psycopg
 
+    from worker.core.config import ConfigError
     from worker.core.db import SchemaMismatch
+    from worker.core.validation import ValidationError
 
     if isinstance(exc, ConfigError | ValidationError):
         return EXIT_USAGE, str(exc)

@@ -1,23 +1,33 @@
-"""Every command's help as people read it, for the generated reference pages of the documentation."""
+"""Every command's help as people read it, for the generated reference pages and the help tests."""
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 
-from worker.cli.commands import Registrar
+import click
 
-
-def help_pages(extra: Sequence[Registrar] = ()) -> Iterator[tuple[tuple[str, ...], str]]:
-    """Each command path (`()` for `mailroom` itself, `("senders", "add")`, ...) with its `--help` text."""
-    from worker.cli.main import build_parser
-
-    yield from _walk(build_parser(extra), ())
+from worker.cli.framework import Entry
 
 
-def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
-    yield path, parser.format_help()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield from _walk(child, (*path, name))
+def commands(extra: Mapping[str, Entry] | None = None) -> Iterator[tuple[tuple[str, ...], click.Context]]:
+    """Each command path (`()` for `mailroom` itself, `("senders", "add")`, ...) with its click context."""
+    from worker.cli.main import build_cli
+
+    root = click.Context(build_cli(extra), info_name="mailroom", max_content_width=100)
+    yield from _walk(root, ())
+
+
+def help_pages(extra: Mapping[str, Entry] | None = None) -> Iterator[tuple[tuple[str, ...], str]]:
+    """Each command path with its `--help` text, as `mailroom PATH --help` prints it."""
+    for path, ctx in commands(extra):
+        yield path, ctx.command.get_help(ctx)
+
+
+def _walk(ctx: click.Context, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], click.Context]]:
+    yield path, ctx
+    command = ctx.command
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            child = command.get_command(ctx, name)
+            if child is not None and not child.hidden:
+                yield from _walk(click.Context(child, info_name=name, parent=ctx), (*path, name))

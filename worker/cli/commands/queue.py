@@ -2,66 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Any
 
-from worker.core.config import ConfigError, Settings
+import click
 
-
-def _url(settings: Settings) -> str:
-    from worker.core.db import checked_url
-
-    return checked_url(settings)
-
-
-def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    """`mailroom stats [--json]`."""
-    from worker.core.db import connect
-    from worker.ops.stats import queue_stats
-
-    with connect(_url(settings)) as conn:
-        stats = queue_stats(conn, reputation_window=settings.health_reputation_deliveries)
-    if args.json:
-        print(json.dumps(stats, indent=2))
-        return 0
-    print("queue:  " + "  ".join(f"{k} {v}" for k, v in stats["queue"].items()))
-    oldest = stats["oldest_pending_seconds"]
-    print(
-        f"due now {stats['due_now']}  scheduled later {stats['scheduled_later']}  retrying {stats['retrying']}"
-        f"  oldest pending {'-' if oldest is None else f'{oldest:.0f}s'}"
-    )
-    for s in stats["senders"]:
-        print(
-            f"sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today, "
-            f"{s['bounces_today']} bounces, {s['errors_today']} errors; {_rates(s)}"
-        )
-    return 0
-
-
-def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
-    """`mailroom retry ID...|--all-failed`."""
-    from worker.core.db import connect
-    from worker.ops.actions import retry, retry_all_failed
-
-    if not args.ids and not args.all_failed:
-        raise ConfigError("give email ids or --all-failed")
-    with connect(_url(settings)) as conn:
-        result = retry_all_failed(conn) if args.all_failed else retry(conn, args.ids)
-    print(result.summary("retried"))
-    return 1 if result.skipped else 0
-
-
-def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    """`mailroom cancel ID...`."""
-    from worker.core.db import connect
-    from worker.ops.actions import cancel
-
-    with connect(_url(settings)) as conn:
-        result = cancel(conn, args.ids)
-    print(result.summary("cancelled"))
-    return 1 if result.skipped else 0
-
+from worker.cli.framework import Command, Database, json_option, with_database
 
 STATS = """\
 Show the queue by status, what is due now, scheduled later and retrying, the oldest pending email,
@@ -91,25 +37,63 @@ Example:
   mailroom cancel 1201 1202"""
 
 
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom stats`, `retry` and `cancel`."""
-    raw = argparse.RawDescriptionHelpFormatter
-    stats = sub.add_parser(
-        "stats", help="queue depth and sender usage", description=STATS, formatter_class=raw
-    )
-    stats.add_argument("--json", action="store_true", help="machine-readable output")
-    stats.set_defaults(handler=cmd_stats)
+@click.command(cls=Command, help=STATS)
+@json_option
+@with_database
+def stats(db: Database, as_json: bool) -> int:
+    """`mailroom stats [--json]`."""
+    from worker.core.db import connect
+    from worker.ops.stats import queue_stats
 
-    rt = sub.add_parser("retry", help="send failed emails again", description=RETRY, formatter_class=raw)
-    rt.add_argument("ids", nargs="*", type=int, metavar="ID")
-    rt.add_argument("--all-failed", action="store_true", help="retry every failed email")
-    rt.set_defaults(handler=cmd_retry)
-
-    cn = sub.add_parser(
-        "cancel", help="cancel emails that are not yet sent", description=CANCEL, formatter_class=raw
+    with connect(db.url) as conn:
+        figures = queue_stats(conn, reputation_window=db.settings.health_reputation_deliveries)
+    if as_json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    print("queue:  " + "  ".join(f"{k} {v}" for k, v in figures["queue"].items()))
+    oldest = figures["oldest_pending_seconds"]
+    print(
+        f"due now {figures['due_now']}  scheduled later {figures['scheduled_later']}  retrying {figures['retrying']}"
+        f"  oldest pending {'-' if oldest is None else f'{oldest:.0f}s'}"
     )
-    cn.add_argument("ids", nargs="+", type=int, metavar="ID")
-    cn.set_defaults(handler=cmd_cancel)
+    for s in figures["senders"]:
+        print(
+            f"sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today, "
+            f"{s['bounces_today']} bounces, {s['errors_today']} errors; {_rates(s)}"
+        )
+    return 0
+
+
+@click.command(cls=Command, help=RETRY)
+@click.argument("ids", nargs=-1, type=int, metavar="ID...")
+@click.option("--all-failed", is_flag=True, help="retry every failed email")
+@with_database
+def retry(db: Database, ids: tuple[int, ...], all_failed: bool) -> int:
+    """`mailroom retry ID...|--all-failed`."""
+    from worker.core.db import connect
+    from worker.ops.actions import retry as retry_emails
+    from worker.ops.actions import retry_all_failed
+
+    if not ids and not all_failed:
+        raise click.UsageError("give email ids or --all-failed")
+    with connect(db.url) as conn:
+        result = retry_all_failed(conn) if all_failed else retry_emails(conn, list(ids))
+    print(result.summary("retried"))
+    return 1 if result.skipped else 0
+
+
+@click.command(cls=Command, help=CANCEL)
+@click.argument("ids", nargs=-1, required=True, type=int, metavar="ID...")
+@with_database
+def cancel(db: Database, ids: tuple[int, ...]) -> int:
+    """`mailroom cancel ID...`."""
+    from worker.core.db import connect
+    from worker.ops.actions import cancel as cancel_emails
+
+    with connect(db.url) as conn:
+        result = cancel_emails(conn, list(ids))
+    print(result.summary("cancelled"))
+    return 1 if result.skipped else 0
 
 
 def _rates(sender: dict[str, Any]) -> str:

@@ -1,0 +1,212 @@
+"""The `mailroom` command's framework on click: lazily loaded commands, help printed as written, one
+decorator for each thing a command needs (settings, the database at this Mailroom's schema).
+
+Nothing here imports more than click at module level: `mailroom --help` loads no command module,
+no setting and no database driver (`bench/startup.py` measures it).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
+
+import click
+
+if TYPE_CHECKING:
+    from worker.core.config import Settings
+
+P = ParamSpec("P")
+log = logging.getLogger("mailroom")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One top-level command, loaded only when it runs: where it lives, its line in `mailroom --help`."""
+
+    target: str  # "module:attribute" of a click command or group
+    summary: str
+    section: str
+    alias_of: tuple[str, ...] = ()  # an earlier spelling: the command path it now runs
+
+
+class HelpAsWritten:
+    """Print a command's help text exactly as written (line breaks, indented examples), like man pages."""
+
+    help: str | None
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.help:
+            formatter.write_paragraph()
+            formatter.write(self.help.rstrip() + "\n")
+
+
+class Command(HelpAsWritten, click.Command):
+    """A `mailroom` command that runs something."""
+
+
+class Group(HelpAsWritten, click.Group):
+    """A command with actions (`mailroom senders add`); its own help as written, actions in the order given."""
+
+    command_class = Command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+# Each group's subgroups are the same kind of group.
+Group.group_class = Group
+
+
+class LazyGroup(Group):
+    """The top of `mailroom`: commands imported when they run, listed by section from their entries."""
+
+    def __init__(self, *args: Any, entries: Mapping[str, Entry], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.entries = dict(entries)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, entry in self.entries.items() if not entry.alias_of]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = self.entries.get(cmd_name)
+        if entry is None:
+            return None
+        if entry.alias_of:
+            return self._alias(ctx, cmd_name, entry.alias_of)
+        module_name, _, attribute = entry.target.partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{entry.target} is not a click command")
+        command.short_help = entry.summary
+        return command
+
+    def _alias(self, ctx: click.Context, old: str, path: tuple[str, ...]) -> click.Command | None:
+        command = self.get_command(ctx, path[0])
+        for name in path[1:]:
+            command = command.get_command(ctx, name) if isinstance(command, click.Group) else None
+        if command is None:
+            return None
+        new = " ".join(path)
+        print(
+            f"note: `mailroom {old}` is now `mailroom {new}`; the old name goes in a later release",
+            file=sys.stderr,
+        )
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for name in self.list_commands(ctx):
+            entry = self.entries[name]
+            sections.setdefault(entry.section, []).append((name, entry.summary))
+        for section, rows in sections.items():
+            with formatter.section(section):
+                formatter.write_dl(rows)
+
+
+# --- what a command needs -------------------------------------------------------------------------
+
+
+@dataclass
+class Runtime:
+    """What the top-level options decided, and the settings once a command asks for them."""
+
+    verbose: bool = False
+    _settings: Settings | None = None
+
+    def settings(self) -> Settings:
+        """Read `MAILROOM_*` once, configure logging and database access; `ConfigError` when malformed."""
+        if self._settings is None:
+            from worker.core import db
+            from worker.core.config import ConfigError, Settings
+            from worker.core.logs import configure_logging, log_format
+
+            try:
+                configure_logging(self.verbose, log_format())
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            self._settings = Settings.from_env()
+            db.configure(self._settings)
+        return self._settings
+
+
+@dataclass(frozen=True)
+class Database:
+    """The database a command works on, at this Mailroom's schema, with the settings that found it."""
+
+    url: str
+    settings: Settings
+
+
+def runtime() -> Runtime:
+    """The running command's `Runtime` (one per `mailroom` invocation)."""
+    return click.get_current_context().ensure_object(Runtime)
+
+
+def with_settings(function: Callable[Concatenate[Settings, P], int]) -> Callable[P, int]:
+    """Call the command with the settings read from the environment as its first argument."""
+
+    @functools.wraps(function)
+    def run(*args: P.args, **kwargs: P.kwargs) -> int:
+        return function(runtime().settings(), *args, **kwargs)
+
+    return run
+
+
+def with_database(function: Callable[Concatenate[Database, P], int]) -> Callable[P, int]:
+    """Call the command with the database at this Mailroom's schema as its first argument.
+
+    An external database (`MAILROOM_DATABASE_URL`) whose schema is missing, older or newer ends
+    the command before it does anything: exit status 4 with one line that says what to run. The
+    embedded server is migrated on the spot."""
+
+    @functools.wraps(function)
+    def run(*args: P.args, **kwargs: P.kwargs) -> int:
+        from worker.core.db import checked_url
+
+        settings = runtime().settings()
+        return function(Database(checked_url(settings), settings), *args, **kwargs)
+
+    return run
+
+
+def json_option(function: Callable[..., int]) -> Callable[..., int]:
+    """`--json`: machine-readable output, passed as `as_json`."""
+    return click.option("--json", "as_json", is_flag=True, help="machine-readable output")(function)
+
+
+def yes_option(what: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """`--yes`: confirm a change that cannot be undone, passed as `yes`."""
+    return click.option("--yes", is_flag=True, help=f"confirm: {what}")
+
+
+# --- values on the command line -------------------------------------------------------------------
+
+
+class WholeNumber(click.ParamType[int, Any]):
+    """A whole number of at least `minimum`, with a usage error that says what was expected."""
+
+    name = "N"
+
+    def __init__(self, minimum: int) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            number = value
+        else:
+            try:
+                number = int(str(value))
+            except ValueError:
+                number = self.minimum - 1
+        if number < self.minimum:
+            self.fail(f"{value!r} is not a whole number of {self.minimum} or more", param, ctx)
+        return number
+
+
+POSITIVE = WholeNumber(1)  # a count of 1 or more
+WHOLE = WholeNumber(0)  # 0 or more (0 often meaning "no cap")
