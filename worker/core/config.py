@@ -1,8 +1,15 @@
-"""Settings read from the environment, with the defaults an operator would expect."""
+"""Settings read from the environment, with the defaults an operator would expect.
+
+Each `MAILROOM_*` variable is declared once in `DECLARED`: the field of `Settings` it fills (whose
+default is the setting's default), how it is read and checked, and what it means. `Settings.from_env`
+reads through that declaration, and the documentation's settings table is rendered from it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,15 +31,6 @@ def _int(name: str, default: int, minimum: int = 0) -> int:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def _recipients_limit() -> int:
-    from worker.core.rules import rules
-
-    value = _int("MAILROOM_MAX_RECIPIENTS", 50, minimum=1)
-    if value > rules().max_recipients:
-        raise ConfigError(f"MAILROOM_MAX_RECIPIENTS must be at most {rules().max_recipients}, got {value}")
     return value
 
 
@@ -71,99 +69,73 @@ def default_home() -> Path:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything configurable, resolved once per process."""
+    """Everything configurable, resolved once per process; each field's meaning is in `DECLARED`."""
 
     home: Path = field(default_factory=default_home)
     database_url: str | None = None
     listen_database_url: str | None = None
-    # MAILROOM_DATABASE_URL leads to a transaction-pooling PgBouncer: no server-side prepared statements
     transaction_pooler: bool = False
     secret_key: str | None = None
     default_locale: str = "en"
     max_subject_chars: int = 998
     max_body_bytes: int = 10 * 1024 * 1024
-    # recipients of one email (To, Cc and Bcc together); the database's ceiling is content_rules.json's
     max_recipients: int = 50
     default_max_retries: int = 5
     retry_base_seconds: float = 60.0
     retry_cap_seconds: float = 6 * 3600.0
     lease_seconds: float = 300.0
-    # SMTP timeouts (a sender account's own values win): connecting and greeting, each command, the body
     smtp_connect_timeout: float = 10.0
     smtp_command_timeout: float = 30.0
     smtp_data_timeout: float = 120.0
-    # how long an email may wait in the queue in all (Postfix's maximal_queue_lifetime): then it fails "expired"
     queue_lifetime_seconds: float = 5 * 86400.0
-    # a sender whose relay fails is left alone this long, doubling per failed probe up to the cap
     circuit_base_seconds: float = 10.0
     circuit_cap_seconds: float = 600.0
-    # this many MAIL FROM refusals in a row are the sender's fault, not the emails'
     circuit_mail_refusals: int = 3
     base_url: str = "http://localhost:8025"
-    # tracking and compliance: campaign email is tracked unless this is off (an email's `track` wins);
-    # the mailbox that takes `List-Unsubscribe` mailto requests, if any
     track_campaigns: bool = True
     unsubscribe_mailto: str | None = None
-    # retention, maintenance and health (reference 03)
     archive_dir: Path | None = None  # None: $MAILROOM_HOME/archive
-    archive_after_days: int = 90  # sent email
-    # the other final states, each after its own age: failed ones wait for review and `retry`,
-    # expired ones (failed by the queue lifetime) likewise; cancelled and suppressed ones are done
+    archive_after_days: int = 90
     archive_failed_after_days: int = 30
     archive_expired_after_days: int = 30
     archive_cancelled_after_days: int = 7
     archive_suppressed_after_days: int = 7
     inbox_retention_days: int = 30
-    audit_retention_days: int = 0  # audit rows older than this are pruned by maintenance; 0 keeps them all
+    audit_retention_days: int = 0
     log_retention_months: int = 24
     partitions_ahead_months: int = 3
     maintenance_interval_seconds: float = 3600.0
     health_max_pending: int = 10_000
     health_max_oldest_pending_seconds: float = 3600.0
     health_max_idle_seconds: float = 900.0
-    health_idle_grace_seconds: float = 60.0  # the idle check counts email due for longer than this
-    health_failure_window_seconds: float = 900.0  # the attempt failure rate is over this recent window
+    health_idle_grace_seconds: float = 60.0
+    health_failure_window_seconds: float = 900.0
     health_max_attempt_failure_rate: float = 0.25
-    health_min_attempts: int = 20  # fewer attempts in the window say nothing about a rate
-    # a sender's hard-bounce and complaint rates are over its last this many deliveries
+    health_min_attempts: int = 20
     health_reputation_deliveries: int = 1000
     health_max_bounce_rate: float = 0.05
     health_max_complaint_rate: float = 0.003
     signing_key: str | None = None
     reminder_interval_seconds: float = 24 * 3600.0
-    # lifecycle tokens live this long; birthday email goes out at this local time (HH:MM) in each person's zone
     token_ttl_seconds: float = 900.0
     birthday_local_time: str = "09:00"
-    # where activation and recovery links point (your application); None: base_url
-    lifecycle_base_url: str | None = None
-    # the domain of VERP return paths (bounces+<token>@domain) whose DSNs `mailroom bounces` reads
+    lifecycle_base_url: str | None = None  # None: base_url
     bounce_domain: str | None = None
-    # bounce and complaint webhooks on the tracker (None: that webhook answers 404)
     webhook_secret: str | None = None
     postmark_webhook_user: str | None = None
     postmark_webhook_password: str | None = None
     sendgrid_webhook_public_key: str | None = None
-    # the SNS topics whose SES notifications the tracker takes (any other AWS account can sign too)
     ses_topic_arns: tuple[str, ...] = ()
-    # who gets the digest of new complaints, and how often at most (one digest per period)
     admin_emails: tuple[str, ...] = ()
     complaint_digest_seconds: float = 3600.0
-    # what one client may hold of the bounce receiver (`bounces receive`): connections per client
-    # network (an IPv4 address or an IPv6 /64; 0: no cap; Postfix opens up to 20 to one destination),
-    # seconds between commands (and for one whole DATA), each non-mail command (NOOP, RSET, EHLO...),
-    # messages per session, and how many client networks' rates are kept
     receiver_max_connections_per_client: int = 20
     receiver_timeout_seconds: float = 60.0
     receiver_max_non_mail_commands: int = 10
     receiver_max_messages_per_session: int = 20
     receiver_rate_clients: int = 10_000
-    # what one client may hold of the tracker: connections per client network (0: no cap, for a proxy
-    # in front that caps them), seconds a connection may go without a complete request head (slow or
-    # unfinished headers, idle keep-alive) and seconds one request may take, its body included
     tracker_max_connections_per_client: int = 100
     tracker_idle_timeout_seconds: float = 15.0
     tracker_request_timeout_seconds: float = 30.0
-    # the bounce quarantine: total bytes kept, messages kept per client per UTC day, days kept
     quarantine_max_bytes: int = 256 * 1024 * 1024
     quarantine_client_daily_max: int = 200
     quarantine_retention_days: int = 30
@@ -171,118 +143,247 @@ class Settings:
     @classmethod
     def from_env(cls) -> Settings:
         """Read every `MAILROOM_*` variable; malformed values raise `ConfigError`."""
-        return cls(
-            home=default_home(),
-            database_url=os.environ.get("MAILROOM_DATABASE_URL") or None,
-            listen_database_url=os.environ.get("MAILROOM_LISTEN_DATABASE_URL") or None,
-            transaction_pooler=_bool("MAILROOM_TRANSACTION_POOLER", False),
-            secret_key=os.environ.get("MAILROOM_SECRET_KEY") or None,
-            default_locale=os.environ.get("MAILROOM_DEFAULT_LOCALE", "en"),
-            max_subject_chars=_int("MAILROOM_MAX_SUBJECT_CHARS", 998, minimum=1),
-            max_body_bytes=_int("MAILROOM_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1),
-            max_recipients=_recipients_limit(),
-            default_max_retries=_int("MAILROOM_MAX_RETRIES", 5),
-            retry_base_seconds=_float("MAILROOM_RETRY_BASE_SECONDS", 60.0),
-            retry_cap_seconds=_float("MAILROOM_RETRY_CAP_SECONDS", 6 * 3600.0),
-            lease_seconds=_float("MAILROOM_LEASE_SECONDS", 300.0, minimum=0.1),
-            smtp_connect_timeout=_float("MAILROOM_SMTP_CONNECT_TIMEOUT_SECONDS", 10.0, minimum=0.1),
-            smtp_command_timeout=_float("MAILROOM_SMTP_COMMAND_TIMEOUT_SECONDS", 30.0, minimum=0.1),
-            smtp_data_timeout=_float("MAILROOM_SMTP_DATA_TIMEOUT_SECONDS", 120.0, minimum=0.1),
-            queue_lifetime_seconds=_float("MAILROOM_QUEUE_LIFETIME_SECONDS", 5 * 86400.0, minimum=1.0),
-            circuit_base_seconds=_float("MAILROOM_CIRCUIT_BASE_SECONDS", 10.0, minimum=0.01),
-            circuit_cap_seconds=_float("MAILROOM_CIRCUIT_CAP_SECONDS", 600.0, minimum=0.01),
-            circuit_mail_refusals=_int("MAILROOM_CIRCUIT_MAIL_REFUSALS", 3, minimum=1),
-            base_url=os.environ.get("MAILROOM_BASE_URL", "http://localhost:8025").rstrip("/"),
-            track_campaigns=_bool("MAILROOM_TRACK_CAMPAIGNS", True),
-            unsubscribe_mailto=os.environ.get("MAILROOM_UNSUBSCRIBE_MAILTO") or None,
-            archive_dir=Path(os.environ["MAILROOM_ARCHIVE_DIR"]).expanduser()
-            if os.environ.get("MAILROOM_ARCHIVE_DIR")
-            else None,
-            archive_after_days=_int("MAILROOM_ARCHIVE_AFTER_DAYS", 90, minimum=1),
-            archive_failed_after_days=_int("MAILROOM_ARCHIVE_FAILED_AFTER_DAYS", 30, minimum=1),
-            archive_expired_after_days=_int("MAILROOM_ARCHIVE_EXPIRED_AFTER_DAYS", 30, minimum=1),
-            archive_cancelled_after_days=_int("MAILROOM_ARCHIVE_CANCELLED_AFTER_DAYS", 7, minimum=1),
-            archive_suppressed_after_days=_int("MAILROOM_ARCHIVE_SUPPRESSED_AFTER_DAYS", 7, minimum=1),
-            inbox_retention_days=_int("MAILROOM_INBOX_RETENTION_DAYS", 30, minimum=1),
-            audit_retention_days=_int("MAILROOM_AUDIT_RETENTION_DAYS", 0, minimum=0),
-            log_retention_months=_int("MAILROOM_LOG_RETENTION_MONTHS", 24, minimum=2),
-            partitions_ahead_months=_int("MAILROOM_PARTITIONS_AHEAD_MONTHS", 3, minimum=1),
-            maintenance_interval_seconds=_float("MAILROOM_MAINTENANCE_INTERVAL_SECONDS", 3600.0, minimum=1.0),
-            **_health_from_env(),
-            signing_key=os.environ.get("MAILROOM_SIGNING_KEY") or None,
-            reminder_interval_seconds=_float("MAILROOM_REMINDER_INTERVAL_SECONDS", 24 * 3600.0),
-            token_ttl_seconds=_float("MAILROOM_TOKEN_TTL_SECONDS", 900.0, minimum=1.0),
-            birthday_local_time=os.environ.get("MAILROOM_BIRTHDAY_LOCAL_TIME", "09:00"),
-            lifecycle_base_url=(os.environ.get("MAILROOM_LIFECYCLE_BASE_URL") or "").rstrip("/") or None,
-            bounce_domain=(os.environ.get("MAILROOM_BOUNCE_DOMAIN") or "").strip().lower() or None,
-            **_webhooks_from_env(),
-            **_doors_from_env(),
-            **_quarantine_from_env(),
-        )
+        return cls(**{s.field: s.read(s) for s in DECLARED if s.field is not None})
 
 
-def _health_from_env() -> dict[str, Any]:
-    """The `mailroom health` thresholds (also the console's banner)."""
-    return dict(
-        health_max_pending=_int("MAILROOM_HEALTH_MAX_PENDING", 10_000, minimum=1),
-        health_max_oldest_pending_seconds=_float("MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS", 3600.0),
-        health_max_idle_seconds=_float("MAILROOM_HEALTH_MAX_IDLE_SECONDS", 900.0),
-        health_idle_grace_seconds=_float("MAILROOM_HEALTH_IDLE_GRACE_SECONDS", 60.0),
-        health_failure_window_seconds=_float("MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", 900.0, minimum=1.0),
-        health_max_attempt_failure_rate=_float("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", 0.25),
-        health_min_attempts=_int("MAILROOM_HEALTH_MIN_ATTEMPTS", 20, minimum=1),
-        health_reputation_deliveries=_int("MAILROOM_HEALTH_REPUTATION_DELIVERIES", 1000, minimum=1),
-        health_max_bounce_rate=_float("MAILROOM_HEALTH_MAX_BOUNCE_RATE", 0.05),
-        health_max_complaint_rate=_float("MAILROOM_HEALTH_MAX_COMPLAINT_RATE", 0.003),
-    )
+@dataclass(frozen=True)
+class Setting:
+    """One `MAILROOM_*` variable: the `Settings` field it fills, how it is read, what it means."""
+
+    env: str
+    field: str | None  # None: read where it is used (the log format, before any settings exist)
+    meaning: str
+    read: Callable[[Setting], Any]
+    minimum: float = 0
+    shown: str | None = None  # the default as the documentation words it, when the value says less
+    fallback: Any = None  # the default of a variable that fills no field
+
+    @property
+    def default(self) -> Any:
+        """The value used when the variable is unset or empty: the `Settings` field's default."""
+        if self.field is None:
+            return self.fallback
+        spec = Settings.__dataclass_fields__[self.field]
+        if spec.default_factory is not dataclasses.MISSING:
+            return spec.default_factory()
+        return spec.default
 
 
-def _doors_from_env() -> dict[str, Any]:
-    """What one client may hold of the bounce receiver and of the tracker."""
-    return dict(
-        receiver_max_connections_per_client=_int("MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT", 20),
-        receiver_timeout_seconds=_float("MAILROOM_RECEIVER_TIMEOUT_SECONDS", 60.0, minimum=0.1),
-        receiver_max_non_mail_commands=_int("MAILROOM_RECEIVER_MAX_NON_MAIL_COMMANDS", 10, minimum=2),
-        receiver_max_messages_per_session=_int("MAILROOM_RECEIVER_MAX_MESSAGES_PER_SESSION", 20, minimum=1),
-        receiver_rate_clients=_int("MAILROOM_RECEIVER_RATE_CLIENTS", 10_000, minimum=100),
-        tracker_max_connections_per_client=_int("MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT", 100),
-        tracker_idle_timeout_seconds=_float("MAILROOM_TRACKER_IDLE_TIMEOUT_SECONDS", 15.0, minimum=0.1),
-        tracker_request_timeout_seconds=_float("MAILROOM_TRACKER_REQUEST_TIMEOUT_SECONDS", 30.0, minimum=0.1),
-    )
+def _whole(s: Setting) -> int:
+    return _int(s.env, s.default, int(s.minimum))
 
 
-def _quarantine_from_env() -> dict[str, Any]:
-    """The bounce quarantine's bounds: total bytes, messages per client per day, days kept."""
-    return dict(
-        quarantine_max_bytes=_int("MAILROOM_QUARANTINE_MAX_BYTES", 256 * 1024 * 1024, minimum=1024 * 1024),
-        quarantine_client_daily_max=_int("MAILROOM_QUARANTINE_CLIENT_DAILY_MAX", 200, minimum=1),
-        quarantine_retention_days=_int("MAILROOM_QUARANTINE_RETENTION_DAYS", 30, minimum=1),
-    )
+def _number(s: Setting) -> float:
+    return _float(s.env, s.default, float(s.minimum))
 
 
-def _webhooks_from_env() -> dict[str, Any]:
-    """The tracker's bounce webhooks: their secrets and the SNS topics taken."""
-    return dict(
-        webhook_secret=os.environ.get("MAILROOM_WEBHOOK_SECRET") or None,
-        postmark_webhook_user=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_USER") or None,
-        postmark_webhook_password=os.environ.get("MAILROOM_POSTMARK_WEBHOOK_PASSWORD") or None,
-        sendgrid_webhook_public_key=os.environ.get("MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY") or None,
-        ses_topic_arns=tuple(os.environ.get("MAILROOM_SES_TOPIC_ARNS", "").replace(",", " ").split()),
-        admin_emails=_admin_emails(),
-        complaint_digest_seconds=_float("MAILROOM_COMPLAINT_DIGEST_SECONDS", 3600.0, minimum=60.0),
-    )
+def _flag(s: Setting) -> bool:
+    return _bool(s.env, s.default)
 
 
-def _admin_emails() -> tuple[str, ...]:
-    """MAILROOM_ADMIN_EMAILS: addresses separated by commas or spaces, each checked like a recipient."""
+def _text(s: Setting) -> str:
+    """The value as given (an empty value included), else the default."""
+    return os.environ.get(s.env, str(s.default))
+
+
+def _optional(s: Setting) -> str | None:
+    return os.environ.get(s.env) or None
+
+
+def _url(s: Setting) -> str:
+    return os.environ.get(s.env, str(s.default)).rstrip("/")
+
+
+def _optional_url(s: Setting) -> str | None:
+    return (os.environ.get(s.env) or "").rstrip("/") or None
+
+
+def _domain(s: Setting) -> str | None:
+    return (os.environ.get(s.env) or "").strip().lower() or None
+
+
+def _path(s: Setting) -> Path | None:
+    raw = os.environ.get(s.env)
+    return Path(raw).expanduser() if raw else None
+
+
+def _words(s: Setting) -> tuple[str, ...]:
+    """Values separated by commas or spaces."""
+    return tuple(os.environ.get(s.env, "").replace(",", " ").split())
+
+
+def _home(s: Setting) -> Path:
+    return default_home()
+
+
+def _recipients_limit(s: Setting) -> int:
+    from worker.core.rules import rules
+
+    value = _whole(s)
+    if value > rules().max_recipients:
+        raise ConfigError(f"{s.env} must be at most {rules().max_recipients}, got {value}")
+    return value
+
+
+def _admin_emails(s: Setting) -> tuple[str, ...]:
+    """Addresses separated by commas or spaces, each checked like a recipient."""
     from worker.core.validation import ValidationError, normalise_address
 
     found = []
-    for address in os.environ.get("MAILROOM_ADMIN_EMAILS", "").replace(",", " ").split():
+    for address in _words(s):
         try:
-            found.append(normalise_address("MAILROOM_ADMIN_EMAILS", address))
+            found.append(normalise_address(s.env, address))
         except ValidationError as exc:
-            raise ConfigError(
-                f"MAILROOM_ADMIN_EMAILS: {address!r} is not an email address ({exc.message})"
-            ) from None
+            raise ConfigError(f"{s.env}: {address!r} is not an email address ({exc.message})") from None
     return tuple(dict.fromkeys(found))
+
+
+_S = Setting
+# In the order they are read: the first malformed one is the one reported.
+DECLARED: tuple[Setting, ...] = (
+    # where it runs
+    _S("MAILROOM_HOME", "home", "embedded server, demo key file, archives", _home, shown="per-user data directory"),
+    _S("MAILROOM_DATABASE_URL", "database_url", "PostgreSQL to use (any libpq URL)", _optional,
+       shown="the embedded server"),
+    _S("MAILROOM_LISTEN_DATABASE_URL", "listen_database_url",
+       "a direct connection to PostgreSQL for LISTEN (and, behind a pooler, maintenance)", _optional,
+       shown="`MAILROOM_DATABASE_URL`"),
+    _S("MAILROOM_TRANSACTION_POOLER", "transaction_pooler", "`MAILROOM_DATABASE_URL` leads to a "
+       "transaction-pooling PgBouncer: no prepared statements, no startup options", _flag),
+    _S("MAILROOM_SECRET_KEY", "secret_key", "key for secrets at rest, and for the MACs of return paths, "
+       "Message-IDs and per-recipient links", _optional,
+       shown="none (the demo writes `$MAILROOM_HOME/secret.key`, mode 0600)"),
+    _S("MAILROOM_LOG_FORMAT", None, "`text` (time, level, logger, message) or `json` (one object a line, "
+       "with each event's fields)", _text, fallback="text"),
+    # what an email may be
+    _S("MAILROOM_DEFAULT_LOCALE", "default_locale",
+       "locale a template falls back to when the email's locale has none", _text),
+    _S("MAILROOM_MAX_SUBJECT_CHARS", "max_subject_chars", "longest subject enqueued", _whole, 1),
+    _S("MAILROOM_MAX_BODY_BYTES", "max_body_bytes", "largest text or HTML body enqueued", _whole, 1),
+    _S("MAILROOM_MAX_RECIPIENTS", "max_recipients", "recipients of one email, To, Cc and Bcc together "
+       "(at most 100, the database's ceiling)", _recipients_limit, 1),
+    # delivery
+    _S("MAILROOM_MAX_RETRIES", "default_max_retries", "default retry budget of an email", _whole),
+    _S("MAILROOM_RETRY_BASE_SECONDS", "retry_base_seconds",
+       "first backoff after a transient failure, doubling per attempt", _number),
+    _S("MAILROOM_RETRY_CAP_SECONDS", "retry_cap_seconds", "longest backoff between attempts", _number),
+    _S("MAILROOM_LEASE_SECONDS", "lease_seconds", "a claim's lease; a dead worker's email returns after it",
+       _number, 0.1),
+    _S("MAILROOM_SMTP_CONNECT_TIMEOUT_SECONDS", "smtp_connect_timeout",
+       "SMTP timeout for TCP, greeting, EHLO, TLS and AUTH (a sender account's own value wins)", _number, 0.1),
+    _S("MAILROOM_SMTP_COMMAND_TIMEOUT_SECONDS", "smtp_command_timeout",
+       "SMTP timeout for MAIL, RCPT and DATA (a sender account's own value wins)", _number, 0.1),
+    _S("MAILROOM_SMTP_DATA_TIMEOUT_SECONDS", "smtp_data_timeout",
+       "SMTP timeout for the body and its reply (a sender account's own value wins)", _number, 0.1),
+    _S("MAILROOM_QUEUE_LIFETIME_SECONDS", "queue_lifetime_seconds",
+       "an email still unsent after this fails with `expired`", _number, 1.0, shown="432000 (5 days)"),
+    _S("MAILROOM_CIRCUIT_BASE_SECONDS", "circuit_base_seconds", "how long an unreachable sender is left "
+       "alone before its next probe, doubling per failed probe", _number, 0.01),
+    _S("MAILROOM_CIRCUIT_CAP_SECONDS", "circuit_cap_seconds", "the longest a sender's circuit stays open "
+       "before a probe", _number, 0.01),
+    _S("MAILROOM_CIRCUIT_MAIL_REFUSALS", "circuit_mail_refusals",
+       "MAIL FROM refusals in a row that open a sender's circuit", _whole, 1),
+    # tracking
+    _S("MAILROOM_BASE_URL", "base_url", "public address of `mailroom tracker` written into emails "
+       "(pixel, links, List-Unsubscribe); use https in production", _url),
+    _S("MAILROOM_TRACK_CAMPAIGNS", "track_campaigns",
+       "track opens and clicks of campaign email unless the email says `track: false`", _flag),
+    _S("MAILROOM_UNSUBSCRIBE_MAILTO", "unsubscribe_mailto", "mailbox added to `List-Unsubscribe` as a mailto "
+       "(`?subject=unsubscribe TOKEN`); Mailroom does not read that mailbox", _optional),
+    # retention and maintenance
+    _S("MAILROOM_ARCHIVE_DIR", "archive_dir", "where archived email of every final state is written "
+       "(files mode 0600)", _path, shown="`$MAILROOM_HOME/archive`"),
+    _S("MAILROOM_ARCHIVE_AFTER_DAYS", "archive_after_days",
+       "sent email older than this (by `sent_at`) is archived and deleted from the queue", _whole, 1),
+    _S("MAILROOM_ARCHIVE_FAILED_AFTER_DAYS", "archive_failed_after_days",
+       "failed email (by `finished_at`), left this long for review and `mailroom retry`", _whole, 1),
+    _S("MAILROOM_ARCHIVE_EXPIRED_AFTER_DAYS", "archive_expired_after_days",
+       "email failed by the queue lifetime", _whole, 1),
+    _S("MAILROOM_ARCHIVE_CANCELLED_AFTER_DAYS", "archive_cancelled_after_days", "cancelled email", _whole, 1),
+    _S("MAILROOM_ARCHIVE_SUPPRESSED_AFTER_DAYS", "archive_suppressed_after_days",
+       "suppressed email (unsubscribed or bounced address)", _whole, 1),
+    _S("MAILROOM_INBOX_RETENTION_DAYS", "inbox_retention_days",
+       "inbox rows (the de-duplication window of order events) kept this long", _whole, 1),
+    _S("MAILROOM_AUDIT_RETENTION_DAYS", "audit_retention_days", "maintenance prunes audit rows older than "
+       "this through `mailroom.audit_prune` (the chain still verifies); 0 keeps them for ever", _whole),
+    _S("MAILROOM_LOG_RETENTION_MONTHS", "log_retention_months", "`send_logs`, `open_events` and "
+       "`click_events` partitions are dropped once they ended this many months ago", _whole, 2),
+    _S("MAILROOM_PARTITIONS_AHEAD_MONTHS", "partitions_ahead_months",
+       "partitions are created this many months ahead", _whole, 1),
+    _S("MAILROOM_MAINTENANCE_INTERVAL_SECONDS", "maintenance_interval_seconds",
+       "how often one of the workers runs maintenance", _number, 1.0),
+    # health
+    _S("MAILROOM_HEALTH_MAX_PENDING", "health_max_pending",
+       "`mailroom health` fails past this many emails due or being sent", _whole, 1),
+    _S("MAILROOM_HEALTH_MAX_OLDEST_PENDING_SECONDS", "health_max_oldest_pending_seconds",
+       "... or when the oldest due email waited longer than this", _number),
+    _S("MAILROOM_HEALTH_MAX_IDLE_SECONDS", "health_max_idle_seconds",
+       "... or when nothing was sent for this long while email has been due past the grace", _number),
+    _S("MAILROOM_HEALTH_IDLE_GRACE_SECONDS", "health_idle_grace_seconds", "the idle, no-sender and no-worker "
+       "checks ignore email due (or being sent) for less than this", _number),
+    _S("MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", "health_failure_window_seconds",
+       "the recent window the attempt failure rate is measured over", _number, 1.0),
+    _S("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", "health_max_attempt_failure_rate",
+       "`mailroom health` fails when more than this share of the window's attempts failed", _number),
+    _S("MAILROOM_HEALTH_MIN_ATTEMPTS", "health_min_attempts", "fewer attempts (or a sender's deliveries) "
+       "than this say nothing about a rate", _whole, 1),
+    _S("MAILROOM_HEALTH_REPUTATION_DELIVERIES", "health_reputation_deliveries",
+       "a sender's hard-bounce and complaint rates are over its last this many deliveries", _whole, 1),
+    _S("MAILROOM_HEALTH_MAX_BOUNCE_RATE", "health_max_bounce_rate",
+       "`mailroom health` and the console's banner fail when a sender's hard-bounce rate passes this", _number),
+    _S("MAILROOM_HEALTH_MAX_COMPLAINT_RATE", "health_max_complaint_rate",
+       "... and when its complaint rate passes this", _number),
+    # signatures and lifecycle
+    _S("MAILROOM_SIGNING_KEY", "signing_key", "Ed25519 key that signs document acknowledgements: 32 bytes "
+       "in base64, the same format as the key file", _optional,
+       shown="none (`$MAILROOM_HOME/signing.key`, created on first signature, mode 0600)"),
+    _S("MAILROOM_REMINDER_INTERVAL_SECONDS", "reminder_interval_seconds", "`docs remind` refuses to remind a "
+       "signer again sooner (failed or cancelled reminders do not count)", _number),
+    _S("MAILROOM_TOKEN_TTL_SECONDS", "token_ttl_seconds", "lifetime of activation and recovery tokens",
+       _number, 1.0),
+    _S("MAILROOM_BIRTHDAY_LOCAL_TIME", "birthday_local_time",
+       "local time of day (HH:MM) birthday email is due in each person's zone", _text),
+    _S("MAILROOM_LIFECYCLE_BASE_URL", "lifecycle_base_url", "your application's address: links are "
+       "`BASE/activate?token=HEX` and `BASE/recover?token=HEX`", _optional_url, shown="`MAILROOM_BASE_URL`"),
+    # bounces and complaints
+    _S("MAILROOM_BOUNCE_DOMAIN", "bounce_domain", "the domain of every email's VERP return path; without it "
+       "MAIL FROM is the sender account's address", _domain),
+    _S("MAILROOM_WEBHOOK_SECRET", "webhook_secret",
+       "HMAC secret of the generic bounce webhook (`/webhooks/bounces`); unset, the route answers 404", _optional),
+    _S("MAILROOM_POSTMARK_WEBHOOK_USER", "postmark_webhook_user",
+       "basic-auth user of `/webhooks/postmark`", _optional),
+    _S("MAILROOM_POSTMARK_WEBHOOK_PASSWORD", "postmark_webhook_password",
+       "basic-auth password of `/webhooks/postmark`", _optional),
+    _S("MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY", "sendgrid_webhook_public_key", "the Signed Event Webhook's "
+       "verification key (base64 DER or PEM) for `/webhooks/sendgrid`", _optional),
+    _S("MAILROOM_SES_TOPIC_ARNS", "ses_topic_arns",
+       "SNS topics (comma-separated) whose SES notifications `/webhooks/ses` takes", _words),
+    _S("MAILROOM_ADMIN_EMAILS", "admin_emails",
+       "who gets the digest of new complaints (comma-separated)", _admin_emails),
+    _S("MAILROOM_COMPLAINT_DIGEST_SECONDS", "complaint_digest_seconds",
+       "the complaint digest's period: one digest per period at most, none without complaints", _number, 60.0),
+    # what one client may hold of the bounce receiver and of the tracker
+    _S("MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT", "receiver_max_connections_per_client",
+       "bounce receiver connections per client network (an IPv4 address or IPv6 /64); 0: no cap", _whole),
+    _S("MAILROOM_RECEIVER_TIMEOUT_SECONDS", "receiver_timeout_seconds",
+       "the bounce receiver closes a session idle this long (and one DATA taking longer)", _number, 0.1),
+    _S("MAILROOM_RECEIVER_MAX_NON_MAIL_COMMANDS", "receiver_max_non_mail_commands",
+       "NOOP, RSET, EHLO, ... a bounce receiver session may send", _whole, 2),
+    _S("MAILROOM_RECEIVER_MAX_MESSAGES_PER_SESSION", "receiver_max_messages_per_session",
+       "messages one bounce receiver session may send", _whole, 1),
+    _S("MAILROOM_RECEIVER_RATE_CLIENTS", "receiver_rate_clients",
+       "client networks whose rate the bounce receiver keeps", _whole, 100),
+    _S("MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT", "tracker_max_connections_per_client",
+       "tracker connections per client network; 0: no cap (a proxy in front caps them)", _whole),
+    _S("MAILROOM_TRACKER_IDLE_TIMEOUT_SECONDS", "tracker_idle_timeout_seconds",
+       "the tracker closes a connection without a complete request head for this long", _number, 0.1),
+    _S("MAILROOM_TRACKER_REQUEST_TIMEOUT_SECONDS", "tracker_request_timeout_seconds",
+       "the tracker answers 408 to a request not done within this, body included", _number, 0.1),
+    # the bounce quarantine
+    _S("MAILROOM_QUARANTINE_MAX_BYTES", "quarantine_max_bytes", "bytes the bounce quarantine keeps in all",
+       _whole, 1024 * 1024, shown="268435456 (256 MiB)"),
+    _S("MAILROOM_QUARANTINE_CLIENT_DAILY_MAX", "quarantine_client_daily_max",
+       "messages quarantined per client per UTC day", _whole, 1),
+    _S("MAILROOM_QUARANTINE_RETENTION_DAYS", "quarantine_retention_days",
+       "maintenance deletes quarantined messages older than this", _whole, 1),
+)  # fmt: skip
