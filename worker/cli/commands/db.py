@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from worker.core.config import Settings
-from worker.ops.audit import cli_actor
+import click
+
+from worker.cli.framework import Command, Database, Group, with_database, with_settings
+
+if TYPE_CHECKING:
+    from worker.core.config import Settings
 
 DESCRIPTION = """\
 Migrate the schema, show the database in use, run or stop the embedded PostgreSQL, back it up.
@@ -128,76 +131,176 @@ Examples:
   mailroom db grant app shop --create
   mailroom db grant read-only grafana"""
 
-
-def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
-    """Dispatch `mailroom db ACTION`."""
-    handler = {
-        "stop": _stop,
-        "status": _status,
-        "serve": _serve,
-        "backup": _backup,
-        "restore": _restore,
-        "grant": _grant,
-    }.get(args.db_command)
-    if handler is not None:
-        return handler(args, settings)
-    return _migrations(args, settings)
+FILE = click.Path(dir_okay=False, path_type=Path)
 
 
-def _migrations(args: argparse.Namespace, settings: Settings) -> int:
-    from psycopg.conninfo import conninfo_to_dict
+@click.group(cls=Group, help=DESCRIPTION)
+def db() -> None:
+    """`mailroom db ACTION`."""
 
-    from worker.core import db
-    from worker.core.pgtools import without_password
 
-    url = db.database_url(settings, migrate=False)
-    if args.db_command == "upgrade":
-        ran = db.upgrade(url, args.revision)
-        print(f"database at {db.current_revision(url)}" + ("" if ran else " (already up to date)"))
-    elif args.db_command == "downgrade":
-        db.downgrade(url, args.revision)
-        print(f"database at {db.current_revision(url) or 'base'}")
-    elif args.db_command == "current":
-        print(db.current_revision(url) or "base (Mailroom is not installed in this database)")
-    elif args.db_command == "url":
-        db.upgrade(url)
-        hidden = not args.show_password and bool(conninfo_to_dict(url).get("password"))
-        print(without_password(url) if hidden else url)
-        if hidden:
-            print(
-                "(password left out: psql reads it from ~/.pgpass or PGPASSFILE; --show-password prints it)",
-                file=sys.stderr,
-            )
-        if not settings.database_url:
-            print(
-                "(the embedded server runs while a Mailroom process uses it; `mailroom db serve` keeps it up)",
-                file=sys.stderr,
-            )
-    elif args.db_command == "schema":
-        return _schema(url, check=args.check)
+# The migration actions work on the schema itself, so they never ask for it at this version.
+
+
+@db.command("upgrade", cls=Command, help=UPGRADE, short_help="migrate to a revision (default: head)")
+@click.argument("revision", default="head")
+@with_settings
+def upgrade(settings: Settings, revision: str) -> int:
+    """`mailroom db upgrade [REVISION]`."""
+    from worker.core import db as database
+
+    url = database.database_url(settings, migrate=False)
+    ran = database.upgrade(url, revision)
+    print(f"database at {database.current_revision(url)}" + ("" if ran else " (already up to date)"))
     return 0
 
 
-def _schema(url: str, *, check: bool) -> int:
+@db.command(
+    "downgrade",
+    cls=Command,
+    help=DOWNGRADE,
+    short_help="migrate down to REV ('base' removes Mailroom's tables)",
+)
+@click.argument("revision")
+@with_settings
+def downgrade(settings: Settings, revision: str) -> int:
+    """`mailroom db downgrade REVISION`."""
+    from worker.core import db as database
+
+    url = database.database_url(settings, migrate=False)
+    database.downgrade(url, revision)
+    print(f"database at {database.current_revision(url) or 'base'}")
+    return 0
+
+
+@db.command("current", cls=Command, help=CURRENT, short_help="print the revision the database is at")
+@with_settings
+def current(settings: Settings) -> int:
+    """`mailroom db current`."""
+    from worker.core import db as database
+
+    url = database.database_url(settings, migrate=False)
+    print(database.current_revision(url) or "base (Mailroom is not installed in this database)")
+    return 0
+
+
+@db.command("url", cls=Command, help=URL, short_help="print the DSN in use, without its password")
+@click.option(
+    "--show-password",
+    is_flag=True,
+    help="print the password too (for a 0600 file or a secret store; never paste it into a command line)",
+)
+@with_settings
+def url(settings: Settings, show_password: bool) -> int:
+    """`mailroom db url [--show-password]`."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from worker.core import db as database
+    from worker.core.pgtools import without_password
+
+    dsn = database.database_url(settings, migrate=False)
+    database.upgrade(dsn)
+    hidden = not show_password and bool(conninfo_to_dict(dsn).get("password"))
+    print(without_password(dsn) if hidden else dsn)
+    if hidden:
+        print(
+            "(password left out: psql reads it from ~/.pgpass or PGPASSFILE; --show-password prints it)",
+            file=sys.stderr,
+        )
+    if not settings.database_url:
+        print(
+            "(the embedded server runs while a Mailroom process uses it; `mailroom db serve` keeps it up)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+@db.command(
+    "schema",
+    cls=Command,
+    help=SCHEMA,
+    short_help="print the live mailroom schema (as migrations/schema.sql)",
+)
+@click.option("--check", is_flag=True, help="compare it with the shipped schema; exit 1 on a difference")
+@with_settings
+def schema(settings: Settings, check: bool) -> int:
+    """`mailroom db schema [--check]`."""
+    from worker.core import db as database
     from worker.core.schema import dump_schema, schema_diff
 
+    dsn = database.database_url(settings, migrate=False)
     if not check:
-        sys.stdout.write(dump_schema(url))
+        sys.stdout.write(dump_schema(dsn))
         return 0
-    diff = schema_diff(url)
+    diff = schema_diff(dsn)
     sys.stdout.write("".join(diff) if diff else "the live schema is the one this version ships\n")
     return 1 if diff else 0
 
 
-def _stop(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.core import db
+@db.command(
+    "serve",
+    cls=Command,
+    help=SERVE,
+    short_help="keep the embedded PostgreSQL running until Ctrl-C (for psql)",
+)
+@with_settings
+def serve(settings: Settings) -> int:
+    """`mailroom db serve`."""
+    from worker.core import db as database
 
-    server = db.embedded_server(settings)
+    print(database.database_url(settings), flush=True)
+    print("embedded PostgreSQL is up; Ctrl-C stops it", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            signal.pause()
+    return 0
+
+
+@db.command(
+    "status",
+    cls=Command,
+    help=STATUS,
+    short_help="the embedded server: pid, port, version, data directory, who uses it",
+)
+@with_settings
+def status(settings: Settings) -> int:
+    """`mailroom db status`."""
+    from worker.core import db as database
+
+    if settings.database_url:
+        print("MAILROOM_DATABASE_URL is set: Mailroom uses that server, not an embedded one")
+        return 0
+    server = database.embedded_server(settings)
+    found = server.status()
+    if found is None:
+        print(f"no embedded PostgreSQL is running in {server.pgdata}")
+        return 0
+    print(f"embedded PostgreSQL {found.version}, pid {found.pid}, port {found.port or 'socket only'}")
+    print(f"data directory {found.pgdata}")
+    print(f"socket directory {found.socket_dir}")
+    print(f"used by {len(found.users)} process(es)" + (f": {_pids(found.users)}" if found.users else ""))
+    return 0
+
+
+@db.command(
+    "stop",
+    cls=Command,
+    help=STOP,
+    short_help="stop the embedded PostgreSQL (refused while other processes use it)",
+)
+@click.option("--force", is_flag=True, help="stop it even while other Mailroom processes use it")
+@with_settings
+def stop(settings: Settings, force: bool) -> int:
+    """`mailroom db stop [--force]`."""
+    from worker.core import db as database
+
+    server = database.embedded_server(settings)
     if server.running_pid() is None:
         print("no embedded PostgreSQL is running in", server.pgdata)
         return 0
     users = server.users(exclude_self=True)
-    if users and not args.force:
+    if users and not force:
         print(
             f"error: the embedded PostgreSQL is in use by {len(users)} process(es) ({_pids(users)});"
             " stop them first, or `mailroom db stop --force`",
@@ -209,133 +312,68 @@ def _stop(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _status(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.core import db
-
-    if settings.database_url:
-        print("MAILROOM_DATABASE_URL is set: Mailroom uses that server, not an embedded one")
-        return 0
-    server = db.embedded_server(settings)
-    status = server.status()
-    if status is None:
-        print(f"no embedded PostgreSQL is running in {server.pgdata}")
-        return 0
-    print(f"embedded PostgreSQL {status.version}, pid {status.pid}, port {status.port or 'socket only'}")
-    print(f"data directory {status.pgdata}")
-    print(f"socket directory {status.socket_dir}")
-    print(f"used by {len(status.users)} process(es)" + (f": {_pids(status.users)}" if status.users else ""))
-    return 0
-
-
 def _pids(users: dict[int, str]) -> str:
     return ", ".join(f"{pid} {what}" for pid, what in sorted(users.items()))
 
 
-def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.core import db
-
-    url = db.database_url(settings)
-    print(url, flush=True)
-    print("embedded PostgreSQL is up; Ctrl-C stops it", file=sys.stderr, flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with contextlib.suppress(KeyboardInterrupt):
-        while True:
-            signal.pause()
-    return 0
-
-
-def _backup(args: argparse.Namespace, settings: Settings) -> int:
+@db.command(
+    "backup",
+    cls=Command,
+    help=BACKUP,
+    short_help="write a backup of the mailroom schema and its data to FILE",
+)
+@click.argument("file", type=FILE, metavar="FILE")
+@with_settings
+def backup(settings: Settings, file: Path) -> int:
+    """`mailroom db backup FILE`: any schema version may be backed up (before an upgrade above all)."""
     from worker.core.db import database_url
-    from worker.ops.backup import backup
+    from worker.ops.backup import backup as write_backup
 
-    print(f"backing up to {args.file} ...", file=sys.stderr, flush=True)
-    result = backup(database_url(settings), args.file)
+    print(f"backing up to {file} ...", file=sys.stderr, flush=True)
+    result = write_backup(database_url(settings), file)
     print(f"wrote {result.path} ({result.bytes:,} bytes, PostgreSQL {result.server_major}, {result.tool})")
     return 0
 
 
-def _restore(args: argparse.Namespace, settings: Settings) -> int:
+@db.command("restore", cls=Command, help=RESTORE, short_help="restore a backup into an empty database")
+@click.argument("file", type=FILE, metavar="FILE")
+@with_settings
+def restore(settings: Settings, file: Path) -> int:
+    """`mailroom db restore FILE`: into a database without a mailroom schema."""
     from worker.core.db import database_url
-    from worker.ops.backup import restore
+    from worker.ops.backup import restore as read_backup
 
-    print(f"restoring {args.file} ...", file=sys.stderr, flush=True)
-    result = restore(database_url(settings, migrate=False), args.file)
+    print(f"restoring {file} ...", file=sys.stderr, flush=True)
+    result = read_backup(database_url(settings, migrate=False), file)
     print(f"restored {result.path} ({result.bytes:,} bytes) into PostgreSQL {result.server_major}")
     return 0
 
 
-def _grant(args: argparse.Namespace, settings: Settings) -> int:
+@db.command(
+    "grant",
+    cls=Command,
+    help=GRANT,
+    short_help="grant a role the least it needs: an application's (app) or a reader's (read-only)",
+)
+@click.argument("kind", type=click.Choice(("app", "read-only")))
+@click.argument("role")
+@click.option("--create", is_flag=True, help="create the role (LOGIN, no password) if missing")
+@with_database
+def grant(database: Database, kind: str, role: str, create: bool) -> int:
+    """`mailroom db grant app|read-only ROLE [--create]`: grants on this version's tables, so at its schema."""
     import psycopg
 
-    from worker.core import db
     from worker.ops import roles
+    from worker.ops.audit import cli_actor
 
-    url = db.database_url(settings)
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(database.url) as conn:
         try:
-            created = roles.grant(conn, args.kind, args.role, create=args.create, actor=cli_actor())
+            created = roles.grant(conn, kind, role, create=create, actor=cli_actor())
         except roles.RoleError as exc:
             print(f"mailroom db grant: {exc}", file=sys.stderr)
             return 2
-    what = "enqueue and read its own email's status" if args.kind == "app" else "read everything but secrets"
-    print(f"{'created role' if created else 'role'} {args.role}: may now {what}")
+    what = "enqueue and read its own email's status" if kind == "app" else "read everything but secrets"
+    print(f"{'created role' if created else 'role'} {role}: may now {what}")
     if created:
-        print(
-            f"it has no password yet: ALTER ROLE {args.role} PASSWORD '...' (or use certificate/peer login)"
-        )
+        print(f"it has no password yet: ALTER ROLE {role} PASSWORD '...' (or use certificate/peer login)")
     return 0
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom db` and its actions."""
-    parser = sub.add_parser(
-        "db",
-        help="migrate the schema, show, serve or stop the database, back it up and restore it",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    actions = parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
-    raw = argparse.RawDescriptionHelpFormatter
-
-    def action(name: str, text: str, described: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = actions.add_parser(
-            name, help=text, description=described, formatter_class=raw
-        )
-        return parser
-
-    up = action("upgrade", "migrate to a revision (default: head)", UPGRADE)
-    up.add_argument("revision", nargs="?", default="head")
-    down = action("downgrade", "migrate down to REV ('base' removes Mailroom's tables)", DOWNGRADE)
-    down.add_argument("revision")
-    action("current", "print the revision the database is at", CURRENT)
-    shown = action("url", "print the DSN in use, without its password", URL)
-    shown.add_argument(
-        "--show-password",
-        action="store_true",
-        help="print the password too (for a 0600 file or a secret store; never paste it into a command line)",
-    )
-    schema = action("schema", "print the live mailroom schema (as migrations/schema.sql)", SCHEMA)
-    schema.add_argument(
-        "--check", action="store_true", help="compare it with the shipped schema; exit 1 on a difference"
-    )
-    action("serve", "keep the embedded PostgreSQL running until Ctrl-C (for psql)", SERVE)
-    action("status", "the embedded server: pid, port, version, data directory, who uses it", STATUS)
-    stop = action("stop", "stop the embedded PostgreSQL (refused while other processes use it)", STOP)
-    stop.add_argument(
-        "--force", action="store_true", help="stop it even while other Mailroom processes use it"
-    )
-    backup = action("backup", "write a backup of the mailroom schema and its data to FILE", BACKUP)
-    backup.add_argument("file", type=Path, metavar="FILE")
-    restore = action("restore", "restore a backup into an empty database", RESTORE)
-    restore.add_argument("file", type=Path, metavar="FILE")
-    grant = action(
-        "grant", "grant a role the least it needs: an application's (app) or a reader's (read-only)", GRANT
-    )
-    grant.add_argument(
-        "kind", choices=("app", "read-only"), help="app: enqueue and read own status; read-only"
-    )
-    grant.add_argument("role", help="the database role (lower-case letters, digits, _)")
-    grant.add_argument(
-        "--create", action="store_true", help="create the role (LOGIN, no password) if missing"
-    )
-    parser.set_defaults(handler=cmd_db)
