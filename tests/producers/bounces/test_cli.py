@@ -111,7 +111,6 @@ def test_receive_without_a_bounce_domain_is_a_usage_error(
 
 
 def test_receive_help_explains_the_relay_refusal_and_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["bounces", "receive", "--help"])
+    assert main(["bounces", "receive", "--help"]) == 0
     text = capsys.readouterr().out
     assert "550 5.7.1 relay denied" in text and "Exit status" in text and "Examples" in text

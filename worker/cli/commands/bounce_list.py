@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from datetime import UTC
 from typing import Any
 
-from worker.cli.argtypes import positive_count
-from worker.cli.table import table
-from worker.core.config import Settings
+import click
+
+from worker.cli.framework import POSITIVE, Command, Database, json_option, with_database
 
 LIST = """\
 List the bounces and complaints the intake recorded (from DSNs, feedback-loop reports, a bounce
@@ -27,18 +26,28 @@ Examples:
 """
 
 
-def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
+@click.command("list", cls=Command, help=LIST, short_help="list the bounces and complaints recorded")
+@click.option("--kind", type=click.Choice(("hard", "soft", "complaint")), help="only this kind")
+@click.option("--sender", metavar="NAME", help="only those of email sent through this sender account")
+@click.option("--campaign", metavar="ID", help="only those of this campaign's email")
+@click.option("--limit", type=POSITIVE, default=50, help="show at most N (default 50)")
+@json_option
+@with_database
+def list_bounces(
+    db: Database, kind: str | None, sender: str | None, campaign: str | None, limit: int, as_json: bool
+) -> int:
     """Print the newest bounce events."""
-    from worker.core.db import checked_url, connect
+    from worker.cli.table import table
+    from worker.core.db import connect
     from worker.producers.bounces.history import list_events
 
-    with connect(checked_url(settings)) as conn:
-        rows = list_events(conn, limit=args.limit, kind=args.kind, sender=args.sender, campaign=args.campaign)
+    with connect(db.url) as conn:
+        rows = list_events(conn, limit=limit, kind=kind, sender=sender, campaign=campaign)
     items = [_item(r) for r in rows]
-    if args.json:
+    if as_json:
         print(json.dumps(items, indent=2))
     elif not items:
-        print("no bounce or complaint recorded" + (" matches" if _filtered(args) else ""))
+        print("no bounce or complaint recorded" + (" matches" if any((kind, sender, campaign)) else ""))
     else:
         print("\n".join(table(HEADERS, [_cells(i) for i in items], right=frozenset({0}))))
     return 0
@@ -88,27 +97,3 @@ def _cells(i: dict[str, Any]) -> tuple[str, ...]:
         i["source"],
         " ".join((i["diagnostic"] or "").split())[:80],
     )
-
-
-def _filtered(args: argparse.Namespace) -> bool:
-    return any((args.kind, args.sender, args.campaign))
-
-
-def add_list(actions: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom bounces list`."""
-    parser = actions.add_parser(
-        "list",
-        help="list the bounces and complaints recorded",
-        description=LIST,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--kind", choices=("hard", "soft", "complaint"), help="only this kind")
-    parser.add_argument(
-        "--sender", metavar="NAME", help="only those of email sent through this sender account"
-    )
-    parser.add_argument("--campaign", metavar="ID", help="only those of this campaign's email")
-    parser.add_argument(
-        "--limit", type=positive_count, default=50, metavar="N", help="show at most N (default 50)"
-    )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.set_defaults(handler=cmd_list)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from worker.cli.argtypes import positive_count
-from worker.core.config import ConfigError, Settings
+import click
+
+from worker.cli.framework import POSITIVE, Command, with_settings
+
+if TYPE_CHECKING:
+    from worker.core.config import Settings
 
 EX_TEMPFAIL = 75  # sysexits.h: the database could not take a message; it stays in the mailbox
 
@@ -41,15 +45,100 @@ Examples:
 """
 
 
-def cmd_poll(args: argparse.Namespace, settings: Settings) -> int:
+class HostPort(click.ParamType[tuple[str, int | None]]):
+    """HOST or HOST:PORT of a mailbox server; an IPv6 host may be bracketed."""
+
+    name = "HOST[:PORT]"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int | None]:
+        if isinstance(value, tuple):
+            return value
+        text = str(value)
+        host, colon, port = text.rpartition(":")
+        if not colon or "]" in port:  # no port, or a bare [IPv6] address
+            return text.strip("[]"), None
+        if not host.strip("[]") or not port.isdigit() or not 0 < int(port) <= 65535:
+            self.fail(f"expected HOST or HOST:PORT, e.g. mail.example.org:993, not {text!r}", param, ctx)
+        return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True)
+class PollOptions:
+    """What the command line says about the mailbox and how often to poll it."""
+
+    imap: tuple[str, int | None] | None
+    pop3: tuple[str, int | None] | None
+    user: str
+    password_env: str | None
+    password_file: str | None
+    folder: str
+    move_to: str | None
+    starttls: bool
+    insecure: bool
+    cafile: str | None
+    once: bool
+    every: int | None
+    max: int
+    timeout: int
+
+    def check(self) -> None:
+        """The choices argparse's mutually exclusive groups made: a usage error (exit 2) otherwise."""
+        pairs = (
+            ("--imap", self.imap is not None, "--pop3", self.pop3 is not None, True),
+            (
+                "--password-env",
+                self.password_env is not None,
+                "--password-file",
+                self.password_file is not None,
+                True,
+            ),
+            ("--starttls", self.starttls, "--insecure", self.insecure, False),
+            ("--once", self.once, "--every", self.every is not None, False),
+        )
+        for first, has_first, second, has_second, required in pairs:
+            if has_first and has_second:
+                raise click.UsageError(f"{first} and {second} cannot be given together")
+            if required and not (has_first or has_second):
+                raise click.UsageError(f"give {first} or {second}")
+
+
+@click.command(
+    "poll", cls=Command, help=POLL, short_help="fetch and process the messages of a bounce mailbox"
+)
+@click.option("--imap", type=HostPort(), help="an IMAP server")
+@click.option("--pop3", type=HostPort(), help="a POP3 server")
+@click.option("--user", required=True, metavar="USER", help="the mailbox's login")
+@click.option("--password-env", metavar="VAR", help="environment variable holding the password")
+@click.option("--password-file", metavar="FILE", help="file holding the password")
+@click.option("--folder", default="INBOX", metavar="FOLDER", help="IMAP folder to read (default INBOX)")
+@click.option("--move-to", metavar="FOLDER", help="IMAP: move processed messages there, not delete")
+@click.option("--starttls", is_flag=True, help="plain port upgraded with STARTTLS/STLS")
+@click.option("--insecure", is_flag=True, help="no TLS at all (127.0.0.1 and localhost only)")
+@click.option("--cafile", metavar="FILE", help="verify the server against these certificates")
+@click.option("--once", is_flag=True, help="poll once and exit (the default)")
+@click.option("--every", type=POSITIVE, metavar="SECONDS", help="poll every SECONDS until stopped")
+@click.option("--max", "max_", type=POSITIVE, default=100, help="messages per poll (default 100)")
+@click.option("--timeout", type=POSITIVE, default=30, metavar="SECONDS", help="network timeout (default 30)")
+@with_settings
+def poll(settings: Settings, /, max_: int, **options: Any) -> int:
     """Poll the bounce mailbox once, or every --every seconds."""
+    given = PollOptions(max=max_, **options)
+    given.check()
+    return _poll(settings, given)
+
+
+def _poll(settings: Settings, options: PollOptions) -> int:
+    """Poll until done: once, or every --every seconds until SIGTERM or Ctrl-C."""
     import threading
 
-    from worker.producers.bounces.mailbox import DatabaseIntake, MailboxError, poll
+    from worker.producers.bounces.mailbox import DatabaseIntake, MailboxError
+    from worker.producers.bounces.mailbox import poll as poll_mailbox
 
-    mailbox = _mailbox(args)
+    mailbox = _mailbox(options)
     stop = threading.Event()
-    if args.every is not None:
+    if options.every is not None:
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     where = f"{mailbox.protocol} {mailbox.host}:{mailbox.address[1]} {mailbox.folder}"
     intake: DatabaseIntake | None = None
@@ -59,7 +148,7 @@ def cmd_poll(args: argparse.Namespace, settings: Settings) -> int:
             try:
                 # Checked at each poll: a database down at start is ridden out like one down later.
                 intake = intake or _intake(settings)
-                result = poll(mailbox, intake)
+                result = poll_mailbox(mailbox, intake)
                 print(f"bounces: {where}: {result.summary()}", flush=True)
                 if result.stopped:
                     raise _Unavailable(result.stopped)
@@ -72,7 +161,7 @@ def cmd_poll(args: argparse.Namespace, settings: Settings) -> int:
             finally:
                 if intake is not None:
                     intake.close()
-            if args.every is None or stop.wait(args.every):
+            if options.every is None or stop.wait(options.every):
                 return status
     except KeyboardInterrupt:
         return 0
@@ -83,7 +172,10 @@ class _Unavailable(Exception):
 
 
 def _intake(settings: Settings) -> Any:
-    """Ingest on the configured database, once its schema is checked."""
+    """Ingest on the configured database, once its schema is checked.
+
+    Not @with_database: a database that cannot be reached is ridden out (exit 75, or the next poll
+    with --every); a schema missing or of another version still ends the command with exit 4."""
     import psycopg
 
     from worker.core.db import checked_url
@@ -98,84 +190,39 @@ def _intake(settings: Settings) -> Any:
         raise _Unavailable(str(exc).splitlines()[0]) from None
 
 
-def _mailbox(args: argparse.Namespace) -> Any:
+def _mailbox(options: PollOptions) -> Any:
     """The mailbox the options name, its password read from the environment or a file."""
+    from worker.core.config import ConfigError
     from worker.producers.bounces.mailbox import Mailbox
 
-    protocol: Literal["imap", "pop3"] = "imap" if args.imap else "pop3"
-    host, port = args.imap or args.pop3
-    if args.password_file:
+    protocol: Literal["imap", "pop3"] = "imap" if options.imap else "pop3"
+    address = options.imap or options.pop3
+    assert address is not None  # PollOptions.check: one of them
+    host, port = address
+    if options.password_file:
         try:
-            with open(args.password_file, encoding="utf-8") as handle:
+            with open(options.password_file, encoding="utf-8") as handle:
                 password = handle.read().rstrip("\r\n")
         except OSError as exc:
-            raise ConfigError(f"cannot read {args.password_file}: {exc.strerror}") from None
+            raise ConfigError(f"cannot read {options.password_file}: {exc.strerror}") from None
     else:
-        password = os.environ.get(args.password_env, "")
+        password = os.environ.get(options.password_env or "", "")
     if not password:
-        source = args.password_file or f"${args.password_env}"
+        source = options.password_file or f"${options.password_env}"
         raise ConfigError(f"no password in {source}")
     security: Literal["tls", "starttls", "none"] = (
-        "none" if args.insecure else "starttls" if args.starttls else "tls"
+        "none" if options.insecure else "starttls" if options.starttls else "tls"
     )
     return Mailbox(
         protocol=protocol,
         host=host,
         port=port,
-        user=args.user,
+        user=options.user,
         password=password,
         security=security,
-        cafile=args.cafile,
-        folder=args.folder,
-        move_to=args.move_to,
-        max_messages=args.max,
-        timeout=args.timeout,
+        cafile=options.cafile,
+        folder=options.folder,
+        move_to=options.move_to,
+        max_messages=options.max,
+        timeout=options.timeout,
     )
-
-
-def _host_port(text: str) -> tuple[str, int | None]:
-    host, colon, port = text.rpartition(":")
-    if not colon or "]" in port:  # no port, or a bare [IPv6] address
-        return text.strip("[]"), None
-    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise argparse.ArgumentTypeError(
-            f"expected HOST or HOST:PORT, e.g. mail.example.org:993, not {text!r}"
-        )
-    return host.strip("[]"), int(port)
-
-
-def add_poll(actions: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom bounces poll`."""
-    poll = actions.add_parser(
-        "poll",
-        help="fetch and process the messages of a bounce mailbox",
-        description=POLL,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    where = poll.add_mutually_exclusive_group(required=True)
-    where.add_argument("--imap", type=_host_port, metavar="HOST[:PORT]", help="an IMAP server")
-    where.add_argument("--pop3", type=_host_port, metavar="HOST[:PORT]", help="a POP3 server")
-    poll.add_argument("--user", required=True, metavar="USER", help="the mailbox's login")
-    secret = poll.add_mutually_exclusive_group(required=True)
-    secret.add_argument("--password-env", metavar="VAR", help="environment variable holding the password")
-    secret.add_argument("--password-file", metavar="FILE", help="file holding the password")
-    poll.add_argument(
-        "--folder", default="INBOX", metavar="FOLDER", help="IMAP folder to read (default INBOX)"
-    )
-    poll.add_argument("--move-to", metavar="FOLDER", help="IMAP: move processed messages there, not delete")
-    tls = poll.add_mutually_exclusive_group()
-    tls.add_argument("--starttls", action="store_true", help="plain port upgraded with STARTTLS/STLS")
-    tls.add_argument("--insecure", action="store_true", help="no TLS at all (127.0.0.1 and localhost only)")
-    poll.add_argument("--cafile", metavar="FILE", help="verify the server against these certificates")
-    when = poll.add_mutually_exclusive_group()
-    when.add_argument("--once", action="store_true", help="poll once and exit (the default)")
-    when.add_argument(
-        "--every", type=positive_count, metavar="SECONDS", help="poll every SECONDS until stopped"
-    )
-    poll.add_argument(
-        "--max", type=positive_count, default=100, metavar="N", help="messages per poll (default 100)"
-    )
-    poll.add_argument(
-        "--timeout", type=positive_count, default=30, metavar="SECONDS", help="network timeout (default 30)"
-    )
-    poll.set_defaults(handler=cmd_poll)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -10,16 +9,28 @@ import os
 import signal
 import sys
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from worker.cli.argtypes import positive_count, whole_number
-from worker.cli.commands import bounce_list, bounce_poll
-from worker.core.config import ConfigError, Settings
-from worker.core.masking import mask_address
-from worker.core.terminal import printable, printable_lines
+import click
+
+from worker.cli.commands.bounce_list import list_bounces
+from worker.cli.commands.bounce_poll import poll
+from worker.cli.framework import (
+    POSITIVE,
+    WHOLE,
+    Command,
+    Database,
+    Group,
+    json_option,
+    with_database,
+    with_settings,
+)
+
+if TYPE_CHECKING:
+    from worker.core.config import Settings
 
 EX_TEMPFAIL = 75  # sysexits.h: Postfix, Exim and Sendmail keep the message and retry the pipe later
-
+TEN_MIB = 10 * 1024 * 1024
 INGEST = """\
 Process one message -- a delivery status notification (RFC 3464), a complaint (RFC 5965 ARF) or
 a plain-text bounce -- read from FILE, or from standard input when FILE is - or missing, as an MTA
@@ -104,26 +115,42 @@ Examples:
 """
 
 
-def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+@click.group(cls=Group, help=BOUNCES)
+def bounces() -> None:
+    """`mailroom bounces`: its actions below."""
+
+
+@bounces.command(
+    "ingest", cls=Command, help=INGEST, short_help="process one message from a file or an MTA pipe"
+)
+@click.argument("file", default="-", required=False, metavar="[FILE]")
+@click.option("--envelope-recipient", metavar="ADDRESS", help="the address the MTA delivered it to")
+@click.option("--max-bytes", type=POSITIVE, default=TEN_MIB, help="read at most N bytes (default 10 MiB)")
+@with_settings
+def ingest(settings: Settings, file: str, envelope_recipient: str | None, max_bytes: int) -> int:
     """Process one message from a file or standard input."""
     import psycopg
 
     from worker.core.db import checked_url
     from worker.core.return_path import bounce_key
-    from worker.producers.bounces.intake import ingest, keep_in_quarantine
+    from worker.core.terminal import printable
+    from worker.producers.bounces.intake import ingest as ingest_report
+    from worker.producers.bounces.intake import keep_in_quarantine
 
-    raw = _read(args.file, args.max_bytes)
-    envelope = args.envelope_recipient or os.environ.get("ORIGINAL_RECIPIENT") or os.environ.get("RECIPIENT")
+    raw = _read(file, max_bytes)
+    envelope = envelope_recipient or os.environ.get("ORIGINAL_RECIPIENT") or os.environ.get("RECIPIENT")
     recipients = [envelope] if envelope else []
     key = bounce_key(settings)
     try:
+        # The schema is checked here rather than by @with_database: a database that cannot be
+        # reached must exit 75 so the MTA keeps the message, not 3 (a missing schema still exits 4).
         with psycopg.connect(checked_url(settings), autocommit=True) as conn:
-            if len(raw) > args.max_bytes:
-                reason = f"larger than --max-bytes {args.max_bytes}"
+            if len(raw) > max_bytes:
+                reason = f"larger than --max-bytes {max_bytes}"
                 outcome = keep_in_quarantine(conn, raw, reason, recipients, client="pipe")
             else:
                 domain = settings.bounce_domain
-                outcome = ingest(conn, raw, key, recipients, client="pipe", bounce_domain=domain)
+                outcome = ingest_report(conn, raw, key, recipients, client="pipe", bounce_domain=domain)
     except psycopg.Error as exc:
         print(f"error: message not stored, try again later: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EX_TEMPFAIL
@@ -133,6 +160,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 def _read(path: str, max_bytes: int) -> bytes:
     """The message, at most `max_bytes` + 1 (a longer one is quarantined cut, never read whole)."""
+    from worker.core.config import ConfigError
+
     if path == "-":
         return sys.stdin.buffer.read(max_bytes + 1)
     try:
@@ -142,18 +171,48 @@ def _read(path: str, max_bytes: int) -> bytes:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def _listen(text: str) -> tuple[str, int]:
-    host, colon, port = text.rpartition(":")
-    if not colon or not host.strip("[]") or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 0.0.0.0:25, not {text!r}")
-    return host.strip("[]"), int(port)
+class ListenAddress(click.ParamType[tuple[str, int]]):
+    """HOST:PORT to listen on; an IPv6 host may be bracketed."""
+
+    name = "HOST:PORT"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        host, colon, port = str(value).rpartition(":")
+        if not colon or not host.strip("[]") or not port.isdigit() or not 0 <= int(port) <= 65535:
+            self.fail(f"expected HOST:PORT, e.g. 0.0.0.0:25, not {value!r}", param, ctx)
+        return host.strip("[]"), int(port)
 
 
-def cmd_receive(args: argparse.Namespace, settings: Settings) -> int:
+@bounces.command("receive", cls=Command, help=RECEIVE, short_help="run the SMTP server for the bounce domain")
+@click.option("--listen", type=ListenAddress(), required=True, help="address to listen on")
+@click.option("--domain", "domains", multiple=True, metavar="DOMAIN", help="a bounce domain (repeatable)")
+@click.option("--max-bytes", type=POSITIVE, default=TEN_MIB, help="largest message (default 10 MiB)")
+@click.option("--rate", type=POSITIVE, default=60, help="messages a minute per client (default 60)")
+@click.option("--burst", type=POSITIVE, default=20, help="messages at once per client (default 20)")
+@click.option(
+    "--max-connections-per-client",
+    type=WHOLE,
+    help="connections one client network may hold, 0 for no cap"
+    " (default MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT, else 20)",
+)
+@with_database
+def receive(
+    db: Database,
+    listen: tuple[str, int],
+    domains: tuple[str, ...],
+    max_bytes: int,
+    rate: int,
+    burst: int,
+    max_connections_per_client: int | None,
+) -> int:
     """Serve until interrupted."""
     from dataclasses import replace
 
-    from worker.core.db import checked_url
+    from worker.core.config import ConfigError
     from worker.core.return_path import bounce_key
     from worker.producers.bounces.receiver import (
         BounceHandler,
@@ -165,32 +224,30 @@ def cmd_receive(args: argparse.Namespace, settings: Settings) -> int:
         database_sender_domains,
     )
 
-    url = checked_url(settings)
-    domains = frozenset(
-        d.strip().lower().rstrip(".") for d in (args.domain or [settings.bounce_domain or ""])
-    )
-    domains = frozenset(d for d in domains if d)
+    settings = db.settings
+    given = frozenset(d.strip().lower().rstrip(".") for d in (domains or [settings.bounce_domain or ""]))
+    given = frozenset(d for d in given if d)
     # Without --domain: MAILROOM_BOUNCE_DOMAIN and every sender account's own bounce domain.
-    sender_domains = None if args.domain else SenderDomains(database_sender_domains(url))
-    if not domains and not (sender_domains and asyncio.run(sender_domains.get())):
+    sender_domains = None if domains else SenderDomains(database_sender_domains(db.url))
+    if not given and not (sender_domains and asyncio.run(sender_domains.get())):
         raise ConfigError(
             "no bounce domain: set MAILROOM_BOUNCE_DOMAIN, a sender's --bounce-domain, or pass --domain"
         )
-    host, port = args.listen
+    host, port = listen
     handler = BounceHandler(
-        database_processor(url, bounce_key(settings), settings.bounce_domain),
-        domains,
-        RateLimiter(args.rate, args.burst, clients=settings.receiver_rate_clients),
+        database_processor(db.url, bounce_key(settings), settings.bounce_domain),
+        given,
+        RateLimiter(rate, burst, clients=settings.receiver_rate_clients),
         sender_domains,
     )
     limits = ReceiverLimits.from_settings(settings)
-    if args.max_connections_per_client is not None:
-        limits = replace(limits, connections_per_client=args.max_connections_per_client)
-    server = BounceServer(handler, host, port, max_bytes=args.max_bytes, limits=limits)
+    if max_connections_per_client is not None:
+        limits = replace(limits, connections_per_client=max_connections_per_client)
+    server = BounceServer(handler, host, port, max_bytes=max_bytes, limits=limits)
 
     async def serve() -> None:
         bound = await server.start()
-        served = domains | (sender_domains.domains if sender_domains else frozenset())
+        served = given | (sender_domains.domains if sender_domains else frozenset())
         more = " and sender accounts' bounce domains added later" if sender_domains else ""
         print(f"bounces: receiving for {', '.join(sorted(served))}{more} on {host}:{bound}", flush=True)
         stop = asyncio.Event()
@@ -206,23 +263,36 @@ def cmd_receive(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
+bounces.add_command(poll)
+bounces.add_command(list_bounces)
+
+
+@bounces.command(
+    "quarantine", cls=Command, help=QUARANTINE, short_help="list the messages that could not be used"
+)
+@click.option("--limit", type=POSITIVE, default=50, help="show at most N (default 50)")
+@click.option("--show", type=POSITIVE, metavar="ID", help="write the kept bytes of message ID")
+@json_option
+@with_database
+def quarantine(db: Database, limit: int, show: int | None, as_json: bool) -> int:
     """List the quarantine, or write one message's bytes."""
-    from worker.core.db import checked_url, connect
+    from worker.core.db import connect
+    from worker.core.masking import mask_address
+    from worker.core.terminal import printable, printable_lines
     from worker.producers.bounces.quarantine import list_quarantine, quarantined_message
 
-    with connect(checked_url(settings)) as conn:
-        if args.show is not None:
-            raw = quarantined_message(conn, args.show)
+    with connect(db.url) as conn:
+        if show is not None:
+            raw = quarantined_message(conn, show)
             if raw is None:
-                print(f"no quarantined message {args.show}", file=sys.stderr)
+                print(f"no quarantined message {show}", file=sys.stderr)
                 return 1
             if sys.stdout.isatty():  # its sender wrote it: no escape sequence reaches the terminal
                 sys.stdout.write(printable_lines(raw.decode("utf-8", errors="replace")))
             else:
                 sys.stdout.buffer.write(raw)
             return 0
-        rows = list_quarantine(conn, args.limit)
+        rows = list_quarantine(conn, limit)
     items = [
         {
             "id": r["id"],
@@ -234,7 +304,7 @@ def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
         }
         for r in rows
     ]
-    if args.json:
+    if as_json:
         print(json.dumps(items, indent=2))
         return 0
     if not items:
@@ -245,100 +315,3 @@ def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
             f"{printable(item['envelope_recipient'] or '-')}  {printable(item['reason'])}"
         )
     return 0
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom bounces ingest|receive|poll|list|quarantine`."""
-    parser = sub.add_parser(
-        "bounces",
-        help="take in bounces and complaints sent to VERP return paths",
-        description=BOUNCES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    actions = parser.add_subparsers(dest="bounces_command", required=True, metavar="ACTION")
-    _add_ingest(actions)
-    _add_receive(actions)
-    bounce_poll.add_poll(actions)
-    bounce_list.add_list(actions)
-    _add_quarantine(actions)
-
-
-_RAW = argparse.RawDescriptionHelpFormatter
-_TEN_MIB = 10 * 1024 * 1024
-
-
-def _add_ingest(actions: argparse._SubParsersAction[Any]) -> None:
-    ingest = actions.add_parser(
-        "ingest",
-        help="process one message from a file or an MTA pipe",
-        description=INGEST,
-        formatter_class=_RAW,
-    )
-    ingest.add_argument(
-        "file", nargs="?", default="-", metavar="FILE", help="the message (default -: standard input)"
-    )
-    ingest.add_argument("--envelope-recipient", metavar="ADDRESS", help="the address the MTA delivered it to")
-    ingest.add_argument(
-        "--max-bytes",
-        type=positive_count,
-        default=_TEN_MIB,
-        metavar="N",
-        help="read at most N bytes (default 10 MiB)",
-    )
-    ingest.set_defaults(handler=cmd_ingest)
-
-
-def _add_receive(actions: argparse._SubParsersAction[Any]) -> None:
-    receive = actions.add_parser(
-        "receive", help="run the SMTP server for the bounce domain", description=RECEIVE, formatter_class=_RAW
-    )
-    receive.add_argument(
-        "--listen", type=_listen, required=True, metavar="HOST:PORT", help="address to listen on"
-    )
-    receive.add_argument("--domain", action="append", metavar="DOMAIN", help="a bounce domain (repeatable)")
-    receive.add_argument(
-        "--max-bytes",
-        type=positive_count,
-        default=_TEN_MIB,
-        metavar="N",
-        help="largest message (default 10 MiB)",
-    )
-    receive.add_argument(
-        "--rate",
-        type=positive_count,
-        default=60,
-        metavar="N",
-        help="messages a minute per client (default 60)",
-    )
-    receive.add_argument(
-        "--burst",
-        type=positive_count,
-        default=20,
-        metavar="N",
-        help="messages at once per client (default 20)",
-    )
-    receive.add_argument(
-        "--max-connections-per-client",
-        type=whole_number,
-        metavar="N",
-        help="connections one client network may hold, 0 for no cap"
-        " (default MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT, else 20)",
-    )
-    receive.set_defaults(handler=cmd_receive)
-
-
-def _add_quarantine(actions: argparse._SubParsersAction[Any]) -> None:
-    quarantine = actions.add_parser(
-        "quarantine",
-        help="list the messages that could not be used",
-        description=QUARANTINE,
-        formatter_class=_RAW,
-    )
-    quarantine.add_argument(
-        "--limit", type=positive_count, default=50, metavar="N", help="show at most N (default 50)"
-    )
-    quarantine.add_argument(
-        "--show", type=positive_count, metavar="ID", help="write the kept bytes of message ID"
-    )
-    quarantine.add_argument("--json", action="store_true", help="machine-readable output")
-    quarantine.set_defaults(handler=cmd_quarantine)
