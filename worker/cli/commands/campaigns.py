@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from typing import Any
 
-from worker.core.config import Settings
+import click
 
-
-def cmd_campaigns(args: argparse.Namespace, settings: Settings) -> int:
-    """Print one campaign's counts and rates."""
-    from worker.core.db import connect, database_url
-    from worker.tracking.campaigns import campaign_stats, format_stats
-
-    with connect(database_url(settings)) as conn:
-        stats = campaign_stats(conn, args.campaign)
-    if stats.emails == 0 and stats.unsubscribed == 0:
-        print(f"error: no email belongs to campaign {args.campaign!r}", file=sys.stderr)
-        return 1
-    print(json.dumps(stats.as_json(), indent=2) if args.json else format_stats(stats))
-    return 0
-
+from worker.cli.framework import Command, Database, Group, json_option, with_database
 
 CAMPAIGNS = """\
-Statistics of the emails enqueued with a campaign_id (reference 05): sent, failed, bounced,
-opened, clicked and unsubscribed, with their rates. Reading them changes nothing.
+Statistics of the emails enqueued with a campaign_id (the "campaign_id" of `mailroom enqueue`'s
+JSON lines, or mailroom.EmailRequest(campaign_id=...)): sent, failed, bounced, opened, clicked and
+unsubscribed, with their rates. Reading them changes nothing.
 
 Examples:
   mailroom campaigns stats spring-sale
@@ -44,19 +30,29 @@ Examples:
   mailroom campaigns stats spring-sale --json"""
 
 
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom campaigns stats`."""
-    raw = argparse.RawDescriptionHelpFormatter
-    parser = sub.add_parser(
-        "campaigns", help="campaign statistics", description=CAMPAIGNS, formatter_class=raw
-    )
-    actions = parser.add_subparsers(dest="campaigns_command", required=True, metavar="ACTION")
-    stats = actions.add_parser(
-        "stats",
-        help="sent, failed, bounced, opened, clicked and unsubscribed counts and rates",
-        description=STATS,
-        formatter_class=raw,
-    )
-    stats.add_argument("campaign", metavar="CAMPAIGN", help="the campaign_id given at enqueue")
-    stats.add_argument("--json", action="store_true", help="machine-readable output")
-    stats.set_defaults(handler=cmd_campaigns)
+@click.group(cls=Group, help=CAMPAIGNS)
+def campaigns() -> None:
+    """`mailroom campaigns`: its actions below."""
+
+
+@campaigns.command(
+    "stats",
+    cls=Command,
+    help=STATS,
+    short_help="sent, failed, bounced, opened, clicked and unsubscribed counts and rates",
+)
+@click.argument("campaign", metavar="CAMPAIGN")
+@json_option
+@with_database
+def stats(db: Database, campaign: str, as_json: bool) -> int:
+    """Print one campaign's counts and rates."""
+    from worker.core.db import connect
+    from worker.tracking.campaigns import campaign_stats, format_stats
+
+    with connect(db.url) as conn:
+        figures = campaign_stats(conn, campaign)
+    if figures.emails == 0 and figures.unsubscribed == 0:
+        print(f"error: no email belongs to campaign {campaign!r}", file=sys.stderr)
+        return 1
+    print(json.dumps(figures.as_json(), indent=2) if as_json else format_stats(figures))
+    return 0

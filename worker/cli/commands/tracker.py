@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
 from urllib.parse import urlsplit
 
-from worker.cli.argtypes import whole_number
-from worker.core.config import Settings
+import click
+
+from worker.cli.framework import WHOLE, Command, Database, with_database
 
 DESCRIPTION = """\
 Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN records a click and
@@ -30,42 +29,32 @@ Examples:
   MAILROOM_BASE_URL=https://t.example.com mailroom tracker --host 0.0.0.0 --port 8080"""
 
 
-def cmd_tracker(args: argparse.Namespace, settings: Settings) -> int:
+@click.command(cls=Command, help=DESCRIPTION)
+@click.option("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+@click.option(
+    "--port", type=int, help="port to listen on (default: the port of MAILROOM_BASE_URL, else 8025)"
+)
+@click.option(
+    "--max-connections-per-client",
+    type=WHOLE,
+    help="connections one client network may hold, 0 for no cap"
+    " (default MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT, else 100)",
+)
+@with_database
+def tracker(db: Database, host: str, port: int | None, max_connections_per_client: int | None) -> int:
     """Serve the tracker until SIGTERM/SIGINT."""
     import asyncio
     from dataclasses import replace
 
-    from worker.core.db import database_url
     from worker.core.return_path import optional_bounce_key
     from worker.producers.bounces.events import event_sink
     from worker.tracking.server import run_tracker
 
-    port = args.port if args.port is not None else (urlsplit(settings.base_url).port or 8025)
-    if args.max_connections_per_client is not None:
-        settings = replace(settings, tracker_max_connections_per_client=args.max_connections_per_client)
-    print(f"tracker on http://{args.host}:{port}, public base URL {settings.base_url}", flush=True)
+    settings = db.settings
+    port = port if port is not None else (urlsplit(settings.base_url).port or 8025)
+    if max_connections_per_client is not None:
+        settings = replace(settings, tracker_max_connections_per_client=max_connections_per_client)
+    print(f"tracker on http://{host}:{port}, public base URL {settings.base_url}", flush=True)
     sink = event_sink(optional_bounce_key(settings))
-    asyncio.run(run_tracker(database_url(settings), settings, args.host, port, sink))
+    asyncio.run(run_tracker(db.url, settings, host, port, sink))
     return 0
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom tracker`."""
-    parser = sub.add_parser(
-        "tracker",
-        help="serve open pixels, click redirects and one-click unsubscribe over HTTP",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=int, help="port to listen on (default: the port of MAILROOM_BASE_URL, else 8025)"
-    )
-    parser.add_argument(
-        "--max-connections-per-client",
-        type=whole_number,
-        metavar="N",
-        help="connections one client network may hold, 0 for no cap"
-        " (default MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT, else 100)",
-    )
-    parser.set_defaults(handler=cmd_tracker)
