@@ -8,7 +8,6 @@ the console starting headless.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import importlib
@@ -22,7 +21,6 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 SITE = Path(sysconfig.get_paths()["purelib"]).resolve()
@@ -53,28 +51,20 @@ def import_everything() -> int:
     return count
 
 
-def command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    """Every command and subcommand of a parser, as argument tuples."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield (*prefix, name)
-                yield from command_paths(sub, (*prefix, name))
-
-
 def every_help() -> int:
     """`--help` of every command, in process (and once through the installed script); return how many."""
-    from console.cli import register
-    from worker.cli.main import build_parser
+    from console.cli import ENTRIES, help_pages
+    from console.cli import main as cli_main
 
     done = subprocess.run([MAILROOM, "--help"], capture_output=True, text=True, check=True)
-    assert "usage: mailroom" in done.stdout
-    paths = list(command_paths(build_parser((register,))))
+    assert "Usage: mailroom" in done.stdout
+    paths = [path for path, _ in help_pages()]
     for path in paths:
         out = io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-            build_parser((register,)).parse_args([*path, "--help"])
-        assert "usage: mailroom" in out.getvalue(), f"no help for {' '.join(path)}"
+        with contextlib.redirect_stdout(out):
+            assert cli_main([*path, "--help"]) == 0, f"help of {' '.join(path)} failed"
+        assert "Usage: mailroom" in out.getvalue(), f"no help for {' '.join(path)}"
+    assert set(ENTRIES) <= {path[0] for path in paths if path}
     return len(paths)
 
 
@@ -151,7 +141,7 @@ def main() -> int:
         home = Path(tmp)
         os.environ["MAILROOM_HOME"] = str(home)
         os.environ.pop("MAILROOM_DATABASE_URL", None)
-        os.environ["MAILROOM_SECRET_KEY"] = mailroom("keygen").strip()
+        os.environ["MAILROOM_SECRET_KEY"] = mailroom("keys", "generate").strip()
         say(f"imported {import_everything()} modules from {SITE}")
         say(f"--help of {every_help()} commands")
         deliver_end_to_end(home)

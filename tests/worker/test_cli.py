@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from worker.cli.main import build_parser, main
+from worker.cli.main import main
 
 
 def run(
@@ -144,12 +144,10 @@ def test_senders_add_without_secret_key_is_a_clear_error_and_stores_nothing(
     assert row is not None and row["n"] == 0
 
 
-def test_password_is_never_a_flag_value() -> None:
-    parser = build_parser()
-    with pytest.raises(SystemExit):
-        parser.parse_args(
-            ["senders", "add", "s", "--from", "a@example.com", "--host", "h", "--password", "x"]
-        )
+def test_password_is_never_a_flag_value(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["senders", "add", "s", "--from", "a@example.com", "--host", "h", "--password", "x"]
+    assert main(argv) == 2
+    assert "--password" in capsys.readouterr().err
 
 
 def test_pause_resume_suspend_sender(
@@ -262,10 +260,8 @@ def test_db_current_and_downgrade(cli_env: dict[str, str], capsys: pytest.Captur
     ],
 )
 def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main([*argv, "--help"])
-    assert exited.value.code == 0
-    assert "usage: mailroom" in capsys.readouterr().out
+    assert main([*argv, "--help"]) == 0
+    assert "Usage: mailroom" in capsys.readouterr().out
 
 
 def test_installed_console_script_enqueues_from_stdin(cli_env: dict[str, str]) -> None:

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO
 
+import click
+
+from worker.cli.framework import POSITIVE, Command, Database, with_database
 from worker.cli.progress import Progress, ReadPosition
-from worker.core.config import ConfigError, Settings
-
-
-def _url(settings: Settings) -> str:
-    from worker.core.db import checked_url
-
-    return checked_url(settings)
 
 
 def _open_input(path: str) -> IO[str]:
@@ -38,50 +33,15 @@ def _numbered_lines(handle: IO[str]) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
-def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
-    """`mailroom enqueue [PATH|-]`: JSON lines in, one JSON result line out per input line."""
-    from worker.core.bulk import Results, enqueue_lines
-
-    url = _url(settings)
-    started = time.monotonic()
-    out = sys.stdout
-    done = 0
-    position = ReadPosition()
-    progress = _progress(args)
-
-    def emit(results: Results) -> None:
-        nonlocal done
-        out.write("".join(text + "\n" for _, text in results))
-        out.flush()
-        done += len(results)
-        if progress is not None and results:
-            progress.update(done, position.done_through(results[-1][0]))
-
-    try:
-        handle = _open_input(args.path)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {args.path}: {exc.strerror}") from None
-    with handle:
-        lines = position.follow(_numbered_lines(handle))
-        counts = enqueue_lines(url, lines, settings, emit, args.batch_size, args.jobs)
-    if progress is not None:
-        progress.finish(done)
-    elapsed = time.monotonic() - started
-    print(
-        f"enqueue: {counts.accepted} accepted, {counts.rejected} rejected in {elapsed:.2f}s", file=sys.stderr
-    )
-    return 1 if counts.rejected else 0
-
-
-def _progress(args: argparse.Namespace) -> Progress | None:
+def _progress(path: str, wanted: bool | None) -> Progress | None:
     """A bar on a terminal by default; lines when --progress asks for it elsewhere; nothing with --no-progress."""
     terminal = sys.stderr.isatty()
-    if args.progress is False or (args.progress is None and not terminal):
+    if wanted is False or (wanted is None and not terminal):
         return None
     total = None
-    if args.path != "-":
+    if path != "-":
         with contextlib.suppress(OSError):
-            total = os.path.getsize(args.path)
+            total = os.path.getsize(path)
     return Progress(sys.stderr, "enqueue", total, bar=terminal)
 
 
@@ -104,28 +64,54 @@ Examples:
   mailroom enqueue big.jsonl --batch-size 10000 --jobs 4 --no-progress | jq -c 'select(.error)'"""
 
 
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom enqueue`."""
-    enq = sub.add_parser(
-        "enqueue",
-        help="enqueue email from JSON lines",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+@click.command(cls=Command, help=DESCRIPTION)
+@click.argument("path", default="-", metavar="[PATH]")
+@click.option(
+    "--batch-size", type=POSITIVE, default=5000, show_default=True, help="lines per COPY batch and commit"
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="progress on standard error (default: a bar when it is a terminal, nothing when piped)",
+)
+@click.option(
+    "--jobs",
+    type=POSITIVE,
+    default=2,
+    show_default=True,
+    help="processes validating a large input (1 = this process only)",
+)
+@with_database
+def enqueue(db: Database, path: str, batch_size: int, progress: bool | None, jobs: int) -> int:
+    """`mailroom enqueue [PATH|-]`: JSON lines in, one JSON result line out per input line."""
+    from worker.core.bulk import Results, enqueue_lines
+    from worker.core.config import ConfigError
+
+    started = time.monotonic()
+    out = sys.stdout
+    done = 0
+    position = ReadPosition()
+    bar = _progress(path, progress)
+
+    def emit(results: Results) -> None:
+        nonlocal done
+        out.write("".join(text + "\n" for _, text in results))
+        out.flush()
+        done += len(results)
+        if bar is not None and results:
+            bar.update(done, position.done_through(results[-1][0]))
+
+    try:
+        handle = _open_input(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    with handle:
+        lines = position.follow(_numbered_lines(handle))
+        counts = enqueue_lines(db.url, lines, db.settings, emit, batch_size, jobs)
+    if bar is not None:
+        bar.finish(done)
+    elapsed = time.monotonic() - started
+    print(
+        f"enqueue: {counts.accepted} accepted, {counts.rejected} rejected in {elapsed:.2f}s", file=sys.stderr
     )
-    enq.add_argument("path", nargs="?", default="-", help="file to read, or - for standard input (default)")
-    enq.add_argument(
-        "--batch-size", type=int, default=5000, help="lines per COPY batch and commit (default 5000)"
-    )
-    enq.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress on standard error (default: a bar when it is a terminal, nothing when piped)",
-    )
-    enq.add_argument(
-        "--jobs",
-        type=int,
-        default=2,
-        help="processes validating a large input (default 2; 1 = this process only)",
-    )
-    enq.set_defaults(handler=cmd_enqueue)
+    return 1 if counts.rejected else 0
