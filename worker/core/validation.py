@@ -8,8 +8,6 @@ from email.errors import HeaderParseError
 from email.header import decode_header, make_header
 from functools import lru_cache
 
-from email_validator import SPECIAL_USE_DOMAIN_NAMES, EmailNotValidError, validate_email
-
 from worker.core.rules import plain_address, reserved_header_problem, rules
 
 # C0 controls, DEL, and the Unicode line breaks that Python's str.splitlines() honours (NEL, LS,
@@ -68,7 +66,10 @@ _SIMPLE_ADDRESS = re.compile(rf"^(?=.{{1,64}}@)({_ATEXT}(?:\.{_ATEXT})*)@((?:{_L
 
 @lru_cache(maxsize=4096)
 def _plain_domain(domain: str) -> bool:
-    # Cached: a bulk load sends many addresses to few domains.
+    # Cached: a bulk load sends many addresses to few domains. email-validator is imported when first
+    # needed: its tables cost a worker's start-up a few hundredths of a second it rarely needs.
+    from email_validator import SPECIAL_USE_DOMAIN_NAMES
+
     for special in SPECIAL_USE_DOMAIN_NAMES:
         if domain == special or domain.endswith("." + special):
             return False
@@ -89,6 +90,8 @@ def _fast_address(address: str) -> str | None:
 @lru_cache(maxsize=65536)
 def _normalise_address(address: str) -> str:
     # SMTPUTF8 mailboxes are refused; internationalised domains are kept in their ASCII (punycode) form.
+    from email_validator import validate_email
+
     valid = validate_email(address, check_deliverability=False, allow_smtputf8=False)
     return str(valid.ascii_email or valid.normalized)
 
@@ -102,6 +105,8 @@ def normalise_address(field: str, address: object) -> str:
     fast = _fast_address(address)
     if fast is not None:
         return fast
+    from email_validator import EmailNotValidError
+
     try:
         normalised = _normalise_address(address)
     except EmailNotValidError as exc:
