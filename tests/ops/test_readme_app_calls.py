@@ -1,5 +1,6 @@
-"""Nothing in the README tells an application to do what its role cannot: every SQL call the README
-shows to applications, parsed from README.md, runs as a role granted `mailroom db grant app`."""
+"""Nothing in the documentation tells an application to do what its role cannot: every SQL call the
+README and the docs pages show to applications, parsed from their text, runs as a role granted
+`mailroom db grant app`."""
 
 from __future__ import annotations
 
@@ -16,15 +17,18 @@ from psycopg.conninfo import make_conninfo
 
 from worker.ops import roles
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[2]
+# The threat model is left out: it names what applications may NOT call, and the doors they are refused.
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if p.name != "threat-model.md")]
+ENQUEUE = (ROOT / "docs" / "enqueue.md").read_text(encoding="utf-8")
 _SPAN = re.compile(r"`([^`\n]+)`")
 _NAME = re.compile(r"\bmailroom\.([a-z_]+)")
 
 
-def _section(heading: str) -> str:
-    """The README from `heading` to the next heading of the same or a higher level (outside code)."""
+def _section(text: str, heading: str) -> str:
+    """A page from `heading` to the next heading of the same or a higher level (outside code)."""
     level = heading.split(" ", 1)[0]
-    lines = README.splitlines()
+    lines = text.splitlines()
     start = lines.index(heading)
     fenced = False
     for end in range(start + 1, len(lines)):
@@ -37,24 +41,26 @@ def _section(heading: str) -> str:
 
 
 def _sentences_about_applications() -> list[str]:
-    """Every prose sentence of the README that speaks of applications (code blocks left out)."""
-    prose = re.sub(r"```.*?```", "\n\n", README, flags=re.S)
+    """Every prose sentence of the README and the docs that speaks of applications (code left out)."""
     found = []
-    for paragraph in re.split(r"\n\s*\n", prose):
-        flat = " ".join(paragraph.split())
-        found += [s for s in re.split(r"(?<=\.)\s+(?=[A-Z])", flat) if re.search(r"\b[Aa]pplication", s)]
+    for page in PAGES:
+        prose = re.sub(r"```.*?```", "\n\n", page.read_text(encoding="utf-8"), flags=re.S)
+        for paragraph in re.split(r"\n\s*\n", prose):
+            flat = " ".join(paragraph.split())
+            found += [s for s in re.split(r"(?<=\.)\s+(?=[A-Z])", flat) if re.search(r"\b[Aa]pplication", s)]
     return found
 
 
 def _statements() -> list[str]:
-    """The inline `SELECT mailroom.…` calls shown to applications: in sentences about them, and in Enqueue."""
+    """The inline `SELECT mailroom.…` calls shown to applications: in sentences about them, and on the
+    Enqueue page."""
     spans = [s for sentence in _sentences_about_applications() for s in _SPAN.findall(sentence)]
-    spans += _SPAN.findall(_section("## Enqueue"))
+    spans += _SPAN.findall(ENQUEUE)
     return sorted({s for s in spans if s.startswith("SELECT mailroom.")})
 
 
 def _fenced(section: str, language: str) -> str:
-    found = re.search(rf"```{language}\n(.*?)```", _section(section), re.S)
+    found = re.search(rf"```{language}\n(.*?)```", _section(ENQUEUE, section), re.S)
     assert found is not None, (section, language)
     return found.group(1)
 
@@ -71,7 +77,7 @@ def app(db_url: str) -> Iterator[psycopg.Connection[Any]]:
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier("mr_readme_app")))
 
 
-def test_the_parser_finds_the_calls_the_readme_shows_to_applications() -> None:
+def test_the_parser_finds_the_calls_the_docs_show_to_applications() -> None:
     names = {
         n for s in _sentences_about_applications() for span in _SPAN.findall(s) for n in _NAME.findall(span)
     }
@@ -105,7 +111,7 @@ def test_each_inline_call_shown_to_applications_runs_as_an_application_role(
     refused = []
     for statement in statements:
         try:
-            app.execute(statement)  # the README's own text, as an application would paste it
+            app.execute(statement)  # the documentation's own text, as an application would paste it
         except psycopg.Error as exc:
             refused.append((statement, str(exc).splitlines()[0]))
     assert refused == []
@@ -113,10 +119,10 @@ def test_each_inline_call_shown_to_applications_runs_as_an_application_role(
 
 def test_the_psql_and_node_examples_run_as_an_application_role(app: psycopg.Connection[Any]) -> None:
     app.execute("CREATE TEMP TABLE orders (id integer, customer text)")  # the example's own table
-    app.execute(_fenced("### From SQL, in any language", "sql"))
+    app.execute(_fenced("## From SQL, in any language", "sql"))
     mine = app.execute("SELECT id, idempotency_key FROM mailroom.my_emails").fetchall()
     assert [key for _, key in mine] == ["order-42-received"]
-    js = _fenced("### From SQL, in any language", "js")
+    js = _fenced("## From SQL, in any language", "js")
     call = re.search(r'db\.query\(\s*"(SELECT mailroom\.[^"]+)",\s*(\[.*?\])\);', js, re.S)
     assert call is not None
     query, params = call.group(1), json.loads(call.group(2))
