@@ -206,7 +206,7 @@ def test_ingest_cli_goes_on_after_a_line_with_an_infinite_number(
         '"currency": "eur"', '"currency": "eur", "note": 1e400'
     )
     monkeypatch.setattr(sys, "stdin", io.StringIO(bad + "\n" + json.dumps(good) + "\n"))
-    assert main(["ingest"]) == 1
+    assert main(["orders", "ingest"]) == 1
     results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert results[0]["line"] == 1 and results[0]["field"] == "payload" and "infinite" in results[0]["error"]
     assert results[1]["line"] == 2 and results[1]["duplicate"] is False
@@ -246,7 +246,7 @@ def test_concurrent_duplicates_from_threads_and_processes_make_one_email_each(
     # threads start once every process has ingested its first line.
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "worker.cli.main", "ingest", str(path)],
+            [sys.executable, "-m", "worker.cli.main", "orders", "ingest", str(path)],
             env=cli_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -317,7 +317,7 @@ def test_ingest_cli_prints_one_result_per_line(
         json.dumps({**good, "message_id": "m-2", "type": "refund"}),
     ]
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines)))
-    code = main(["ingest", "-", "--consumer", "shop"])
+    code = main(["orders", "ingest", "-", "--consumer", "shop"])
     out, err = capsys.readouterr()
     results = [json.loads(line) for line in out.splitlines()]
     assert code == 1
@@ -356,7 +356,26 @@ def test_ingest_cli_rejects_a_line_that_is_not_utf8_and_goes_on(
     good = json.dumps({"message_id": "m-1", "type": "order_placed", "payload": placed()}).encode()
     path = tmp_path / "events.jsonl"
     path.write_bytes(b'{"message_id": "\xff"}\n' + good + b"\n")
-    assert main(["ingest", str(path)]) == 1
+    assert main(["orders", "ingest", str(path)]) == 1
     results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert results[0] == {"line": 1, "error": "line: not valid UTF-8 (at column 17)", "field": "line"}
     assert results[1]["duplicate"] is False and counts(conn) == (1, 1)
+
+
+def test_the_earlier_mailroom_ingest_still_ingests_says_its_new_name_and_is_not_listed(
+    cli_env: dict[str, str], conn: psycopg.Connection[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from worker.cli.main import main
+
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps({"message_id": "m-1", "type": "order_placed", "payload": placed()}) + "\n")
+    assert main(["ingest", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["duplicate"] is False and counts(conn) == (1, 1)
+    assert "`mailroom ingest` is now `mailroom orders ingest`" in err
+    assert main(["--help"]) == 0
+    listing = capsys.readouterr().out
+    assert re.search(r"^\s+orders\s", listing, re.MULTILINE)
+    assert not re.search(r"^\s+ingest\s", listing, re.MULTILINE)

@@ -1,16 +1,27 @@
-"""`mailroom ingest [PATH|-]`: order events from JSON lines into the inbox, each with its email."""
+"""`mailroom orders ingest [PATH|-]`: order events from JSON lines into the inbox, each with its email."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from typing import IO, Any
 
-from worker.core.config import ConfigError, Settings
+import click
 
-DESCRIPTION = """\
+from worker.cli.framework import Command, Database, Group, with_database
+
+ORDERS = """\
+Order events from your shop, as JSON lines, into Mailroom's inbox: each event is recorded once
+under (message_id, consumer) and its email (order confirmation, completion, cancellation) is
+enqueued in the same transaction, so a replayed or concurrent duplicate sends nothing twice.
+`mailroom orders ingest --help` describes the lines and the result printed for each.
+
+Examples:
+  mailroom orders ingest orders.jsonl
+  kafka-console-consumer --topic orders | mailroom orders ingest --consumer shop --progress"""
+
+INGEST = """\
 Read order events as JSON lines, one object per line:
   {"message_id": "...", "consumer": "...", "type": "order_placed", "payload": {...}}
 Types: order_placed, order_completed, order_cancelled. The payload carries customer_email,
@@ -23,25 +34,46 @@ A rejected line changes nothing; the lines around it are kept. Exit status 0, 1 
 rejected.
 
 Examples:
-  mailroom ingest orders.jsonl
-  kafka-console-consumer --topic orders | mailroom ingest --consumer shop --progress"""
+  mailroom orders ingest orders.jsonl
+  kafka-console-consumer --topic orders | mailroom orders ingest --consumer shop --progress"""
 
 
-def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+@click.group(cls=Group, help=ORDERS)
+def orders() -> None:
+    """`mailroom orders`: its actions below."""
+
+
+@orders.command(
+    "ingest",
+    cls=Command,
+    help=INGEST,
+    short_help="record order events (JSON lines) and enqueue their emails exactly once",
+)
+@click.argument("path", default="-", required=False, metavar="[PATH]")
+@click.option(
+    "--consumer",
+    default="mailroom",
+    help="consumer name for lines that do not give one (default: mailroom); "
+    "de-duplication is per (message_id, consumer)",
+)
+@click.option("--progress", is_flag=True, help="report progress on stderr every 1000 lines")
+@with_database
+def ingest(db: Database, path: str, consumer: str, progress: bool) -> int:
     """Ingest each line in its own transaction and report it."""
-    from worker.core.db import connect, database_url
+    from worker.core.config import ConfigError
+    from worker.core.db import connect
     from worker.core.validation import ValidationError
     from worker.producers.inbox import ingest_event, parse_event
 
     try:
         handle: IO[str] = (
-            sys.stdin if args.path == "-" else open(args.path, encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
+            sys.stdin if path == "-" else open(path, encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
         )
     except OSError as exc:
-        raise ConfigError(f"cannot read {args.path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     counts = {"new": 0, "duplicate": 0, "rejected": 0}
     started = time.monotonic()
-    with handle, connect(database_url(settings)) as conn:
+    with handle, connect(db.url) as conn:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -58,8 +90,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                     raise ValidationError(
                         "line", f"malformed JSON: {exc.msg} at column {exc.colno}"
                     ) from None
-                message_id, consumer, event_type, payload = parse_event(obj, args.consumer)
-                outcome = ingest_event(conn, message_id, consumer, event_type, payload, settings=settings)
+                message_id, consumer, event_type, payload = parse_event(obj, consumer)
+                outcome = ingest_event(conn, message_id, consumer, event_type, payload, settings=db.settings)
             except ValidationError as exc:
                 counts["rejected"] += 1
                 result.update(error=str(exc), field=exc.field)
@@ -67,7 +99,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                 counts["duplicate" if outcome.duplicate else "new"] += 1
                 result.update(email_id=outcome.email_id, duplicate=outcome.duplicate)
             print(json.dumps(result), flush=True)
-            if args.progress and number % 1000 == 0:
+            if progress and number % 1000 == 0:
                 print(f"ingest: {number} lines read", file=sys.stderr, flush=True)
     elapsed = time.monotonic() - started
     print(
@@ -76,24 +108,3 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         file=sys.stderr,
     )
     return 1 if counts["rejected"] else 0
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom ingest`."""
-    parser = sub.add_parser(
-        "ingest",
-        help="record order events (JSON lines) and enqueue their emails exactly once",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "path", nargs="?", default="-", help="file to read, or - for standard input (default)"
-    )
-    parser.add_argument(
-        "--consumer",
-        default="mailroom",
-        help="consumer name for lines that do not give one (default: mailroom); "
-        "de-duplication is per (message_id, consumer)",
-    )
-    parser.add_argument("--progress", action="store_true", help="report progress on stderr every 1000 lines")
-    parser.set_defaults(handler=cmd_ingest)
