@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
 
-from worker.cli.argtypes import positive_count
-from worker.cli.table import table
-from worker.core.config import Settings
+import click
+
+from worker.cli.framework import POSITIVE, Command, Database, Group, json_option, with_database
 
 DESCRIPTION = """\
-User accounts and their lifecycle emails (reference 01). An account starts provisioned; creating it
-issues an activation token, and the worker's lifecycle producer mails its 5-digit code and a link
-(MAILROOM_BASE_URL). Consuming the token activates the account. Suspending takes an account out of
-service; unsuspending returns it to active, or to provisioned if it was never activated. Tokens
-expire after MAILROOM_TOKEN_TTL_SECONDS (default 900).
+User accounts and the emails of their lifecycle (activation and password recovery). An account
+starts provisioned; creating it issues an activation token, and the worker's lifecycle producer
+mails its 5-digit code and a link (MAILROOM_BASE_URL). Consuming the token activates the account.
+Suspending takes an account out of service; unsuspending returns it to active, or to provisioned
+if it was never activated. Tokens expire after MAILROOM_TOKEN_TTL_SECONDS (default 900).
 
 Examples:
   mailroom accounts create ada@example.com ada
@@ -79,60 +78,154 @@ Examples:
   mailroom accounts activate --code 48213 --email ada@example.com
   mailroom accounts activate --secret 9f2c...e1"""
 
+ACCOUNTS = click.argument("accounts", nargs=-1, required=True, metavar="ACCOUNT...")
 
-def cmd_accounts(args: argparse.Namespace, settings: Settings) -> int:
-    """Dispatch `mailroom accounts ACTION`."""
-    from worker.core.db import connect, database_url
+
+@click.group(cls=Group, help=DESCRIPTION)
+def accounts() -> None:
+    """`mailroom accounts ACTION`."""
+
+
+@accounts.command(
+    "create",
+    cls=Command,
+    help=CREATE,
+    short_help="create a provisioned account (its activation email is queued)",
+)
+@click.argument("email")
+@click.argument("login")
+@click.option("--locale", default="en", help="language of its emails, e.g. en, fr (default en)")
+@with_database
+def create(db: Database, email: str, login: str, locale: str) -> int:
+    """`mailroom accounts create EMAIL LOGIN [--locale L]`."""
+    from worker.core.db import connect
     from worker.producers import lifecycle
 
-    with connect(database_url(settings)) as conn:
-        if args.accounts_command == "create":
-            account_id = lifecycle.create_account(
-                conn, args.email, args.login, locale=args.locale, settings=settings
-            )
-            print(
-                f"created account {account_id} ({args.login}), provisioned;"
-                " its activation token is mailed by `mailroom worker`"
-            )
-            return 0
-        if args.accounts_command == "list":
-            accounts = lifecycle.list_accounts(conn, args.status, args.limit)
-            if args.json:
-                print(json.dumps([_as_json(a) for a in accounts], indent=2))
-                return 0
-            # Whole values, the address last: a row wider than the terminal wraps instead of losing text.
-            rows = [[str(a.id), a.status, a.login, _when(a.status_changed_at), a.email] for a in accounts]
-            print("\n".join(table(("ID", "STATUS", "LOGIN", "CHANGED", "EMAIL"), rows, right=frozenset({0}))))
-            print(f"{len(accounts)} account(s)", file=sys.stderr)
-            return 0
-        if args.accounts_command in ("suspend", "unsuspend", "resend"):
-            ids = [lifecycle.find_account(conn, who) for who in args.accounts]
-            action = {
-                "suspend": lifecycle.suspend_accounts,
-                "unsuspend": lifecycle.unsuspend_accounts,
-            }.get(args.accounts_command)
-            if action is not None:
-                result = action(conn, ids)
-                verb = f"{args.accounts_command}ed"
-            else:
-                result = lifecycle.resend_activation(conn, ids, settings)
-                verb = "issued a new activation token to"
-            print(result.summary(verb, "account(s)"))
-            return 1 if result.skipped else 0
-        if args.accounts_command == "recover":
-            account_id = lifecycle.find_account(conn, args.account)
-            token_id = lifecycle.request_recovery(conn, account_id, settings)
-            print(
-                f"password recovery token {token_id} issued to account {account_id};"
-                " it is mailed by `mailroom worker`"
-            )
-            return 0
-        # activate
-        done = lifecycle.consume_token(
-            conn, secret=args.secret, code=args.code, email=args.email, action="activation"
-        )
-        print(f"account {done.account_id} is {done.account_status}")
+    with connect(db.url) as conn:
+        account_id = lifecycle.create_account(conn, email, login, locale=locale, settings=db.settings)
+    print(
+        f"created account {account_id} ({login}), provisioned;"
+        " its activation token is mailed by `mailroom worker`"
+    )
+    return 0
+
+
+@accounts.command("list", cls=Command, help=LIST, short_help="list accounts")
+@click.option("--status", type=click.Choice(("provisioned", "active", "suspended")), help="only this status")
+@click.option("--limit", type=POSITIVE, default=1000, help="at most this many (default 1000)")
+@json_option
+@with_database
+def list_accounts(db: Database, status: str | None, limit: int, as_json: bool) -> int:
+    """`mailroom accounts list [--status S] [--limit N] [--json]`."""
+    from worker.cli.table import table
+    from worker.core.db import connect
+    from worker.producers import lifecycle
+
+    with connect(db.url) as conn:
+        found = lifecycle.list_accounts(conn, status, limit)
+    if as_json:
+        print(json.dumps([_as_json(a) for a in found], indent=2))
         return 0
+    # Whole values, the address last: a row wider than the terminal wraps instead of losing text.
+    rows = [[str(a.id), a.status, a.login, _when(a.status_changed_at), a.email] for a in found]
+    print("\n".join(table(("ID", "STATUS", "LOGIN", "CHANGED", "EMAIL"), rows, right=frozenset({0}))))
+    print(f"{len(found)} account(s)", file=sys.stderr)
+    return 0
+
+
+@accounts.command("suspend", cls=Command, help=SUSPEND, short_help="suspend accounts")
+@ACCOUNTS
+@with_database
+def suspend(db: Database, accounts: tuple[str, ...]) -> int:
+    """`mailroom accounts suspend ACCOUNT...`."""
+    return _change(db, "suspend", accounts)
+
+
+@accounts.command(
+    "unsuspend",
+    cls=Command,
+    help=UNSUSPEND,
+    short_help="lift a suspension (never-activated accounts return to provisioned)",
+)
+@ACCOUNTS
+@with_database
+def unsuspend(db: Database, accounts: tuple[str, ...]) -> int:
+    """`mailroom accounts unsuspend ACCOUNT...`."""
+    return _change(db, "unsuspend", accounts)
+
+
+@accounts.command(
+    "resend",
+    cls=Command,
+    help=RESEND,
+    short_help="issue a fresh activation token to provisioned accounts",
+)
+@ACCOUNTS
+@with_database
+def resend(db: Database, accounts: tuple[str, ...]) -> int:
+    """`mailroom accounts resend ACCOUNT...`."""
+    return _change(db, "resend", accounts)
+
+
+def _change(db: Database, action: str, who: tuple[str, ...]) -> int:
+    """Suspend, unsuspend or resend to accounts by email or login; exit status 1 when any was skipped."""
+    from worker.core.db import connect
+    from worker.producers import lifecycle
+
+    with connect(db.url) as conn:
+        ids = [lifecycle.find_account(conn, one) for one in who]
+        if action == "suspend":
+            result, verb = lifecycle.suspend_accounts(conn, ids), "suspended"
+        elif action == "unsuspend":
+            result, verb = lifecycle.unsuspend_accounts(conn, ids), "unsuspended"
+        else:
+            result = lifecycle.resend_activation(conn, ids, db.settings)
+            verb = "issued a new activation token to"
+    print(result.summary(verb, "account(s)"))
+    return 1 if result.skipped else 0
+
+
+@accounts.command(
+    "recover",
+    cls=Command,
+    help=RECOVER,
+    short_help="request password recovery for an active account",
+)
+@click.argument("account", metavar="ACCOUNT")
+@with_database
+def recover(db: Database, account: str) -> int:
+    """`mailroom accounts recover ACCOUNT`."""
+    from worker.core.db import connect
+    from worker.producers import lifecycle
+
+    with connect(db.url) as conn:
+        account_id = lifecycle.find_account(conn, account)
+        token_id = lifecycle.request_recovery(conn, account_id, db.settings)
+    print(
+        f"password recovery token {token_id} issued to account {account_id}; it is mailed by `mailroom worker`"
+    )
+    return 0
+
+
+@accounts.command("activate", cls=Command, help=ACTIVATE, short_help="consume an activation token")
+@click.option("--code", help="the 5-digit code from the email (needs --email)")
+@click.option("--email", help="the account's email address")
+@click.option("--secret", metavar="HEX", help="the token's secret from the link")
+@with_database
+def activate(db: Database, code: str | None, email: str | None, secret: str | None) -> int:
+    """`mailroom accounts activate --code CODE --email EMAIL | --secret HEX`."""
+    from worker.core.db import connect
+    from worker.core.validation import ValidationError
+    from worker.producers import lifecycle
+
+    if (secret is None) == (code is None):
+        raise ValidationError("activate", "give --secret HEX, or --code CODE with --email EMAIL")
+    if code is not None and email is None:
+        raise ValidationError("email", "--code needs --email")
+    with connect(db.url) as conn:
+        done = lifecycle.consume_token(conn, secret=secret, code=code, email=email, action="activation")
+    print(f"account {done.account_id} is {done.account_status}")
+    return 0
 
 
 def _when(moment: Any) -> str:
@@ -144,63 +237,3 @@ def _as_json(account: Any) -> dict[str, Any]:
         key: (value.isoformat() if hasattr(value, "isoformat") else value)
         for key, value in vars(account).items()
     }
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom accounts`."""
-    parser = sub.add_parser(
-        "accounts",
-        help="user accounts: create, list, suspend, unsuspend, recover, activate",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    actions = parser.add_subparsers(dest="accounts_command", required=True, metavar="ACTION")
-    raw = argparse.RawDescriptionHelpFormatter
-    create = actions.add_parser(
-        "create",
-        help="create a provisioned account (its activation email is queued)",
-        description=CREATE,
-        formatter_class=raw,
-    )
-    create.add_argument("email", help="the account's email address")
-    create.add_argument("login", help="unique login name")
-    create.add_argument("--locale", default="en", help="language of its emails, e.g. en, fr (default en)")
-    lst = actions.add_parser("list", help="list accounts", description=LIST, formatter_class=raw)
-    lst.add_argument("--status", choices=("provisioned", "active", "suspended"), help="only this status")
-    lst.add_argument("--limit", type=positive_count, default=1000, help="at most this many (default 1000)")
-    lst.add_argument("--json", action="store_true", help="machine-readable output")
-    for name, text, described in (
-        ("suspend", "suspend accounts", SUSPEND),
-        ("unsuspend", "lift a suspension (never-activated accounts return to provisioned)", UNSUSPEND),
-        ("resend", "issue a fresh activation token to provisioned accounts", RESEND),
-    ):
-        p = actions.add_parser(name, help=text, description=described, formatter_class=raw)
-        p.add_argument("accounts", nargs="+", metavar="ACCOUNT", help="email address or login")
-    recover = actions.add_parser(
-        "recover",
-        help="request password recovery for an active account",
-        description=RECOVER,
-        formatter_class=raw,
-    )
-    recover.add_argument("account", metavar="ACCOUNT", help="email address or login")
-    activate = actions.add_parser(
-        "activate",
-        help="consume an activation token",
-        description=ACTIVATE,
-        formatter_class=raw,
-    )
-    activate.add_argument("--code", help="the 5-digit code from the email (needs --email)")
-    activate.add_argument("--email", help="the account's email address")
-    activate.add_argument("--secret", metavar="HEX", help="the token's secret from the link")
-    parser.set_defaults(handler=_checked)
-
-
-def _checked(args: argparse.Namespace, settings: Settings) -> int:
-    if args.accounts_command == "activate":
-        from worker.core.validation import ValidationError
-
-        if (args.secret is None) == (args.code is None):
-            raise ValidationError("activate", "give --secret HEX, or --code CODE with --email EMAIL")
-        if args.code is not None and args.email is None:
-            raise ValidationError("email", "--code needs --email")
-    return cmd_accounts(args, settings)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import sys
 import uuid
 from datetime import date
 from typing import Any
 
-from worker.cli.argtypes import positive_count as _count
-from worker.core.config import Settings
-from worker.core.terminal import printable
-from worker.core.validation import ValidationError
+import click
+
+from worker.cli.framework import POSITIVE, Command, Database, Group, json_option, with_database
 
 MAX_HOURS = 24 * 366 * 10  # events upcoming looks at most ten years ahead
 
@@ -81,83 +80,170 @@ Examples:
   mailroom events upcoming --hours 168 --json"""
 
 
-def _date(text: str) -> date:
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a date like 1990-05-17") from None
+class IsoDate(click.ParamType[date, Any]):
+    """A date like 1990-05-17."""
+
+    name = "YYYY-MM-DD"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> date:
+        if isinstance(value, date):
+            return value
+        try:
+            return date.fromisoformat(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a date like 1990-05-17", param, ctx)
 
 
-def _hours(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= MAX_HOURS:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours above 0 and up to {MAX_HOURS}")
-    return value
+class Hours(click.ParamType[float, Any]):
+    """A number of hours above 0 and up to `MAX_HOURS`."""
+
+    name = "H"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            hours = float(value)
+        except ValueError:
+            hours = math.nan
+        if not 0 < hours <= MAX_HOURS:  # NaN fails too
+            self.fail(f"{value!r} is not a number of hours above 0 and up to {MAX_HOURS}", param, ctx)
+        return hours
 
 
-def _uuid(text: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a person id (a UUID)") from None
+class PersonId(click.ParamType[uuid.UUID, Any]):
+    """A person's id: a UUID."""
+
+    name = "ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> uuid.UUID:
+        if isinstance(value, uuid.UUID):
+            return value
+        try:
+            return uuid.UUID(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a person id (a UUID)", param, ctx)
 
 
-def cmd_people(args: argparse.Namespace, settings: Settings) -> int:
-    """Dispatch `mailroom people ACTION`."""
-    from worker.core.db import connect, database_url
+DATE, PERSON = IsoDate(), PersonId()
+
+
+@click.group(cls=Group, help=DESCRIPTION)
+def people() -> None:
+    """`mailroom people ACTION`."""
+
+
+@people.command("add", cls=Command, help=ADD, short_help="add a person (their next birthday is scheduled)")
+@click.argument("email")
+@click.argument("first_name", metavar="FIRST")
+@click.argument("last_name", metavar="LAST")
+@click.option("--born", type=DATE, required=True, metavar="YYYY-MM-DD", help="date of birth")
+@click.option("--tz", required=True, metavar="ZONE", help="IANA time zone, e.g. Asia/Kathmandu")
+@click.option("--locale", default="en", help="language of the email (default en)")
+@with_database
+def add(db: Database, email: str, first_name: str, last_name: str, born: date, tz: str, locale: str) -> int:
+    """`mailroom people add EMAIL FIRST LAST --born DATE --tz ZONE [--locale L]`."""
+    from worker.core.db import connect
     from worker.producers import birthdays
 
-    with connect(database_url(settings)) as conn:
-        if args.people_command == "add":
-            person_id = birthdays.add_person(
-                conn,
-                email=args.email,
-                first_name=args.first_name,
-                last_name=args.last_name,
-                date_of_birth=args.born,
-                time_zone=args.tz,
-                locale=args.locale,
-                settings=settings,
-            )
-            _print_next(conn, person_id)
-            return 0
-        if args.people_command == "update":
-            changes = {
-                key: value
-                for key, value in (
-                    ("email", args.email),
-                    ("first_name", args.first_name),
-                    ("last_name", args.last_name),
-                    ("date_of_birth", args.born),
-                    ("time_zone", args.tz),
-                    ("locale", args.locale),
-                )
-                if value is not None
-            }
-            person = birthdays.update_person(
-                conn, args.id, changes, settings=settings, expected_version=args.version
-            )
-            print(f"updated {person.id} (version {person.version})")
-            _print_next(conn, person.id)
-            return 0
-        if args.people_command == "delete":
-            if not birthdays.delete_person(conn, args.id):
-                raise ValidationError("person", f"no person {args.id}")
-            print(f"deleted {args.id} and their events")
-            return 0
-        people = birthdays.list_people(conn, args.limit)
-        if args.json:
-            print(json.dumps([_jsonable(vars(p)) for p in people], indent=2))
-            return 0
-        print(f"{'ID':<36}  {'NAME':<28}  {'BORN':<10}  {'TIME ZONE':<22}  VERSION")
-        for p in people:
-            name = printable(f"{p.first_name} {p.last_name}")[:28]  # as the application wrote it
-            print(f"{p.id!s:<36}  {name:<28}  {p.date_of_birth!s:<10}  {p.time_zone:<22}  {p.version}")
-        print(f"{len(people)} person(s)", file=sys.stderr)
+    with connect(db.url) as conn:
+        person_id = birthdays.add_person(
+            conn,
+            email=email,
+            first_name=first_name,
+            last_name=last_name,
+            date_of_birth=born,
+            time_zone=tz,
+            locale=locale,
+            settings=db.settings,
+        )
+        _print_next(conn, person_id)
+    return 0
+
+
+@people.command(
+    "update",
+    cls=Command,
+    help=UPDATE,
+    short_help="change a person (zone or birth date changes reschedule)",
+)
+@click.argument("person_id", type=PERSON, metavar="ID")
+@click.option("--email")
+@click.option("--first-name")
+@click.option("--last-name")
+@click.option("--born", type=DATE, metavar="YYYY-MM-DD")
+@click.option("--tz", metavar="ZONE")
+@click.option("--locale")
+@click.option("--version", type=int, help="apply only if the person is still at this version (from list)")
+@with_database
+def update(
+    db: Database,
+    person_id: uuid.UUID,
+    email: str | None,
+    first_name: str | None,
+    last_name: str | None,
+    born: date | None,
+    tz: str | None,
+    locale: str | None,
+    version: int | None,
+) -> int:
+    """`mailroom people update ID [--email ...] [--version N]`: only the fields given change."""
+    from worker.core.db import connect
+    from worker.producers import birthdays
+
+    given = (
+        ("email", email),
+        ("first_name", first_name),
+        ("last_name", last_name),
+        ("date_of_birth", born),
+        ("time_zone", tz),
+        ("locale", locale),
+    )
+    changes = {key: value for key, value in given if value is not None}
+    with connect(db.url) as conn:
+        person = birthdays.update_person(
+            conn, person_id, changes, settings=db.settings, expected_version=version
+        )
+        print(f"updated {person.id} (version {person.version})")
+        _print_next(conn, person.id)
+    return 0
+
+
+@people.command("list", cls=Command, help=LIST, short_help="list people")
+@click.option("--limit", type=POSITIVE, default=1000, help="at most this many (default 1000)")
+@json_option
+@with_database
+def list_people(db: Database, limit: int, as_json: bool) -> int:
+    """`mailroom people list [--limit N] [--json]`."""
+    from worker.core.db import connect
+    from worker.core.terminal import printable
+    from worker.producers import birthdays
+
+    with connect(db.url) as conn:
+        found = birthdays.list_people(conn, limit)
+    if as_json:
+        print(json.dumps([_jsonable(vars(p)) for p in found], indent=2))
         return 0
+    print(f"{'ID':<36}  {'NAME':<28}  {'BORN':<10}  {'TIME ZONE':<22}  VERSION")
+    for p in found:
+        name = printable(f"{p.first_name} {p.last_name}")[:28]  # as the application wrote it
+        print(f"{p.id!s:<36}  {name:<28}  {p.date_of_birth!s:<10}  {p.time_zone:<22}  {p.version}")
+    print(f"{len(found)} person(s)", file=sys.stderr)
+    return 0
+
+
+@people.command("delete", cls=Command, help=DELETE, short_help="delete a person and their events")
+@click.argument("person_id", type=PERSON, metavar="ID")
+@with_database
+def delete(db: Database, person_id: uuid.UUID) -> int:
+    """`mailroom people delete ID`: exit status 2 when there is no such person."""
+    from worker.core.db import connect
+    from worker.core.validation import ValidationError
+    from worker.producers import birthdays
+
+    with connect(db.url) as conn:
+        if not birthdays.delete_person(conn, person_id):
+            raise ValidationError("person", f"no person {person_id}")
+    print(f"deleted {person_id} and their events")
+    return 0
 
 
 def _print_next(conn: Any, person_id: uuid.UUID) -> None:
@@ -180,82 +266,33 @@ def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
+@click.group(cls=Group, help=EVENTS)
+def events() -> None:
+    """`mailroom events ACTION`."""
+
+
+@events.command("upcoming", cls=Command, help=UPCOMING, short_help="pending events due soon")
+@click.option("--hours", type=Hours(), default=24.0, help="look this far ahead (default 24)")
+@click.option("--limit", type=POSITIVE, default=1000, help="at most this many (default 1000)")
+@json_option
+@with_database
+def upcoming(db: Database, hours: float, limit: int, as_json: bool) -> int:
     """`mailroom events upcoming [--hours H]`: pending birthday events due within H hours."""
-    from worker.core.db import connect, database_url
+    from worker.core.db import connect
+    from worker.core.terminal import printable
     from worker.producers.birthdays import upcoming_events
 
-    with connect(database_url(settings)) as conn:
-        events = upcoming_events(conn, hours=args.hours, limit=args.limit)
-    if args.json:
-        print(json.dumps([_jsonable(vars(e)) for e in events], indent=2))
+    with connect(db.url) as conn:
+        found = upcoming_events(conn, hours=hours, limit=limit)
+    if as_json:
+        print(json.dumps([_jsonable(vars(e)) for e in found], indent=2))
         return 0
     print(f"{'DUE (UTC)':<16}  {'LOCAL':<16}  {'TIME ZONE':<22}  {'NAME':<28}  EVENT")
-    for e in events:
+    for e in found:
         name = printable(f"{e.first_name} {e.last_name}")[:28]
         print(
             f"{e.due_at:%Y-%m-%d %H:%M}  {e.local_due_at:%Y-%m-%d %H:%M}  {e.time_zone:<22}  {name:<28}"
             f"  {e.event_id}"
         )
-    print(f"{len(events)} event(s) due within {args.hours:g} hour(s)", file=sys.stderr)
+    print(f"{len(found)} event(s) due within {hours:g} hour(s)", file=sys.stderr)
     return 0
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom people` and `mailroom events`."""
-    parser = sub.add_parser(
-        "people",
-        help="people whose birthday gets an email in their time zone",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    actions = parser.add_subparsers(dest="people_command", required=True, metavar="ACTION")
-    raw = argparse.RawDescriptionHelpFormatter
-    add = actions.add_parser(
-        "add", help="add a person (their next birthday is scheduled)", description=ADD, formatter_class=raw
-    )
-    add.add_argument("email", help="email address")
-    add.add_argument("first_name", metavar="FIRST", help="first name")
-    add.add_argument("last_name", metavar="LAST", help="last name")
-    add.add_argument("--born", type=_date, required=True, metavar="YYYY-MM-DD", help="date of birth")
-    add.add_argument("--tz", required=True, metavar="ZONE", help="IANA time zone, e.g. Asia/Kathmandu")
-    add.add_argument("--locale", default="en", help="language of the email (default en)")
-    upd = actions.add_parser(
-        "update",
-        help="change a person (zone or birth date changes reschedule)",
-        description=UPDATE,
-        formatter_class=raw,
-    )
-    upd.add_argument("id", type=_uuid, metavar="ID", help="the person's id")
-    upd.add_argument("--email")
-    upd.add_argument("--first-name")
-    upd.add_argument("--last-name")
-    upd.add_argument("--born", type=_date, metavar="YYYY-MM-DD")
-    upd.add_argument("--tz", metavar="ZONE")
-    upd.add_argument("--locale")
-    upd.add_argument(
-        "--version", type=int, help="apply only if the person is still at this version (from list)"
-    )
-    lst = actions.add_parser("list", help="list people", description=LIST, formatter_class=raw)
-    lst.add_argument("--limit", type=_count, default=1000, help="at most this many (default 1000)")
-    lst.add_argument("--json", action="store_true", help="machine-readable output")
-    delete = actions.add_parser(
-        "delete", help="delete a person and their events", description=DELETE, formatter_class=raw
-    )
-    delete.add_argument("id", type=_uuid, metavar="ID")
-    parser.set_defaults(handler=cmd_people)
-
-    events = sub.add_parser(
-        "events",
-        help="scheduled birthday events",
-        description=EVENTS,
-        formatter_class=raw,
-    )
-    e_actions = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
-    upcoming = e_actions.add_parser(
-        "upcoming", help="pending events due soon", description=UPCOMING, formatter_class=raw
-    )
-    upcoming.add_argument("--hours", type=_hours, default=24.0, help="look this far ahead (default 24)")
-    upcoming.add_argument("--limit", type=_count, default=1000, help="at most this many (default 1000)")
-    upcoming.add_argument("--json", action="store_true", help="machine-readable output")
-    events.set_defaults(handler=cmd_events)
