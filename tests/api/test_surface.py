@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 import mailroom
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +84,40 @@ def test_import_mailroom_loads_only_the_core() -> None:
     assert "worker.core.outbox" in loaded  # the check sees modules at all
     heavy = [m for m in loaded if m.startswith(HEAVY) or m.split(".")[0] in HEAVY_TOP]
     assert heavy == []
+
+
+def _core_distributions() -> set[str]:
+    """Mailroom's dependencies without extras, and theirs (with the extras they ask for), by canonical name."""
+    wanted: list[tuple[str, frozenset[str]]] = [("mailroom", frozenset())]
+    found: set[str] = set()
+    while wanted:
+        name, extras = wanted.pop()
+        found.add(canonicalize_name(name))
+        for line in importlib.metadata.requires(name) or []:
+            requirement = Requirement(line)
+            marker = requirement.marker
+            needed = marker is None or any(marker.evaluate({"extra": extra}) for extra in {"", *extras})
+            if needed and canonicalize_name(requirement.name) not in found:
+                wanted.append((requirement.name, frozenset(requirement.extras)))
+    return found
+
+
+def test_import_mailroom_needs_no_extra() -> None:
+    """A core-only install (`pip install mailroom`, no [worker] or other extras) can import and enqueue."""
+    code = (
+        "import sys; before = set(sys.modules); import mailroom; print(' '.join(set(sys.modules) - before))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    owners = importlib.metadata.packages_distributions()
+    core = _core_distributions()
+    tops = {m.split(".")[0] for m in done.stdout.split()}
+    outside = sorted(
+        f"{top} ({', '.join(owners[top])})"
+        for top in tops
+        if top in owners and not {canonicalize_name(d) for d in owners[top]} & core
+    )
+    assert "psycopg" in tops and "aiosmtplib" not in core  # the check sees imports and extras apart
+    assert outside == []
 
 
 def _imported_modules(path: Path) -> list[str]:
