@@ -206,9 +206,7 @@ def test_a_rotation_rolled_back_leaves_the_old_key_in_force_and_no_audit_row(
 def test_keys_rotate_help_says_where_the_new_key_comes_from_with_an_example(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["keys", "rotate", "--help"])
+    assert main(["keys", "rotate", "--help"]) == 0
     out = capsys.readouterr().out
-    assert exited.value.code == 0
     assert "never goes on the command line" in out and "--new-key-file" in out
-    assert 'export MAILROOM_NEW_SECRET_KEY="$(mailroom keygen)"' in out
+    assert 'export MAILROOM_NEW_SECRET_KEY="$(mailroom keys generate)"' in out

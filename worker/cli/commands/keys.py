@@ -1,15 +1,32 @@
-"""`mailroom keys rotate`: re-encrypt every stored secret with a new MAILROOM_SECRET_KEY."""
+"""`mailroom keys`: make a new MAILROOM_SECRET_KEY; re-encrypt every stored secret with a new one."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
-from typing import Any
 
-from worker.core.config import ConfigError, Settings
+import click
+
+from worker.cli.framework import Command, Database, Group, with_database
 
 NEW_KEY_VAR = "MAILROOM_NEW_SECRET_KEY"
+
+KEYS = f"""\
+Manage MAILROOM_SECRET_KEY, the key that encrypts stored secrets (SMTP passwords, DKIM private keys,
+OAuth2 client secrets and refresh tokens): make a new one, or rotate to a new one.
+
+Examples:
+  mailroom keys generate
+  {NEW_KEY_VAR}="$(mailroom keys generate)" mailroom keys rotate"""
+
+GENERATE = """\
+Print a new random MAILROOM_SECRET_KEY (the key that encrypts SMTP passwords and DKIM keys at rest).
+Nothing is stored or changed. Keep it safe: without it stored secrets cannot be read.
+Exit status 0.
+
+Examples:
+  export MAILROOM_SECRET_KEY="$(mailroom keys generate)"
+  MAILROOM_NEW_SECRET_KEY="$(mailroom keys generate)" mailroom keys rotate"""
 
 ROTATE = f"""\
 Re-encrypt every stored secret (the sender accounts' SMTP passwords, DKIM private keys and OAuth2
@@ -18,7 +35,7 @@ transaction, and record it in the audit trail.
 
 The new key never goes on the command line (it would show in `ps`): it is read from the
 environment variable {NEW_KEY_VAR} (or the one --new-key-env names), or from a file
-only its owner can read (--new-key-file). Create one with `mailroom keygen`.
+only its owner can read (--new-key-file). Create one with `mailroom keys generate`.
 
 If any stored secret does not decrypt with the current key, nothing is changed and the accounts
 concerned are named (exit status 2). When the current key is Mailroom's own key file
@@ -29,32 +46,65 @@ workers: one still on the old key skips these sender accounts, saying so in its 
 Exit status 0 when rotated, 2 when the new key is missing or invalid, or a secret does not decrypt.
 
 Example:
-  export {NEW_KEY_VAR}="$(mailroom keygen)"
+  export {NEW_KEY_VAR}="$(mailroom keys generate)"
   mailroom keys rotate
   export MAILROOM_SECRET_KEY="${NEW_KEY_VAR}"; unset {NEW_KEY_VAR}"""
 
 
-def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
+@click.group(cls=Group, help=KEYS)
+def keys() -> None:
+    """`mailroom keys ACTION`."""
+
+
+@keys.command("generate", cls=Command, help=GENERATE, short_help="print a new MAILROOM_SECRET_KEY")
+def generate() -> int:
+    """`mailroom keys generate`: print a new MAILROOM_SECRET_KEY."""
+    from worker.core.crypto import generate_key
+
+    print(generate_key())
+    return 0
+
+
+@keys.command("rotate", cls=Command, help=ROTATE, short_help="re-encrypt every stored secret with a new key")
+@click.option(
+    "--new-key-env",
+    metavar="VAR",
+    help=f"read the new key from environment variable VAR (default {NEW_KEY_VAR})",
+)
+@click.option(
+    "--new-key-file",
+    metavar="PATH",
+    type=click.Path(path_type=pathlib.Path),
+    help="read the new key from this file (it must be readable by its owner only)",
+)
+@with_database
+def rotate(db: Database, new_key_env: str | None, new_key_file: pathlib.Path | None) -> int:
     """`mailroom keys rotate [--new-key-env VAR | --new-key-file PATH]`."""
+    from worker.core.config import ConfigError
     from worker.core.crypto import SecretBox, key_file, secret_box
-    from worker.core.db import checked_url, connect
+    from worker.core.db import connect
     from worker.ops.keys import key_id, rotate_secrets
 
+    if new_key_env is not None and new_key_file is not None:
+        raise click.UsageError("--new-key-env and --new-key-file exclude each other: give one of them")
+    settings = db.settings
     old = secret_box(settings)
     current = settings.secret_key or key_file(settings).read_text(encoding="ascii")
-    new_key = _new_key(args).strip()
+    new_key = _new_key(new_key_env or NEW_KEY_VAR, new_key_file).strip()
     try:
         new = SecretBox(new_key)
     except ConfigError:
-        raise ConfigError("the new key is not a valid key; create one with `mailroom keygen`") from None
+        raise ConfigError(
+            "the new key is not a valid key; create one with `mailroom keys generate`"
+        ) from None
     if key_id(new_key) == key_id(current):
         raise ConfigError("the new key is the current MAILROOM_SECRET_KEY: there is nothing to rotate")
-    with connect(checked_url(settings)) as conn:
+    with connect(db.url) as conn:
         rotation = rotate_secrets(conn, old, new, new_key)
     print(
         f"re-encrypted {rotation.secrets} secret(s) ({rotation.passwords} SMTP password(s), "
-        f"{rotation.dkim_keys} DKIM key(s), {rotation.oauth_secrets} OAuth2 secret(s)) of {rotation.accounts} sender account(s) "
-        f"with the new key (key id {rotation.key_id})"
+        f"{rotation.dkim_keys} DKIM key(s), {rotation.oauth_secrets} OAuth2 secret(s)) "
+        f"of {rotation.accounts} sender account(s) with the new key (key id {rotation.key_id})"
     )
     if settings.secret_key:
         print("now set MAILROOM_SECRET_KEY to the new key wherever Mailroom runs, and restart the workers")
@@ -64,21 +114,22 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _new_key(args: argparse.Namespace) -> str:
+def _new_key(variable: str, path: pathlib.Path | None) -> str:
     """The new key, from a file only its owner may read or from an environment variable."""
-    if args.new_key_file is not None:
-        path: pathlib.Path = args.new_key_file
+    from worker.core.config import ConfigError
+
+    if path is not None:
         try:
             if path.stat().st_mode & 0o077:
                 raise ConfigError(f"{path} is readable by others; run `chmod 600` on it")
             return path.read_text(encoding="ascii")
         except OSError as exc:
             raise ConfigError(f"cannot read the new key file: {exc}") from None
-    value = os.environ.get(args.new_key_env)
+    value = os.environ.get(variable)
     if not value:
         raise ConfigError(
-            f"environment variable {args.new_key_env} is not set: export the new key there "
-            "(create one with `mailroom keygen`) or give --new-key-file PATH"
+            f"environment variable {variable} is not set: export the new key there "
+            "(create one with `mailroom keys generate`) or give --new-key-file PATH"
         )
     return value
 
@@ -92,37 +143,3 @@ def _replace_key_file(path: pathlib.Path, key: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(fresh, path)
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom keys` and its action."""
-    keys = sub.add_parser(
-        "keys",
-        help="rotate the key that encrypts stored secrets",
-        description="Manage MAILROOM_SECRET_KEY, the key that encrypts stored secrets.\n\n"
-        "Examples:\n"
-        "  mailroom keygen\n"
-        f'  {NEW_KEY_VAR}="$(mailroom keygen)" mailroom keys rotate',
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    k_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
-    rotate = k_sub.add_parser(
-        "rotate",
-        help="re-encrypt every stored secret with a new key",
-        description=ROTATE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    source = rotate.add_mutually_exclusive_group()
-    source.add_argument(
-        "--new-key-env",
-        metavar="VAR",
-        default=NEW_KEY_VAR,
-        help=f"read the new key from environment variable VAR (default {NEW_KEY_VAR})",
-    )
-    source.add_argument(
-        "--new-key-file",
-        metavar="PATH",
-        type=pathlib.Path,
-        help="read the new key from this file (it must be readable by its owner only)",
-    )
-    keys.set_defaults(handler=cmd_keys)

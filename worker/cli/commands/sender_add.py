@@ -1,0 +1,199 @@
+"""`mailroom senders add`: a new SMTP sender account, asking on a terminal for what is left out."""
+
+from __future__ import annotations
+
+import getpass
+import pathlib
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from worker.cli.commands.sender_input import (
+    WARMUP_STAGE,
+    Given,
+    ask,
+    doubtful_choices,
+    interactive,
+    password_from,
+    plaintext_login_warning,
+    settings_options,
+)
+from worker.cli.commands.sender_oauth import (
+    auth_changes,
+    auth_options,
+    complete_oauth_add,
+    oauth_secret_given,
+)
+from worker.cli.framework import Command, Database, with_database
+
+if TYPE_CHECKING:
+    from worker.ops.sender_auth import OAuthSecrets
+    from worker.ops.senders import SenderSpec
+
+ADD = """\
+Add an SMTP sender account. The password is stored encrypted with MAILROOM_SECRET_KEY and is never a
+flag value (it would show in `ps` and the shell history): give the name of an environment variable
+holding it (--password-env), a file holding it (--password-file, first line), or type it at the
+prompt. On a terminal, what is missing is asked for: the security (none, starttls, tls), the port
+and the login (username, then the password, not echoed). Without a terminal nothing is asked: a
+port or security left out is defaulted with a warning on standard error, a login without a password
+is refused, and doubtful choices (implicit TLS on 587, no TLS to a remote host, no login) are
+warned about. A login (password or OAuth2) with --security none to a host other than localhost is
+refused: the secret would cross the network readable by anyone on the path; --allow-plaintext-login
+allows it knowingly (the worker refuses such a login too when the account does not allow it).
+Other accounts are left alone.
+
+OAuth2 (Gmail, Microsoft 365, which refuse passwords): --auth oauth2 logs in with SMTP AUTH
+XOAUTH2 as the mailbox (--username; the From address when left out), with access tokens the worker
+gets from the token endpoint (--oauth-provider google, --oauth-provider microsoft with
+--oauth-tenant, or --oauth-token-url) using the client id, the client secret and a refresh token.
+The secret and the refresh token are stored encrypted and come like a password: from a variable
+(--oauth-client-secret-env, --oauth-refresh-token-env), a file (...-file) or a prompt (...-prompt).
+--bounce-domain gives the account's own domain for VERP return paths; --relay-provider postmark
+or sendgrid tags each message so that relay's bounce webhooks name the email.
+Exit status 0 when added, 2 when a setting is invalid, the name is taken or a password or an
+OAuth2 setting is missing.
+
+Examples:
+  SMTP_PASSWORD=... mailroom senders add transactional-1 --from noreply@example.com \\
+      --host smtp.example.com --port 587 --security starttls --username mailer \\
+      --password-env SMTP_PASSWORD --daily-limit 5000
+  mailroom senders add relay --from noreply@example.com --host smtp.example.com \\
+      --username mailer --password-file /run/secrets/smtp
+  mailroom senders add local --from dev@example.com --host 127.0.0.1 --port 2525 --security none
+  CLIENT_SECRET=... REFRESH_TOKEN=... mailroom senders add gmail --from me@example.com \\
+      --host smtp.gmail.com --port 587 --security starttls --auth oauth2 --oauth-provider google \\
+      --oauth-client-id 1234.apps.googleusercontent.com --oauth-client-secret-env CLIENT_SECRET \\
+      --oauth-refresh-token-env REFRESH_TOKEN
+  mailroom senders add relay --from noreply@example.com --host smtp.postmarkapp.com \\
+      --username TOKEN --password-env PM_TOKEN --bounce-domain bounces.example.com \\
+      --relay-provider postmark"""
+
+
+@click.command("add", cls=Command, help=ADD, short_help="add a sender account")
+@click.argument("name")
+@settings_options(adding=True)
+@auth_options(adding=True)
+@click.option("--warmup-stage", type=WARMUP_STAGE, default=0, help="warm-up stage 1-5, 0 = none")
+@click.option("--dkim-domain", metavar="DOMAIN", help="DKIM signing domain (d=), e.g. example.com")
+@click.option("--dkim-selector", metavar="SELECTOR", help="DKIM selector (s=), e.g. mail2026")
+@click.option(
+    "--dkim-key-file",
+    metavar="PATH",
+    type=click.Path(path_type=pathlib.Path),
+    help="RSA private key (PEM) to sign with; stored encrypted with MAILROOM_SECRET_KEY. "
+    "All three --dkim-* options go together; the TXT record to publish is printed",
+)
+@with_database
+def add(db: Database, /, **options: Any) -> int:
+    """`mailroom senders add NAME --from ADDRESS --host HOST [...]`."""
+    from worker.core.crypto import secret_box
+    from worker.core.db import connect
+    from worker.ops.senders import add_sender
+
+    given = Given(**options)
+    box = secret_box(db.settings)  # before any prompt: a missing key is said before a password is typed
+    oauth = _oauth_secrets(given)
+    password = _complete_add(given)
+    login = given.auth == "password"
+    warnings = doubtful_choices(given.host, given.port, given.security, password, check_login=login)
+    warnings += plaintext_login_warning(
+        given.host, given.security, given.username, given.allow_plaintext_login
+    )
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    spec = _spec(given)
+    dkim_key = _dkim_key(given.dkim_key_file)
+    with connect(db.url) as conn:
+        sender_id = add_sender(conn, spec, password, box, dkim_key, oauth=oauth)
+    print(f"added sender account {given.name} (id {sender_id})")
+    if dkim_key is not None:
+        from worker.core.dkim import dns_record, normalise_private_key
+
+        print(f"DKIM: publish this TXT record at {given.dkim_selector}._domainkey.{given.dkim_domain}:")
+        print(dns_record(normalise_private_key(dkim_key)))
+    return 0
+
+
+def _oauth_secrets(given: Given) -> OAuthSecrets | None:
+    """The OAuth2 secrets of an oauth2 account (asked on a terminal); refused for a password account."""
+    from worker.core.config import ConfigError
+    from worker.ops.sender_auth import OAuthSecrets
+
+    if given.auth == "oauth2":
+        return OAuthSecrets(*complete_oauth_add(given, interactive()))
+    if oauth_secret_given(given):
+        raise ConfigError("OAuth2 secrets are for an oauth2 sender: add --auth oauth2")
+    return None
+
+
+def _spec(given: Given) -> SenderSpec:
+    """The account to add, from the options given (completed by `_complete_add`)."""
+    from worker.ops.senders import SenderSpec
+
+    return SenderSpec(
+        name=given.name,
+        from_email=given.from_email,
+        from_name=given.from_name,
+        smtp_host=given.host,
+        smtp_port=given.port,
+        smtp_security=given.security,
+        smtp_username=given.username,
+        daily_limit=given.daily_limit,
+        warmup_stage=given.warmup_stage,
+        warmup_limit=given.warmup_limit,
+        send_delay_ms=given.send_delay_ms,
+        max_connections=given.max_connections,
+        dkim_domain=given.dkim_domain,
+        dkim_selector=given.dkim_selector,
+        connect_timeout_seconds=given.connect_timeout,
+        command_timeout_seconds=given.command_timeout,
+        data_timeout_seconds=given.data_timeout,
+        allow_plaintext_login=given.allow_plaintext_login,
+        **auth_changes(given),
+    )
+
+
+def _complete_add(given: Given) -> str | None:
+    """Ask on a terminal for the security, port and login left out; default them (warned) otherwise."""
+    from worker.core.config import ConfigError
+
+    asking = interactive()
+    if given.security is None:
+        if asking:
+            given.security = ask("Security (none, starttls, tls)", "starttls", ("none", "starttls", "tls"))
+        else:
+            given.security = "starttls"
+            print("warning: no --security given: using starttls", file=sys.stderr)
+    default_port = 465 if given.security == "tls" else 587
+    if given.port is None and asking:
+        given.port = int(ask("SMTP port", str(default_port), None, digits=True))
+    elif given.port is None:
+        given.port = default_port
+        what = "implicit TLS" if default_port == 465 else "submission"
+        print(f"warning: no --port given: using {default_port} ({what})", file=sys.stderr)
+    password = password_from(given)
+    if given.auth == "oauth2":
+        return password  # logs in with tokens (a password given is refused when stored)
+    if asking and given.username is None and password is None:
+        given.username = ask("SMTP username (Enter for no login)", "", None) or None
+    if asking and given.username and password is None:
+        password = getpass.getpass(f"SMTP password for {given.username}@{given.host}: ") or None
+    if given.username and password is None:
+        raise ConfigError(
+            "--username needs a password: give --password-env VAR or --password-file PATH "
+            "(or run on a terminal to be asked)"
+        )
+    return password
+
+
+def _dkim_key(path: pathlib.Path | None) -> bytes | None:
+    from worker.core.config import ConfigError
+
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the DKIM key file: {exc}") from None
