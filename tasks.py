@@ -97,6 +97,14 @@ def wheel_smoke() -> None:
         _run(python, script, cwd=work)
 
 
+def build_docs() -> None:
+    """Build the documentation site with `--strict`: a broken link or a page left out of the nav fails."""
+    # Material prints a banner about its successor on every build; the check needs only the warnings.
+    os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
+    with tempfile.TemporaryDirectory(prefix="mailroom-site-") as tmp:
+        _run(BIN / "mkdocs", "build", "--strict", "--quiet", "--site-dir", tmp)
+
+
 def test(extra: list[str]) -> None:
     """Lint, type-check, check the architecture contract, then run the whole test suite."""
     ensure_venv()
@@ -107,6 +115,8 @@ def test(extra: list[str]) -> None:
     _run(BIN / "mypy")
     _say("import-linter")
     _run(BIN / "lint-imports")
+    _say("docs site (mkdocs build --strict)")
+    build_docs()
     # One process per core, up to four, each with its own embedded PostgreSQL (tests/fixtures_db.py);
     # any -n/--numprocesses given (`-n 0`: one process) overrides it.
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
