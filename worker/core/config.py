@@ -320,7 +320,8 @@ DECLARED: tuple[Setting, ...] = (
     _S("MAILROOM_HEALTH_MAX_IDLE_SECONDS", "health_max_idle_seconds",
        "... or when nothing was sent for this long while email has been due past the grace", _number),
     _S("MAILROOM_HEALTH_IDLE_GRACE_SECONDS", "health_idle_grace_seconds", "the idle, no-sender and no-worker "
-       "checks ignore email due (or being sent) for less than this", _number),
+       "checks ignore email due (or being sent) for less than this, so a fresh email after a quiet spell is "
+       "not an alarm", _number),
     _S("MAILROOM_HEALTH_FAILURE_WINDOW_SECONDS", "health_failure_window_seconds",
        "the recent window the attempt failure rate is measured over", _number, 1.0),
     _S("MAILROOM_HEALTH_MAX_ATTEMPT_FAILURE_RATE", "health_max_attempt_failure_rate",
@@ -328,7 +329,8 @@ DECLARED: tuple[Setting, ...] = (
     _S("MAILROOM_HEALTH_MIN_ATTEMPTS", "health_min_attempts", "fewer attempts (or a sender's deliveries) "
        "than this say nothing about a rate", _whole, 1),
     _S("MAILROOM_HEALTH_REPUTATION_DELIVERIES", "health_reputation_deliveries",
-       "a sender's hard-bounce and complaint rates are over its last this many deliveries", _whole, 1),
+       "a sender's hard-bounce and complaint rates are over its last this many deliveries (senders with fewer "
+       "than `MAILROOM_HEALTH_MIN_ATTEMPTS` deliveries are not judged)", _whole, 1),
     _S("MAILROOM_HEALTH_MAX_BOUNCE_RATE", "health_max_bounce_rate",
        "`mailroom health` and the console's banner fail when a sender's hard-bounce rate passes this", _number),
     _S("MAILROOM_HEALTH_MAX_COMPLAINT_RATE", "health_max_complaint_rate",
@@ -342,12 +344,13 @@ DECLARED: tuple[Setting, ...] = (
     _S("MAILROOM_TOKEN_TTL_SECONDS", "token_ttl_seconds", "lifetime of activation and recovery tokens",
        _number, 1.0),
     _S("MAILROOM_BIRTHDAY_LOCAL_TIME", "birthday_local_time",
-       "local time of day (HH:MM) birthday email is due in each person's zone", _text),
+       "local time of day (HH:MM) birthday email is due in each person's zone; people inserted by plain SQL "
+       "get the database's `mailroom.birthday_time` setting, else 09:00", _text),
     _S("MAILROOM_LIFECYCLE_BASE_URL", "lifecycle_base_url", "your application's address: links are "
        "`BASE/activate?token=HEX` and `BASE/recover?token=HEX`", _optional_url, shown="`MAILROOM_BASE_URL`"),
     # bounces and complaints
-    _S("MAILROOM_BOUNCE_DOMAIN", "bounce_domain", "the domain of every email's VERP return path; without it "
-       "MAIL FROM is the sender account's address", _domain),
+    _S("MAILROOM_BOUNCE_DOMAIN", "bounce_domain", "the domain of every email's VERP return path (a sender "
+       "account's own wins); without either, MAIL FROM is the sender account's address", _domain),
     _S("MAILROOM_WEBHOOK_SECRET", "webhook_secret",
        "HMAC secret of the generic bounce webhook (`/webhooks/bounces`); unset, the route answers 404", _optional),
     _S("MAILROOM_POSTMARK_WEBHOOK_USER", "postmark_webhook_user",
