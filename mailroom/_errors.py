@@ -15,6 +15,8 @@ class BatchValidationError(ValidationError):
     are what `enqueue` would have raised for that request alone.
     """
 
+    __module__ = "mailroom"
+
     def __init__(self, index: int, field: str, message: str) -> None:
         super().__init__(field, message)
         self.index = index

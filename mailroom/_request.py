@@ -53,3 +53,6 @@ class EmailRequest(outbox.EmailRequest):
         reference_type, reference_id: your own pointer to what the email is about (for
             example `"order"`, `"42"`), shown in `mailroom.my_emails`.
     """
+
+    # Shown, and pickled, under its public name.
+    __module__ = "mailroom"

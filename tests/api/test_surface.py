@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import importlib.metadata
 import inspect
+import pickle
 import re
 import subprocess
 import sys
@@ -71,6 +72,11 @@ def test_errors_are_what_an_application_catches() -> None:
         "invalid email address",
         "requests[3]: to: invalid email address",
     )
+    again = pickle.loads(pickle.dumps(error))  # noqa: S301 (our own bytes, round-tripped)
+    assert (type(again), again.index, again.field, str(again)) == (type(error), 3, "to", str(error))
+    request = mailroom.EmailRequest(to=["a@example.com"], subject="s", text="t", headers={"X-Order": "42"})
+    assert pickle.loads(pickle.dumps(request)) == request  # noqa: S301
+    assert repr(request).startswith("EmailRequest(") and mailroom.EmailRequest.__module__ == "mailroom"
 
 
 def test_import_mailroom_loads_only_the_core() -> None:
