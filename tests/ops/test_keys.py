@@ -210,3 +210,32 @@ def test_keys_rotate_help_says_where_the_new_key_comes_from_with_an_example(
     out = capsys.readouterr().out
     assert "never goes on the command line" in out and "--new-key-file" in out
     assert 'export MAILROOM_NEW_SECRET_KEY="$(mailroom keys generate)"' in out
+
+
+def test_keys_generate_prints_a_new_usable_key_each_time(capsys: pytest.CaptureFixture[str]) -> None:
+    code, first, err = run(capsys, "keys", "generate")
+    assert code == 0 and err == ""
+    box = SecretBox(first.strip())
+    assert box.decrypt(box.encrypt("x")) == "x"
+    assert run(capsys, "keys", "generate")[1] != first
+
+
+def test_keygen_still_works_and_names_its_new_spelling(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "keygen")
+    box = SecretBox(out.strip())
+    assert code == 0 and box.decrypt(box.encrypt("x")) == "x"
+    assert "mailroom keys generate" in err
+
+
+def test_the_new_key_comes_from_a_variable_or_a_file_not_both(
+    cli_env: dict[str, str], db_url: str, secret_key: str, pem: bytes, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    add_senders(db_url, secret_key, pem)
+    before = stored(db_url)
+    path = tmp_path / "new.key"
+    path.write_text(generate_key() + "\n")
+    path.chmod(0o600)
+    code, _, err = run(capsys, "keys", "rotate", "--new-key-env", "K", "--new-key-file", str(path))
+    assert code == 2 and "--new-key-env and --new-key-file exclude each other" in err
+    assert stored(db_url) == before

@@ -203,3 +203,22 @@ def test_editing_an_oauth2_senders_username_on_a_terminal_asks_for_no_password(
     assert code == 0, err
     row = sender(conn, "gmail")
     assert (row["smtp_username"], row["smtp_password_encrypted"]) == ("other@example.com", None)
+
+
+def test_the_token_endpoint_is_a_preset_or_a_url_not_both(
+    oauth_env: dict[str, str], conn: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    endpoint = ["--oauth-provider", "google", "--oauth-token-url", "https://auth.example.com/token"]
+    code, _, err = run(capsys, *GMAIL, *endpoint, *SECRETS)
+    assert code == 2 and "--oauth-provider and --oauth-token-url exclude each other" in err
+    assert _count(conn) == 0
+
+
+def test_the_command_offers_the_providers_the_settings_accept() -> None:
+    """The command spells the choices itself (its module loads without the validation); they must agree."""
+    from worker.cli.commands import sender_oauth
+    from worker.core import sender_settings
+
+    assert sender_oauth.PROVIDERS == sender_settings.PROVIDERS
+    assert sender_oauth.RELAY_PROVIDERS == sender_settings.RELAY_PROVIDERS
+    assert sender_oauth.AUTH_TYPES == sender_settings.AUTH_TYPES

@@ -273,3 +273,40 @@ def test_remove_with_yes_deletes_the_account_and_its_usage_rows(
     code, _, err = run(capsys, "senders", "remove", "relay", "--yes")
     assert code == 0, err
     assert conn.execute("SELECT count(*) AS n FROM mailroom.sender_usage").fetchone() == {"n": 0}
+
+
+# --- options that exclude each other, values out of range ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        ([*BASE, "--password-env", "PW", "--password-file", "pw.txt"], "--password-env and --password-file"),
+        (["senders", "edit", "relay", "--password-env", "PW", "--password-prompt"], "--password-prompt"),
+        (["senders", "edit", "relay", "--bounce-domain", "b.example.org", "--no-bounce-domain"], "exclude"),
+    ],
+    ids=["password-env-and-file", "password-env-and-prompt", "bounce-domain-and-none"],
+)
+def test_options_that_exclude_each_other_are_a_usage_error_and_change_nothing(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    said: str,
+) -> None:
+    if argv[1] == "edit":
+        _add_relay(capsys, monkeypatch)
+    before = conn.execute("SELECT * FROM mailroom.sender_accounts").fetchall()
+    monkeypatch.setenv("PW", "secret")
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and said in err and "Usage: mailroom senders" in err
+    conn.rollback()
+    assert conn.execute("SELECT * FROM mailroom.sender_accounts").fetchall() == before
+
+
+@pytest.mark.parametrize("action", ["add", "edit"])
+def test_a_warmup_stage_beyond_5_is_a_usage_error(action: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = BASE if action == "add" else ["senders", "edit", "relay"]
+    code, _, err = run(capsys, *argv, "--warmup-stage", "6")
+    assert code == 2 and "--warmup-stage" in err and "0<=x<=5" in err

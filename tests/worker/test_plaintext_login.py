@@ -64,6 +64,9 @@ def test_allow_plaintext_login_stores_the_choice_and_warns_each_time(
     assert code == 0, err
     assert "the login to smtp.example.com crosses the network unencrypted" in err
     assert _senders(conn) == [{"name": "relay", "allow_plaintext_login": True}]
+    code, out, err = run(capsys, "senders", "edit", "relay", "--daily-limit", "10")  # the flag left out: kept
+    assert code == 0 and out.strip().endswith("changed daily_limit"), err
+    assert _senders(conn) == [{"name": "relay", "allow_plaintext_login": True}]
     code, _, err = run(capsys, "senders", "edit", "relay", "--no-allow-plaintext-login")
     assert code == 2 and "--allow-plaintext-login" in err  # taking it back while logging in clear: refused
     assert (
