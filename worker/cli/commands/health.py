@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from worker.core.config import Settings
+import click
+
+from worker.cli.framework import Command, json_option, with_settings
+
+if TYPE_CHECKING:
+    from worker.core.config import Settings
+    from worker.ops.health import HealthReport
 
 DESCRIPTION = """\
 Check the email queue and exit non-zero, saying why, when:
@@ -24,7 +29,8 @@ Check the email queue and exit non-zero, saying why, when:
     MAILROOM_HEALTH_MIN_ATTEMPTS (20),
   - email is due and no worker has been alive for a minute,
   - or the database cannot be reached.
-One line per reason. Exit status: 0 healthy, 1 unhealthy. Suitable for monitoring probes.
+One line per reason. Exit status: 0 healthy, 1 unhealthy (an unreachable database included), 4 the
+database schema is missing or of another version. Suitable for monitoring probes.
 
 Reading the figures changes nothing.
 
@@ -33,26 +39,36 @@ Examples:
   mailroom health --json | jq .reasons"""
 
 
-def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
+@click.command(cls=Command, help=DESCRIPTION)
+@json_option
+@with_settings
+def health(settings: Settings, as_json: bool) -> int:
     """Print the figures and any reasons; return 1 when unhealthy."""
     import psycopg
 
-    from worker.core.db import connect, database_url
+    from worker.core.db import checked_url, connect
     from worker.ops.health import check_health
 
     try:
-        with connect(database_url(settings), autocommit=True) as conn:
+        # Not @with_database: an unreachable database is a finding of the probe (exit 1), not
+        # exit 3; a schema missing or of another version still raises SchemaMismatch (exit 4).
+        with connect(checked_url(settings), autocommit=True) as conn:
             report = check_health(conn, settings)
     except psycopg.OperationalError as exc:
         reason = f"database unreachable: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
-        if args.json:
+        if as_json:
             print(json.dumps({"ok": False, "reasons": [reason]}, indent=2))
         else:
             print(f"unhealthy: {reason}", file=sys.stderr)
         return 1
-    if args.json:
+    if as_json:
         print(json.dumps(report.as_dict(), indent=2))
         return 0 if report.ok else 1
+    return _print(report)
+
+
+def _print(report: HealthReport) -> int:
+    """The figures on stdout, warnings and reasons on stderr; the exit status."""
     oldest = report.oldest_pending_seconds
     since = report.seconds_since_last_send
     print(
@@ -67,15 +83,3 @@ def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
     for reason in report.reasons:
         print(f"unhealthy: {reason}", file=sys.stderr)
     return 1
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom health`."""
-    parser = sub.add_parser(
-        "health",
-        help="check the queue; exit non-zero with the reasons when it is unhealthy",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--json", action="store_true", help="machine-readable report")
-    parser.set_defaults(handler=cmd_health)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from worker.core.config import Settings
+import click
+
+from worker.cli.framework import Command, Database, Group, json_option, with_database
 
 if TYPE_CHECKING:
     from worker.ops.maintenance_report import MaintenanceReport
@@ -49,17 +50,26 @@ Examples:
   mailroom maintenance run"""
 
 
-def cmd_maintenance(args: argparse.Namespace, settings: Settings) -> int:
+@click.group(cls=Group, help=GROUP)
+def maintenance() -> None:
+    """`mailroom maintenance`: its actions below."""
+
+
+@maintenance.command("run", cls=Command, help=DESCRIPTION, short_help="run every maintenance step once")
+@click.option("--dry-run", is_flag=True, help="count what each step would touch; change nothing")
+@json_option
+@with_database
+def run(db: Database, dry_run: bool, as_json: bool) -> int:
     """Run maintenance once and print what each step did."""
-    from worker.core.db import connect, database_url
+    from worker.core.db import connect
     from worker.ops.retention import run_maintenance
 
     def progress(text: str) -> None:
         print(f"maintenance: {text}", file=sys.stderr, flush=True)
 
-    with connect(database_url(settings), autocommit=True) as conn:
-        report = run_maintenance(conn, settings, dry_run=args.dry_run, progress=progress)
-    if args.json:
+    with connect(db.url, autocommit=True) as conn:
+        report = run_maintenance(conn, db.settings, dry_run=dry_run, progress=progress)
+    if as_json:
         print(json.dumps(report.as_dict(), indent=2))
     elif report.skipped:
         print(f"maintenance skipped: {report.skipped}")
@@ -83,25 +93,3 @@ def _print_retention(report: MaintenanceReport) -> None:
             f"  {name:<10} older than {counts.age_days} day(s): {counts.due} due,"
             f" {counts.archived} archived, {counts.deleted} deleted"
         )
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom maintenance run`."""
-    parser = sub.add_parser(
-        "maintenance",
-        help="archive old email of every final state, purge the inbox, create and drop partitions",
-        description=GROUP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    actions = parser.add_subparsers(dest="maintenance_command", required=True, metavar="ACTION")
-    run = actions.add_parser(
-        "run",
-        help="run every maintenance step once",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    run.add_argument(
-        "--dry-run", action="store_true", help="count what each step would touch; change nothing"
-    )
-    run.add_argument("--json", action="store_true", help="machine-readable report")
-    run.set_defaults(handler=cmd_maintenance)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from worker.core.config import ConfigError, Settings
-from worker.ops.audit import cli_actor
+import click
+
+from worker.cli.framework import Command, Database, Group, json_option, with_database, yes_option
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 EXPORT_HELP = """\
 Write everything stored about EMAIL as one JSON document: its emails (queued, and archived in any
@@ -62,40 +64,37 @@ def _progress(verb: str) -> Callable[[int, int], None]:
     return report
 
 
-def cmd_privacy(args: argparse.Namespace, settings: Settings) -> int:
-    """Run an export or an erasure."""
-    from worker.ops.archive_files import archive_directory
-    from worker.ops.privacy import normalise
-
-    address = normalise(args.email)
-    directory = archive_directory(settings)
-    if args.privacy_command == "export":
-        return _export(args, settings, address, directory)
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise ConfigError("erasure cannot be undone: add --yes to confirm")
-        answer = input(f"Anonymise {address} everywhere? This cannot be undone. Type 'erase' to confirm: ")
-        if answer.strip() != "erase":
-            print("nothing changed", file=sys.stderr)
-            return 1
-    return _erase(args, settings, address, directory)
+@click.group(cls=Group, help=PRIVACY)
+def privacy() -> None:
+    """`mailroom privacy`: its actions below."""
 
 
-def _export(args: argparse.Namespace, settings: Settings, address: str, directory: Path) -> int:
+@privacy.command(
+    "export", cls=Command, help=EXPORT_HELP, short_help="write everything stored about EMAIL as JSON"
+)
+@click.argument("email", metavar="EMAIL")
+@click.option("-o", "--output", help="file to write (mode 0600) instead of standard output")
+@with_database
+def export(db: Database, email: str, output: str | None) -> int:
     """Write the export to stdout or --output; its audit row is committed with it."""
-    from worker.core.db import connect, database_url
-    from worker.ops.privacy import export_address, jsonable
+    from worker.core.config import ConfigError
+    from worker.core.db import connect
+    from worker.ops.archive_files import archive_directory
+    from worker.ops.audit import cli_actor
+    from worker.ops.privacy import export_address, jsonable, normalise
 
-    with connect(database_url(settings)) as conn:
+    address = normalise(email)
+    directory = archive_directory(db.settings)
+    with connect(db.url) as conn:
         data = export_address(conn, address, directory, progress=_progress("searched"), actor=cli_actor())
     text = json.dumps(data, default=jsonable, indent=2, ensure_ascii=False) + "\n"
-    if args.output in (None, "-"):
+    if output is None or output == "-":
         sys.stdout.write(text)
     else:
         try:
-            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         except OSError as exc:
-            raise ConfigError(f"cannot write {args.output}: {exc.strerror}") from None
+            raise ConfigError(f"cannot write {output}: {exc.strerror}") from None
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
     counts = ", ".join(f"{len(v)} {k}" for k, v in data.items() if isinstance(v, list) and v)
@@ -103,21 +102,52 @@ def _export(args: argparse.Namespace, settings: Settings, address: str, director
     return 0
 
 
-def _erase(args: argparse.Namespace, settings: Settings, address: str, directory: Path) -> int:
-    """Erase the address and print what changed (as JSON with --json)."""
-    from worker.core.db import connect, database_url
+@privacy.command(
+    "erase",
+    cls=Command,
+    help=ERASE_HELP,
+    short_help="anonymise EMAIL everywhere, keeping counts, timestamps and statuses",
+)
+@click.argument("email", metavar="EMAIL")
+@click.option(
+    "--suppress", is_flag=True, help="keep or put the address on the unsubscribe list (source privacy)"
+)
+@yes_option("do not ask; the erasure cannot be undone")
+@json_option
+@with_database
+def erase(db: Database, email: str, suppress: bool, yes: bool, as_json: bool) -> int:
+    """Erase the address once confirmed, and print what changed (as JSON with --json)."""
+    from worker.core.config import ConfigError
+    from worker.ops.archive_files import archive_directory
+    from worker.ops.privacy import normalise
+
+    address = normalise(email)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("erasure cannot be undone: add --yes to confirm")
+        answer = input(f"Anonymise {address} everywhere? This cannot be undone. Type 'erase' to confirm: ")
+        if answer.strip() != "erase":
+            print("nothing changed", file=sys.stderr)
+            return 1
+    return _erase(db, address, archive_directory(db.settings), suppress=suppress, as_json=as_json)
+
+
+def _erase(db: Database, address: str, directory: Path, *, suppress: bool, as_json: bool) -> int:
+    """Erase the address and print what changed."""
+    from worker.core.db import connect
+    from worker.ops.audit import cli_actor
     from worker.ops.privacy import erase_address
 
-    with connect(database_url(settings)) as conn:
+    with connect(db.url) as conn:
         report = erase_address(
             conn,
             address,
-            suppress=args.suppress,
+            suppress=suppress,
             archive_dir=directory,
             progress=_progress("searched"),
             actor=cli_actor(),
         )
-    if args.json:
+    if as_json:
         fields = ("replacement", "rows", "cancelled", "kept_signatures", "archive_files", "suppressed")
         print(json.dumps({name: getattr(report, name) for name in fields}, indent=2))
         return 0
@@ -130,38 +160,3 @@ def _erase(args: argparse.Namespace, settings: Settings, address: str, directory
     if report.suppressed:
         print("  on the unsubscribe list (source privacy)")
     return 0
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add `mailroom privacy export|erase`."""
-    parser = sub.add_parser(
-        "privacy",
-        help="export or erase everything stored about an email address",
-        description=PRIVACY,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    actions = parser.add_subparsers(dest="privacy_command", required=True, metavar="ACTION")
-    export = actions.add_parser(
-        "export",
-        help="write everything stored about EMAIL as JSON",
-        description=EXPORT_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    export.add_argument("email", metavar="EMAIL")
-    export.add_argument("-o", "--output", help="file to write (mode 0600) instead of standard output")
-    export.set_defaults(handler=cmd_privacy)
-    erase = actions.add_parser(
-        "erase",
-        help="anonymise EMAIL everywhere, keeping counts, timestamps and statuses",
-        description=ERASE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    erase.add_argument("email", metavar="EMAIL")
-    erase.add_argument(
-        "--suppress",
-        action="store_true",
-        help="keep or put the address on the unsubscribe list (source privacy)",
-    )
-    erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    erase.add_argument("--json", action="store_true", help="machine-readable report")
-    erase.set_defaults(handler=cmd_privacy)
