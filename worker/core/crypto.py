@@ -20,7 +20,7 @@ class SecretBox:
             self._fernet = Fernet(key.strip().encode("ascii"))
         except (ValueError, UnicodeEncodeError):
             raise ConfigError(
-                "MAILROOM_SECRET_KEY is not a valid key; create one with `mailroom keygen`"
+                "MAILROOM_SECRET_KEY is not a valid key; create one with `mailroom keys generate`"
             ) from None
 
     def encrypt(self, plaintext: str) -> bytes:
@@ -68,5 +68,5 @@ def secret_box(settings: Settings) -> SecretBox:
         return SecretBox(path.read_text(encoding="ascii"))
     raise ConfigError(
         "MAILROOM_SECRET_KEY is not set: SMTP passwords are stored encrypted with it. "
-        "Create one with `mailroom keygen` and export it."
+        "Create one with `mailroom keys generate` and export it."
     )
