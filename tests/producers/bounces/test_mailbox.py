@@ -289,3 +289,21 @@ def test_poll_command_without_the_password_is_a_usage_error(
     argv = ["bounces", "poll", "--imap", "127.0.0.1", "--user", USER, "--password-env", "BOUNCE_PASSWORD"]
     assert main(argv) == 2
     assert "no password in $BOUNCE_PASSWORD" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ([], "give --imap or --pop3"),
+        (["--imap", "127.0.0.1", "--pop3", "127.0.0.1"], "--imap and --pop3 cannot be given together"),
+        (["--imap", "127.0.0.1", "--password-file", "pw"], "--password-env and --password-file cannot"),
+        (["--imap", "127.0.0.1", "--starttls", "--insecure"], "--starttls and --insecure cannot"),
+        (["--imap", "127.0.0.1", "--once", "--every", "60"], "--once and --every cannot"),
+    ],
+)
+def test_poll_command_takes_one_server_one_password_one_security_and_one_schedule(
+    options: list[str], error: str, cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["bounces", "poll", "--user", USER, "--password-env", "BOUNCE_PASSWORD", *options]
+    assert main(argv) == 2
+    assert error in capsys.readouterr().err
