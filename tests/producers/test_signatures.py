@@ -332,6 +332,17 @@ def test_checksum_command_exit_status_follows_the_match(
     assert "does NOT match" in capsys.readouterr().out
 
 
+def test_docs_add_takes_a_checksum_or_a_file_not_both_and_adds_nothing_then(
+    conn: psycopg.Connection[Any], cli_env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = tmp_path / "terms.txt"
+    doc.write_text("terms v1")
+    checksum = hashlib.sha256(b"terms v1").hexdigest()
+    assert main(["docs", "add", "terms", "--checksum", checksum, "--file", str(doc)]) == 2
+    assert "give --checksum or --file, not both" in capsys.readouterr().err
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.documents").fetchone() == {"n": 0}
+
+
 def test_verify_fails_when_the_documents_checksum_no_longer_is_the_signed_one(
     conn: Conn, settings: Settings
 ) -> None:
