@@ -28,6 +28,7 @@ from worker.cli.framework import (
 
 if TYPE_CHECKING:
     from worker.core.config import Settings
+    from worker.producers.bounces.receiver import SenderDomains
 
 EX_TEMPFAIL = 75  # sysexits.h: Postfix, Exim and Sendmail keep the message and retry the pipe later
 TEN_MIB = 10 * 1024 * 1024
@@ -212,27 +213,17 @@ def receive(
     """Serve until interrupted."""
     from dataclasses import replace
 
-    from worker.core.config import ConfigError
     from worker.core.return_path import bounce_key
     from worker.producers.bounces.receiver import (
         BounceHandler,
         BounceServer,
         RateLimiter,
         ReceiverLimits,
-        SenderDomains,
         database_processor,
-        database_sender_domains,
     )
 
     settings = db.settings
-    given = frozenset(d.strip().lower().rstrip(".") for d in (domains or [settings.bounce_domain or ""]))
-    given = frozenset(d for d in given if d)
-    # Without --domain: MAILROOM_BOUNCE_DOMAIN and every sender account's own bounce domain.
-    sender_domains = None if domains else SenderDomains(database_sender_domains(db.url))
-    if not given and not (sender_domains and asyncio.run(sender_domains.get())):
-        raise ConfigError(
-            "no bounce domain: set MAILROOM_BOUNCE_DOMAIN, a sender's --bounce-domain, or pass --domain"
-        )
+    given, sender_domains = _bounce_domains(db, domains)
     host, port = listen
     handler = BounceHandler(
         database_processor(db.url, bounce_key(settings), settings.bounce_domain),
@@ -261,6 +252,21 @@ def receive(
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
     return 0
+
+
+def _bounce_domains(db: Database, domains: tuple[str, ...]) -> tuple[frozenset[str], SenderDomains | None]:
+    """The domains --domain names; without it MAILROOM_BOUNCE_DOMAIN and every sender account's own."""
+    from worker.core.config import ConfigError
+    from worker.producers.bounces.receiver import SenderDomains, database_sender_domains
+
+    given = frozenset(d.strip().lower().rstrip(".") for d in (domains or [db.settings.bounce_domain or ""]))
+    given = frozenset(d for d in given if d)
+    sender_domains = None if domains else SenderDomains(database_sender_domains(db.url))
+    if not given and not (sender_domains and asyncio.run(sender_domains.get())):
+        raise ConfigError(
+            "no bounce domain: set MAILROOM_BOUNCE_DOMAIN, a sender's --bounce-domain, or pass --domain"
+        )
+    return given, sender_domains
 
 
 bounces.add_command(poll)
