@@ -155,7 +155,7 @@ def test_unknown_or_shop_written_locale_still_gets_its_email(
 
 
 # Values a JSON parser accepts but PostgreSQL or the money formatting cannot take: each used to end
-# `mailroom ingest` with a traceback (and stop the rest of the stream) instead of a clear error.
+# `mailroom orders ingest` with a traceback (and stop the rest of the stream) instead of a clear error.
 UNSTORABLE: list[tuple[dict[str, Any], str]] = [
     (placed(note=float("inf")), "payload"),
     (placed(note=float("nan")), "payload"),
