@@ -136,18 +136,26 @@ def _poll(settings: Settings, options: PollOptions) -> int:
     from worker.producers.bounces.mailbox import DatabaseIntake, MailboxError
     from worker.producers.bounces.mailbox import poll as poll_mailbox
 
+    # The schema before anything else (another version: exit 4); a database that cannot be reached
+    # yet is ridden out below like one that goes down later.
+    down: _Unavailable | None = None
+    intake: DatabaseIntake | None = None
+    try:
+        intake = _intake(settings)
+    except _Unavailable as exc:
+        down = exc
     mailbox = _mailbox(options)
     stop = threading.Event()
     if options.every is not None:
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     where = f"{mailbox.protocol} {mailbox.host}:{mailbox.address[1]} {mailbox.folder}"
-    intake: DatabaseIntake | None = None
     try:
         while True:
             status = 0
             try:
-                # Checked at each poll: a database down at start is ridden out like one down later.
-                intake = intake or _intake(settings)
+                if down is not None:
+                    raise down
+                intake = intake or _intake(settings)  # checked again at each poll
                 result = poll_mailbox(mailbox, intake)
                 print(f"bounces: {where}: {result.summary()}", flush=True)
                 if result.stopped:
@@ -159,6 +167,7 @@ def _poll(settings: Settings, options: PollOptions) -> int:
                 print(f"error: {exc}", file=sys.stderr, flush=True)
                 status = 1
             finally:
+                down = None
                 if intake is not None:
                     intake.close()
             if options.every is None or stop.wait(options.every):

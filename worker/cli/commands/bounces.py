@@ -138,14 +138,15 @@ def ingest(settings: Settings, file: str, envelope_recipient: str | None, max_by
     from worker.producers.bounces.intake import ingest as ingest_report
     from worker.producers.bounces.intake import keep_in_quarantine
 
-    raw = _read(file, max_bytes)
     envelope = envelope_recipient or os.environ.get("ORIGINAL_RECIPIENT") or os.environ.get("RECIPIENT")
     recipients = [envelope] if envelope else []
     key = bounce_key(settings)
     try:
-        # The schema is checked here rather than by @with_database: a database that cannot be
-        # reached must exit 75 so the MTA keeps the message, not 3 (a missing schema still exits 4).
-        with psycopg.connect(checked_url(settings), autocommit=True) as conn:
+        # The schema first, but not by @with_database: a database that cannot be reached must
+        # exit 75 so the MTA keeps the message, not 3 (a missing schema still exits 4).
+        url = checked_url(settings)
+        raw = _read(file, max_bytes)
+        with psycopg.connect(url, autocommit=True) as conn:
             if len(raw) > max_bytes:
                 reason = f"larger than --max-bytes {max_bytes}"
                 outcome = keep_in_quarantine(conn, raw, reason, recipients, client="pipe")
