@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
-import signal
 import sys
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -212,6 +209,9 @@ def receive(
     max_connections_per_client: int | None,
 ) -> int:
     """Serve until interrupted."""
+    import asyncio
+    import contextlib
+    import signal
     from dataclasses import replace
 
     from worker.core.return_path import bounce_key
@@ -257,6 +257,8 @@ def receive(
 
 def _bounce_domains(db: Database, domains: tuple[str, ...]) -> tuple[frozenset[str], SenderDomains | None]:
     """The domains --domain names; without it MAILROOM_BOUNCE_DOMAIN and every sender account's own."""
+    import asyncio
+
     from worker.core.config import ConfigError
     from worker.producers.bounces.receiver import SenderDomains, database_sender_domains
 
