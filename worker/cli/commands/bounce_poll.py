@@ -84,7 +84,7 @@ class PollOptions:
     timeout: int
 
     def check(self) -> None:
-        """The choices argparse's mutually exclusive groups made: a usage error (exit 2) otherwise."""
+        """One server, one password source, at most one security and one schedule: else a usage error (exit 2)."""
         pairs = (
             ("--imap", self.imap is not None, "--pop3", self.pop3 is not None, True),
             (
