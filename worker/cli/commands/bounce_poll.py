@@ -84,7 +84,7 @@ class PollOptions:
     timeout: int
 
     def check(self) -> None:
-        """One server, one password source, at most one security and one schedule: else a usage error (exit 2)."""
+        """One server, one password source, at most one security, one schedule: else exit 2."""
         pairs = (
             ("--imap", self.imap is not None, "--pop3", self.pop3 is not None, True),
             (
