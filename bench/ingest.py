@@ -1,7 +1,7 @@
 """Inbox throughput: `python -m bench.ingest [N]` prints order events/s through `worker.producers.inbox.ingest_event`.
 
 Four runs over N distinct `order_placed` events (each renders its email from the template and
-enqueues it): one transaction per event (what `mailroom ingest` does), N replays of events already
+enqueues it): one transaction per event (what `mailroom orders ingest` does), N replays of events already
 recorded (duplicates: one upsert each, no email), all N in one transaction (a savepoint per event),
 and transactions of 200 events. Uses MAILROOM_DATABASE_URL when set (inbox and queue emptied), else
 a throwaway embedded PostgreSQL.

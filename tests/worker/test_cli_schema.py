@@ -44,7 +44,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "audit prune": ["--before", "2020-01-01", "--reason", "r", "--yes"],
     "bounces ingest": ["-"],
     "bounces receive": ["--listen", "127.0.0.1:0"],
-    "bounces poll": ["--user", "bounces", "--host", "127.0.0.1"],
+    "bounces poll": ["--imap", "127.0.0.1", "--user", "bounces", "--password-env", "BOUNCE_PASSWORD"],
     "bounces list": [],
     "bounces quarantine": [],
     "campaigns stats": ["spring"],
