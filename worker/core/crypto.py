@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from cryptography.fernet import Fernet, InvalidToken
+from typing import TYPE_CHECKING
 
 from worker.core.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from cryptography.fernet import Fernet
 
 KEY_FILE = "secret.key"
 
@@ -16,6 +18,10 @@ class SecretBox:
     """Encrypts and decrypts small secrets with one Fernet key (AES-128-CBC + HMAC-SHA256)."""
 
     def __init__(self, key: str) -> None:
+        # cryptography is imported here, not with the module: a worker with nothing to send starts sooner.
+        from cryptography.fernet import Fernet
+
+        self._fernet: Fernet
         try:
             self._fernet = Fernet(key.strip().encode("ascii"))
         except (ValueError, UnicodeEncodeError):
@@ -29,6 +35,8 @@ class SecretBox:
 
     def decrypt(self, token: bytes) -> str:
         """Return the secret, or raise `ConfigError` when the key does not match the one used to store it."""
+        from cryptography.fernet import InvalidToken
+
         try:
             return self._fernet.decrypt(bytes(token)).decode("utf-8")
         except InvalidToken:
@@ -37,6 +45,8 @@ class SecretBox:
 
 def generate_key() -> str:
     """Return a new random key."""
+    from cryptography.fernet import Fernet
+
     return Fernet.generate_key().decode("ascii")
 
 

@@ -31,17 +31,19 @@ fields is refused with `DkimError`.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
+from typing import TYPE_CHECKING
 
 from worker.core.message import Envelope
 from worker.core.validation import ValidationError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
 
 _SIGNED = ("date", "message-id", "reply-to", "mime-version", "content-type")
 # Listed twice: one more time than a message carries them, so a second copy cannot be added in transit.
@@ -57,7 +59,6 @@ _FIELD_NAME = re.compile(rb"([\x21-\x7e]+?):")  # up to the first colon, as dkim
 _WSP_RUN = re.compile(rb"[\t ]+")
 _LINE_WIDTH = 78  # RFC 5322 §2.1.1: SHOULD be no more than 78 characters, excluding the CRLF
 _HEADER_NAME = b"DKIM-Signature"
-_PKCS1_SHA256 = (padding.PKCS1v15(), utils.Prehashed(hashes.SHA256()))
 _SIGNED_NAMES = tuple(name.encode("ascii") for name in SIGNED_HEADERS)
 # h= as (separator, text) atoms to fill lines with: it may break after any colon (FWS is allowed there).
 _H_ATOMS = [
@@ -82,6 +83,10 @@ class DkimKey:
     @cached_property
     def _rsa_key(self) -> rsa.RSAPrivateKey:
         """The parsed key, loaded on first use and kept for this object's life (loading validates it: ~60 ms)."""
+        # cryptography is imported with the first key, not with the module: a worker starts sooner.
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
         try:
             key = serialization.load_pem_private_key(self.private_key, password=None)
         except (ValueError, TypeError) as exc:
@@ -110,8 +115,17 @@ class DkimKey:
             signed.update(name + b":" + _relaxed_value(value) + b"\r\n")
         # The signature header itself, b= empty, canonicalised, without its trailing CRLF (§3.7).
         signed.update(b"dkim-signature:" + _relaxed_value(b"".join(lines)[len(_HEADER_NAME) + 1 :]))
-        signature = base64.b64encode(key.sign(signed.digest(), *_PKCS1_SHA256))
+        signature = base64.b64encode(key.sign(signed.digest(), *_pkcs1_sha256()))
         return b"\r\n".join(_fold_b_value(lines, signature)) + b"\r\n" + message
+
+
+@functools.cache
+def _pkcs1_sha256() -> tuple[padding.PKCS1v15, utils.Prehashed]:
+    """RSASSA-PKCS1-v1_5 over a SHA-256 digest computed here: the padding and algorithm `sign` takes."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding, utils
+
+    return padding.PKCS1v15(), utils.Prehashed(hashes.SHA256())
 
 
 def _to_crlf(message: bytes) -> bytes:
@@ -239,6 +253,9 @@ def check_identity(domain: str, selector: str) -> tuple[str, str]:
 
 def normalise_private_key(pem: bytes) -> bytes:
     """Load an RSA private key in PEM (PKCS#1 or PKCS#8, unencrypted) and return it as PKCS#1 PEM."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
     try:
         key = serialization.load_pem_private_key(pem, password=None)
     except (ValueError, TypeError) as exc:
@@ -256,6 +273,8 @@ def normalise_private_key(pem: bytes) -> bytes:
 
 def dns_record(private_key: bytes) -> str:
     """The TXT record to publish at `<selector>._domainkey.<domain>` for this key."""
+    from cryptography.hazmat.primitives import serialization
+
     key = serialization.load_pem_private_key(private_key, password=None)
     public = key.public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo

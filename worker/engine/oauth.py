@@ -14,17 +14,18 @@ be reached or answers nonsense (`TokenUnavailable`) is an outage, so the sender'
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
-import http.client
 import json
 import logging
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from urllib.request import OpenerDirector
 
 log = logging.getLogger("mailroom.worker")
 
@@ -150,6 +151,8 @@ class TokenCache:
 async def fetch_grant(client: OAuthClient, seconds: float) -> Grant:
     """Ask the endpoint for an access token with the refresh token, within `seconds` (on a thread:
     urllib blocks)."""
+    import http.client
+
     form = urllib.parse.urlencode(refresh_form(client)).encode("ascii")
     try:
         status, body = await asyncio.wait_for(
@@ -213,18 +216,25 @@ def _printable(text: str, limit: int) -> str:
     return "".join(c if c.isprintable() else " " for c in text)[:limit]
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A token endpoint that redirects is misconfigured: the form (with the secret) goes nowhere else."""
+@functools.cache
+def _opener() -> OpenerDirector:
+    """urllib's opener with redirects refused, built when a token is first fetched (urllib is slow to load)."""
+    import urllib.request
 
-    def redirect_request(self, *_: Any, **__: Any) -> None:
-        return None
+    class _NoRedirects(urllib.request.HTTPRedirectHandler):
+        """A token endpoint that redirects is misconfigured: the form (with the secret) goes nowhere else."""
 
+        def redirect_request(self, *_: Any, **__: Any) -> None:
+            return None
 
-_OPENER = urllib.request.build_opener(_NoRedirects())
+    return urllib.request.build_opener(_NoRedirects())
 
 
 def _post(url: str, form: bytes, timeout: float) -> tuple[int, bytes]:
     """POST the form; the status and (at most 64 KiB of) the body, error statuses included."""
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(  # noqa: S310 -- the URL's scheme is checked when stored
         url,
         data=form,
@@ -232,7 +242,7 @@ def _post(url: str, form: bytes, timeout: float) -> tuple[int, bytes]:
         headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
     )
     try:
-        with _OPENER.open(request, timeout=timeout) as response:
+        with _opener().open(request, timeout=timeout) as response:
             return int(response.status), response.read(_MAX_BODY)
     except urllib.error.HTTPError as exc:
         with exc:

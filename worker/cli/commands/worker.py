@@ -84,11 +84,14 @@ def worker(
         return code
     import asyncio
 
-    from worker.cli.wiring import worker_producers
     from worker.engine.delivery import WorkerOptions, run_worker
 
     options = WorkerOptions(concurrency=concurrency, batch_size=batch_size, drain=drain, grace_seconds=grace)
-    chosen = worker_producers() if producers else []
+    chosen = []
+    if producers:  # imported only when asked for: a delivery-only worker starts without them
+        from worker.cli.wiring import worker_producers
+
+        chosen = worker_producers()
     settings = db.settings
     sent = asyncio.run(run_worker(db.url, settings, options, settings.listen_database_url, chosen))
     print(f"worker: sent {sent} email(s)", file=sys.stderr)
