@@ -71,7 +71,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return worker_main(argv, extra=ENTRIES)
 
 
-if __name__ == "__main__":
+def script() -> None:
+    """The `mailroom` console script: run one command and exit with its status.
+
+    Everything still alive is frozen out of the garbage collector first: the interpreter's last
+    collection at exit would otherwise walk every object the command loaded (a tenth of a second
+    after importing psycopg, measured by `bench/startup.py`) only to free memory the exit frees anyway.
+    Files and streams are closed by the commands themselves; standard output is flushed at exit."""
+    import gc
     import sys
 
-    sys.exit(main())
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    script()
