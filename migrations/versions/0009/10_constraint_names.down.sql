@@ -1,0 +1,2 @@
+-- The names PostgreSQL gave.
+SELECT 1;
