@@ -14,10 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from console.queries import ConsoleData
+from typing import Any, Protocol
 
 RATE_WINDOW = "last hour"
 
@@ -126,7 +123,17 @@ class Rates:
         return self.failed_final / self.finished if self.finished else None
 
 
-async def queue_counts(data: ConsoleData, now: datetime) -> tuple[dict[str, Count], datetime | None]:
+class Reader(Protocol):
+    """Where the figures read from (the console's `ConsoleData`): read queries, and the exact-count cap."""
+
+    exact_limit: int
+
+    async def fetch(self, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The rows of one read query."""
+        ...
+
+
+async def queue_counts(data: Reader, now: datetime) -> tuple[dict[str, Count], datetime | None]:
     """Each queue count exact under the data's cap, else estimated from a sample and bounded by the cap."""
     cap = data.exact_limit
     row = (await data.fetch(QUEUE_COUNTS, {"now": now, "cap": cap + 1}))[0]
@@ -142,7 +149,7 @@ async def queue_counts(data: ConsoleData, now: datetime) -> tuple[dict[str, Coun
     return counts, row["oldest_due"]
 
 
-async def last_hour(data: ConsoleData, now: datetime) -> tuple[list[float], Rates]:
+async def last_hour(data: Reader, now: datetime) -> tuple[list[float], Rates]:
     """Email sent in each of the last 60 minutes (oldest first) and the last hour's failure rates."""
     minutes = await data.fetch(SENT_PER_MINUTE, {"now": now})
     per_minute = [0.0] * 60

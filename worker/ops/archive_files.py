@@ -17,7 +17,6 @@ import sys
 from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 from worker.core.config import Settings
 
@@ -61,16 +60,6 @@ def read_archive(path: Path) -> Iterator[tuple[int, str]]:
                 yield email_id, line if line.endswith("\n") else line + "\n"
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise ArchiveError(f"{path} is unreadable ({exc}); move it aside to archive that day again") from None
-
-
-def archived_records(directory: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Every record of every archive file in `directory`, oldest day first."""
-    if not directory.is_dir():
-        return
-    for path in sorted(directory.iterdir()):
-        if ARCHIVE_NAME.match(path.name):
-            for _, line in read_archive(path):
-                yield path, json.loads(line)
 
 
 @contextlib.contextmanager

@@ -38,7 +38,6 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "order_completed": ("customer_email", "customer_name", "order_number", "items", "total", "currency"),
     "order_cancelled": ("customer_email", "customer_name", "order_number", "total", "currency"),
 }
-OPTIONAL_FIELDS = ("locale", "reason", "items")
 _LOCALE = re.compile(r"^[a-z]{2}(-[A-Z]{2})?$")
 # Amounts (and quantity times unit price) stay below this: a typo of many digits is an error, not an email.
 MAX_AMOUNT = Decimal(10) ** 12
