@@ -1,2 +1,184 @@
--- The names PostgreSQL gave.
-SELECT 1;
+-- The names PostgreSQL gave, which the earlier revisions' down parts drop and add by.
+
+ALTER TABLE mailroom.workers RENAME CONSTRAINT workers_name_length TO workers_name_check;
+
+ALTER TABLE mailroom.unsubscribe_list RENAME CONSTRAINT unsubscribe_list_source_known TO unsubscribe_list_source_check;
+ALTER TABLE mailroom.unsubscribe_list RENAME CONSTRAINT unsubscribe_list_email_lowercase TO unsubscribe_list_email_check;
+
+ALTER TABLE mailroom.tracked_links RENAME CONSTRAINT tracked_links_url_http TO tracked_links_url_check;
+ALTER TABLE mailroom.tracked_links RENAME CONSTRAINT tracked_links_position_not_negative TO tracked_links_position_check;
+ALTER TABLE mailroom.tracked_links RENAME CONSTRAINT tracked_links_one_per_position TO tracked_links_email_id_position_key;
+ALTER TABLE mailroom.tracked_links RENAME CONSTRAINT tracked_links_email_exists TO tracked_links_email_id_fkey;
+
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_secret_until_handled TO tokens_secret_until_handled_check;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_secret_hash_unique TO tokens_secret_hash_key;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_secret_hash_32_bytes TO tokens_secret_hash_check;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_secret_32_bytes TO tokens_secret_check;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_failed_attempts_not_negative TO tokens_failed_attempts_check;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_code_five_digits TO tokens_code_check;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_expire_after_creation TO tokens_check;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_action_known TO tokens_action_check;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_account_exists TO tokens_account_id_fkey;
+
+ALTER TABLE mailroom.templates RENAME CONSTRAINT templates_name_format TO templates_name_check;
+ALTER TABLE mailroom.templates RENAME CONSTRAINT templates_locale_format TO templates_locale_check;
+ALTER TABLE mailroom.templates RENAME CONSTRAINT templates_has_body TO templates_check;
+
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_signer_email_lowercase TO signatures_signer_email_check;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_seq_positive TO signatures_seq_check;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_prev_hash_hex TO signatures_prev_hash_check;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_payload_hash_hex TO signatures_payload_hash_check;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_nonce_unique TO signatures_nonce_key;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_nonce_min_length TO signatures_nonce_check;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_one_per_signer_and_document TO signatures_doc_id_signer_email_key;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_doc_exists TO signatures_doc_id_fkey;
+
+ALTER TABLE mailroom.signature_heads RENAME CONSTRAINT signature_heads_last_hash_hex TO signature_heads_last_hash_check;
+ALTER TABLE mailroom.signature_heads RENAME CONSTRAINT signature_heads_doc_exists TO signature_heads_doc_id_fkey;
+ALTER TABLE mailroom.signature_heads RENAME CONSTRAINT signature_heads_count_not_negative TO signature_heads_count_check;
+ALTER TABLE mailroom.signature_heads RENAME CONSTRAINT signature_heads_last_hash_matches_count TO signature_heads_check;
+
+ALTER TABLE mailroom.sender_usage RENAME CONSTRAINT sender_usage_sent_not_negative TO sender_usage_sent_check;
+ALTER TABLE mailroom.sender_usage RENAME CONSTRAINT sender_usage_sender_account_exists TO sender_usage_sender_account_id_fkey;
+ALTER TABLE mailroom.sender_usage RENAME CONSTRAINT sender_usage_errors_not_negative TO sender_usage_errors_check;
+ALTER TABLE mailroom.sender_usage RENAME CONSTRAINT sender_usage_bounces_not_negative TO sender_usage_bounces_check;
+
+ALTER TABLE mailroom.sender_pacing RENAME CONSTRAINT sender_pacing_sender_account_exists TO sender_pacing_sender_account_id_fkey;
+
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_warmup_stage_range TO sender_accounts_warmup_stage_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_warmup_limit_not_negative TO sender_accounts_warmup_limit_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_status_known TO sender_accounts_status_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_smtp_security_known TO sender_accounts_smtp_security_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_smtp_port_range TO sender_accounts_smtp_port_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_smtp_host_length TO sender_accounts_smtp_host_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_send_delay_ms_range TO sender_accounts_send_delay_ms_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_relay_provider_known TO sender_accounts_relay_provider_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_oauth_token_url_https_or_loopback TO sender_accounts_oauth_token_url_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_oauth_client_id_printable TO sender_accounts_oauth_client_id_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_name_unique TO sender_accounts_name_key;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_name_format TO sender_accounts_name_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_max_connections_range TO sender_accounts_max_connections_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_from_name_no_control_chars TO sender_accounts_from_name_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_from_email_length TO sender_accounts_from_email_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_data_timeout_seconds_positive TO sender_accounts_data_timeout_seconds_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_daily_limit_not_negative TO sender_accounts_daily_limit_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_connect_timeout_seconds_positive TO sender_accounts_connect_timeout_seconds_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_command_timeout_seconds_positive TO sender_accounts_command_timeout_seconds_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_circuit_state_known TO sender_accounts_circuit_state_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_circuit_reason_length TO sender_accounts_circuit_reason_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_circuit_failures_not_negative TO sender_accounts_circuit_failures_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_open_circuit_has_retry_at TO sender_accounts_check4;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_circuit_since_matches_state TO sender_accounts_check3;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_dkim_all_or_none TO sender_accounts_check2;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_limit_reached_on_matches_status TO sender_accounts_check1;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_warmup_has_limit TO sender_accounts_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_bounce_domain_hostname TO sender_accounts_bounce_domain_check;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_auth_type_known TO sender_accounts_auth_type_check;
+
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_smtp_code_range TO send_logs_smtp_code_check;
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_outcome_known TO send_logs_outcome_check;
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_enhanced_code_format TO send_logs_enhanced_code_check;
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_duration_ms_not_negative TO send_logs_duration_ms_check;
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_attempt_positive TO send_logs_attempt_check;
+
+ALTER TABLE mailroom.reminder_logs RENAME CONSTRAINT reminder_logs_status_known TO reminder_logs_status_check;
+ALTER TABLE mailroom.reminder_logs RENAME CONSTRAINT reminder_logs_recipient_is_expected_signer TO reminder_logs_doc_id_recipient_email_fkey;
+
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_smtp_code_range TO recipient_outcomes_smtp_code_check;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_recipient_length TO recipient_outcomes_recipient_check;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_reason_length TO recipient_outcomes_reason_check;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_outcome_known TO recipient_outcomes_outcome_check;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_kind_known TO recipient_outcomes_kind_check;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_enhanced_code_format TO recipient_outcomes_enhanced_code_check;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_email_exists TO recipient_outcomes_email_id_fkey;
+
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_last_name_length TO people_last_name_check;
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_first_name_length TO people_first_name_check;
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_email_unique TO people_email_key;
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_email_length TO people_email_check;
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_date_of_birth_after_1900 TO people_date_of_birth_check;
+
+ALTER TABLE mailroom.inbox RENAME CONSTRAINT inbox_receive_count_positive TO inbox_receive_count_check;
+ALTER TABLE mailroom.inbox RENAME CONSTRAINT inbox_message_id_length TO inbox_message_id_check;
+ALTER TABLE mailroom.inbox RENAME CONSTRAINT inbox_consumer_length TO inbox_consumer_check;
+
+ALTER TABLE mailroom.expected_signers RENAME CONSTRAINT expected_signers_email_lowercase TO expected_signers_email_check;
+ALTER TABLE mailroom.expected_signers RENAME CONSTRAINT expected_signers_doc_exists TO expected_signers_doc_id_fkey;
+ALTER TABLE mailroom.expected_signers RENAME CONSTRAINT expected_signers_once_per_document TO expected_signers_doc_id_email_key;
+
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_version_positive TO events_version_check;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_status_known TO events_status_check;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_retry_count_not_negative TO events_retry_count_check;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_person_exists TO events_person_id_fkey;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_idempotency_key_unique TO events_idempotency_key_key;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_event_type_birthday TO events_event_type_check;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_failed_has_reason TO events_check1;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_completed_has_executed_at TO events_check;
+
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_status_known TO email_queue_status_check;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_sent_at_matches_status TO email_queue_sent_at_check;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_sender_account_exists TO email_queue_sender_account_id_fkey;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_retry_count_not_negative TO email_queue_retry_count_check;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_priority_range TO email_queue_priority_check;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_max_retries_range TO email_queue_max_retries_check;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_idempotency_key_length TO email_queue_idempotency_key_check;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_headers_object TO email_queue_headers_check;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_failed_has_error TO email_queue_check6;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_finished_has_finished_at TO email_queue_check5;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_suppressed_has_reason TO email_queue_check4;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_assigned_has_lease TO email_queue_check2;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_retries_within_max TO email_queue_check1;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_has_body_or_template TO email_queue_check;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_campaign_id_length TO email_queue_campaign_id_check;
+
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_url_http_or_empty TO documents_url_check;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_doc_id_format TO documents_doc_id_check;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_checksum_hex TO documents_checksum_check;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_checksum_algorithm_known TO documents_checksum_algorithm_check;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_checksum_length_fits_algorithm TO documents_check1;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_checksum_has_algorithm TO documents_check;
+
+ALTER TABLE mailroom.complaint_digests RENAME CONSTRAINT complaint_digests_one_per_period TO complaint_digests_period_start_key;
+ALTER TABLE mailroom.complaint_digests RENAME CONSTRAINT complaint_digests_complaints_positive TO complaint_digests_complaints_check;
+
+ALTER TABLE mailroom.claims RENAME CONSTRAINT claims_used_not_negative TO claims_used_check;
+ALTER TABLE mailroom.claims RENAME CONSTRAINT claims_sender_account_exists TO claims_sender_account_id_fkey;
+ALTER TABLE mailroom.claims RENAME CONSTRAINT claims_reserved_not_negative TO claims_reserved_check;
+
+ALTER TABLE mailroom.checksum_verifications RENAME CONSTRAINT checksum_verifications_doc_exists TO checksum_verifications_doc_id_fkey;
+ALTER TABLE mailroom.checksum_verifications RENAME CONSTRAINT checksum_verifications_invalid_has_error TO checksum_verifications_check;
+ALTER TABLE mailroom.checksum_verifications RENAME CONSTRAINT checksum_verifications_algorithm_known TO checksum_verifications_algorithm_check;
+
+ALTER TABLE mailroom.bounce_quarantine RENAME CONSTRAINT bounce_quarantine_raw_size_not_negative TO bounce_quarantine_raw_size_check;
+ALTER TABLE mailroom.bounce_quarantine RENAME CONSTRAINT bounce_quarantine_digest_unique TO bounce_quarantine_digest_key;
+
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_sender_account_exists TO bounce_list_sender_account_id_fkey;
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_email_lowercase TO bounce_list_email_check;
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_last_after_first TO bounce_list_check;
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_bounce_type_known TO bounce_list_bounce_type_check;
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_bounce_count_positive TO bounce_list_bounce_count_check;
+
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_source_known TO bounce_events_source_check;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_recipient_lowercase TO bounce_events_recipient_check;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_raw_size_not_negative TO bounce_events_raw_size_check;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_kind_known TO bounce_events_kind_check;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_digest_exists TO bounce_events_digest_id_fkey;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_dedupe_key_unique TO bounce_events_dedupe_key_key;
+
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_target_length TO audit_log_target_check;
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_detail_object TO audit_log_detail_check;
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_affected_not_negative TO audit_log_affected_check;
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_actor_length TO audit_log_actor_check;
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_action_format TO audit_log_action_check;
+
+ALTER TABLE mailroom.archived_emails RENAME CONSTRAINT archived_emails_status_known TO archived_emails_status_check;
+ALTER TABLE mailroom.archived_emails RENAME CONSTRAINT archived_emails_sent_at_matches_status TO archived_emails_sent_check;
+ALTER TABLE mailroom.archived_emails RENAME CONSTRAINT archived_emails_unsent_has_finished_at TO archived_emails_finished_check;
+
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_status_known TO accounts_status_check;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_login_unique TO accounts_login_key;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_login_length TO accounts_login_check;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_email_unique TO accounts_email_key;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_email_length TO accounts_email_check;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_suspended_at_matches_status TO accounts_check1;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_active_has_activated_at TO accounts_check;

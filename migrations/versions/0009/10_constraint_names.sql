@@ -1,2 +1,188 @@
--- Constraints PostgreSQL named after their table and column are renamed for what they check.
-SELECT 1;
+-- Constraints named for what they check. PostgreSQL names a constraint written without a name after its
+-- table and column (`email_queue_check5`, `accounts_email_key`), which says where it is but not what it
+-- guards; the error a client sees names the constraint, so the name is the first explanation it reads.
+-- Renaming a UNIQUE constraint renames its index with it; renaming one of send_logs renames it in every
+-- month partition too. Earlier revisions' down parts use the old names: the down part restores them first.
+
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_check TO accounts_active_has_activated_at;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_check1 TO accounts_suspended_at_matches_status;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_email_check TO accounts_email_length;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_email_key TO accounts_email_unique;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_login_check TO accounts_login_length;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_login_key TO accounts_login_unique;
+ALTER TABLE mailroom.accounts RENAME CONSTRAINT accounts_status_check TO accounts_status_known;
+
+ALTER TABLE mailroom.archived_emails RENAME CONSTRAINT archived_emails_finished_check TO archived_emails_unsent_has_finished_at;
+ALTER TABLE mailroom.archived_emails RENAME CONSTRAINT archived_emails_sent_check TO archived_emails_sent_at_matches_status;
+ALTER TABLE mailroom.archived_emails RENAME CONSTRAINT archived_emails_status_check TO archived_emails_status_known;
+
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_action_check TO audit_log_action_format;
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_actor_check TO audit_log_actor_length;
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_affected_check TO audit_log_affected_not_negative;
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_detail_check TO audit_log_detail_object;
+ALTER TABLE mailroom.audit_log RENAME CONSTRAINT audit_log_target_check TO audit_log_target_length;
+
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_dedupe_key_key TO bounce_events_dedupe_key_unique;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_digest_id_fkey TO bounce_events_digest_exists;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_kind_check TO bounce_events_kind_known;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_raw_size_check TO bounce_events_raw_size_not_negative;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_recipient_check TO bounce_events_recipient_lowercase;
+ALTER TABLE mailroom.bounce_events RENAME CONSTRAINT bounce_events_source_check TO bounce_events_source_known;
+
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_bounce_count_check TO bounce_list_bounce_count_positive;
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_bounce_type_check TO bounce_list_bounce_type_known;
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_check TO bounce_list_last_after_first;
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_email_check TO bounce_list_email_lowercase;
+ALTER TABLE mailroom.bounce_list RENAME CONSTRAINT bounce_list_sender_account_id_fkey TO bounce_list_sender_account_exists;
+
+ALTER TABLE mailroom.bounce_quarantine RENAME CONSTRAINT bounce_quarantine_digest_key TO bounce_quarantine_digest_unique;
+ALTER TABLE mailroom.bounce_quarantine RENAME CONSTRAINT bounce_quarantine_raw_size_check TO bounce_quarantine_raw_size_not_negative;
+
+ALTER TABLE mailroom.checksum_verifications RENAME CONSTRAINT checksum_verifications_algorithm_check TO checksum_verifications_algorithm_known;
+ALTER TABLE mailroom.checksum_verifications RENAME CONSTRAINT checksum_verifications_check TO checksum_verifications_invalid_has_error;
+ALTER TABLE mailroom.checksum_verifications RENAME CONSTRAINT checksum_verifications_doc_id_fkey TO checksum_verifications_doc_exists;
+
+ALTER TABLE mailroom.claims RENAME CONSTRAINT claims_reserved_check TO claims_reserved_not_negative;
+ALTER TABLE mailroom.claims RENAME CONSTRAINT claims_sender_account_id_fkey TO claims_sender_account_exists;
+ALTER TABLE mailroom.claims RENAME CONSTRAINT claims_used_check TO claims_used_not_negative;
+
+ALTER TABLE mailroom.complaint_digests RENAME CONSTRAINT complaint_digests_complaints_check TO complaint_digests_complaints_positive;
+ALTER TABLE mailroom.complaint_digests RENAME CONSTRAINT complaint_digests_period_start_key TO complaint_digests_one_per_period;
+
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_check TO documents_checksum_has_algorithm;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_check1 TO documents_checksum_length_fits_algorithm;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_checksum_algorithm_check TO documents_checksum_algorithm_known;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_checksum_check TO documents_checksum_hex;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_doc_id_check TO documents_doc_id_format;
+ALTER TABLE mailroom.documents RENAME CONSTRAINT documents_url_check TO documents_url_http_or_empty;
+
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_campaign_id_check TO email_queue_campaign_id_length;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_check TO email_queue_has_body_or_template;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_check1 TO email_queue_retries_within_max;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_check2 TO email_queue_assigned_has_lease;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_check4 TO email_queue_suppressed_has_reason;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_check5 TO email_queue_finished_has_finished_at;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_check6 TO email_queue_failed_has_error;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_headers_check TO email_queue_headers_object;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_idempotency_key_check TO email_queue_idempotency_key_length;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_max_retries_check TO email_queue_max_retries_range;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_priority_check TO email_queue_priority_range;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_retry_count_check TO email_queue_retry_count_not_negative;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_sender_account_id_fkey TO email_queue_sender_account_exists;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_sent_at_check TO email_queue_sent_at_matches_status;
+ALTER TABLE mailroom.email_queue RENAME CONSTRAINT email_queue_status_check TO email_queue_status_known;
+
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_check TO events_completed_has_executed_at;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_check1 TO events_failed_has_reason;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_event_type_check TO events_event_type_birthday;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_idempotency_key_key TO events_idempotency_key_unique;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_person_id_fkey TO events_person_exists;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_retry_count_check TO events_retry_count_not_negative;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_status_check TO events_status_known;
+ALTER TABLE mailroom.events RENAME CONSTRAINT events_version_check TO events_version_positive;
+
+ALTER TABLE mailroom.expected_signers RENAME CONSTRAINT expected_signers_doc_id_email_key TO expected_signers_once_per_document;
+ALTER TABLE mailroom.expected_signers RENAME CONSTRAINT expected_signers_doc_id_fkey TO expected_signers_doc_exists;
+ALTER TABLE mailroom.expected_signers RENAME CONSTRAINT expected_signers_email_check TO expected_signers_email_lowercase;
+
+ALTER TABLE mailroom.inbox RENAME CONSTRAINT inbox_consumer_check TO inbox_consumer_length;
+ALTER TABLE mailroom.inbox RENAME CONSTRAINT inbox_message_id_check TO inbox_message_id_length;
+ALTER TABLE mailroom.inbox RENAME CONSTRAINT inbox_receive_count_check TO inbox_receive_count_positive;
+
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_date_of_birth_check TO people_date_of_birth_after_1900;
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_email_check TO people_email_length;
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_email_key TO people_email_unique;
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_first_name_check TO people_first_name_length;
+ALTER TABLE mailroom.people RENAME CONSTRAINT people_last_name_check TO people_last_name_length;
+
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_email_id_fkey TO recipient_outcomes_email_exists;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_enhanced_code_check TO recipient_outcomes_enhanced_code_format;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_kind_check TO recipient_outcomes_kind_known;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_outcome_check TO recipient_outcomes_outcome_known;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_reason_check TO recipient_outcomes_reason_length;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_recipient_check TO recipient_outcomes_recipient_length;
+ALTER TABLE mailroom.recipient_outcomes RENAME CONSTRAINT recipient_outcomes_smtp_code_check TO recipient_outcomes_smtp_code_range;
+
+ALTER TABLE mailroom.reminder_logs RENAME CONSTRAINT reminder_logs_doc_id_recipient_email_fkey TO reminder_logs_recipient_is_expected_signer;
+ALTER TABLE mailroom.reminder_logs RENAME CONSTRAINT reminder_logs_status_check TO reminder_logs_status_known;
+
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_attempt_check TO send_logs_attempt_positive;
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_duration_ms_check TO send_logs_duration_ms_not_negative;
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_enhanced_code_check TO send_logs_enhanced_code_format;
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_outcome_check TO send_logs_outcome_known;
+ALTER TABLE mailroom.send_logs RENAME CONSTRAINT send_logs_smtp_code_check TO send_logs_smtp_code_range;
+
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_auth_type_check TO sender_accounts_auth_type_known;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_bounce_domain_check TO sender_accounts_bounce_domain_hostname;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_check TO sender_accounts_warmup_has_limit;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_check1 TO sender_accounts_limit_reached_on_matches_status;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_check2 TO sender_accounts_dkim_all_or_none;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_check3 TO sender_accounts_circuit_since_matches_state;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_check4 TO sender_accounts_open_circuit_has_retry_at;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_circuit_failures_check TO sender_accounts_circuit_failures_not_negative;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_circuit_reason_check TO sender_accounts_circuit_reason_length;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_circuit_state_check TO sender_accounts_circuit_state_known;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_command_timeout_seconds_check TO sender_accounts_command_timeout_seconds_positive;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_connect_timeout_seconds_check TO sender_accounts_connect_timeout_seconds_positive;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_daily_limit_check TO sender_accounts_daily_limit_not_negative;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_data_timeout_seconds_check TO sender_accounts_data_timeout_seconds_positive;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_from_email_check TO sender_accounts_from_email_length;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_from_name_check TO sender_accounts_from_name_no_control_chars;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_max_connections_check TO sender_accounts_max_connections_range;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_name_check TO sender_accounts_name_format;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_name_key TO sender_accounts_name_unique;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_oauth_client_id_check TO sender_accounts_oauth_client_id_printable;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_oauth_token_url_check TO sender_accounts_oauth_token_url_https_or_loopback;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_relay_provider_check TO sender_accounts_relay_provider_known;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_send_delay_ms_check TO sender_accounts_send_delay_ms_range;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_smtp_host_check TO sender_accounts_smtp_host_length;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_smtp_port_check TO sender_accounts_smtp_port_range;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_smtp_security_check TO sender_accounts_smtp_security_known;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_status_check TO sender_accounts_status_known;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_warmup_limit_check TO sender_accounts_warmup_limit_not_negative;
+ALTER TABLE mailroom.sender_accounts RENAME CONSTRAINT sender_accounts_warmup_stage_check TO sender_accounts_warmup_stage_range;
+
+ALTER TABLE mailroom.sender_pacing RENAME CONSTRAINT sender_pacing_sender_account_id_fkey TO sender_pacing_sender_account_exists;
+
+ALTER TABLE mailroom.sender_usage RENAME CONSTRAINT sender_usage_bounces_check TO sender_usage_bounces_not_negative;
+ALTER TABLE mailroom.sender_usage RENAME CONSTRAINT sender_usage_errors_check TO sender_usage_errors_not_negative;
+ALTER TABLE mailroom.sender_usage RENAME CONSTRAINT sender_usage_sender_account_id_fkey TO sender_usage_sender_account_exists;
+ALTER TABLE mailroom.sender_usage RENAME CONSTRAINT sender_usage_sent_check TO sender_usage_sent_not_negative;
+
+ALTER TABLE mailroom.signature_heads RENAME CONSTRAINT signature_heads_check TO signature_heads_last_hash_matches_count;
+ALTER TABLE mailroom.signature_heads RENAME CONSTRAINT signature_heads_count_check TO signature_heads_count_not_negative;
+ALTER TABLE mailroom.signature_heads RENAME CONSTRAINT signature_heads_doc_id_fkey TO signature_heads_doc_exists;
+ALTER TABLE mailroom.signature_heads RENAME CONSTRAINT signature_heads_last_hash_check TO signature_heads_last_hash_hex;
+
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_doc_id_fkey TO signatures_doc_exists;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_doc_id_signer_email_key TO signatures_one_per_signer_and_document;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_nonce_check TO signatures_nonce_min_length;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_nonce_key TO signatures_nonce_unique;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_payload_hash_check TO signatures_payload_hash_hex;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_prev_hash_check TO signatures_prev_hash_hex;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_seq_check TO signatures_seq_positive;
+ALTER TABLE mailroom.signatures RENAME CONSTRAINT signatures_signer_email_check TO signatures_signer_email_lowercase;
+
+ALTER TABLE mailroom.templates RENAME CONSTRAINT templates_check TO templates_has_body;
+ALTER TABLE mailroom.templates RENAME CONSTRAINT templates_locale_check TO templates_locale_format;
+ALTER TABLE mailroom.templates RENAME CONSTRAINT templates_name_check TO templates_name_format;
+
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_account_id_fkey TO tokens_account_exists;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_action_check TO tokens_action_known;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_check TO tokens_expire_after_creation;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_code_check TO tokens_code_five_digits;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_failed_attempts_check TO tokens_failed_attempts_not_negative;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_secret_check TO tokens_secret_32_bytes;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_secret_hash_check TO tokens_secret_hash_32_bytes;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_secret_hash_key TO tokens_secret_hash_unique;
+ALTER TABLE mailroom.tokens RENAME CONSTRAINT tokens_secret_until_handled_check TO tokens_secret_until_handled;
+
+ALTER TABLE mailroom.tracked_links RENAME CONSTRAINT tracked_links_email_id_fkey TO tracked_links_email_exists;
+ALTER TABLE mailroom.tracked_links RENAME CONSTRAINT tracked_links_email_id_position_key TO tracked_links_one_per_position;
+ALTER TABLE mailroom.tracked_links RENAME CONSTRAINT tracked_links_position_check TO tracked_links_position_not_negative;
+ALTER TABLE mailroom.tracked_links RENAME CONSTRAINT tracked_links_url_check TO tracked_links_url_http;
+
+ALTER TABLE mailroom.unsubscribe_list RENAME CONSTRAINT unsubscribe_list_email_check TO unsubscribe_list_email_lowercase;
+ALTER TABLE mailroom.unsubscribe_list RENAME CONSTRAINT unsubscribe_list_source_check TO unsubscribe_list_source_known;
+
+ALTER TABLE mailroom.workers RENAME CONSTRAINT workers_name_check TO workers_name_length;
