@@ -59,3 +59,28 @@ def test_every_room_of_the_worker_is_a_package() -> None:
     rooms = {p.parent.name for p in (ROOT / "worker").glob("*/__init__.py")}
     assert rooms == {"core", "engine", "producers", "tracking", "ops", "cli", "devtools"}
     assert sorted(p.name for p in (ROOT / "worker").glob("*.py")) == ["__init__.py"]
+
+
+def _test_modules_imported_by(path: Path) -> list[str]:
+    """The test modules (`tests.….test_*`, or relative) a file imports, by dotted name."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names += [base] + [f"{base}.{alias.name}" for alias in node.names]
+    ours = [n for n in names if n.startswith(("tests.", "."))]
+    return sorted({n for n in ours if n.rsplit(".", 1)[-1].startswith("test_")})
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    # Helpers shared by several test modules live in helper and fixture modules (tests/cli.py,
+    # tests/console/helpers.py, tests/fixtures_*.py): importing a test module runs its tests' imports
+    # and collects nothing, and a reader looking for a helper should not have to open a test.
+    importing = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        for name in _test_modules_imported_by(path)
+    ]
+    assert importing == []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
 from rich.console import Console
@@ -13,50 +12,7 @@ from textual.widgets import DataTable, Static
 from console.app import MailroomConsole
 from console.screens.detail import EmailDetailScreen
 from console.widgets.dialogs import ConfirmScreen, HelpScreen
-
-WAIT = 5.0
-
-
-def email_status(url: str, *ids: int) -> dict[int, str]:
-    """Status of each email by id."""
-    with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT id, status FROM mailroom.email_queue WHERE id = ANY(%s)", (list(ids),))
-        return {int(i): str(s) for i, s in rows.fetchall()}
-
-
-def sender_status(url: str, name: str) -> str:
-    """Status of one sender account."""
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT status FROM mailroom.sender_accounts WHERE name = %s", (name,)).fetchone()
-    assert row is not None
-    return str(row[0])
-
-
-def row_keys(app: MailroomConsole, table_id: str) -> list[str]:
-    """The row keys of a table on the active screen, in display order."""
-    table = app.screen.query_one(f"#{table_id}", DataTable)
-    return [str(table.coordinate_to_cell_key((i, 0)).row_key.value) for i in range(table.row_count)]
-
-
-def noticed(app: MailroomConsole, text: str) -> Callable[[], bool]:
-    """A predicate: some notification contains `text`."""
-    return lambda: any(text in notice for _, notice in app.notices)
-
-
-async def open_screen(app: MailroomConsole, pilot: Any, key: str) -> None:
-    """Press a screen's number key and wait for its data."""
-    assert await app.wait_until_shown(lambda: app.live_state == "live" and app.refreshes > 0, WAIT)
-    before = app.refreshes
-    await pilot.press(key)
-    assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
-
-
-async def asked(app: MailroomConsole, pilot: Any, *keys: str) -> ConfirmScreen:
-    """Press `keys` and wait for the confirmation they open (it counts in the database first)."""
-    await pilot.press(*keys)
-    assert await app.wait_until_shown(lambda: isinstance(app.screen, ConfirmScreen), WAIT)
-    assert isinstance(app.screen, ConfirmScreen)
-    return app.screen
+from tests.console.helpers import WAIT, asked, email_status, noticed, open_screen, row_keys, sender_status
 
 
 async def test_r_retries_the_selected_failed_email_and_the_row_leaves(

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from textual.widgets import DataTable
 
 from console.app import MailroomConsole
-from tests.console.test_actions import WAIT, asked, noticed, open_screen, row_keys
-from tests.ops.test_audit import audit_rows
+from tests.console.helpers import WAIT, asked, noticed, open_screen, row_keys
+from tests.ops.helpers import audit_rows
 
 
 def cell_text(app: MailroomConsole, row: int) -> list[str]:

@@ -8,7 +8,7 @@ import psycopg
 
 from console.app import MailroomConsole
 from console.widgets.banner import Banner
-from tests.console.test_actions import WAIT, asked, open_screen
+from tests.console.helpers import WAIT, asked, open_screen
 
 
 def banner_text(app: MailroomConsole) -> str:

@@ -9,7 +9,7 @@ from textual.widgets import Button
 
 from console.app import MailroomConsole
 from console.screens.detail import EmailDetailScreen
-from tests.console.test_actions import WAIT, asked, email_status, noticed, open_screen, sender_status
+from tests.console.helpers import WAIT, asked, email_status, noticed, open_screen, sender_status
 
 
 async def test_retrying_every_failed_email_warns_how_many_will_be_suppressed_again(

@@ -11,8 +11,8 @@ from textual.widgets import DataTable, Static
 from console.app import MailroomConsole
 from console.figures import Count
 from console.queries import ConsoleData
+from tests.console.helpers import open_screen
 from tests.console.seed import FROZEN_NOW
-from tests.console.test_actions import open_screen
 
 # A million pending email in one statement: 99% scheduled tomorrow, 1% due, 32 of them retrying.
 MILLION = """

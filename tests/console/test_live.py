@@ -8,18 +8,12 @@ from collections.abc import Callable
 
 import psycopg
 from rich.console import Console
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from console.app import MailroomConsole
 from console.live import ALL_TABLES, Coalescer
+from tests.console.helpers import WAIT, cell, open_screen, row_keys
 from tests.console.seed import FROZEN_NOW
-from tests.console.test_actions import WAIT, open_screen, row_keys
-
-
-def cell(app: MailroomConsole, table_id: str, row: str, column: int) -> str:
-    """The plain text of one cell on the active screen."""
-    table = app.screen.query_one(f"#{table_id}", DataTable)
-    return str(table.get_row(row)[column])
 
 
 async def test_a_change_committed_by_another_connection_appears_by_notify(

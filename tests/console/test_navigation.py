@@ -9,7 +9,7 @@ from textual.widgets import DataTable
 
 from console.app import MailroomConsole
 from console.widgets.dialogs import HelpScreen, RowScreen
-from tests.console.test_actions import WAIT, open_screen, row_keys
+from tests.console.helpers import WAIT, open_screen, row_keys
 
 
 async def test_vim_and_k9s_keys_move_the_cursor_in_a_table(

@@ -10,8 +10,7 @@ from textual.widgets import DataTable
 
 from console.app import MailroomConsole
 from console.screens.detail import EmailDetailScreen
-from tests.console.test_actions import WAIT, open_screen
-from tests.console.test_screens import fields_text
+from tests.console.helpers import WAIT, fields_text, open_screen
 
 HOSTILE = "550 [red]fake[/red] [@click=app.quit]quit[/] \x1b]0;pwned\x07\x1b[2J\u202eend"
 SHOWN = "550 [red]fake[/red] [@click=app.quit]quit[/] \\x1b]0;pwned\\x07\\x1b[2J\\u202eend"

@@ -10,8 +10,7 @@ import psycopg
 import pytest
 
 from console.app import MailroomConsole
-from tests.console.test_actions import WAIT, open_screen
-from tests.console.test_live import cell
+from tests.console.helpers import WAIT, cell, open_screen
 from tests.fixtures_db import restart_embedded_server
 
 

@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from rich.console import Console
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from console.app import MailroomConsole
 from console.screens.detail import EmailDetailScreen
 from console.widgets.header import ConsoleHeader
-from tests.console.test_actions import WAIT, noticed, open_screen, row_keys
-
-
-def panel_text(app: MailroomConsole, panel_id: str) -> str:
-    """A Static panel of the active screen as plain text."""
-    console = Console(width=120, record=True, file=io.StringIO())
-    console.print(app.screen.query_one(f"#{panel_id}", Static).content)
-    return console.export_text()
-
-
-def fields_text(app: MailroomConsole) -> str:
-    """The email detail's fields as plain text."""
-    return panel_text(app, "email-fields")
+from tests.console.helpers import WAIT, fields_text, noticed, open_screen, panel_text, row_keys
 
 
 def divide_by_zero(conn: psycopg.Connection[Any]) -> str:

@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 
 from console.app import MailroomConsole
 from console.live import COMPLAINTS
-from tests.console.test_actions import WAIT, open_screen
+from tests.console.helpers import WAIT, open_screen
 from worker.core.webhook_events import WebhookEvent
 from worker.producers.bounces import COMPLAINTS_CHANNEL
 from worker.producers.bounces.events import apply_events

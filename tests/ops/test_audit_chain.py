@@ -13,15 +13,10 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from tests.cli import run
 from worker.cli.main import main
 from worker.core import db
 from worker.ops import audit, audit_chain
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def write_rows(db_url: str, n: int, *, actor: str = "alice") -> list[int]:

@@ -7,15 +7,10 @@ import json
 
 import pytest
 
-from tests.ops.test_audit import audit_rows, failed_emails
+from tests.cli import run
+from tests.ops.helpers import audit_rows, failed_emails
 from tests.worker.helpers import enqueue_many
 from worker.cli.main import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def add_and_suspend(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.ops.test_audit import audit_rows
+from tests.cli import run
+from tests.ops.helpers import audit_rows
 from worker.cli.main import main
 from worker.core.config import ConfigError
 from worker.core.crypto import SecretBox, generate_key
@@ -46,12 +47,6 @@ def stored(db_url: str) -> dict[str, tuple[Any, Any]]:
             "SELECT name, smtp_password_encrypted, dkim_private_key_encrypted FROM mailroom.sender_accounts"
         ).fetchall()
     return {str(r[0]): (r[1], r[2]) for r in rows}
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_rotation_reencrypts_every_secret_so_only_the_new_key_reads_them_and_audits_it(

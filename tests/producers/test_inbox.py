@@ -12,27 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.producers.helpers import placed
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.core.config import Settings
 from worker.core.validation import ValidationError
 from worker.devtools.sink import RunningSink
 from worker.producers.inbox import ingest_event
-
-
-def placed(email: str = "ada@example.com", **extra: Any) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "customer_email": email,
-        "customer_name": "Ada Lovelace",
-        "order_number": "A-1001",
-        "items": [
-            {"name": "Analytical Engine manual", "quantity": 2, "unit_price": "12.50"},
-            {"name": "Punched cards", "quantity": 1, "unit_price": 1200},
-        ],
-        "total": "1225.00",
-        "currency": "eur",
-    }
-    payload.update(extra)
-    return payload
 
 
 def counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:

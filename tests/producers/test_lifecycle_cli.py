@@ -9,15 +9,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.cli import run
 from worker.cli.main import main
 
 Conn = psycopg.Connection[dict[str, Any]]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_accounts_commands_walk_the_lifecycle(

@@ -11,8 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.producers.test_inbox import placed
-from tests.producers.test_retention import archived_ids, sent_email
+from tests.producers.helpers import archived_ids, placed, sent_email
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
@@ -408,7 +407,7 @@ def archived_lines(directory: Path) -> list[str]:
 @pytest.fixture
 def archived_every_state(db_url: str, conn: psycopg.Connection[Any], settings: Settings) -> dict[str, int]:
     """Ada's email in every final state (and one failed email of Bob's), past every default age, archived."""
-    from tests.producers.test_retention_states import AGES, finished_email
+    from tests.producers.helpers import AGES, finished_email
 
     long_ago = datetime.now(UTC) - timedelta(days=120)
     ids = {state: finished_email(conn, settings, state, long_ago, to=ADA) for state in AGES}

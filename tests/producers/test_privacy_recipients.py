@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from tests.producers.test_retention import NOW
+from tests.producers.helpers import NOW
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
 from worker.ops.archive_files import archive_directory, read_archive

@@ -16,12 +16,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.producers.helpers import NOW, archived_ids, sent_email
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
 from worker.ops.archive_files import archive_directory, archive_path, read_archive
 from worker.ops.retention import run_maintenance
 
-NOW = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
 STEPS = [
     "archive_sent",
     "archive_bounced",
@@ -37,33 +37,9 @@ STEPS = [
 ]
 
 
-def sent_email(
-    conn: psycopg.Connection[Any], settings: Settings, sent_at: datetime, to: str = "a@example.com"
-) -> int:
-    """An email delivered at `sent_at`, committed."""
-    email_id = enqueue(
-        conn, EmailRequest(to=to, subject=f"Sent {sent_at:%F %T}", text="Hello"), settings=settings
-    )
-    conn.execute(
-        "UPDATE mailroom.email_queue SET status = 'assigned', lease_owner = 't', lease_token = gen_random_uuid(),"
-        " lease_expires_at = now() + interval '1 hour' WHERE id = %s",
-        (email_id,),
-    )
-    conn.execute(
-        "UPDATE mailroom.email_queue SET status = 'sent', sent_at = %s WHERE id = %s", (sent_at, email_id)
-    )
-    conn.commit()
-    return email_id
-
-
 def queue_ids(conn: psycopg.Connection[Any]) -> set[int]:
     conn.commit()
     return {int(r["id"]) for r in conn.execute("SELECT id FROM mailroom.email_queue").fetchall()}
-
-
-def archived_ids(directory: Path) -> list[int]:
-    """Every id in every archive file (with repeats, if any)."""
-    return [i for path in sorted(directory.glob("emails-*.jsonl.gz")) for i, _ in read_archive(path)]
 
 
 @pytest.fixture

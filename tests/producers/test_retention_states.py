@@ -11,18 +11,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.producers.test_retention import sent_email
+from tests.producers.helpers import AGES, BOUNCE, finished_email, sent_email
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
 from worker.engine.claim import EXPIRED
 from worker.ops.archive_files import archive_directory, archive_path, read_archive
 from worker.ops.retention import run_maintenance
 from worker.tracking.campaigns import campaign_stats
-
-# Each state its own age, all different: a row just younger than its own age is older than some
-# other state's, so it stays only if its own setting is the one applied.
-AGES = {"sent": 90, "failed": 30, "expired": 20, "cancelled": 7, "suppressed": 5}
-BOUNCE = "550 5.1.1 <{to}>: user unknown"
 
 
 @pytest.fixture
@@ -43,35 +38,6 @@ def db_now(conn: psycopg.Connection[Any]) -> datetime:
     assert row is not None
     conn.commit()
     return row["now"]  # type: ignore[no-any-return]
-
-
-def finished_email(
-    conn: psycopg.Connection[Any],
-    settings: Settings,
-    state: str,
-    finished_at: datetime,
-    to: str = "a@example.com",
-    campaign: str | None = None,
-) -> int:
-    """An email that reached `state` at `finished_at` (the clock set in SQL), committed."""
-    if state == "sent":
-        email_id = sent_email(conn, settings, finished_at, to=to)
-        conn.execute("UPDATE mailroom.email_queue SET campaign_id = %s WHERE id = %s", (campaign, email_id))
-        conn.commit()
-        return email_id
-    request = EmailRequest(to=to, subject=f"{state} {finished_at:%F %T}", text="Hello", campaign_id=campaign)
-    email_id = enqueue(conn, request, settings=settings)
-    change = {
-        "failed": "status = 'failed', last_error = %(bounce)s, error_details = '{\"outcome\": \"bounced\"}'",
-        "expired": "status = 'failed', last_error = %(expired)s",
-        "cancelled": "status = 'cancelled'",
-        "suppressed": "status = 'suppressed', suppression_reason = 'unsubscribed'",
-    }[state]
-    params = {"id": email_id, "bounce": BOUNCE.format(to=to), "expired": EXPIRED, "at": finished_at}
-    conn.execute(f"UPDATE mailroom.email_queue SET {change} WHERE id = %(id)s", params)  # noqa: S608 -- constant SQL
-    conn.execute("UPDATE mailroom.email_queue SET finished_at = %(at)s WHERE id = %(id)s", params)
-    conn.commit()
-    return email_id
 
 
 def unfinished(conn: psycopg.Connection[Any], settings: Settings, long_ago: datetime) -> list[int]:

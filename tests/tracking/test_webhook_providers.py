@@ -16,9 +16,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.producers.bounces.corpus import sent_email
 from tests.tracking.webhook_helpers import (
+    POSTMARK_BOUNCE,
     POSTMARK_PASSWORD,
-    POSTMARK_USER,
     dumps,
+    postmark_auth,
     state,
     webhook_settings,
     webhook_tracker,
@@ -27,29 +28,6 @@ from worker.core.config import ConfigError, Settings
 from worker.producers.bounces.events import apply_events
 from worker.tracking.server import make_app
 
-# Postmark's Bounce webhook, as its documentation's example shows it.
-POSTMARK_BOUNCE: dict[str, Any] = {
-    "RecordType": "Bounce",
-    "MessageStream": "outbound",
-    "ID": 4323372036854775807,
-    "Type": "HardBounce",
-    "TypeCode": 1,
-    "Name": "Hard bounce",
-    "Tag": "Test",
-    "MessageID": "883953f4-6105-42a2-a16a-77a8eac79483",
-    "Metadata": {"a_key": "a_value", "b_key": "b_value"},
-    "ServerID": 23,
-    "Description": "The server was unable to deliver your message (ex: unknown user, mailbox not found).",
-    "Details": "smtp;550 5.1.1 The email account that you tried to reach does not exist.",
-    "Email": "john@example.com",
-    "From": "sender@example.com",
-    "BouncedAt": "2019-11-05T16:33:54.9070259Z",
-    "DumpAvailable": True,
-    "Inactive": True,
-    "CanActivate": True,
-    "Subject": "Test subject",
-    "Content": "<Full dump of bounce>",
-}
 # Postmark's SpamComplaint webhook.
 POSTMARK_COMPLAINT: dict[str, Any] = {
     **POSTMARK_BOUNCE,
@@ -63,11 +41,6 @@ POSTMARK_COMPLAINT: dict[str, Any] = {
     "CanActivate": False,
     "Content": "<Abuse report dump>",
 }
-
-
-def _auth(user: str = POSTMARK_USER, password: str = POSTMARK_PASSWORD) -> dict[str, str]:
-    credentials = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return {"Authorization": f"Basic {credentials}", "Content-Type": "application/json"}
 
 
 async def _post(
@@ -93,10 +66,10 @@ async def test_a_postmark_hard_bounce_bounces_the_email_once_and_a_complaint_sup
     complaint = _postmark(POSTMARK_COMPLAINT, complained, "Jane@Example.com")
     delivery = dumps({"RecordType": "Delivery", "MessageID": "x", "Recipient": "john@example.com"})
     async with webhook_tracker(db_url, webhook_settings(settings)) as server, aiohttp.ClientSession() as http:
-        first = await _post(http, server, "/webhooks/postmark", bounce, _auth())
-        again = await _post(http, server, "/webhooks/postmark", bounce, _auth())
-        spam = await _post(http, server, "/webhooks/postmark", complaint, _auth())
-        other = await _post(http, server, "/webhooks/postmark", delivery, _auth())
+        first = await _post(http, server, "/webhooks/postmark", bounce, postmark_auth())
+        again = await _post(http, server, "/webhooks/postmark", bounce, postmark_auth())
+        spam = await _post(http, server, "/webhooks/postmark", complaint, postmark_auth())
+        other = await _post(http, server, "/webhooks/postmark", delivery, postmark_auth())
     assert [first, again, spam, other] == [(202, {"accepted": 1})] * 4
     assert state(db_url, bounced["id"]) == {
         "status": "bounced",
@@ -118,15 +91,15 @@ async def test_postmark_without_the_right_credentials_is_refused_and_changes_not
     before = state(db_url, email["id"])
     wrong = [
         {},
-        _auth(password="guess"),
-        _auth(user="admin"),
+        postmark_auth(password="guess"),
+        postmark_auth(user="admin"),
         {"Authorization": "Basic !!!not-base64"},
         {"Authorization": "Bearer " + POSTMARK_PASSWORD},
     ]
     async with webhook_tracker(db_url, webhook_settings(settings)) as server, aiohttp.ClientSession() as http:
         answers = [await _post(http, server, "/webhooks/postmark", body, headers) for headers in wrong]
         malformed = [
-            (await _post(http, server, "/webhooks/postmark", b, _auth()))[0]
+            (await _post(http, server, "/webhooks/postmark", b, postmark_auth()))[0]
             for b in (b"{", dumps([POSTMARK_BOUNCE]), dumps({**POSTMARK_BOUNCE, "Email": None}))
         ]
     assert [status for status, _ in answers] == [401] * len(wrong)

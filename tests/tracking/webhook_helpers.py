@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import AsyncIterator
@@ -79,3 +80,34 @@ def state(db_url: str, email_id: int) -> dict[str, Any]:
         "events": [tuple(r) for r in events],
         "quarantined": quarantined[0] if quarantined else 0,
     }
+
+
+# Postmark's Bounce webhook, as its documentation's example shows it.
+POSTMARK_BOUNCE: dict[str, Any] = {
+    "RecordType": "Bounce",
+    "MessageStream": "outbound",
+    "ID": 4323372036854775807,
+    "Type": "HardBounce",
+    "TypeCode": 1,
+    "Name": "Hard bounce",
+    "Tag": "Test",
+    "MessageID": "883953f4-6105-42a2-a16a-77a8eac79483",
+    "Metadata": {"a_key": "a_value", "b_key": "b_value"},
+    "ServerID": 23,
+    "Description": "The server was unable to deliver your message (ex: unknown user, mailbox not found).",
+    "Details": "smtp;550 5.1.1 The email account that you tried to reach does not exist.",
+    "Email": "john@example.com",
+    "From": "sender@example.com",
+    "BouncedAt": "2019-11-05T16:33:54.9070259Z",
+    "DumpAvailable": True,
+    "Inactive": True,
+    "CanActivate": True,
+    "Subject": "Test subject",
+    "Content": "<Full dump of bounce>",
+}
+
+
+def postmark_auth(user: str = POSTMARK_USER, password: str = POSTMARK_PASSWORD) -> dict[str, str]:
+    """Postmark's Basic credentials header (the right ones unless told otherwise)."""
+    credentials = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return {"Authorization": f"Basic {credentials}", "Content-Type": "application/json"}

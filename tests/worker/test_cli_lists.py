@@ -8,13 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from worker.cli.main import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli import run
 
 
 def add_sender(capsys: pytest.CaptureFixture[str], *extra: str, name: str = "relay") -> None:

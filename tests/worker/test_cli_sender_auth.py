@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.worker.test_cli_senders import audit_rows, not_on_terminal, run, sender
+from tests.cli import not_on_terminal, run
+from tests.worker.senders import audit_rows, sender
 from worker.core.crypto import SecretBox
 from worker.core.sender_settings import GOOGLE_ENDPOINT
 
@@ -195,7 +196,7 @@ def test_editing_an_oauth2_senders_username_on_a_terminal_asks_for_no_password(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Before, a terminal offered the SMTP password prompt here, and a password typed was then refused."""
-    from tests.worker.test_cli_senders import on_terminal
+    from tests.cli import on_terminal
 
     assert run(capsys, *GMAIL, "--oauth-provider", "google", *SECRETS)[0] == 0
     on_terminal(monkeypatch, "", password="typed-by-mistake")

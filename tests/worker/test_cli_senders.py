@@ -2,54 +2,19 @@
 
 from __future__ import annotations
 
-import getpass
-import io
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from tests.cli import not_on_terminal, on_terminal, run
+from tests.worker.senders import audit_rows, sender
 from worker.cli.main import main
 from worker.core.crypto import SecretBox
 
 BASE = ["senders", "add", "relay", "--from", "noreply@example.com", "--host", "smtp.example.com"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def on_terminal(monkeypatch: pytest.MonkeyPatch, answers: str, password: str = "") -> None:
-    """Standard input is a terminal on which the operator types `answers` (and `password` when asked)."""
-    stdin = io.StringIO(answers)
-    monkeypatch.setattr(stdin, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr(sys, "stdin", stdin)
-    monkeypatch.setattr(getpass, "getpass", lambda prompt="": password)
-
-
-def not_on_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    stdin = io.StringIO("")
-    monkeypatch.setattr(stdin, "isatty", lambda: False, raising=False)
-    monkeypatch.setattr(sys, "stdin", stdin)
-
-
-def sender(conn: psycopg.Connection[Any], name: str = "relay") -> dict[str, Any]:
-    conn.rollback()
-    row = conn.execute("SELECT * FROM mailroom.sender_accounts WHERE name = %s", (name,)).fetchone()
-    assert row is not None
-    return dict(row)
-
-
-def audit_rows(conn: psycopg.Connection[Any], action: str) -> list[dict[str, Any]]:
-    conn.rollback()
-    return conn.execute(
-        "SELECT target, detail FROM mailroom.audit_log WHERE action = %s ORDER BY id", (action,)
-    ).fetchall()
 
 
 # --- senders add: asks on a terminal, warns without one --------------------------------------

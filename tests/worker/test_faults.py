@@ -188,7 +188,7 @@ def test_email_past_the_queue_lifetime_fails_as_expired(db_url: str, smtp_sink: 
 
     # The sweep fails one, a claim would fail the other the same way; the new one is claimed.
     claim, swept = asyncio.run(run())
-    assert swept == 2 and [e["recipient_email"] for e in claim.emails] == ["new@example.com"]
+    assert swept == 2 and [e.recipient_email for e in claim.emails] == ["new@example.com"]
     with psycopg.connect(db_url) as conn:
         rows = conn.execute(
             "SELECT status, last_error FROM mailroom.email_queue WHERE subject = 'old'"

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from tests.cli import not_on_terminal, run
 from tests.worker.helpers import enqueue_many, run_until_drained, statuses
-from tests.worker.test_cli_senders import not_on_terminal, run
 from worker.cli.main import main
 from worker.core.config import Settings
 from worker.core.crypto import SecretBox

@@ -16,8 +16,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.fixtures_smtp import SinkFactory
-from tests.tracking.test_webhook_providers import POSTMARK_BOUNCE, _auth
-from tests.tracking.webhook_helpers import dumps, state, webhook_settings, webhook_tracker
+from tests.tracking.webhook_helpers import (
+    POSTMARK_BOUNCE,
+    dumps,
+    postmark_auth,
+    state,
+    webhook_settings,
+    webhook_tracker,
+)
 from tests.worker.helpers import enqueue_many, run_until_drained
 from worker.core.config import Settings
 from worker.core.crypto import SecretBox
@@ -129,7 +135,7 @@ async def test_a_postmark_bounce_webhook_names_the_email_by_the_tag_it_carried(
     async with (
         webhook_tracker(db_url, webhook_settings(settings)) as server,
         aiohttp.ClientSession() as http,
-        http.post(server.make_url(url_path), data=body, headers=_auth()) as resp,
+        http.post(server.make_url(url_path), data=body, headers=postmark_auth()) as resp,
     ):
         assert resp.status == 202
     after = state(db_url, email_id)
