@@ -1,0 +1,125 @@
+"""Which area of Mailroom each table, view and function belongs to, in the order `migrations/schema.sql`
+shows them: a reader finds the queue first, then what feeds and watches it.
+
+A trigger function used by one table's triggers is shown with that table and needs no entry here; a
+partition follows its parent. Anything not listed lands in a last area, `other`, which a test keeps
+empty: a new table or function gets its place when it is added.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Area(NamedTuple):
+    """One `-- == title ==` section: its tables and views in reading order, then its functions."""
+
+    title: str
+    tables: tuple[str, ...]
+    functions: tuple[str, ...] = ()
+
+
+AREAS: tuple[Area, ...] = (
+    Area(
+        "schema and shared functions",
+        ("alembic_version",),
+        ("clock", "forbid_created_at_change", "notify_change", "touch_row"),
+    ),
+    Area(
+        "queue and delivery",
+        (
+            "email_queue",
+            "claims",
+            "sent_journal",
+            "send_logs",
+            "recipient_outcomes",
+            "archived_emails",
+            "templates",
+            "workers",
+        ),
+        (
+            "address_list_problem",
+            "address_problem",
+            "apply_sent_journal",
+            "content_rules",
+            "email_content_problem",
+            "ensure_month_partitions",
+            "header_text_problem",
+            "headers_problem",
+            "normalise_address",
+            "normalise_addresses",
+            "recipients_problem",
+            "refuse_content",
+            "rescue_expired_claims",
+            "rescue_unclaimed",
+        ),
+    ),
+    Area(
+        "senders",
+        ("sender_accounts", "sender_usage", "sender_pacing"),
+        ("close_circuit", "open_circuit", "release_quota", "reserve_quota", "take_probe"),
+    ),
+    Area(
+        "bounces and suppression",
+        (
+            "bounce_events",
+            "bounce_list",
+            "complaint_digests",
+            "bounce_quarantine",
+            "bounce_quarantine_size",
+            "bounce_quarantine_clients",
+            "unsubscribe_list",
+        ),
+    ),
+    Area("tracking", ("tracked_links", "open_events", "click_events")),
+    Area(
+        "lifecycle: accounts and tokens",
+        ("accounts", "tokens", "jobs"),
+        ("random_code", "random_secret", "token_max_attempts", "token_ttl"),
+    ),
+    Area(
+        "birthdays: people and events",
+        ("people", "events", "time_zone_names"),
+        (
+            "birthday_in",
+            "birthday_time",
+            "is_time_zone",
+            "local_instant",
+            "new_event_id",
+            "next_birthday",
+            "next_birthday_of",
+            "schedule_birthdays",
+        ),
+    ),
+    Area("inbox: orders and other outside events", ("inbox",)),
+    Area(
+        "documents and signatures",
+        (
+            "documents",
+            "expected_signers",
+            "signatures",
+            "signature_heads",
+            "checksum_verifications",
+            "reminder_logs",
+        ),
+        ("signature_link_hash", "signature_maintenance", "signature_maintenance_allows"),
+    ),
+    Area(
+        "audit",
+        ("audit_log", "audit_chain"),
+        ("audit", "audit_field", "audit_prune", "audit_prune_allows", "audit_row_hash"),
+    ),
+    Area(
+        "roles and API functions",
+        ("my_emails",),
+        (
+            "app_audit",
+            "enqueue",
+            "grant_app_role",
+            "grant_read_only_role",
+            "is_secret_column",
+            "secret_columns",
+        ),
+    ),
+)
+OTHER = "other"
