@@ -15,9 +15,8 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
+from typing import TypedDict
 
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from worker.core.logs import event
@@ -25,6 +24,7 @@ from worker.core.masking import mask_address
 from worker.core.message import recipient_kinds
 from worker.engine import queue_sql as q
 from worker.engine.database import Pool
+from worker.engine.rows import ClaimedEmail, claimed_email
 from worker.engine.senders import RELEASE_QUOTA, RESERVE
 
 log = logging.getLogger("mailroom.worker")
@@ -33,6 +33,15 @@ log = logging.getLogger("mailroom.worker")
 PACED_CLAIM_SECONDS = 5
 
 EXPIRED = "expired: in the queue longer than the queue lifetime (MAILROOM_QUEUE_LIFETIME_SECONDS)"
+
+
+class Dropped(TypedDict):
+    """One recipient a claim left out of a many-recipient email, as `queue_sql.RECORD_DROPPED` reads it."""
+
+    email_id: int
+    recipient: str
+    kind: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class Claim:
     day: date | None = None
     reserved: int = 0
     used: int = 0  # sends and permanent refusals: what the provider counted
-    emails: list[dict[str, Any]] = field(default_factory=list)
+    emails: list[ClaimedEmail] = field(default_factory=list)
     seen: int = 0  # rows the claim statement returned (suppressed and expired included)
     short: int = 0  # claimed emails the sender's quota did not cover (returned at once)
 
@@ -79,25 +88,27 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
         "lifetime": lease.lifetime_seconds,
         "expired": EXPIRED,
     }
-    async with pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
         await cur.execute(q.LOCK_SENDER, (sender_id,))
         await cur.execute(q.CLAIM_IN_INDEX_ORDER)
-        await cur.execute(q.CLAIM, params)
-        rows = await cur.fetchall()
+        async with conn.cursor(row_factory=claimed_email) as claimed:
+            await claimed.execute(q.CLAIM, params)
+            rows = await claimed.fetchall()
         claim.seen = len(rows)
-        suppressed = [r["id"] for r in rows if r["status"] == "suppressed"]
+        suppressed = [r.id for r in rows if r.status == "suppressed"]
         if suppressed:
             await cur.execute(q.LOG_SUPPRESSED, {"ids": suppressed, "owner": lease.owner})
-        assigned = [r for r in rows if r["status"] == "assigned"]
+        assigned = [r for r in rows if r.status == "assigned"]
         if assigned:
             await cur.execute(RESERVE, (sender_id, len(assigned)))
             reservation = await cur.fetchone()
             assert reservation is not None
-            claim.day, claim.reserved = reservation["day"], int(reservation["granted"] or 0)
+            granted, claim.day = reservation
+            claim.reserved = int(granted or 0)
             claim.emails, surplus = assigned[: claim.reserved], assigned[claim.reserved :]
             claim.short = len(surplus)
             if surplus:
-                await cur.execute(q.UNCLAIM, {"ids": [e["id"] for e in surplus], "token": claim.token})
+                await cur.execute(q.UNCLAIM, {"ids": [e.id for e in surplus], "token": claim.token})
             if claim.emails:
                 await cur.execute(q.INSERT_CLAIM, {**params, "day": claim.day, "reserved": claim.reserved})
         # Recorded for the emails this claim suppressed or keeps (not those handed back for want of quota).
@@ -109,23 +120,23 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
     return claim
 
 
-def _dropped(rows: list[dict[str, Any]], kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _dropped(rows: list[ClaimedEmail], kept: list[ClaimedEmail]) -> list[Dropped]:
     """The recipients the claim left out of the many-recipient emails it suppressed (all of them) or
     keeps, in To, Cc, Bcc order, each once, with its kind."""
-    many = [row for row in rows if row["dropped"]]
+    many = [row for row in rows if row.dropped]
     if not many:
         return []
-    kept_ids = {row["id"] for row in kept}
+    kept_ids = {row.id for row in kept}
     return [
-        {"email_id": row["id"], "recipient": address, "kind": kind, "reason": row["dropped"][key]}
+        {"email_id": row.id, "recipient": address, "kind": kind, "reason": dropped[key]}
         for row in many
-        if row["status"] == "suppressed" or row["id"] in kept_ids
-        for key, (address, kind) in recipient_kinds(row).items()
-        if key in row["dropped"] and row["dropped"][key] != q.ALREADY_DELIVERED  # recorded as accepted
+        if (dropped := row.dropped) and (row.status == "suppressed" or row.id in kept_ids)
+        for key, (address, kind) in recipient_kinds(row.as_row()).items()
+        if key in dropped and dropped[key] != q.ALREADY_DELIVERED  # recorded as accepted
     ]
 
 
-def _log_dropped(dropped: list[dict[str, Any]]) -> None:
+def _log_dropped(dropped: list[Dropped]) -> None:
     for recipient in dropped:
         masked = mask_address(recipient["recipient"])
         log.info(
@@ -143,24 +154,24 @@ def _log_dropped(dropped: list[dict[str, Any]]) -> None:
         )
 
 
-def _log_claim(sender_id: int, rows: list[dict[str, Any]], suppressed: int) -> None:
+def _log_claim(sender_id: int, rows: list[ClaimedEmail], suppressed: int) -> None:
     for row in rows:
-        if row["status"] == "suppressed":
-            recipient = mask_address(row["recipient_email"])
-            reason = row["suppression_reason"]
+        if row.status == "suppressed":
+            recipient = mask_address(row.recipient_email)
+            reason = row.suppression_reason
             log.info(
                 "email %s to %s suppressed: %s",
-                row["id"],
+                row.id,
                 recipient,
                 reason,
-                extra=event("suppressed", email_id=row["id"], recipient=recipient, reason=reason),
+                extra=event("suppressed", email_id=row.id, recipient=recipient, reason=reason),
             )
-        elif row["status"] == "failed":
+        elif row.status == "failed":
             log.warning(
                 "email %s failed: %s",
-                row["id"],
-                row["last_error"],
-                extra=event("expired", email_id=row["id"]),
+                row.id,
+                row.last_error,
+                extra=event("expired", email_id=row.id),
             )
     if rows:
         log.info(

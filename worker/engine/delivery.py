@@ -36,6 +36,7 @@ from worker.engine.leases import drained, idle_seconds
 from worker.engine.outcomes import Outcome, decide, failed_locally, record_attempt
 from worker.engine.producer import Producer, run_producer
 from worker.engine.recording import SentRecorder
+from worker.engine.rows import ClaimedEmail
 from worker.engine.sender_book import Sender, SenderBook
 from worker.engine.smtp import SmtpConnection
 from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
@@ -255,7 +256,7 @@ class Worker:
             # Cancelled after the grace period, or failed: hand back whatever this claim still holds.
             # Shielded whole: a second cancellation must not cut it short.
             with contextlib.suppress(psycopg.Error):
-                await asyncio.shield(self._finish(claim, [e["id"] for e in claim.emails]))
+                await asyncio.shield(self._finish(claim, [e.id for e in claim.emails]))
             raise
         await self._finish_beside_next_claim(index, claim, unsent)
         return True
@@ -324,11 +325,11 @@ class Worker:
         finally:
             connection.forget_announced()  # a stop or a lost lease leaves the next one unsent
             await db.give_back()
-        return [e["id"] for e in pending]
+        return [e.id for e in pending]
 
     async def _attempt(
         self,
-        email: dict[str, Any],
+        email: ClaimedEmail,
         built: Envelope | Exception | None,
         upcoming: Envelope | Exception | None,
         connection: SmtpConnection,
@@ -343,13 +344,13 @@ class Worker:
         try:
             attempt = await connection.send(built, next_envelope)
         except Exception as exc:  # ours, not the relay's: this email fails, the worker goes on
-            log.exception("email %s: unexpected error while sending", email["id"])
+            log.exception("email %s: unexpected error while sending", email.id)
             await connection.close()  # the session's state is unknown after that
             return failed_locally(email, f"internal error: {type(exc).__name__}: {exc}")
         return decide(email, attempt, built.message_id, self.settings)
 
     async def _record(
-        self, db: Borrowed, sender: Sender, token: uuid.UUID, outcome: Outcome, email: dict[str, Any]
+        self, db: Borrowed, sender: Sender, token: uuid.UUID, outcome: Outcome, email: ClaimedEmail
     ) -> bool:
         """Commit the attempt before the next message goes out on this connection; False if the lease was lost.
 

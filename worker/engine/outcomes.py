@@ -22,6 +22,7 @@ from worker.engine import queue_sql as q
 from worker.engine.classify import Reply, Verdict, backoff_seconds, classify
 from worker.engine.database import Borrowed
 from worker.engine.recording import Sent, SentRecorder
+from worker.engine.rows import ClaimedEmail
 from worker.engine.smtp import Attempt
 
 log = logging.getLogger("mailroom.worker")
@@ -43,7 +44,7 @@ class Outcome:
     message_id: str | None
 
 
-def decide(email: dict[str, Any], attempt: Attempt, message_id: str, settings: Settings) -> Outcome:
+def decide(email: ClaimedEmail, attempt: Attempt, message_id: str, settings: Settings) -> Outcome:
     """Classify the reply and choose the email's outcome (and its retry time); log anything but a send."""
     verdict = classify(attempt.reply)
     retry_at = None
@@ -51,19 +52,19 @@ def decide(email: dict[str, Any], attempt: Attempt, message_id: str, settings: S
         outcome = "sent"
     elif verdict in (Verdict.AUTH, Verdict.SENDER):
         outcome = "release"  # the sender's fault: back to the queue, the email's retry budget untouched
-    elif verdict in (Verdict.TRANSIENT, Verdict.LOCAL) and email["retry_count"] < email["max_retries"]:
+    elif verdict in (Verdict.TRANSIENT, Verdict.LOCAL) and email.retry_count < email.max_retries:
         outcome = "retry"
         delay = backoff_seconds(
-            email["retry_count"], settings.retry_base_seconds, settings.retry_cap_seconds, random.random()
+            email.retry_count, settings.retry_base_seconds, settings.retry_cap_seconds, random.random()
         )
         retry_at = datetime.now(UTC) + timedelta(seconds=delay)
     else:
         outcome = "failed"
-    result = Outcome(email["id"], outcome, verdict, attempt, retry_at, message_id)
+    result = Outcome(email.id, outcome, verdict, attempt, retry_at, message_id)
     if outcome != "sent":
         _log_failed_attempt(email, result)
     for address, reply in attempt.refused:
-        _log_refused(email["id"], address, reply)
+        _log_refused(email.id, address, reply)
     return result
 
 
@@ -87,19 +88,19 @@ def _log_refused(email_id: int, address: str, reply: Reply) -> None:
     )
 
 
-def failed_locally(email: dict[str, Any], reason: str) -> Outcome:
+def failed_locally(email: ClaimedEmail, reason: str) -> Outcome:
     """An attempt that failed before any SMTP reply, for a reason of ours: the email fails, nothing else."""
     attempt = Attempt(Reply(None, reason, "build"), 0)
-    return Outcome(email["id"], "failed", Verdict.LOCAL, attempt, None, None)
+    return Outcome(email.id, "failed", Verdict.LOCAL, attempt, None, None)
 
 
-def _log_failed_attempt(email: dict[str, Any], outcome: Outcome) -> None:
-    recipient = mask_address(email["recipient_email"])
+def _log_failed_attempt(email: ClaimedEmail, outcome: Outcome) -> None:
+    recipient = mask_address(email.recipient_email)
     reply = outcome.attempt.reply
     text = mask_addresses_in(reply.text[:200])  # replies echo addresses: never a full one in a log line
     log.warning(
         "email %s to %s: %s %s (%s) -> %s",
-        email["id"],
+        email.id,
         recipient,
         reply.code,
         text,
@@ -107,9 +108,9 @@ def _log_failed_attempt(email: dict[str, Any], outcome: Outcome) -> None:
         outcome.outcome,
         extra=event(
             "attempt_failed",
-            email_id=email["id"],
+            email_id=email.id,
             recipient=recipient,
-            attempt=email["retry_count"] + 1,
+            attempt=email.retry_count + 1,
             code=reply.code,
             enhanced=reply.enhanced,
             reply=text,
@@ -122,7 +123,7 @@ def _log_failed_attempt(email: dict[str, Any], outcome: Outcome) -> None:
 
 
 def failure_statements(
-    outcome: Outcome, email: dict[str, Any], sender_id: int, token: uuid.UUID, owner: str
+    outcome: Outcome, email: ClaimedEmail, sender_id: int, token: uuid.UUID, owner: str
 ) -> list[tuple[str, dict[str, Any]]]:
     """The statements that record an attempt that did not send, one of them `COMPLETE` (the email's new
     state: it returns a row only while the claim still holds the email), then the lists and counters."""
@@ -151,11 +152,11 @@ def failure_statements(
     bounced = outcome.verdict is Verdict.BOUNCE
     if bounced:
         bounce = {
-            "emails": [email["recipient_email"]],
+            "emails": [email.recipient_email],
             "reasons": [reply.text],
             "codes": [reply.code],
             "enhanced": [reply.enhanced],
-            "campaigns": [email["campaign_id"]],
+            "campaigns": [email.campaign_id],
             "sender": sender_id,
         }
         statements.append((q.RECORD_BOUNCES, bounce))
@@ -172,25 +173,25 @@ def _charged(
     return statements
 
 
-def accepted_statements(email: dict[str, Any], attempt: Attempt) -> list[tuple[str, dict[str, Any]]]:
+def accepted_statements(email: ClaimedEmail, attempt: Attempt) -> list[tuple[str, dict[str, Any]]]:
     """Record the recipients whose copy was accepted in an attempt that did not end sent: the retry
     leaves them out (`queue_sql.CLAIM` drops them as already delivered)."""
     if not attempt.accepted:
         return []
-    kinds = recipient_kinds(email)
+    kinds = recipient_kinds(email.as_row())
     accepted = [
         {"recipient": address, "kind": kinds.get(address.lower(), (address, "to"))[1]}
         for address in attempt.accepted
     ]
-    return [(q.RECORD_ACCEPTED, {"email_id": email["id"], "accepted": Jsonb(accepted)})]
+    return [(q.RECORD_ACCEPTED, {"email_id": email.id, "accepted": Jsonb(accepted)})]
 
 
 def refusal_statements(
-    email: dict[str, Any], attempt: Attempt, sender_id: int, errors: int = 0
+    email: ClaimedEmail, attempt: Attempt, sender_id: int, errors: int = 0
 ) -> list[tuple[str, dict[str, Any]]]:
     """Record the recipients refused at RCPT, each with its reply; a bad mailbox (a 5.1.x refusal, as
     `classify` judges a single recipient's) goes on the bounce list; the sender's day counts them."""
-    kinds = recipient_kinds(email)
+    kinds = recipient_kinds(email.as_row())
     refused = [
         {
             "recipient": address,
@@ -203,7 +204,7 @@ def refusal_statements(
     ]
     statements: list[tuple[str, dict[str, Any]]] = []
     if refused:
-        statements.append((q.RECORD_REFUSED, {"email_id": email["id"], "refused": Jsonb(refused)}))
+        statements.append((q.RECORD_REFUSED, {"email_id": email.id, "refused": Jsonb(refused)}))
     bounced = [(address, reply) for address, reply in attempt.refused if classify(reply) is Verdict.BOUNCE]
     if bounced:
         bounce = {
@@ -211,7 +212,7 @@ def refusal_statements(
             "reasons": [reply.text for _, reply in bounced],
             "codes": [reply.code for _, reply in bounced],
             "enhanced": [reply.enhanced for _, reply in bounced],
-            "campaigns": [email["campaign_id"]] * len(bounced),
+            "campaigns": [email.campaign_id] * len(bounced),
             "sender": sender_id,
         }
         statements.append((q.RECORD_BOUNCES, bounce))
@@ -249,7 +250,7 @@ async def record_attempt(
     recorder: SentRecorder,
     db: Borrowed,
     outcome: Outcome,
-    email: dict[str, Any],
+    email: ClaimedEmail,
     sender_id: int,
     token: uuid.UUID,
     owner: str,
@@ -259,12 +260,12 @@ async def record_attempt(
     of every slot's sends; a failure is one transaction that also updates lists and counters."""
     if outcome.outcome != "sent":
         statements = failure_statements(outcome, email, sender_id, token, owner)
-        return await record_failure(db, statements, email["id"], retry_seconds)
+        return await record_failure(db, statements, email.id, retry_seconds)
     held = await _record_sent(recorder, db, outcome, email, sender_id, token, owner, retry_seconds)
     if outcome.attempt.refused:
         # Sent to the others: the refusals are facts about those addresses, recorded lease held or not.
         await record_failure(
-            db, refusal_statements(email, outcome.attempt, sender_id), email["id"], retry_seconds
+            db, refusal_statements(email, outcome.attempt, sender_id), email.id, retry_seconds
         )
     return held
 
@@ -273,7 +274,7 @@ async def _record_sent(
     recorder: SentRecorder,
     db: Borrowed,
     outcome: Outcome,
-    email: dict[str, Any],
+    email: ClaimedEmail,
     sender_id: int,
     token: uuid.UUID,
     owner: str,
@@ -289,7 +290,7 @@ async def _record_sent(
     except psycopg.Error as exc:
         # The journal refused this row for its content (the rest of its group commit went in):
         # record the send on its own, with a reply text that can be stored.
-        log.error("email %s: the sent journal refused it (%s); recording it directly", email["id"], exc)
+        log.error("email %s: the sent journal refused it (%s); recording it directly", email.id, exc)
         statements = failure_statements(outcome, email, sender_id, token, owner)[:1]
         statements[0][1]["response"] = f"(reply not storable: {type(exc).__name__})"
-        return await record_failure(db, statements, email["id"], retry_seconds)
+        return await record_failure(db, statements, email.id, retry_seconds)

@@ -19,6 +19,7 @@ from worker.core.relay_tags import tag_for_relay
 from worker.core.return_path import envelope_sender, optional_bounce_key
 from worker.engine.database import Pool, fetch_scalar
 from worker.engine.oauth import OAuthClient, TokenCache
+from worker.engine.rows import ClaimedEmail
 from worker.engine.senders import ELIGIBLE_SENDERS, SAVE_ROTATED_GRANT, TAKE_SEND_SLOT
 from worker.engine.smtp import SmtpAccount, SmtpConnection
 
@@ -55,13 +56,13 @@ class Sender:
         """The sender account's id."""
         return self.account.sender_id
 
-    def build(self, email: dict[str, Any]) -> Envelope | Exception:
+    def build(self, email: ClaimedEmail) -> Envelope | Exception:
         """The email as it goes on the wire from this sender (DKIM-signed if it has a key), or why it cannot be built."""
         try:
-            envelope = build_message(email, self.from_email, self.from_name, self.message_key)
+            envelope = build_message(email.as_row(), self.from_email, self.from_name, self.message_key)
             if not envelope.copies:
-                return self._finish(envelope, int(email["id"]))
-            copies = tuple(self._finish(c, int(email["id"])) for c in envelope.copies)
+                return self._finish(envelope, email.id)
+            copies = tuple(self._finish(c, email.id) for c in envelope.copies)
             first = copies[0]
             return replace(envelope, sender=first.sender, content=first.content, copies=copies)
         except (TypeError, ValueError, AttributeError) as exc:
