@@ -13,6 +13,8 @@ CREATE TABLE mailroom.alembic_version (
     version_num character varying(32) NOT NULL
 );
 
+COMMENT ON TABLE mailroom.alembic_version IS 'The schema revision the migrations left (Alembic''s record); `mailroom db status` reads it.';
+
 ALTER TABLE ONLY mailroom.alembic_version
     ADD CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num);
 
@@ -23,6 +25,8 @@ CREATE FUNCTION mailroom.clock() RETURNS timestamp with time zone
     AS $$
     SELECT coalesce(nullif(current_setting('mailroom.now', true), '')::timestamptz, now())
 $$;
+
+COMMENT ON FUNCTION mailroom.clock() IS 'The time the lifecycle and birthday logic runs at: the setting mailroom.now when a caller set it (tests move time this way), else now().';
 
 CREATE FUNCTION mailroom.forbid_created_at_change() RETURNS trigger
     LANGUAGE plpgsql
@@ -35,6 +39,8 @@ BEGIN
     RETURN NEW;
 END $$;
 
+COMMENT ON FUNCTION mailroom.forbid_created_at_change() IS 'Row trigger: refuses any change of created_at (check_violation).';
+
 CREATE FUNCTION mailroom.notify_change() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -42,6 +48,8 @@ BEGIN
     PERFORM pg_notify('mailroom_changes', json_build_object('table', TG_TABLE_NAME, 'op', TG_OP)::text);
     RETURN NULL;
 END $$;
+
+COMMENT ON FUNCTION mailroom.notify_change() IS 'Statement trigger: NOTIFY mailroom_changes with {table, op}; listeners (console, worker) re-read what they need.';
 
 CREATE FUNCTION mailroom.touch_row() RETURNS trigger
     LANGUAGE plpgsql
@@ -54,6 +62,8 @@ BEGIN
     NEW.updated_at := now();
     RETURN NEW;
 END $$;
+
+COMMENT ON FUNCTION mailroom.touch_row() IS 'Row trigger: updated_at follows every change; created_at can never be rewritten.';
 
 -- == queue and delivery ==
 
@@ -121,6 +131,76 @@ CREATE TABLE mailroom.email_queue (
     CONSTRAINT email_queue_unrendered_has_template CHECK (((status <> 'unrendered'::text) OR (template IS NOT NULL)))
 );
 
+COMMENT ON TABLE mailroom.email_queue IS 'Every outgoing email, from enqueue to its final state; the worker is its only consumer. Content is stored rendered: what is sent is what is stored.';
+
+COMMENT ON COLUMN mailroom.email_queue.recipient_email IS 'The first To address, normalised; indexes, logs and suppression key on it (more recipients: to_extra, cc, bcc).';
+
+COMMENT ON COLUMN mailroom.email_queue.headers IS 'Custom headers, a JSON object of name -> text; names Mailroom writes itself are refused by the content rules.';
+
+COMMENT ON COLUMN mailroom.email_queue.template IS 'Provenance: the template the content was rendered from (an unrendered email is rendered from it by the worker).';
+
+COMMENT ON COLUMN mailroom.email_queue.locale IS 'Provenance: the template locale used.';
+
+COMMENT ON COLUMN mailroom.email_queue.template_data IS 'Provenance: the data the template was rendered with (secret to read-only roles: it may hold codes and links).';
+
+COMMENT ON COLUMN mailroom.email_queue.priority IS 'Higher is claimed first (-1000..1000), then earlier scheduled_for.';
+
+COMMENT ON COLUMN mailroom.email_queue.scheduled_for IS 'When the email may be claimed; a retry moves it to next_retry_at.';
+
+COMMENT ON COLUMN mailroom.email_queue.status IS 'unrendered: stored with a template, waiting for the renderer; pending: waiting to be claimed; assigned: claimed under a lease; sent: a relay answered 2xx to the end of DATA; bounced: a DSN reported a permanent failure after sent; failed: permanent refusal, retries exhausted, expired or a bad row (last_error says which); cancelled: by an operator; suppressed: the recipient is on the bounce or unsubscribe list.';
+
+COMMENT ON COLUMN mailroom.email_queue.lease_owner IS 'The worker holding the lease while assigned.';
+
+COMMENT ON COLUMN mailroom.email_queue.lease_token IS 'The claim (mailroom.claims) the email belongs to while assigned.';
+
+COMMENT ON COLUMN mailroom.email_queue.lease_expires_at IS 'When an assigned email''s lease runs out; lease rescue then returns it to the queue.';
+
+COMMENT ON COLUMN mailroom.email_queue.sender_account_id IS 'The sender account that last claimed (or sent) the email.';
+
+COMMENT ON COLUMN mailroom.email_queue.retry_count IS 'Attempts charged to the email (transient failures); sender faults are never charged.';
+
+COMMENT ON COLUMN mailroom.email_queue.max_retries IS 'Charged attempts allowed before the email fails.';
+
+COMMENT ON COLUMN mailroom.email_queue.next_retry_at IS 'When the last transient failure said to try again (backoff with jitter).';
+
+COMMENT ON COLUMN mailroom.email_queue.last_error IS 'The last failure, with the reply code (550 5.1.1 User unknown); required when failed.';
+
+COMMENT ON COLUMN mailroom.email_queue.error_details IS 'The last failure as JSON: outcome class, SMTP code, enhanced code.';
+
+COMMENT ON COLUMN mailroom.email_queue.suppression_reason IS 'Why the email was suppressed (bounce list or unsubscribe); required when suppressed.';
+
+COMMENT ON COLUMN mailroom.email_queue.idempotency_key IS 'The caller''s key: the same key from the same role (enqueued_by) returns the first email instead of a second one.';
+
+COMMENT ON COLUMN mailroom.email_queue.transactional IS 'False for bulk or marketing email: it gets a one-click unsubscribe link and header.';
+
+COMMENT ON COLUMN mailroom.email_queue.track_opens IS 'Whether the email carries an open-tracking pixel.';
+
+COMMENT ON COLUMN mailroom.email_queue.track_clicks IS 'Whether the email''s links go through the tracker (mailroom.tracked_links).';
+
+COMMENT ON COLUMN mailroom.email_queue.tracking_token IS 'Names the email in open-pixel URLs; never enough to unsubscribe (image proxies fetch it).';
+
+COMMENT ON COLUMN mailroom.email_queue.reference_type IS 'What produced the email (reminder_log, token, event, inbox, ...), with reference_id.';
+
+COMMENT ON COLUMN mailroom.email_queue.reference_id IS 'The id of the producing row, in the table reference_type names.';
+
+COMMENT ON COLUMN mailroom.email_queue.message_id IS 'The stable Message-ID header, the same on every attempt.';
+
+COMMENT ON COLUMN mailroom.email_queue.created_by IS 'Label of the caller that enqueued (cli, console, an application''s name); informational.';
+
+COMMENT ON COLUMN mailroom.email_queue.assigned_at IS 'When the email was last claimed.';
+
+COMMENT ON COLUMN mailroom.email_queue.sent_at IS 'When the relay accepted the email (2xx to the end of DATA); kept when it bounces later.';
+
+COMMENT ON COLUMN mailroom.email_queue.finished_at IS 'When the email reached a final state (sent, failed, cancelled, suppressed).';
+
+COMMENT ON COLUMN mailroom.email_queue.unsubscribe_token IS 'One-click unsubscribe token of non-transactional email; separate from tracking_token on purpose.';
+
+COMMENT ON COLUMN mailroom.email_queue.to_extra IS 'To addresses after the first (NULL for the common single recipient).';
+
+COMMENT ON COLUMN mailroom.email_queue.bcc IS 'Envelope-only recipients: never written in a header.';
+
+COMMENT ON COLUMN mailroom.email_queue.reply_to IS 'Reply-To addresses.';
+
 COMMENT ON COLUMN mailroom.email_queue.enqueued_by IS 'The database role that enqueued this email (session_user): the scope of its idempotency key and of mailroom.my_emails.';
 
 ALTER TABLE mailroom.email_queue ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
@@ -182,6 +262,8 @@ BEGIN
 END;
 $$;
 
+COMMENT ON FUNCTION mailroom.email_queue_archive_no_shared_token() IS 'Statement trigger: an archived many-recipient email keeps no unsubscribe token (it would name only the first recipient).';
+
 CREATE FUNCTION mailroom.email_queue_before_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -194,6 +276,8 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+COMMENT ON FUNCTION mailroom.email_queue_before_insert() IS 'Row trigger: fills a NULL scheduled_for with the database''s now() and refuses a new email that is not pending.';
 
 CREATE FUNCTION mailroom.email_queue_before_update() RETURNS trigger
     LANGUAGE plpgsql
@@ -234,6 +318,8 @@ BEGIN
     RETURN NEW;
 END $$;
 
+COMMENT ON FUNCTION mailroom.email_queue_before_update() IS 'Row trigger: the allowed status transitions and their timestamps; a lease exists only while assigned; created_at immutable.';
+
 CREATE FUNCTION mailroom.email_queue_content_rules_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $_$
@@ -262,6 +348,8 @@ BEGIN
     RETURN NULL;
 END $_$;
 
+COMMENT ON FUNCTION mailroom.email_queue_content_rules_insert() IS 'Statement trigger: the content rules for inserted rows, checked as a set (simple rows cost a few regular expressions).';
+
 CREATE FUNCTION mailroom.email_queue_content_rules_update() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -273,6 +361,8 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+COMMENT ON FUNCTION mailroom.email_queue_content_rules_update() IS 'Row trigger: the content rules for an update of a content column (status changes do not pay for it).';
 
 CREATE FUNCTION mailroom.email_queue_keep_archived() RETURNS trigger
     LANGUAGE plpgsql
@@ -301,6 +391,8 @@ BEGIN
 END;
 $_$;
 
+COMMENT ON FUNCTION mailroom.email_queue_keep_archived() IS 'Statement trigger: deleted final-state email of a campaign, or sent with an unsubscribe token, leaves a row in archived_emails; rows older than every send log are pruned.';
+
 CREATE FUNCTION mailroom.email_queue_notify_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -309,6 +401,8 @@ BEGIN
     PERFORM pg_notify('mailroom_changes', json_build_object('table', 'email_queue', 'op', TG_OP)::text);
     RETURN NULL;
 END $$;
+
+COMMENT ON FUNCTION mailroom.email_queue_notify_insert() IS 'Statement trigger: wakes the workers (NOTIFY mailroom_queue) and the console after an insert.';
 
 CREATE FUNCTION mailroom.email_queue_notify_update() RETURNS trigger
     LANGUAGE plpgsql
@@ -320,6 +414,8 @@ BEGIN
     PERFORM pg_notify('mailroom_changes', json_build_object('table', 'email_queue', 'op', TG_OP)::text);
     RETURN NULL;
 END $$;
+
+COMMENT ON FUNCTION mailroom.email_queue_notify_update() IS 'Statement trigger: wakes the workers when an update left email pending, and the console.';
 
 CREATE FUNCTION mailroom.reminder_logs_follow_email() RETURNS trigger
     LANGUAGE plpgsql
@@ -347,25 +443,47 @@ BEGIN
     RETURN NULL;
 END $$;
 
+COMMENT ON FUNCTION mailroom.reminder_logs_follow_email() IS 'Row trigger: a reminder email''s outcome is copied into its reminder_logs row.';
+
 CREATE TRIGGER email_queue_before_insert BEFORE INSERT ON mailroom.email_queue FOR EACH ROW WHEN (((new.scheduled_for IS NULL) OR (new.status <> 'pending'::text))) EXECUTE FUNCTION mailroom.email_queue_before_insert();
+
+COMMENT ON TRIGGER email_queue_before_insert ON mailroom.email_queue IS 'Only for rows without scheduled_for or not pending, so bulk COPY skips PL/pgSQL.';
 
 CREATE TRIGGER email_queue_before_update BEFORE UPDATE ON mailroom.email_queue FOR EACH ROW EXECUTE FUNCTION mailroom.email_queue_before_update();
 
+COMMENT ON TRIGGER email_queue_before_update ON mailroom.email_queue IS 'Status transitions and their timestamps.';
+
 CREATE TRIGGER email_queue_content_rules_insert AFTER INSERT ON mailroom.email_queue REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_content_rules_insert();
+
+COMMENT ON TRIGGER email_queue_content_rules_insert ON mailroom.email_queue IS 'Content rules for every inserted row.';
 
 CREATE TRIGGER email_queue_content_rules_update BEFORE UPDATE OF recipient_email, recipient_name, subject, text_body, html_body, headers, to_extra, cc, bcc, reply_to ON mailroom.email_queue FOR EACH ROW EXECUTE FUNCTION mailroom.email_queue_content_rules_update();
 
+COMMENT ON TRIGGER email_queue_content_rules_update ON mailroom.email_queue IS 'Content rules when content columns change.';
+
 CREATE TRIGGER email_queue_keep_archived AFTER DELETE ON mailroom.email_queue REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_keep_archived();
+
+COMMENT ON TRIGGER email_queue_keep_archived ON mailroom.email_queue IS 'Deleted email leaves its archived_emails row.';
 
 CREATE TRIGGER email_queue_keep_archived_one_recipient AFTER DELETE ON mailroom.email_queue REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_archive_no_shared_token();
 
+COMMENT ON TRIGGER email_queue_keep_archived_one_recipient ON mailroom.email_queue IS 'Runs after email_queue_keep_archived (name order): drops the token of many-recipient email.';
+
 CREATE TRIGGER email_queue_notify_delete AFTER DELETE ON mailroom.email_queue FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER email_queue_notify_delete ON mailroom.email_queue IS 'Tells the console.';
 
 CREATE TRIGGER email_queue_notify_insert AFTER INSERT ON mailroom.email_queue FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_notify_insert();
 
+COMMENT ON TRIGGER email_queue_notify_insert ON mailroom.email_queue IS 'Wakes the workers and the console.';
+
 CREATE TRIGGER email_queue_notify_update AFTER UPDATE ON mailroom.email_queue REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_notify_update();
 
+COMMENT ON TRIGGER email_queue_notify_update ON mailroom.email_queue IS 'Wakes the workers when email went back to pending; tells the console.';
+
 CREATE TRIGGER email_queue_reminder_outcome AFTER UPDATE OF status ON mailroom.email_queue FOR EACH ROW WHEN (((new.reference_type = 'reminder_log'::text) AND (new.status IS DISTINCT FROM old.status) AND (new.status <> 'assigned'::text) AND (new.reference_id ~ '^[0-9]{1,18}$'::text))) EXECUTE FUNCTION mailroom.reminder_logs_follow_email();
+
+COMMENT ON TRIGGER email_queue_reminder_outcome ON mailroom.email_queue IS 'Reminder emails only, when the status changed to anything but assigned.';
 
 -- claims
 
@@ -381,6 +499,18 @@ CREATE TABLE mailroom.claims (
     CONSTRAINT claims_reserved_not_negative CHECK ((reserved >= 0)),
     CONSTRAINT claims_used_not_negative CHECK ((used >= 0))
 );
+
+COMMENT ON TABLE mailroom.claims IS 'One batch claimed under one lease token for one sender: its lease and the quota reserved for it. Locked before its emails; ended by the worker or by lease rescue, which return the unused quota with the unsent emails.';
+
+COMMENT ON COLUMN mailroom.claims.owner IS 'The worker that made the claim.';
+
+COMMENT ON COLUMN mailroom.claims.day IS 'The UTC day the quota was reserved on; unused quota goes back to that day.';
+
+COMMENT ON COLUMN mailroom.claims.reserved IS 'Sends of the day''s quota reserved for the batch.';
+
+COMMENT ON COLUMN mailroom.claims.used IS 'Quota used by permanent refusals (sends are counted from the sent journal).';
+
+COMMENT ON COLUMN mailroom.claims.expires_at IS 'When the lease runs out and another worker may rescue the claim.';
 
 ALTER TABLE ONLY mailroom.claims
     ADD CONSTRAINT claims_pkey PRIMARY KEY (lease_token);
@@ -405,6 +535,14 @@ CREATE TABLE mailroom.sent_journal (
     worker text NOT NULL
 )
 WITH (autovacuum_vacuum_threshold='1000', autovacuum_vacuum_scale_factor='0');
+
+COMMENT ON TABLE mailroom.sent_journal IS 'Write-ahead record of every email a relay accepted, committed before the next message on the connection; moved into email_queue and send_logs at the end of the batch, or by lease rescue, so a journalled email is never sent again.';
+
+COMMENT ON COLUMN mailroom.sent_journal.lease_token IS 'The claim the send belongs to.';
+
+COMMENT ON COLUMN mailroom.sent_journal.response IS 'The relay''s reply to the end of DATA.';
+
+COMMENT ON COLUMN mailroom.sent_journal.worker IS 'The worker that sent it.';
 
 CREATE INDEX sent_journal_token_idx ON mailroom.sent_journal USING btree (lease_token);
 
@@ -431,6 +569,18 @@ CREATE TABLE mailroom.send_logs (
     CONSTRAINT send_logs_smtp_code_range CHECK (((smtp_code >= 100) AND (smtp_code <= 599)))
 )
 PARTITION BY RANGE (attempted_at);
+
+COMMENT ON TABLE mailroom.send_logs IS 'Every delivery attempt, partitioned by month of attempted_at (partitions made ahead by maintenance, dropped or archived by retention).';
+
+COMMENT ON COLUMN mailroom.send_logs.attempt IS 'Which attempt of the email this was (1 for the first).';
+
+COMMENT ON COLUMN mailroom.send_logs.outcome IS 'sent: 2xx to the end of DATA; transient: 4xx or no reply, retried; permanent: 5xx, the email fails; bounced: bad mailbox, fails and the address goes on the bounce list; auth_failed: the sender was suspended, email returned uncharged; local_error: our own fault (bad row, 5xx to our commands); suppressed: dropped at claim time; sender_unreachable: the relay failed, the circuit opened, email returned uncharged.';
+
+COMMENT ON COLUMN mailroom.send_logs.response IS 'The relay''s reply text (or our own error).';
+
+COMMENT ON COLUMN mailroom.send_logs.duration_ms IS 'How long the attempt took, in milliseconds.';
+
+COMMENT ON COLUMN mailroom.send_logs.worker IS 'The worker that made the attempt.';
 
 ALTER TABLE mailroom.send_logs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.send_logs_id_seq
@@ -473,6 +623,8 @@ CREATE TABLE mailroom.send_logs_default (
     CONSTRAINT send_logs_smtp_code_range CHECK (((smtp_code >= 100) AND (smtp_code <= 599)))
 );
 
+COMMENT ON TABLE mailroom.send_logs_default IS 'Attempts outside every month partition (none when maintenance keeps partitions ahead).';
+
 ALTER TABLE ONLY mailroom.send_logs ATTACH PARTITION mailroom.send_logs_default DEFAULT;
 
 ALTER TABLE ONLY mailroom.send_logs_default
@@ -512,6 +664,16 @@ CREATE TABLE mailroom.recipient_outcomes (
     CONSTRAINT recipient_outcomes_smtp_code_range CHECK (((smtp_code >= 100) AND (smtp_code <= 599)))
 );
 
+COMMENT ON TABLE mailroom.recipient_outcomes IS 'What happened to each recipient of a many-recipient email that is not the email''s own outcome: dropped at claim time or refused at RCPT while others were accepted.';
+
+COMMENT ON COLUMN mailroom.recipient_outcomes.kind IS 'Which list the recipient was on: to, cc or bcc.';
+
+COMMENT ON COLUMN mailroom.recipient_outcomes.outcome IS 'suppressed: dropped at claim time (bounce or unsubscribe list); refused: the relay refused it at RCPT; accepted: taken by the relay.';
+
+COMMENT ON COLUMN mailroom.recipient_outcomes.reason IS 'The suppression reason or the relay''s reply.';
+
+COMMENT ON COLUMN mailroom.recipient_outcomes.at IS 'When the outcome was recorded.';
+
 ALTER TABLE mailroom.recipient_outcomes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.recipient_outcomes_id_seq
     START WITH 1
@@ -547,6 +709,22 @@ CREATE TABLE mailroom.archived_emails (
     CONSTRAINT archived_emails_unsent_has_finished_at CHECK (((status = ANY (ARRAY['sent'::text, 'bounced'::text])) OR (finished_at IS NOT NULL)))
 );
 
+COMMENT ON TABLE mailroom.archived_emails IS 'What outlives an email retention archived and deleted: its campaign, final status and unsubscribe token (old links keep working), never an address.';
+
+COMMENT ON COLUMN mailroom.archived_emails.unsubscribe_token IS 'The email''s one-click unsubscribe token; NULL for many-recipient email (its token named nobody).';
+
+COMMENT ON COLUMN mailroom.archived_emails.track_opens IS 'Whether it carried an open pixel (campaign stats still count it).';
+
+COMMENT ON COLUMN mailroom.archived_emails.track_clicks IS 'Whether it carried tracked links (campaign stats still count it).';
+
+COMMENT ON COLUMN mailroom.archived_emails.status IS 'The final status the email was archived in: sent, bounced, failed, cancelled or suppressed.';
+
+COMMENT ON COLUMN mailroom.archived_emails.finished_at IS 'When the email ended (for sent rows written before 0006: sent_at).';
+
+COMMENT ON COLUMN mailroom.archived_emails.last_error IS 'The last error, any address in it masked to ***@domain.';
+
+COMMENT ON COLUMN mailroom.archived_emails.bounced IS 'Whether the email bounced (campaign stats count bounces from it).';
+
 ALTER TABLE ONLY mailroom.archived_emails
     ADD CONSTRAINT archived_emails_pkey PRIMARY KEY (email_id);
 
@@ -573,10 +751,14 @@ CREATE TABLE mailroom.templates (
     CONSTRAINT templates_name_format CHECK ((name ~ '^[a-z][a-z0-9_]{0,63}$'::text))
 );
 
+COMMENT ON TABLE mailroom.templates IS 'Email templates by name and locale (subject and bodies, rendered in a sandbox at enqueue).';
+
 ALTER TABLE ONLY mailroom.templates
     ADD CONSTRAINT templates_pkey PRIMARY KEY (name, locale);
 
 CREATE TRIGGER templates_touch BEFORE UPDATE ON mailroom.templates FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+COMMENT ON TRIGGER templates_touch ON mailroom.templates IS 'updated_at follows every change; created_at is immutable.';
 
 -- workers
 
@@ -586,6 +768,10 @@ CREATE TABLE mailroom.workers (
     seen_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT workers_name_length CHECK (((length(name) >= 1) AND (length(name) <= 200)))
 );
+
+COMMENT ON TABLE mailroom.workers IS 'Workers that said they are alive; health asks whether any is while email is due.';
+
+COMMENT ON COLUMN mailroom.workers.seen_at IS 'The worker''s last heartbeat.';
 
 ALTER TABLE ONLY mailroom.workers
     ADD CONSTRAINT workers_pkey PRIMARY KEY (name);
@@ -606,6 +792,8 @@ CREATE FUNCTION mailroom.address_list_problem(field text, addresses text[]) RETU
     END
 $$;
 
+COMMENT ON FUNCTION mailroom.address_list_problem(field text, addresses text[]) IS 'Why a list of addresses is refused, naming the element (cc[2]), or NULL.';
+
 CREATE FUNCTION mailroom.address_problem(value text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $_$
@@ -619,6 +807,8 @@ CREATE FUNCTION mailroom.address_problem(value text) RETURNS text
         THEN 'invalid email address (a plain ASCII mailbox, local@domain.tld)'
     END
 $_$;
+
+COMMENT ON FUNCTION mailroom.address_problem(value text) IS 'Why an address is refused (a plain ASCII mailbox is required), or NULL.';
 
 CREATE FUNCTION mailroom.apply_sent_journal(token uuid) RETURNS integer
     LANGUAGE sql
@@ -644,9 +834,13 @@ CREATE FUNCTION mailroom.apply_sent_journal(token uuid) RETURNS integer
     SELECT count(*)::integer FROM logged
 $$;
 
+COMMENT ON FUNCTION mailroom.apply_sent_journal(token uuid) IS 'Apply a claim''s journalled sends to the queue and the send log; returns how many.';
+
 CREATE FUNCTION mailroom.content_rules() RETURNS jsonb
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $_$ SELECT  E'{"about": "What the database and the Python API both refuse in an email. One file: worker/core/rules.py loads it for Python, and revision 0006 writes it into the database''s checks (mailroom.content_rules() returns it). Patterns are written in the common subset of Python''s re and PostgreSQL''s regular expressions, without capturing groups or bounded repeats where they run per row (PostgreSQL''s engine is many times slower with them); an address is also at most max_local_chars before the @ and has no domain label of 64 characters; a change here needs a revision that installs it again.", "forbidden_in_headers": "[\\\\x00-\\\\x1f\\\\x7f\\\\x85\\\\u2028\\\\u2029]", "encoded_word": "=\\\\?[^?\\\\s]+\\\\?[BbQq]\\\\?[^?\\\\s]*\\\\?=", "header_name": "^[!-9;-~]{1,76}$", "address": "^[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(?:\\\\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\\\.)+[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?$", "address_long_label": "[A-Za-z0-9-]{64}", "max_local_chars": 64, "max_address_chars": 254, "reserved_headers": ["from", "to", "cc", "bcc", "reply-to", "subject", "date", "message-id", "mime-version", "content-type", "content-transfer-encoding", "content-disposition", "return-path", "received", "sender", "dkim-signature", "list-unsubscribe", "list-unsubscribe-post"], "stored_by_mailroom": ["list-unsubscribe", "list-unsubscribe-post"], "about_reserved_headers": "Reserved headers (revision 0008 installs the relay and trace lists): those Mailroom writes itself (reserved_headers, except stored_by_mailroom, which its tracking stores at enqueue), and those that steer a relay or that receiving servers write to record a message''s path and authentication (relay_and_trace_headers, and every name starting with one of relay_and_trace_header_prefixes): an application setting them could change how a relay handles or reports an email (SendGrid''s bypass_list_management, Postmark''s metadata that names the email in its webhooks) or forge the trace a reader trusts.", "relay_and_trace_headers": ["x-smtpapi", "x-msys-api", "x-pm-message-stream", "x-pm-keepid", "authentication-results", "received-spf", "domainkey-signature", "delivered-to", "x-original-to", "x-forwarded-to", "errors-to"], "relay_and_trace_header_prefixes": ["x-pm-metadata-", "x-mailgun-", "x-ses-", "x-mc-", "x-sg-", "resent-", "arc-", "x-mailroom-"], "max_header_value_chars": 998, "max_name_chars": 255, "max_subject_chars": 998, "max_body_bytes": 26214400, "max_recipients": 100}'::jsonb $_$;
+
+COMMENT ON FUNCTION mailroom.content_rules() IS 'The content rules this database enforces, from worker/core/content_rules.json (applications in any language may read it).';
 
 CREATE FUNCTION mailroom.email_content_problem(e mailroom.email_queue) RETURNS text
     LANGUAGE plpgsql STABLE
@@ -688,6 +882,8 @@ BEGIN
     RETURN NULL;
 END $$;
 
+COMMENT ON FUNCTION mailroom.email_content_problem(e mailroom.email_queue) IS 'The first content-rule problem of a queue row, naming the field, or NULL.';
+
 CREATE FUNCTION mailroom.ensure_month_partitions(parent text, start_month date, months integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -703,11 +899,16 @@ BEGIN
                            part_name, parent,
                            first_day + make_interval(months => i),
                            first_day + make_interval(months => i + 1));
+            EXECUTE format('COMMENT ON TABLE mailroom.%I IS %L', part_name,
+                           format('%s of %s (a month partition made by mailroom.ensure_month_partitions)',
+                                  parent, to_char(first_day + make_interval(months => i), 'YYYY-MM')));
             created := created + 1;
         END IF;
     END LOOP;
     RETURN created;
 END $$;
+
+COMMENT ON FUNCTION mailroom.ensure_month_partitions(parent text, start_month date, months integer) IS 'Create the missing monthly partitions of a partitioned table from a month on, for some months; returns how many it made.';
 
 CREATE FUNCTION mailroom.header_text_problem(value text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -723,6 +924,8 @@ CREATE FUNCTION mailroom.header_text_problem(value text) RETURNS text
             'longer than ' || 998 || ' characters'
     END
 $$;
+
+COMMENT ON FUNCTION mailroom.header_text_problem(value text) IS 'Why a header value is refused (control characters, encoded words, length), or NULL.';
 
 CREATE FUNCTION mailroom.headers_problem(headers jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -756,6 +959,8 @@ CREATE FUNCTION mailroom.headers_problem(headers jsonb) RETURNS text
     END
 $_$;
 
+COMMENT ON FUNCTION mailroom.headers_problem(headers jsonb) IS 'Why the custom headers are refused (field names, reserved headers, values), or NULL.';
+
 CREATE FUNCTION mailroom.normalise_address(address text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $_$
@@ -765,6 +970,8 @@ CREATE FUNCTION mailroom.normalise_address(address text) RETURNS text
         ELSE btrim(address) END
 $_$;
 
+COMMENT ON FUNCTION mailroom.normalise_address(address text) IS 'An address as Mailroom stores it: trimmed, the local part as given, the domain lowercased.';
+
 CREATE FUNCTION mailroom.normalise_addresses(addresses text[]) RETURNS text[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -772,6 +979,8 @@ CREATE FUNCTION mailroom.normalise_addresses(addresses text[]) RETURNS text[]
         THEN ARRAY(SELECT mailroom.normalise_address(a) FROM unnest(addresses) WITH ORDINALITY AS x(a, i) ORDER BY i)
     END
 $$;
+
+COMMENT ON FUNCTION mailroom.normalise_addresses(addresses text[]) IS 'mailroom.normalise_address over a list.';
 
 CREATE FUNCTION mailroom.recipients_problem(e mailroom.email_queue) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -788,6 +997,8 @@ CREATE FUNCTION mailroom.recipients_problem(e mailroom.email_queue) RETURNS text
              THEN 'reply_to: more than ' || 100 || ' addresses' END)
 $$;
 
+COMMENT ON FUNCTION mailroom.recipients_problem(e mailroom.email_queue) IS 'Why the recipients are refused (an invalid address, too many in the envelope), or NULL.';
+
 CREATE FUNCTION mailroom.refuse_content(problem text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -797,6 +1008,8 @@ BEGIN
               TABLE = 'email_queue', SCHEMA = 'mailroom',
               HINT = 'mailroom.content_rules() shows the rules every writer of the queue obeys';
 END $$;
+
+COMMENT ON FUNCTION mailroom.refuse_content(problem text) IS 'Raise a content problem as check_violation (23514), with the field as the column in the diagnostics.';
 
 CREATE FUNCTION mailroom.rescue_expired_claims() RETURNS SETOF bigint
     LANGUAGE plpgsql
@@ -839,6 +1052,8 @@ BEGIN
         SELECT e.id FROM expired e WHERE mailroom.rescue_unclaimed(e.id);
 END $$;
 
+COMMENT ON FUNCTION mailroom.rescue_expired_claims() IS 'Return every expired claim: apply its sent journal, return the rest to the queue, give back the unused quota; returns the ids returned.';
+
 CREATE FUNCTION mailroom.rescue_unclaimed(email bigint) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -858,6 +1073,8 @@ BEGIN
     WHERE id = email;
     RETURN true;
 END $$;
+
+COMMENT ON FUNCTION mailroom.rescue_unclaimed(email bigint) IS 'One email under an expired lease without a claim row: its journalled send applied, else back to the queue (true).';
 
 -- == senders ==
 
@@ -938,6 +1155,62 @@ CREATE TABLE mailroom.sender_accounts (
     CONSTRAINT sender_accounts_warmup_stage_range CHECK (((warmup_stage >= 0) AND (warmup_stage <= 5)))
 );
 
+COMMENT ON TABLE mailroom.sender_accounts IS 'SMTP relays and mailboxes email is sent through, with their limits, warm-up, pacing, circuit and credentials (encrypted).';
+
+COMMENT ON COLUMN mailroom.sender_accounts.name IS 'The operator''s name for the account (senders commands use it).';
+
+COMMENT ON COLUMN mailroom.sender_accounts.smtp_security IS 'none: plain SMTP; starttls: upgrade after EHLO; tls: TLS from the first byte.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.smtp_password_encrypted IS 'The SMTP password, encrypted with the secret key (never readable by read-only roles).';
+
+COMMENT ON COLUMN mailroom.sender_accounts.daily_limit IS 'Sends allowed per UTC day.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.warmup_stage IS '0: warm-up finished; 1..5: the stage, with warmup_limit the day''s cap.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.warmup_limit IS 'The day''s cap while warming up; doubles with each stage.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.send_delay_ms IS 'Pacing: at least this long between two sends of the account, across all workers (mailroom.sender_pacing).';
+
+COMMENT ON COLUMN mailroom.sender_accounts.max_connections IS 'SMTP connections the account may have open at once in one worker process.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.status IS 'active: sends; warming_up: sends under warmup_limit; paused: stopped by an operator; suspended: stopped after an authentication failure; paused_limit_reached: the day''s limit is used up, usable again the next UTC day.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.status_reason IS 'Why the account is not active (the relay''s reply, the limit, the operator''s reason).';
+
+COMMENT ON COLUMN mailroom.sender_accounts.status_changed_at IS 'When status last changed.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.limit_reached_on IS 'The UTC day paused_limit_reached applies to: the account is usable again on any later day.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.dkim_private_key_encrypted IS 'The DKIM signing key, encrypted; set with dkim_domain and dkim_selector or not at all.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.last_used_at IS 'When the account last sent.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.version IS 'Optimistic-update version, moved on by every update.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.warmup_checked_on IS 'The UTC day warm-up progress was last considered (once a day, at the first reservation).';
+
+COMMENT ON COLUMN mailroom.sender_accounts.circuit_state IS 'closed: the relay answers; open: a sender-level fault, email waits uncharged until circuit_retry_at; half_open: one worker probes with a single email.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.circuit_reason IS 'The fault that opened the circuit.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.circuit_since IS 'When the circuit opened (NULL while closed).';
+
+COMMENT ON COLUMN mailroom.sender_accounts.circuit_retry_at IS 'When a worker may probe the open circuit again.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.circuit_failures IS 'Failed probes in a row; the backoff doubles with each, up to a cap.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.auth_type IS 'password: SMTP AUTH with smtp_password_encrypted; oauth2: XOAUTH2 with an access token from the OAuth2 settings.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.oauth_token_url IS 'The OAuth2 token endpoint: HTTPS, or plain HTTP on the loopback interface only.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.oauth_client_secret_encrypted IS 'The OAuth2 client secret, encrypted.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.oauth_refresh_token_encrypted IS 'The OAuth2 refresh token, encrypted.';
+
+COMMENT ON COLUMN mailroom.sender_accounts.bounce_domain IS 'The domain of the account''s VERP return paths (NULL: MAILROOM_BOUNCE_DOMAIN, else the sender''s own address).';
+
+COMMENT ON COLUMN mailroom.sender_accounts.relay_provider IS 'The relay whose event webhooks report on this account''s email (postmark, sendgrid); messages are tagged for it.';
+
 COMMENT ON COLUMN mailroom.sender_accounts.allow_plaintext_login IS 'The operator allowed this account to log in (password or OAuth2 token) over a connection without TLS to a host other than the loopback interface: the secret then crosses the network readable by anyone on the path.';
 
 ALTER TABLE mailroom.sender_accounts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -971,11 +1244,19 @@ BEGIN
     RETURN NEW;
 END $$;
 
+COMMENT ON FUNCTION mailroom.sender_accounts_before_update() IS 'Row trigger: status_changed_at follows status, limit_reached_on clears off paused_limit_reached, version moves on.';
+
 CREATE TRIGGER sender_accounts_before_update BEFORE UPDATE ON mailroom.sender_accounts FOR EACH ROW EXECUTE FUNCTION mailroom.sender_accounts_before_update();
+
+COMMENT ON TRIGGER sender_accounts_before_update ON mailroom.sender_accounts IS 'Status timestamps and the optimistic version.';
 
 CREATE TRIGGER sender_accounts_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.sender_accounts FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
+COMMENT ON TRIGGER sender_accounts_notify ON mailroom.sender_accounts IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 CREATE TRIGGER sender_accounts_touch BEFORE UPDATE ON mailroom.sender_accounts FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+COMMENT ON TRIGGER sender_accounts_touch ON mailroom.sender_accounts IS 'updated_at follows every change; created_at is immutable.';
 
 -- sender_usage
 
@@ -990,6 +1271,10 @@ CREATE TABLE mailroom.sender_usage (
     CONSTRAINT sender_usage_sent_not_negative CHECK ((sent >= 0))
 );
 
+COMMENT ON TABLE mailroom.sender_usage IS 'Per sender and UTC day: sends reserved, bounces and errors. A new day starts at zero without any cron.';
+
+COMMENT ON COLUMN mailroom.sender_usage.sent IS 'Sends reserved from the day''s quota (unused reservations are given back).';
+
 ALTER TABLE ONLY mailroom.sender_usage
     ADD CONSTRAINT sender_usage_pkey PRIMARY KEY (sender_account_id, day);
 
@@ -1002,6 +1287,10 @@ CREATE TABLE mailroom.sender_pacing (
     sender_account_id bigint NOT NULL,
     next_send_at timestamp with time zone NOT NULL
 );
+
+COMMENT ON TABLE mailroom.sender_pacing IS 'The next free send slot of each paced account (send_delay_ms > 0), shared by every worker; no triggers, so a slot per send stays cheap.';
+
+COMMENT ON COLUMN mailroom.sender_pacing.next_send_at IS 'The earliest time the account''s next send may start.';
 
 ALTER TABLE ONLY mailroom.sender_pacing
     ADD CONSTRAINT sender_pacing_pkey PRIMARY KEY (sender_account_id);
@@ -1024,6 +1313,8 @@ CREATE FUNCTION mailroom.close_circuit(sender bigint) RETURNS boolean
     SELECT EXISTS (SELECT 1 FROM closed)
 $$;
 
+COMMENT ON FUNCTION mailroom.close_circuit(sender bigint) IS 'The relay answered: close the circuit; true when it was open until now.';
+
 CREATE FUNCTION mailroom.open_circuit(sender bigint, reason text, base_seconds double precision, cap_seconds double precision) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -1045,6 +1336,8 @@ BEGIN
     RETURN was = 'closed';
 END $$;
 
+COMMENT ON FUNCTION mailroom.open_circuit(sender bigint, reason text, base_seconds double precision, cap_seconds double precision) IS 'Open (or keep open) a sender''s circuit after a sender-level fault, backoff doubling to the cap; true when it was closed until now.';
+
 CREATE FUNCTION mailroom.release_quota(sender bigint, unused integer) RETURNS void
     LANGUAGE sql
     AS $$
@@ -1065,6 +1358,10 @@ BEGIN
     SET status = CASE WHEN warmup_stage > 0 THEN 'warming_up' ELSE 'active' END, status_reason = NULL
     WHERE id = sender AND status = 'paused_limit_reached' AND limit_reached_on = reserved_on;
 END $$;
+
+COMMENT ON FUNCTION mailroom.release_quota(sender bigint, unused integer) IS 'Give back unused sends of today''s quota (the form of workers before revision 0002).';
+
+COMMENT ON FUNCTION mailroom.release_quota(sender bigint, unused integer, reserved_on date) IS 'Give back unused sends to the UTC day they were reserved on, resuming an account paused at its limit that day.';
 
 CREATE FUNCTION mailroom.reserve_quota(sender bigint, wanted integer) RETURNS integer
     LANGUAGE plpgsql
@@ -1135,6 +1432,8 @@ BEGIN
     RETURN granted;
 END $$;
 
+COMMENT ON FUNCTION mailroom.reserve_quota(sender bigint, wanted integer) IS 'Reserve up to wanted sends of today''s quota (UTC), advancing warm-up once a day; returns how many were granted. The sender row lock serialises reservations.';
+
 CREATE FUNCTION mailroom.take_probe(sender bigint, hold_seconds double precision) RETURNS boolean
     LANGUAGE sql
     AS $$
@@ -1146,6 +1445,8 @@ CREATE FUNCTION mailroom.take_probe(sender bigint, hold_seconds double precision
     )
     SELECT EXISTS (SELECT 1 FROM taken)
 $$;
+
+COMMENT ON FUNCTION mailroom.take_probe(sender bigint, hold_seconds double precision) IS 'Take the one probe of an open circuit whose backoff has passed (half-open for hold_seconds); true for the worker that got it.';
 
 -- == bounces and suppression ==
 
@@ -1172,6 +1473,32 @@ CREATE TABLE mailroom.bounce_events (
     CONSTRAINT bounce_events_recipient_lowercase CHECK ((recipient = lower(recipient))),
     CONSTRAINT bounce_events_source_known CHECK ((source = ANY (ARRAY['dsn'::text, 'arf'::text, 'plain'::text, 'webhook'::text, 'postmark'::text, 'sendgrid'::text, 'ses'::text])))
 );
+
+COMMENT ON TABLE mailroom.bounce_events IS 'One row per recipient report applied from a DSN, an ARF complaint or a provider webhook; no foreign key to the queue, which retention empties first.';
+
+COMMENT ON COLUMN mailroom.bounce_events.email_id IS 'The email reported on (its VERP token or Message-ID named it).';
+
+COMMENT ON COLUMN mailroom.bounce_events.kind IS 'hard: permanent failure, the address is suppressed; soft: temporary failure; complaint: the recipient reported the email as spam.';
+
+COMMENT ON COLUMN mailroom.bounce_events.status IS 'The enhanced status code as reported (5.1.1), or the ARF Feedback-Type.';
+
+COMMENT ON COLUMN mailroom.bounce_events.action IS 'The DSN Action (failed, delayed); NULL for complaints.';
+
+COMMENT ON COLUMN mailroom.bounce_events.diagnostic IS 'The Diagnostic-Code as reported, size-capped.';
+
+COMMENT ON COLUMN mailroom.bounce_events.source IS 'Where the report came from: dsn, arf, plain (an unstructured bounce), webhook (the generic one), postmark, sendgrid or ses.';
+
+COMMENT ON COLUMN mailroom.bounce_events.source_message_id IS 'The report''s own Message-ID.';
+
+COMMENT ON COLUMN mailroom.bounce_events.raw_size IS 'Size of the report in bytes.';
+
+COMMENT ON COLUMN mailroom.bounce_events.dedupe_key IS 'Identifies the report: a redelivered one changes nothing twice.';
+
+COMMENT ON COLUMN mailroom.bounce_events.sender_account_id IS 'The sender that sent the email, copied when applied: bounce rates per sender read it.';
+
+COMMENT ON COLUMN mailroom.bounce_events.campaign_id IS 'The email''s campaign, copied when applied.';
+
+COMMENT ON COLUMN mailroom.bounce_events.digest_id IS 'The complaint digest that told the administrators of this complaint.';
 
 ALTER TABLE mailroom.bounce_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.bounce_events_id_seq
@@ -1201,6 +1528,8 @@ CREATE INDEX bounce_events_undigested_idx ON mailroom.bounce_events USING btree 
 
 CREATE TRIGGER bounce_events_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.bounce_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
+COMMENT ON TRIGGER bounce_events_notify ON mailroom.bounce_events IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 -- bounce_list
 
 CREATE TABLE mailroom.bounce_list (
@@ -1220,6 +1549,18 @@ CREATE TABLE mailroom.bounce_list (
     CONSTRAINT bounce_list_last_after_first CHECK ((last_bounced_at >= first_bounced_at))
 );
 
+COMMENT ON TABLE mailroom.bounce_list IS 'Addresses not to mail because they bounced or complained; checked at enqueue and again at claim time.';
+
+COMMENT ON COLUMN mailroom.bounce_list.email IS 'The suppressed address, lowercased.';
+
+COMMENT ON COLUMN mailroom.bounce_list.bounce_type IS 'hard: the mailbox does not exist; soft: repeated temporary failures; complaint: the recipient reported spam.';
+
+COMMENT ON COLUMN mailroom.bounce_list.reason IS 'The reply or report that put the address here.';
+
+COMMENT ON COLUMN mailroom.bounce_list.sender_account_id IS 'The sender whose email bounced.';
+
+COMMENT ON COLUMN mailroom.bounce_list.bounce_count IS 'How many bounces the address had.';
+
 ALTER TABLE ONLY mailroom.bounce_list
     ADD CONSTRAINT bounce_list_pkey PRIMARY KEY (email);
 
@@ -1227,6 +1568,8 @@ ALTER TABLE ONLY mailroom.bounce_list
     ADD CONSTRAINT bounce_list_sender_account_exists FOREIGN KEY (sender_account_id) REFERENCES mailroom.sender_accounts(id) ON DELETE SET NULL;
 
 CREATE TRIGGER bounce_list_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.bounce_list FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER bounce_list_notify ON mailroom.bounce_list IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
 -- complaint_digests
 
@@ -1238,6 +1581,14 @@ CREATE TABLE mailroom.complaint_digests (
     email_id bigint,
     CONSTRAINT complaint_digests_complaints_positive CHECK ((complaints > 0))
 );
+
+COMMENT ON TABLE mailroom.complaint_digests IS 'One digest of new complaints per period for the administrators, sent through the queue; the unique period makes two workers'' digests one.';
+
+COMMENT ON COLUMN mailroom.complaint_digests.period_start IS 'The start of the period the digest covers.';
+
+COMMENT ON COLUMN mailroom.complaint_digests.complaints IS 'How many complaints it told of.';
+
+COMMENT ON COLUMN mailroom.complaint_digests.email_id IS 'The digest email in the queue.';
 
 ALTER TABLE mailroom.complaint_digests ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.complaint_digests_id_seq
@@ -1256,6 +1607,8 @@ ALTER TABLE ONLY mailroom.complaint_digests
 
 CREATE TRIGGER complaint_digests_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.complaint_digests FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
+COMMENT ON TRIGGER complaint_digests_notify ON mailroom.complaint_digests IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 -- bounce_quarantine
 
 CREATE TABLE mailroom.bounce_quarantine (
@@ -1273,7 +1626,15 @@ CREATE TABLE mailroom.bounce_quarantine (
 
 COMMENT ON TABLE mailroom.bounce_quarantine IS 'Reports the bounce intake could not read or trust, kept once each (by digest) for an operator, bounded in size, per client and in age';
 
+COMMENT ON COLUMN mailroom.bounce_quarantine.reason IS 'Why the report was not applied (no valid token, no known email, unreadable).';
+
+COMMENT ON COLUMN mailroom.bounce_quarantine.envelope_recipient IS 'The address the report was sent to.';
+
 COMMENT ON COLUMN mailroom.bounce_quarantine.raw IS 'The first bytes of the message (64 KiB; raw_size says how long it was)';
+
+COMMENT ON COLUMN mailroom.bounce_quarantine.raw_size IS 'Size of the whole message in bytes (raw keeps at most its first 256 KiB).';
+
+COMMENT ON COLUMN mailroom.bounce_quarantine.digest IS 'SHA-256 of the whole message: a redelivery is kept once.';
 
 COMMENT ON COLUMN mailroom.bounce_quarantine.raw_kept_bytes IS 'octet_length(raw): what a read-only role may know of raw, which it may not read';
 
@@ -1321,9 +1682,15 @@ COMMENT ON FUNCTION mailroom.bounce_quarantine_count() IS 'Keeps mailroom.bounce
 
 CREATE TRIGGER bounce_quarantine_count_deletes AFTER DELETE ON mailroom.bounce_quarantine REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.bounce_quarantine_count();
 
+COMMENT ON TRIGGER bounce_quarantine_count_deletes ON mailroom.bounce_quarantine IS 'Takes deleted messages off mailroom.bounce_quarantine_size.';
+
 CREATE TRIGGER bounce_quarantine_count_inserts AFTER INSERT ON mailroom.bounce_quarantine REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.bounce_quarantine_count();
 
+COMMENT ON TRIGGER bounce_quarantine_count_inserts ON mailroom.bounce_quarantine IS 'Adds inserted messages to mailroom.bounce_quarantine_size.';
+
 CREATE TRIGGER bounce_quarantine_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.bounce_quarantine FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER bounce_quarantine_notify ON mailroom.bounce_quarantine IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
 -- bounce_quarantine_size
 
@@ -1337,6 +1704,12 @@ CREATE TABLE mailroom.bounce_quarantine_size (
 );
 
 COMMENT ON TABLE mailroom.bounce_quarantine_size IS 'One row: how many messages the bounce quarantine holds and their size (kept bytes and text fields), kept by triggers';
+
+COMMENT ON COLUMN mailroom.bounce_quarantine_size.one IS 'Always true: the table has one row.';
+
+COMMENT ON COLUMN mailroom.bounce_quarantine_size.messages IS 'Messages in the quarantine.';
+
+COMMENT ON COLUMN mailroom.bounce_quarantine_size.bytes IS 'Bytes of raw messages kept in the quarantine.';
 
 ALTER TABLE ONLY mailroom.bounce_quarantine_size
     ADD CONSTRAINT bounce_quarantine_size_pkey PRIMARY KEY (one);
@@ -1355,6 +1728,10 @@ CREATE TABLE mailroom.bounce_quarantine_clients (
 COMMENT ON TABLE mailroom.bounce_quarantine_clients IS 'Quarantined messages kept and dropped per client and UTC day: the per-client limit and what health reports';
 
 COMMENT ON COLUMN mailroom.bounce_quarantine_clients.client IS 'As bounce_quarantine.client; unknown when the intake was not told';
+
+COMMENT ON COLUMN mailroom.bounce_quarantine_clients.day IS 'The UTC day counted.';
+
+COMMENT ON COLUMN mailroom.bounce_quarantine_clients.kept IS 'Messages of the client quarantined that day.';
 
 COMMENT ON COLUMN mailroom.bounce_quarantine_clients.dropped IS 'Messages not kept: the client was over its daily limit or the quarantine was full';
 
@@ -1376,6 +1753,18 @@ CREATE TABLE mailroom.unsubscribe_list (
     CONSTRAINT unsubscribe_list_source_known CHECK ((source = ANY (ARRAY['one_click'::text, 'link'::text, 'mailto'::text, 'operator'::text, 'import'::text, 'privacy'::text])))
 );
 
+COMMENT ON TABLE mailroom.unsubscribe_list IS 'Addresses that asked for no more non-transactional email (or an operator or privacy request put here).';
+
+COMMENT ON COLUMN mailroom.unsubscribe_list.email IS 'The unsubscribed address, lowercased.';
+
+COMMENT ON COLUMN mailroom.unsubscribe_list.source IS 'one_click: RFC 8058 POST; link: the unsubscribe page; mailto: a mail to the unsubscribe address; operator: by hand; import: a bulk import; privacy: a privacy request.';
+
+COMMENT ON COLUMN mailroom.unsubscribe_list.campaign_id IS 'The campaign whose email the recipient unsubscribed from.';
+
+COMMENT ON COLUMN mailroom.unsubscribe_list.email_id IS 'The email whose link or header was used.';
+
+COMMENT ON COLUMN mailroom.unsubscribe_list.unsubscribed_at IS 'When the address unsubscribed.';
+
 ALTER TABLE ONLY mailroom.unsubscribe_list
     ADD CONSTRAINT unsubscribe_list_pkey PRIMARY KEY (email);
 
@@ -1384,6 +1773,8 @@ CREATE INDEX unsubscribe_list_campaign_idx ON mailroom.unsubscribe_list USING bt
 CREATE INDEX unsubscribe_list_unsubscribed_at_idx ON mailroom.unsubscribe_list USING btree (unsubscribed_at);
 
 CREATE TRIGGER unsubscribe_list_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.unsubscribe_list FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER unsubscribe_list_notify ON mailroom.unsubscribe_list IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
 -- == tracking ==
 
@@ -1397,6 +1788,12 @@ CREATE TABLE mailroom.tracked_links (
     CONSTRAINT tracked_links_position_not_negative CHECK (("position" >= 0)),
     CONSTRAINT tracked_links_url_http CHECK ((url ~* '^https?://'::text))
 );
+
+COMMENT ON TABLE mailroom.tracked_links IS 'The destination of each tracked link of an email: the tracker redirects only to a stored URL, never to one from a request.';
+
+COMMENT ON COLUMN mailroom.tracked_links.token IS 'The link''s id in the tracked URL (secret to read-only roles).';
+
+COMMENT ON COLUMN mailroom.tracked_links."position" IS 'The link''s place in the email (0 for the first).';
 
 ALTER TABLE ONLY mailroom.tracked_links
     ADD CONSTRAINT tracked_links_one_per_position UNIQUE (email_id, "position");
@@ -1419,6 +1816,10 @@ CREATE TABLE mailroom.open_events (
 )
 PARTITION BY RANGE (occurred_at);
 
+COMMENT ON TABLE mailroom.open_events IS 'Open-pixel fetches, partitioned by month (image proxies and scanners fetch too: a count of fetches, not of readers).';
+
+COMMENT ON COLUMN mailroom.open_events.occurred_at IS 'When the pixel was fetched.';
+
 ALTER TABLE mailroom.open_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.open_events_id_seq
     START WITH 1
@@ -1439,6 +1840,8 @@ CREATE INDEX open_events_occurred_at_idx ON ONLY mailroom.open_events USING btre
 
 CREATE TRIGGER open_events_notify AFTER INSERT ON mailroom.open_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
+COMMENT ON TRIGGER open_events_notify ON mailroom.open_events IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 -- open_events_default
 
 CREATE TABLE mailroom.open_events_default (
@@ -1449,6 +1852,8 @@ CREATE TABLE mailroom.open_events_default (
     ip_address inet,
     user_agent text
 );
+
+COMMENT ON TABLE mailroom.open_events_default IS 'Opens outside every month partition.';
 
 ALTER TABLE ONLY mailroom.open_events ATTACH PARTITION mailroom.open_events_default DEFAULT;
 
@@ -1483,6 +1888,14 @@ CREATE TABLE mailroom.click_events (
 )
 PARTITION BY RANGE (occurred_at);
 
+COMMENT ON TABLE mailroom.click_events IS 'Tracked-link clicks, partitioned by month.';
+
+COMMENT ON COLUMN mailroom.click_events.occurred_at IS 'When the link was followed.';
+
+COMMENT ON COLUMN mailroom.click_events.link_token IS 'The tracked link followed (mailroom.tracked_links.token).';
+
+COMMENT ON COLUMN mailroom.click_events.url IS 'The destination redirected to.';
+
 ALTER TABLE mailroom.click_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.click_events_id_seq
     START WITH 1
@@ -1503,6 +1916,8 @@ CREATE INDEX click_events_occurred_at_idx ON ONLY mailroom.click_events USING bt
 
 CREATE TRIGGER click_events_notify AFTER INSERT ON mailroom.click_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
+COMMENT ON TRIGGER click_events_notify ON mailroom.click_events IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 -- click_events_default
 
 CREATE TABLE mailroom.click_events_default (
@@ -1515,6 +1930,8 @@ CREATE TABLE mailroom.click_events_default (
     ip_address inet,
     user_agent text
 );
+
+COMMENT ON TABLE mailroom.click_events_default IS 'Clicks outside every month partition.';
 
 ALTER TABLE ONLY mailroom.click_events ATTACH PARTITION mailroom.click_events_default DEFAULT;
 
@@ -1558,6 +1975,18 @@ CREATE TABLE mailroom.accounts (
     CONSTRAINT accounts_suspended_at_matches_status CHECK (((status = 'suspended'::text) = (suspended_at IS NOT NULL)))
 );
 
+COMMENT ON TABLE mailroom.accounts IS 'User accounts of the lifecycle producer: provisioned, activated with a mailed token, suspended and back.';
+
+COMMENT ON COLUMN mailroom.accounts.status IS 'provisioned: created, not yet activated (an activation token is made with it); active: activated; suspended: blocked. A never-activated account that is unsuspended returns to provisioned.';
+
+COMMENT ON COLUMN mailroom.accounts.status_changed_at IS 'When status last changed.';
+
+COMMENT ON COLUMN mailroom.accounts.activated_at IS 'When the account first became active.';
+
+COMMENT ON COLUMN mailroom.accounts.suspended_at IS 'When the account was suspended (set exactly while suspended).';
+
+COMMENT ON COLUMN mailroom.accounts.unsuspended_at IS 'When the account last left suspended.';
+
 ALTER TABLE mailroom.accounts ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
     SEQUENCE NAME mailroom.accounts_id_seq
     START WITH 1
@@ -1596,6 +2025,8 @@ BEGIN
     RETURN NEW;
 END $$;
 
+COMMENT ON FUNCTION mailroom.accounts_before_insert() IS 'Row trigger: status timestamps of a new account, and the activation token of a provisioned one.';
+
 CREATE FUNCTION mailroom.accounts_before_status_change() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1628,13 +2059,23 @@ BEGIN
     RETURN NEW;
 END $$;
 
+COMMENT ON FUNCTION mailroom.accounts_before_status_change() IS 'Row trigger: provisioned -> active -> suspended -> active, with their timestamps; an active account never returns to provisioned.';
+
 CREATE TRIGGER accounts_before_insert BEFORE INSERT ON mailroom.accounts FOR EACH ROW EXECUTE FUNCTION mailroom.accounts_before_insert();
+
+COMMENT ON TRIGGER accounts_before_insert ON mailroom.accounts IS 'Status timestamps and the activation token.';
 
 CREATE TRIGGER accounts_before_status_change BEFORE UPDATE OF status ON mailroom.accounts FOR EACH ROW EXECUTE FUNCTION mailroom.accounts_before_status_change();
 
+COMMENT ON TRIGGER accounts_before_status_change ON mailroom.accounts IS 'Allowed status changes and their timestamps.';
+
 CREATE TRIGGER accounts_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.accounts FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
+COMMENT ON TRIGGER accounts_notify ON mailroom.accounts IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 CREATE TRIGGER accounts_touch BEFORE UPDATE ON mailroom.accounts FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+COMMENT ON TRIGGER accounts_touch ON mailroom.accounts IS 'updated_at follows every change; created_at is immutable.';
 
 -- tokens
 
@@ -1660,6 +2101,28 @@ CREATE TABLE mailroom.tokens (
     CONSTRAINT tokens_secret_hash_32_bytes CHECK ((octet_length(secret_hash) = 32)),
     CONSTRAINT tokens_secret_until_handled CHECK (((secret IS NULL) = ((mailed_at IS NOT NULL) OR (mail_skipped_reason IS NOT NULL))))
 );
+
+COMMENT ON TABLE mailroom.tokens IS 'Activation and password-recovery tokens: a link secret and a 5-digit code, mailed once by the lifecycle mailer, consumed once.';
+
+COMMENT ON COLUMN mailroom.tokens.action IS 'activation: consuming it activates the account; password_recovery: it lets the user set a new password.';
+
+COMMENT ON COLUMN mailroom.tokens.secret IS 'The link''s 32 random bytes, kept only until the mailer handled the token (then NULL).';
+
+COMMENT ON COLUMN mailroom.tokens.code IS 'The 5-digit code the user may type instead of following the link.';
+
+COMMENT ON COLUMN mailroom.tokens.expires_at IS 'When the token stops working (mailroom.token_ttl() after creation).';
+
+COMMENT ON COLUMN mailroom.tokens.consumed_at IS 'When the token was used (once).';
+
+COMMENT ON COLUMN mailroom.tokens.mailed_at IS 'When the mailer enqueued its email.';
+
+COMMENT ON COLUMN mailroom.tokens.email_id IS 'The email that carried the token.';
+
+COMMENT ON COLUMN mailroom.tokens.mail_skipped_reason IS 'Why the mailer did not mail it (expired, account in the wrong state).';
+
+COMMENT ON COLUMN mailroom.tokens.secret_hash IS 'SHA-256 of the secret: how a link finds its token, so the database holds no usable link.';
+
+COMMENT ON COLUMN mailroom.tokens.failed_attempts IS 'Wrong codes given for it; at mailroom.token_max_attempts() the token is locked.';
 
 ALTER TABLE mailroom.tokens ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.tokens_id_seq
@@ -1693,6 +2156,8 @@ BEGIN
     RETURN NULL;
 END $$;
 
+COMMENT ON FUNCTION mailroom.tokens_after_consumed() IS 'Row trigger: a consumed activation token activates its provisioned account.';
+
 CREATE FUNCTION mailroom.tokens_before_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1704,6 +2169,8 @@ BEGIN
     NEW.failed_attempts := 0;
     RETURN NEW;
 END $$;
+
+COMMENT ON FUNCTION mailroom.tokens_before_insert() IS 'Row trigger: a new token needs its secret; stores its SHA-256 (secret_hash) and starts its wrong-code count at 0.';
 
 CREATE FUNCTION mailroom.tokens_before_update() RETURNS trigger
     LANGUAGE plpgsql
@@ -1734,6 +2201,8 @@ BEGIN
     RETURN NEW;
 END $$;
 
+COMMENT ON FUNCTION mailroom.tokens_before_update() IS 'Row trigger: consumed once, before it expires and while not locked; its action never changes, its secret can only be forgotten, its wrong codes only counted up.';
+
 CREATE FUNCTION mailroom.tokens_notify_mailer() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1742,17 +2211,31 @@ BEGIN
     RETURN NULL;
 END $$;
 
+COMMENT ON FUNCTION mailroom.tokens_notify_mailer() IS 'Statement trigger: wakes the lifecycle mailer (one NOTIFY per statement that inserted tokens).';
+
 CREATE TRIGGER tokens_after_consumed AFTER UPDATE OF consumed_at ON mailroom.tokens FOR EACH ROW WHEN (((new.consumed_at IS NOT NULL) AND (old.consumed_at IS NULL))) EXECUTE FUNCTION mailroom.tokens_after_consumed();
+
+COMMENT ON TRIGGER tokens_after_consumed ON mailroom.tokens IS 'Activation.';
 
 CREATE TRIGGER tokens_before_insert BEFORE INSERT ON mailroom.tokens FOR EACH ROW EXECUTE FUNCTION mailroom.tokens_before_insert();
 
+COMMENT ON TRIGGER tokens_before_insert ON mailroom.tokens IS 'Secret hash of a new token.';
+
 CREATE TRIGGER tokens_before_update BEFORE UPDATE ON mailroom.tokens FOR EACH ROW EXECUTE FUNCTION mailroom.tokens_before_update();
+
+COMMENT ON TRIGGER tokens_before_update ON mailroom.tokens IS 'What may change in a token, and when.';
 
 CREATE TRIGGER tokens_created_at BEFORE UPDATE ON mailroom.tokens FOR EACH ROW EXECUTE FUNCTION mailroom.forbid_created_at_change();
 
+COMMENT ON TRIGGER tokens_created_at ON mailroom.tokens IS 'created_at is immutable.';
+
 CREATE TRIGGER tokens_notify AFTER INSERT ON mailroom.tokens FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
+COMMENT ON TRIGGER tokens_notify ON mailroom.tokens IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 CREATE TRIGGER tokens_notify_mailer AFTER INSERT ON mailroom.tokens FOR EACH STATEMENT EXECUTE FUNCTION mailroom.tokens_notify_mailer();
+
+COMMENT ON TRIGGER tokens_notify_mailer ON mailroom.tokens IS 'Wakes the lifecycle mailer.';
 
 -- jobs
 
@@ -1761,6 +2244,12 @@ CREATE TABLE mailroom.jobs (
     last_seq bigint DEFAULT 0 NOT NULL,
     last_run_at timestamp with time zone
 );
+
+COMMENT ON TABLE mailroom.jobs IS 'A cursor per producer job; the job locks its row (FOR UPDATE) so two workers never run it at once.';
+
+COMMENT ON COLUMN mailroom.jobs.last_seq IS 'The last sequence number the job handled.';
+
+COMMENT ON COLUMN mailroom.jobs.last_run_at IS 'When the job last ran.';
 
 ALTER TABLE ONLY mailroom.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (name);
@@ -1781,6 +2270,8 @@ BEGIN
     RETURN lpad((v % 100000)::text, 5, '0');
 END $$;
 
+COMMENT ON FUNCTION mailroom.random_code() IS 'A uniformly random 5-digit code (rejection sampling, never 100000).';
+
 CREATE FUNCTION mailroom.random_secret() RETURNS bytea
     LANGUAGE sql
     AS $$
@@ -1788,17 +2279,23 @@ CREATE FUNCTION mailroom.random_secret() RETURNS bytea
                   || md5(gen_random_uuid()::text || gen_random_uuid()::text), 'hex')
 $$;
 
+COMMENT ON FUNCTION mailroom.random_secret() IS '32 random bytes from core PostgreSQL''s CSPRNG (gen_random_uuid draws from pg_strong_random).';
+
 CREATE FUNCTION mailroom.token_max_attempts() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
     SELECT 5
 $$;
 
+COMMENT ON FUNCTION mailroom.token_max_attempts() IS 'Wrong codes after which a token is locked (5).';
+
 CREATE FUNCTION mailroom.token_ttl() RETURNS interval
     LANGUAGE sql STABLE
     AS $$
     SELECT coalesce(nullif(current_setting('mailroom.token_ttl', true), ''), '15 minutes')::interval
 $$;
+
+COMMENT ON FUNCTION mailroom.token_ttl() IS 'How long a new token lives: the setting mailroom.token_ttl (MAILROOM_TOKEN_TTL_SECONDS), else 15 minutes.';
 
 -- == birthdays: people and events ==
 
@@ -1820,6 +2317,12 @@ CREATE TABLE mailroom.people (
     CONSTRAINT people_first_name_length CHECK (((length(first_name) >= 1) AND (length(first_name) <= 100))),
     CONSTRAINT people_last_name_length CHECK (((length(last_name) >= 1) AND (length(last_name) <= 100)))
 );
+
+COMMENT ON TABLE mailroom.people IS 'People whose birthday email the scheduler sends at their local time.';
+
+COMMENT ON COLUMN mailroom.people.time_zone IS 'IANA time zone the birthday email is timed in (checked against mailroom.time_zone_names).';
+
+COMMENT ON COLUMN mailroom.people.version IS 'Optimistic-update version, moved on by every update.';
 
 ALTER TABLE ONLY mailroom.people
     ADD CONSTRAINT people_email_unique UNIQUE (email);
@@ -1847,6 +2350,8 @@ BEGIN
     PERFORM pg_notify('mailroom_events', 'people');
     RETURN NULL;
 END $$;
+
+COMMENT ON FUNCTION mailroom.people_after_insert() IS 'Statement trigger: new people get their next birthday event in the inserting transaction, one set-based pass.';
 
 CREATE FUNCTION mailroom.people_after_update() RETURNS trigger
     LANGUAGE plpgsql
@@ -1907,6 +2412,8 @@ BEGIN
     RETURN NULL;
 END $$;
 
+COMMENT ON FUNCTION mailroom.people_after_update() IS 'Statement trigger: a new time zone or date of birth moves the pending event, or closes a due one as missed or cancelled and schedules the next.';
+
 CREATE FUNCTION mailroom.people_bump_version() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1916,6 +2423,8 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+COMMENT ON FUNCTION mailroom.people_bump_version() IS 'Row trigger: the version follows every change (optimistic updates compare it).';
 
 CREATE FUNCTION mailroom.people_validate() RETURNS trigger
     LANGUAGE plpgsql
@@ -1930,17 +2439,31 @@ BEGIN
     RETURN NEW;
 END $$;
 
+COMMENT ON FUNCTION mailroom.people_validate() IS 'Row trigger: a known time zone and a date of birth in the past.';
+
 CREATE TRIGGER people_after_insert AFTER INSERT ON mailroom.people REFERENCING NEW TABLE AS new_people FOR EACH STATEMENT EXECUTE FUNCTION mailroom.people_after_insert();
+
+COMMENT ON TRIGGER people_after_insert ON mailroom.people IS 'Schedules the next birthday.';
 
 CREATE TRIGGER people_after_update AFTER UPDATE ON mailroom.people REFERENCING OLD TABLE AS old_people NEW TABLE AS new_people FOR EACH STATEMENT EXECUTE FUNCTION mailroom.people_after_update();
 
+COMMENT ON TRIGGER people_after_update ON mailroom.people IS 'Reschedules after a change of time zone or date of birth.';
+
 CREATE TRIGGER people_bump_version BEFORE UPDATE ON mailroom.people FOR EACH ROW EXECUTE FUNCTION mailroom.people_bump_version();
+
+COMMENT ON TRIGGER people_bump_version ON mailroom.people IS 'Optimistic version.';
 
 CREATE TRIGGER people_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.people FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
+COMMENT ON TRIGGER people_notify ON mailroom.people IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 CREATE TRIGGER people_touch BEFORE UPDATE ON mailroom.people FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
 
+COMMENT ON TRIGGER people_touch ON mailroom.people IS 'updated_at follows every change; created_at is immutable.';
+
 CREATE TRIGGER people_validate BEFORE INSERT OR UPDATE OF time_zone, date_of_birth ON mailroom.people FOR EACH ROW EXECUTE FUNCTION mailroom.people_validate();
+
+COMMENT ON TRIGGER people_validate ON mailroom.people IS 'Time zone and date of birth.';
 
 -- events
 
@@ -1968,6 +2491,24 @@ CREATE TABLE mailroom.events (
     CONSTRAINT events_version_positive CHECK ((version >= 1))
 );
 
+COMMENT ON TABLE mailroom.events IS 'Birthday events: one pending per person, claimed by the scheduler when due, each turned into an email once.';
+
+COMMENT ON COLUMN mailroom.events.status IS 'pending: waiting until due_at; processing: claimed by the scheduler; completed: its email was enqueued; failed: could not be sent (failure_reason); missed: the local day ended before it went out; cancelled: the date of birth changed.';
+
+COMMENT ON COLUMN mailroom.events.due_at IS 'The UTC instant the event is due (local_due_at in time_zone).';
+
+COMMENT ON COLUMN mailroom.events.local_due_at IS 'The local date and time it is due at in the person''s zone.';
+
+COMMENT ON COLUMN mailroom.events.time_zone IS 'The zone due_at was computed in.';
+
+COMMENT ON COLUMN mailroom.events.executed_at IS 'When the event was completed.';
+
+COMMENT ON COLUMN mailroom.events.version IS 'Optimistic version: a scheduler whose claim went stale (the person changed) drops its completion.';
+
+COMMENT ON COLUMN mailroom.events.idempotency_key IS 'Person, type and day: the same birthday is never scheduled twice.';
+
+COMMENT ON COLUMN mailroom.events.email_id IS 'The email it became.';
+
 ALTER TABLE ONLY mailroom.events
     ADD CONSTRAINT events_idempotency_key_unique UNIQUE (idempotency_key);
 
@@ -1987,13 +2528,19 @@ CREATE INDEX events_processing_idx ON mailroom.events USING btree (updated_at) W
 
 CREATE TRIGGER events_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
+COMMENT ON TRIGGER events_notify ON mailroom.events IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 CREATE TRIGGER events_touch BEFORE UPDATE ON mailroom.events FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+COMMENT ON TRIGGER events_touch ON mailroom.events IS 'updated_at follows every change; created_at is immutable.';
 
 -- time_zone_names
 
 CREATE TABLE mailroom.time_zone_names (
     name text NOT NULL
 );
+
+COMMENT ON TABLE mailroom.time_zone_names IS 'Known time zone names, a fast check for every inserted person (pg_timezone_names reads the tz database on every call).';
 
 ALTER TABLE ONLY mailroom.time_zone_names
     ADD CONSTRAINT time_zone_names_pkey PRIMARY KEY (name);
@@ -2006,11 +2553,15 @@ CREATE FUNCTION mailroom.birthday_in(dob date, year integer) RETURNS date
     SELECT (dob + make_interval(years => year - extract(year FROM dob)::integer))::date
 $$;
 
+COMMENT ON FUNCTION mailroom.birthday_in(dob date, year integer) IS 'The birthday in a year: 29 February falls on 28 February in common years.';
+
 CREATE FUNCTION mailroom.birthday_time() RETURNS time without time zone
     LANGUAGE sql STABLE
     AS $$
     SELECT coalesce(nullif(current_setting('mailroom.birthday_time', true), ''), '09:00')::time
 $$;
+
+COMMENT ON FUNCTION mailroom.birthday_time() IS 'The local time of day birthday email goes out: the setting mailroom.birthday_time, else 09:00.';
 
 CREATE FUNCTION mailroom.is_time_zone(zone text) RETURNS boolean
     LANGUAGE sql STABLE
@@ -2019,15 +2570,21 @@ CREATE FUNCTION mailroom.is_time_zone(zone text) RETURNS boolean
         OR EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = zone)
 $$;
 
+COMMENT ON FUNCTION mailroom.is_time_zone(zone text) IS 'Whether a name is a time zone: mailroom.time_zone_names, else pg_timezone_names (a zone newer than the table).';
+
 CREATE FUNCTION mailroom.local_instant(day date, send_time time without time zone, zone text) RETURNS timestamp with time zone
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT (day + send_time) AT TIME ZONE zone
 $$;
 
+COMMENT ON FUNCTION mailroom.local_instant(day date, send_time time without time zone, zone text) IS 'The UTC instant of a local time on a day in a zone; a skipped local time lands as far after the jump, a repeated one is read in standard time.';
+
 CREATE FUNCTION mailroom.new_event_id() RETURNS uuid
     LANGUAGE sql
     AS $$SELECT uuidv7()$$;
+
+COMMENT ON FUNCTION mailroom.new_event_id() IS 'A new event id: uuidv7 (time ordered, so the primary key grows at its right edge) where the server has it, else gen_random_uuid.';
 
 CREATE FUNCTION mailroom.next_birthday(dob date, from_date date) RETURNS date
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -2040,6 +2597,8 @@ CREATE FUNCTION mailroom.next_birthday(dob date, from_date date) RETURNS date
     END
 $$;
 
+COMMENT ON FUNCTION mailroom.next_birthday(dob date, from_date date) IS 'The first birthday on or after a date (never the day of birth itself).';
+
 CREATE FUNCTION mailroom.next_birthday_of(person uuid, dob date, zone text, at timestamp with time zone) RETURNS date
     LANGUAGE sql STABLE
     AS $$
@@ -2048,6 +2607,8 @@ CREATE FUNCTION mailroom.next_birthday_of(person uuid, dob date, zone text, at t
          WHERE e.person_id = person AND e.event_type = 'birthday'
            AND e.status IN ('completed', 'missed', 'failed')) + 1))
 $$;
+
+COMMENT ON FUNCTION mailroom.next_birthday_of(person uuid, dob date, zone text, at timestamp with time zone) IS 'A person''s next birthday day in their zone, never on or before a birthday already completed, missed or failed.';
 
 CREATE FUNCTION mailroom.schedule_birthdays(person_ids uuid[], at timestamp with time zone, send_time time without time zone, part integer DEFAULT 0, parts integer DEFAULT 1) RETURNS integer
     LANGUAGE plpgsql
@@ -2094,6 +2655,8 @@ BEGIN
     RETURN created;
 END $$;
 
+COMMENT ON FUNCTION mailroom.schedule_birthdays(person_ids uuid[], at timestamp with time zone, send_time time without time zone, part integer, parts integer) IS 'The set-based scheduling pass: everyone given (NULL: everyone, optionally one part of several) without a pending event gets their next one; returns how many were made.';
+
 -- == inbox: orders and other outside events ==
 
 -- inbox
@@ -2112,12 +2675,28 @@ CREATE TABLE mailroom.inbox (
     CONSTRAINT inbox_receive_count_positive CHECK ((receive_count >= 1))
 );
 
+COMMENT ON TABLE mailroom.inbox IS 'Incoming application events (orders placed, completed, cancelled, ...), de-duplicated by message id per consumer and turned into email once.';
+
+COMMENT ON COLUMN mailroom.inbox.message_id IS 'The sender''s id for the event: a redelivery of the same id is counted, not applied twice.';
+
+COMMENT ON COLUMN mailroom.inbox.consumer IS 'Who handles the event; one message may feed several consumers.';
+
+COMMENT ON COLUMN mailroom.inbox.payload IS 'The event as received (secret to read-only roles: it becomes template data).';
+
+COMMENT ON COLUMN mailroom.inbox.receive_count IS 'How many times the event was delivered.';
+
+COMMENT ON COLUMN mailroom.inbox.processed_at IS 'When its email was enqueued (NULL: not yet).';
+
+COMMENT ON COLUMN mailroom.inbox.email_id IS 'The email it became.';
+
 ALTER TABLE ONLY mailroom.inbox
     ADD CONSTRAINT inbox_pkey PRIMARY KEY (message_id, consumer);
 
 CREATE INDEX inbox_received_idx ON mailroom.inbox USING btree (received_at);
 
 CREATE TRIGGER inbox_notify AFTER INSERT OR UPDATE ON mailroom.inbox FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER inbox_notify ON mailroom.inbox IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
 -- == documents and signatures ==
 
@@ -2141,6 +2720,12 @@ CREATE TABLE mailroom.documents (
     CONSTRAINT documents_url_http_or_empty CHECK (((url = ''::text) OR (url ~* '^https?://'::text)))
 );
 
+COMMENT ON TABLE mailroom.documents IS 'Documents people are asked to acknowledge by signature.';
+
+COMMENT ON COLUMN mailroom.documents.checksum IS 'Hex digest of the document''s content (length fits checksum_algorithm).';
+
+COMMENT ON COLUMN mailroom.documents.checksum_algorithm IS 'SHA-256 or SHA-512; set with checksum or not at all.';
+
 ALTER TABLE ONLY mailroom.documents
     ADD CONSTRAINT documents_pkey PRIMARY KEY (doc_id);
 
@@ -2152,11 +2737,19 @@ BEGIN
     RETURN NULL;
 END $$;
 
+COMMENT ON FUNCTION mailroom.documents_create_signature_head() IS 'Row trigger: every document has a chain head from its first moment, so a missing head is itself evidence.';
+
 CREATE TRIGGER documents_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.documents FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER documents_notify ON mailroom.documents IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
 CREATE TRIGGER documents_signature_head AFTER INSERT ON mailroom.documents FOR EACH ROW EXECUTE FUNCTION mailroom.documents_create_signature_head();
 
+COMMENT ON TRIGGER documents_signature_head ON mailroom.documents IS 'Creates the document''s signature head.';
+
 CREATE TRIGGER documents_touch BEFORE UPDATE ON mailroom.documents FOR EACH ROW EXECUTE FUNCTION mailroom.touch_row();
+
+COMMENT ON TRIGGER documents_touch ON mailroom.documents IS 'updated_at follows every change; created_at is immutable.';
 
 -- expected_signers
 
@@ -2171,6 +2764,12 @@ CREATE TABLE mailroom.expected_signers (
     notes text,
     CONSTRAINT expected_signers_email_lowercase CHECK ((email = lower(email)))
 );
+
+COMMENT ON TABLE mailroom.expected_signers IS 'Who is expected to sign each document; reminders go to those who have not.';
+
+COMMENT ON COLUMN mailroom.expected_signers.email IS 'The signer''s address, lowercased.';
+
+COMMENT ON COLUMN mailroom.expected_signers.added_by IS 'Who added the signer.';
 
 ALTER TABLE mailroom.expected_signers ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.expected_signers_id_seq
@@ -2191,6 +2790,8 @@ ALTER TABLE ONLY mailroom.expected_signers
     ADD CONSTRAINT expected_signers_doc_exists FOREIGN KEY (doc_id) REFERENCES mailroom.documents(doc_id) ON DELETE CASCADE;
 
 CREATE TRIGGER expected_signers_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.expected_signers FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER expected_signers_notify ON mailroom.expected_signers IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
 -- signatures
 
@@ -2213,6 +2814,22 @@ CREATE TABLE mailroom.signatures (
     CONSTRAINT signatures_seq_positive CHECK ((seq >= 1)),
     CONSTRAINT signatures_signer_email_lowercase CHECK ((signer_email = lower(signer_email)))
 );
+
+COMMENT ON TABLE mailroom.signatures IS 'Ed25519 signatures of documents, append-only, each chained to the one before it in its document (prev_hash, seq).';
+
+COMMENT ON COLUMN mailroom.signatures.signed_at IS 'When the signer signed (inside the signed payload).';
+
+COMMENT ON COLUMN mailroom.signatures.nonce IS 'Unique per signature: a signed payload cannot be replayed.';
+
+COMMENT ON COLUMN mailroom.signatures.payload IS 'The exact text that was signed.';
+
+COMMENT ON COLUMN mailroom.signatures.payload_hash IS 'SHA-256 (hex) of the payload.';
+
+COMMENT ON COLUMN mailroom.signatures.signature IS 'The Ed25519 signature of the payload.';
+
+COMMENT ON COLUMN mailroom.signatures.prev_hash IS 'mailroom.signature_link_hash of the previous signature of the document (NULL for the first).';
+
+COMMENT ON COLUMN mailroom.signatures.seq IS 'Position in the document''s chain (1 for the first).';
 
 ALTER TABLE mailroom.signatures ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.signatures_id_seq
@@ -2263,6 +2880,8 @@ BEGIN
     RETURN NEW;
 END $$;
 
+COMMENT ON FUNCTION mailroom.signatures_advance_head() IS 'Row trigger: a new signature takes the next position of its document''s chain and moves the head; the head row lock serialises writers.';
+
 CREATE FUNCTION mailroom.signatures_append_only() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -2275,15 +2894,27 @@ BEGIN
               HINT = 'remove a document''s signatures with mailroom.signature_maintenance(doc_id, reason, actor)';
 END $$;
 
+COMMENT ON FUNCTION mailroom.signatures_append_only() IS 'Trigger: UPDATE, DELETE and TRUNCATE of signatures are refused (42501), but inside mailroom.signature_maintenance().';
+
 CREATE TRIGGER signatures_chain_head BEFORE INSERT ON mailroom.signatures FOR EACH ROW EXECUTE FUNCTION mailroom.signatures_advance_head();
+
+COMMENT ON TRIGGER signatures_chain_head ON mailroom.signatures IS 'Position and head of the chain.';
 
 CREATE TRIGGER signatures_created_at BEFORE UPDATE ON mailroom.signatures FOR EACH ROW EXECUTE FUNCTION mailroom.forbid_created_at_change();
 
+COMMENT ON TRIGGER signatures_created_at ON mailroom.signatures IS 'created_at is immutable.';
+
 CREATE TRIGGER signatures_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.signatures FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER signatures_notify ON mailroom.signatures IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
 CREATE TRIGGER signatures_refuse_change BEFORE DELETE OR UPDATE ON mailroom.signatures FOR EACH ROW EXECUTE FUNCTION mailroom.signatures_append_only();
 
+COMMENT ON TRIGGER signatures_refuse_change ON mailroom.signatures IS 'Append-only (runs after signatures_created_at, by name).';
+
 CREATE TRIGGER signatures_refuse_truncate BEFORE TRUNCATE ON mailroom.signatures FOR EACH STATEMENT EXECUTE FUNCTION mailroom.signatures_append_only();
+
+COMMENT ON TRIGGER signatures_refuse_truncate ON mailroom.signatures IS 'Append-only: no TRUNCATE.';
 
 -- signature_heads
 
@@ -2296,6 +2927,12 @@ CREATE TABLE mailroom.signature_heads (
     CONSTRAINT signature_heads_last_hash_hex CHECK ((last_hash ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT signature_heads_last_hash_matches_count CHECK (((count = 0) = (last_hash IS NULL)))
 );
+
+COMMENT ON TABLE mailroom.signature_heads IS 'The head of each document''s signature chain: how many signatures and the link hash the next must carry. Deleting any signature leaves a head that says so.';
+
+COMMENT ON COLUMN mailroom.signature_heads.count IS 'Signatures in the chain.';
+
+COMMENT ON COLUMN mailroom.signature_heads.last_hash IS 'The link hash the next signature''s prev_hash must be (NULL while empty).';
 
 ALTER TABLE ONLY mailroom.signature_heads
     ADD CONSTRAINT signature_heads_pkey PRIMARY KEY (doc_id);
@@ -2315,9 +2952,15 @@ BEGIN
         USING ERRCODE = 'insufficient_privilege';
 END $$;
 
+COMMENT ON FUNCTION mailroom.signature_heads_guard() IS 'Trigger: heads change only from the signature triggers, a document''s deletion or the maintenance path (42501 otherwise).';
+
 CREATE TRIGGER signature_heads_guard BEFORE INSERT OR DELETE OR UPDATE ON mailroom.signature_heads FOR EACH ROW EXECUTE FUNCTION mailroom.signature_heads_guard();
 
+COMMENT ON TRIGGER signature_heads_guard ON mailroom.signature_heads IS 'No direct writes.';
+
 CREATE TRIGGER signature_heads_no_truncate BEFORE TRUNCATE ON mailroom.signature_heads FOR EACH STATEMENT EXECUTE FUNCTION mailroom.signature_heads_guard();
+
+COMMENT ON TRIGGER signature_heads_no_truncate ON mailroom.signature_heads IS 'No TRUNCATE.';
 
 -- checksum_verifications
 
@@ -2334,6 +2977,10 @@ CREATE TABLE mailroom.checksum_verifications (
     CONSTRAINT checksum_verifications_algorithm_known CHECK ((algorithm = ANY (ARRAY['SHA-256'::text, 'SHA-512'::text]))),
     CONSTRAINT checksum_verifications_invalid_has_error CHECK ((is_valid OR (error_message IS NOT NULL)))
 );
+
+COMMENT ON TABLE mailroom.checksum_verifications IS 'Each check of a document''s checksum: what was stored, what was calculated, whether they matched.';
+
+COMMENT ON COLUMN mailroom.checksum_verifications.is_valid IS 'Whether the calculated checksum matched (false needs error_message).';
 
 ALTER TABLE mailroom.checksum_verifications ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.checksum_verifications_id_seq
@@ -2366,6 +3013,14 @@ CREATE TABLE mailroom.reminder_logs (
     CONSTRAINT reminder_logs_status_known CHECK ((status = ANY (ARRAY['queued'::text, 'sent'::text, 'failed'::text, 'bounced'::text, 'suppressed'::text, 'cancelled'::text])))
 );
 
+COMMENT ON TABLE mailroom.reminder_logs IS 'Reminder emails asked for each expected signer; the row follows its email''s fate.';
+
+COMMENT ON COLUMN mailroom.reminder_logs.email_id IS 'The reminder email (its reference_id names this row).';
+
+COMMENT ON COLUMN mailroom.reminder_logs.status IS 'queued: the email is in the queue; sent, failed, bounced, suppressed, cancelled: copied from the email''s final state.';
+
+COMMENT ON COLUMN mailroom.reminder_logs.finished_at IS 'When the email reached its final state.';
+
 ALTER TABLE mailroom.reminder_logs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.reminder_logs_id_seq
     START WITH 1
@@ -2392,6 +3047,8 @@ CREATE FUNCTION mailroom.signature_link_hash(payload_hash text, signature text) 
     AS $$
     SELECT encode(sha256(convert_to(payload_hash || ':' || signature, 'UTF8')), 'hex')
 $$;
+
+COMMENT ON FUNCTION mailroom.signature_link_hash(payload_hash text, signature text) IS 'What the next signature''s prev_hash must be: SHA-256 of payload_hash:signature.';
 
 CREATE FUNCTION mailroom.signature_maintenance(doc_id text, reason text, actor text) RETURNS bigint
     LANGUAGE plpgsql
@@ -2425,6 +3082,8 @@ BEGIN
     RETURN removed;
 END $$;
 
+COMMENT ON FUNCTION mailroom.signature_maintenance(doc_id text, reason text, actor text) IS 'The one audited way to remove signatures: every signature of one document, the head reset; returns how many.';
+
 CREATE FUNCTION mailroom.signature_maintenance_allows(doc text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $_$
@@ -2434,6 +3093,8 @@ CREATE FUNCTION mailroom.signature_maintenance_allows(doc text) RETURNS boolean
                           THEN current_setting('mailroom.signature_maintenance', true)::bigint END
           AND a.action = 'signatures.maintenance' AND a.target = doc AND a.at >= now())
 $_$;
+
+COMMENT ON FUNCTION mailroom.signature_maintenance_allows(doc text) IS 'True inside mailroom.signature_maintenance() for its document (a signatures.maintenance audit row of this transaction).';
 
 -- == audit ==
 
@@ -2460,6 +3121,22 @@ CREATE TABLE mailroom.audit_log (
     CONSTRAINT audit_log_seq_positive CHECK ((seq >= 1)),
     CONSTRAINT audit_log_target_length CHECK ((length(target) <= 500))
 );
+
+COMMENT ON TABLE mailroom.audit_log IS 'Append-only, hash-chained record of sensitive operations: when, which role and actor, what, on what, how many.';
+
+COMMENT ON COLUMN mailroom.audit_log.at IS 'When the operation was recorded.';
+
+COMMENT ON COLUMN mailroom.audit_log.db_role IS 'The database role that wrote the row (session_user).';
+
+COMMENT ON COLUMN mailroom.audit_log.actor IS 'Who asked: an OS user, console, an application''s name.';
+
+COMMENT ON COLUMN mailroom.audit_log.action IS 'What was done (sender.suspend, privacy.erase, app.*, ...).';
+
+COMMENT ON COLUMN mailroom.audit_log.target IS 'What it was done to.';
+
+COMMENT ON COLUMN mailroom.audit_log.affected IS 'How many rows it affected.';
+
+COMMENT ON COLUMN mailroom.audit_log.detail IS 'Further details, a JSON object.';
 
 COMMENT ON COLUMN mailroom.audit_log.seq IS 'Position in the audit chain (set by the audit_log_chain trigger)';
 
@@ -2495,6 +3172,8 @@ BEGIN
               HINT = 'the oldest rows leave only through mailroom.audit_prune(before, reason, actor)';
 END $$;
 
+COMMENT ON FUNCTION mailroom.audit_log_append_only() IS 'Trigger: audit rows are never changed or removed, but the oldest by mailroom.audit_prune() (42501 otherwise).';
+
 CREATE FUNCTION mailroom.audit_log_chain() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2521,11 +3200,19 @@ COMMENT ON FUNCTION mailroom.audit_log_chain() IS 'Chains each new audit row (se
 
 CREATE TRIGGER audit_log_append_only BEFORE DELETE OR UPDATE ON mailroom.audit_log FOR EACH ROW EXECUTE FUNCTION mailroom.audit_log_append_only();
 
+COMMENT ON TRIGGER audit_log_append_only ON mailroom.audit_log IS 'Append-only.';
+
 CREATE TRIGGER audit_log_chain BEFORE INSERT ON mailroom.audit_log FOR EACH ROW EXECUTE FUNCTION mailroom.audit_log_chain();
+
+COMMENT ON TRIGGER audit_log_chain ON mailroom.audit_log IS 'Chains every new row.';
 
 CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON mailroom.audit_log FOR EACH STATEMENT EXECUTE FUNCTION mailroom.audit_log_append_only();
 
+COMMENT ON TRIGGER audit_log_no_truncate ON mailroom.audit_log IS 'No TRUNCATE.';
+
 CREATE TRIGGER audit_log_notify AFTER INSERT ON mailroom.audit_log FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER audit_log_notify ON mailroom.audit_log IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
 -- audit_chain
 
@@ -2547,6 +3234,8 @@ CREATE TABLE mailroom.audit_chain (
 );
 
 COMMENT ON TABLE mailroom.audit_chain IS 'The audit trail''s chain head (one row), moved by the audit_log_chain trigger; export it with mailroom audit head';
+
+COMMENT ON COLUMN mailroom.audit_chain.only_row IS 'Always true: the table has one row.';
 
 COMMENT ON COLUMN mailroom.audit_chain.seq IS 'Position of the newest audit row (0: none yet)';
 
@@ -2573,9 +3262,15 @@ BEGIN
         USING ERRCODE = 'insufficient_privilege';
 END $$;
 
+COMMENT ON FUNCTION mailroom.audit_chain_guard() IS 'Trigger: the head changes only from the chain trigger or inside mailroom.audit_prune() (42501 otherwise).';
+
 CREATE TRIGGER audit_chain_guard BEFORE INSERT OR DELETE OR UPDATE ON mailroom.audit_chain FOR EACH ROW EXECUTE FUNCTION mailroom.audit_chain_guard();
 
+COMMENT ON TRIGGER audit_chain_guard ON mailroom.audit_chain IS 'No direct writes.';
+
 CREATE TRIGGER audit_chain_no_truncate BEFORE TRUNCATE ON mailroom.audit_chain FOR EACH STATEMENT EXECUTE FUNCTION mailroom.audit_chain_guard();
+
+COMMENT ON TRIGGER audit_chain_no_truncate ON mailroom.audit_chain IS 'No TRUNCATE.';
 
 -- functions
 
@@ -2587,6 +3282,8 @@ CREATE FUNCTION mailroom.audit(action text, actor text, target text DEFAULT NULL
             coalesce(affected, 0), coalesce(detail, '{}'))
     RETURNING id
 $$;
+
+COMMENT ON FUNCTION mailroom.audit(action text, actor text, target text, affected bigint, detail jsonb) IS 'Record one sensitive operation; returns the audit row''s id. The database role is taken from the session.';
 
 CREATE FUNCTION mailroom.audit_field(value text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -2689,6 +3386,8 @@ CREATE VIEW mailroom.my_emails WITH (security_barrier='true') AS
    FROM mailroom.email_queue
   WHERE (enqueued_by = SESSION_USER);
 
+COMMENT ON VIEW mailroom.my_emails IS 'The email the current role enqueued (enqueued_by = session_user): status and outcome, for applications.';
+
 -- functions
 
 CREATE FUNCTION mailroom.app_audit(action text, actor text, target text DEFAULT NULL::text, affected bigint DEFAULT 0, detail jsonb DEFAULT '{}'::jsonb) RETURNS bigint
@@ -2765,6 +3464,8 @@ BEGIN
     RETURN new_id;
 END $_$;
 
+COMMENT ON FUNCTION mailroom.enqueue(recipients text[], subject text, text_body text, html_body text, to_name text, cc text[], bcc text[], reply_to text[], headers jsonb, idempotency_key text, scheduled_for timestamp with time zone, priority integer, max_retries integer, reference_type text, reference_id text, template text, template_data jsonb, locale text) IS 'Enqueue an email from SQL, in the caller''s transaction, as the Python API would; returns its id (the first email''s for a repeated idempotency key). 22023: a bad argument; 23514: content the rules refuse.';
+
 REVOKE ALL ON FUNCTION mailroom.enqueue(recipients text[], subject text, text_body text, html_body text, to_name text, cc text[], bcc text[], reply_to text[], headers jsonb, idempotency_key text, scheduled_for timestamp with time zone, priority integer, max_retries integer, reference_type text, reference_id text, template text, template_data jsonb, locale text) FROM PUBLIC;
 
 CREATE FUNCTION mailroom.grant_app_role(role_name name) RETURNS void
@@ -2776,6 +3477,8 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.app_audit TO %I', role_name);
     EXECUTE format('GRANT SELECT ON mailroom.my_emails TO %I', role_name);
 END $$;
+
+COMMENT ON FUNCTION mailroom.grant_app_role(role_name name) IS 'Let an existing role enqueue (mailroom.enqueue), read its own email (mailroom.my_emails) and write app.* audit rows; nothing else.';
 
 CREATE FUNCTION mailroom.grant_read_only_role(role_name name) RETURNS void
     LANGUAGE plpgsql
@@ -2801,6 +3504,8 @@ BEGIN
         END IF;
     END LOOP;
 END $$;
+
+COMMENT ON FUNCTION mailroom.grant_read_only_role(role_name name) IS 'Let an existing role read every table but the secret columns; idempotent, and revokes what became secret since.';
 
 CREATE FUNCTION mailroom.is_secret_column(table_name name, column_name name) RETURNS boolean
     LANGUAGE sql IMMUTABLE
@@ -2831,3 +3536,5 @@ CREATE FUNCTION mailroom.secret_columns() RETURNS TABLE(table_name name, column_
            ('bounce_quarantine', 'raw'),
            ('inbox', 'payload')
 $$;
+
+COMMENT ON FUNCTION mailroom.secret_columns() IS 'Columns no read-only role sees: encrypted secrets, one-time codes, tokens, bodies and raw reports.';
