@@ -134,73 +134,39 @@ CREATE TABLE mailroom.email_queue (
 COMMENT ON TABLE mailroom.email_queue IS 'Every outgoing email, from enqueue to its final state; the worker is its only consumer. Content is stored rendered: what is sent is what is stored.';
 
 COMMENT ON COLUMN mailroom.email_queue.recipient_email IS 'The first To address, normalised; indexes, logs and suppression key on it (more recipients: to_extra, cc, bcc).';
-
 COMMENT ON COLUMN mailroom.email_queue.headers IS 'Custom headers, a JSON object of name -> text; names Mailroom writes itself are refused by the content rules.';
-
 COMMENT ON COLUMN mailroom.email_queue.template IS 'Provenance: the template the content was rendered from (an unrendered email is rendered from it by the worker).';
-
 COMMENT ON COLUMN mailroom.email_queue.locale IS 'Provenance: the template locale used.';
-
 COMMENT ON COLUMN mailroom.email_queue.template_data IS 'Provenance: the data the template was rendered with (secret to read-only roles: it may hold codes and links).';
-
 COMMENT ON COLUMN mailroom.email_queue.priority IS 'Higher is claimed first (-1000..1000), then earlier scheduled_for.';
-
 COMMENT ON COLUMN mailroom.email_queue.scheduled_for IS 'When the email may be claimed; a retry moves it to next_retry_at.';
-
 COMMENT ON COLUMN mailroom.email_queue.status IS 'unrendered: stored with a template, waiting for the renderer; pending: waiting to be claimed; assigned: claimed under a lease; sent: a relay answered 2xx to the end of DATA; bounced: a DSN reported a permanent failure after sent; failed: permanent refusal, retries exhausted, expired or a bad row (last_error says which); cancelled: by an operator; suppressed: the recipient is on the bounce or unsubscribe list.';
-
 COMMENT ON COLUMN mailroom.email_queue.lease_owner IS 'The worker holding the lease while assigned.';
-
 COMMENT ON COLUMN mailroom.email_queue.lease_token IS 'The claim (mailroom.claims) the email belongs to while assigned.';
-
 COMMENT ON COLUMN mailroom.email_queue.lease_expires_at IS 'When an assigned email''s lease runs out; lease rescue then returns it to the queue.';
-
 COMMENT ON COLUMN mailroom.email_queue.sender_account_id IS 'The sender account that last claimed (or sent) the email.';
-
 COMMENT ON COLUMN mailroom.email_queue.retry_count IS 'Attempts charged to the email (transient failures); sender faults are never charged.';
-
 COMMENT ON COLUMN mailroom.email_queue.max_retries IS 'Charged attempts allowed before the email fails.';
-
 COMMENT ON COLUMN mailroom.email_queue.next_retry_at IS 'When the last transient failure said to try again (backoff with jitter).';
-
 COMMENT ON COLUMN mailroom.email_queue.last_error IS 'The last failure, with the reply code (550 5.1.1 User unknown); required when failed.';
-
 COMMENT ON COLUMN mailroom.email_queue.error_details IS 'The last failure as JSON: outcome class, SMTP code, enhanced code.';
-
 COMMENT ON COLUMN mailroom.email_queue.suppression_reason IS 'Why the email was suppressed (bounce list or unsubscribe); required when suppressed.';
-
 COMMENT ON COLUMN mailroom.email_queue.idempotency_key IS 'The caller''s key: the same key from the same role (enqueued_by) returns the first email instead of a second one.';
-
 COMMENT ON COLUMN mailroom.email_queue.transactional IS 'False for bulk or marketing email: it gets a one-click unsubscribe link and header.';
-
 COMMENT ON COLUMN mailroom.email_queue.track_opens IS 'Whether the email carries an open-tracking pixel.';
-
 COMMENT ON COLUMN mailroom.email_queue.track_clicks IS 'Whether the email''s links go through the tracker (mailroom.tracked_links).';
-
 COMMENT ON COLUMN mailroom.email_queue.tracking_token IS 'Names the email in open-pixel URLs; never enough to unsubscribe (image proxies fetch it).';
-
 COMMENT ON COLUMN mailroom.email_queue.reference_type IS 'What produced the email (reminder_log, token, event, inbox, ...), with reference_id.';
-
 COMMENT ON COLUMN mailroom.email_queue.reference_id IS 'The id of the producing row, in the table reference_type names.';
-
 COMMENT ON COLUMN mailroom.email_queue.message_id IS 'The stable Message-ID header, the same on every attempt.';
-
 COMMENT ON COLUMN mailroom.email_queue.created_by IS 'Label of the caller that enqueued (cli, console, an application''s name); informational.';
-
 COMMENT ON COLUMN mailroom.email_queue.assigned_at IS 'When the email was last claimed.';
-
 COMMENT ON COLUMN mailroom.email_queue.sent_at IS 'When the relay accepted the email (2xx to the end of DATA); kept when it bounces later.';
-
 COMMENT ON COLUMN mailroom.email_queue.finished_at IS 'When the email reached a final state (sent, failed, cancelled, suppressed).';
-
 COMMENT ON COLUMN mailroom.email_queue.unsubscribe_token IS 'One-click unsubscribe token of non-transactional email; separate from tracking_token on purpose.';
-
 COMMENT ON COLUMN mailroom.email_queue.to_extra IS 'To addresses after the first (NULL for the common single recipient).';
-
 COMMENT ON COLUMN mailroom.email_queue.bcc IS 'Envelope-only recipients: never written in a header.';
-
 COMMENT ON COLUMN mailroom.email_queue.reply_to IS 'Reply-To addresses.';
-
 COMMENT ON COLUMN mailroom.email_queue.enqueued_by IS 'The database role that enqueued this email (session_user): the scope of its idempotency key and of mailroom.my_emails.';
 
 ALTER TABLE mailroom.email_queue ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
@@ -503,13 +469,9 @@ CREATE TABLE mailroom.claims (
 COMMENT ON TABLE mailroom.claims IS 'One batch claimed under one lease token for one sender: its lease and the quota reserved for it. Locked before its emails; ended by the worker or by lease rescue, which return the unused quota with the unsent emails.';
 
 COMMENT ON COLUMN mailroom.claims.owner IS 'The worker that made the claim.';
-
 COMMENT ON COLUMN mailroom.claims.day IS 'The UTC day the quota was reserved on; unused quota goes back to that day.';
-
 COMMENT ON COLUMN mailroom.claims.reserved IS 'Sends of the day''s quota reserved for the batch.';
-
 COMMENT ON COLUMN mailroom.claims.used IS 'Quota used by permanent refusals (sends are counted from the sent journal).';
-
 COMMENT ON COLUMN mailroom.claims.expires_at IS 'When the lease runs out and another worker may rescue the claim.';
 
 ALTER TABLE ONLY mailroom.claims
@@ -539,9 +501,7 @@ WITH (autovacuum_vacuum_threshold='1000', autovacuum_vacuum_scale_factor='0');
 COMMENT ON TABLE mailroom.sent_journal IS 'Write-ahead record of every email a relay accepted, committed before the next message on the connection; moved into email_queue and send_logs at the end of the batch, or by lease rescue, so a journalled email is never sent again.';
 
 COMMENT ON COLUMN mailroom.sent_journal.lease_token IS 'The claim the send belongs to.';
-
 COMMENT ON COLUMN mailroom.sent_journal.response IS 'The relay''s reply to the end of DATA.';
-
 COMMENT ON COLUMN mailroom.sent_journal.worker IS 'The worker that sent it.';
 
 CREATE INDEX sent_journal_token_idx ON mailroom.sent_journal USING btree (lease_token);
@@ -573,13 +533,9 @@ PARTITION BY RANGE (attempted_at);
 COMMENT ON TABLE mailroom.send_logs IS 'Every delivery attempt, partitioned by month of attempted_at (partitions made ahead by maintenance, dropped or archived by retention).';
 
 COMMENT ON COLUMN mailroom.send_logs.attempt IS 'Which attempt of the email this was (1 for the first).';
-
 COMMENT ON COLUMN mailroom.send_logs.outcome IS 'sent: 2xx to the end of DATA; transient: 4xx or no reply, retried; permanent: 5xx, the email fails; bounced: bad mailbox, fails and the address goes on the bounce list; auth_failed: the sender was suspended, email returned uncharged; local_error: our own fault (bad row, 5xx to our commands); suppressed: dropped at claim time; sender_unreachable: the relay failed, the circuit opened, email returned uncharged.';
-
 COMMENT ON COLUMN mailroom.send_logs.response IS 'The relay''s reply text (or our own error).';
-
 COMMENT ON COLUMN mailroom.send_logs.duration_ms IS 'How long the attempt took, in milliseconds.';
-
 COMMENT ON COLUMN mailroom.send_logs.worker IS 'The worker that made the attempt.';
 
 ALTER TABLE mailroom.send_logs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -667,11 +623,8 @@ CREATE TABLE mailroom.recipient_outcomes (
 COMMENT ON TABLE mailroom.recipient_outcomes IS 'What happened to each recipient of a many-recipient email that is not the email''s own outcome: dropped at claim time or refused at RCPT while others were accepted.';
 
 COMMENT ON COLUMN mailroom.recipient_outcomes.kind IS 'Which list the recipient was on: to, cc or bcc.';
-
 COMMENT ON COLUMN mailroom.recipient_outcomes.outcome IS 'suppressed: dropped at claim time (bounce or unsubscribe list); refused: the relay refused it at RCPT; accepted: taken by the relay.';
-
 COMMENT ON COLUMN mailroom.recipient_outcomes.reason IS 'The suppression reason or the relay''s reply.';
-
 COMMENT ON COLUMN mailroom.recipient_outcomes.at IS 'When the outcome was recorded.';
 
 ALTER TABLE mailroom.recipient_outcomes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -712,17 +665,11 @@ CREATE TABLE mailroom.archived_emails (
 COMMENT ON TABLE mailroom.archived_emails IS 'What outlives an email retention archived and deleted: its campaign, final status and unsubscribe token (old links keep working), never an address.';
 
 COMMENT ON COLUMN mailroom.archived_emails.unsubscribe_token IS 'The email''s one-click unsubscribe token; NULL for many-recipient email (its token named nobody).';
-
 COMMENT ON COLUMN mailroom.archived_emails.track_opens IS 'Whether it carried an open pixel (campaign stats still count it).';
-
 COMMENT ON COLUMN mailroom.archived_emails.track_clicks IS 'Whether it carried tracked links (campaign stats still count it).';
-
 COMMENT ON COLUMN mailroom.archived_emails.status IS 'The final status the email was archived in: sent, bounced, failed, cancelled or suppressed.';
-
 COMMENT ON COLUMN mailroom.archived_emails.finished_at IS 'When the email ended (for sent rows written before 0006: sent_at).';
-
 COMMENT ON COLUMN mailroom.archived_emails.last_error IS 'The last error, any address in it masked to ***@domain.';
-
 COMMENT ON COLUMN mailroom.archived_emails.bounced IS 'Whether the email bounced (campaign stats count bounces from it).';
 
 ALTER TABLE ONLY mailroom.archived_emails
@@ -1158,59 +1105,32 @@ CREATE TABLE mailroom.sender_accounts (
 COMMENT ON TABLE mailroom.sender_accounts IS 'SMTP relays and mailboxes email is sent through, with their limits, warm-up, pacing, circuit and credentials (encrypted).';
 
 COMMENT ON COLUMN mailroom.sender_accounts.name IS 'The operator''s name for the account (senders commands use it).';
-
 COMMENT ON COLUMN mailroom.sender_accounts.smtp_security IS 'none: plain SMTP; starttls: upgrade after EHLO; tls: TLS from the first byte.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.smtp_password_encrypted IS 'The SMTP password, encrypted with the secret key (never readable by read-only roles).';
-
 COMMENT ON COLUMN mailroom.sender_accounts.daily_limit IS 'Sends allowed per UTC day.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.warmup_stage IS '0: warm-up finished; 1..5: the stage, with warmup_limit the day''s cap.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.warmup_limit IS 'The day''s cap while warming up; doubles with each stage.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.send_delay_ms IS 'Pacing: at least this long between two sends of the account, across all workers (mailroom.sender_pacing).';
-
 COMMENT ON COLUMN mailroom.sender_accounts.max_connections IS 'SMTP connections the account may have open at once in one worker process.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.status IS 'active: sends; warming_up: sends under warmup_limit; paused: stopped by an operator; suspended: stopped after an authentication failure; paused_limit_reached: the day''s limit is used up, usable again the next UTC day.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.status_reason IS 'Why the account is not active (the relay''s reply, the limit, the operator''s reason).';
-
 COMMENT ON COLUMN mailroom.sender_accounts.status_changed_at IS 'When status last changed.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.limit_reached_on IS 'The UTC day paused_limit_reached applies to: the account is usable again on any later day.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.dkim_private_key_encrypted IS 'The DKIM signing key, encrypted; set with dkim_domain and dkim_selector or not at all.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.last_used_at IS 'When the account last sent.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.version IS 'Optimistic-update version, moved on by every update.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.warmup_checked_on IS 'The UTC day warm-up progress was last considered (once a day, at the first reservation).';
-
 COMMENT ON COLUMN mailroom.sender_accounts.circuit_state IS 'closed: the relay answers; open: a sender-level fault, email waits uncharged until circuit_retry_at; half_open: one worker probes with a single email.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.circuit_reason IS 'The fault that opened the circuit.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.circuit_since IS 'When the circuit opened (NULL while closed).';
-
 COMMENT ON COLUMN mailroom.sender_accounts.circuit_retry_at IS 'When a worker may probe the open circuit again.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.circuit_failures IS 'Failed probes in a row; the backoff doubles with each, up to a cap.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.auth_type IS 'password: SMTP AUTH with smtp_password_encrypted; oauth2: XOAUTH2 with an access token from the OAuth2 settings.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.oauth_token_url IS 'The OAuth2 token endpoint: HTTPS, or plain HTTP on the loopback interface only.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.oauth_client_secret_encrypted IS 'The OAuth2 client secret, encrypted.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.oauth_refresh_token_encrypted IS 'The OAuth2 refresh token, encrypted.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.bounce_domain IS 'The domain of the account''s VERP return paths (NULL: MAILROOM_BOUNCE_DOMAIN, else the sender''s own address).';
-
 COMMENT ON COLUMN mailroom.sender_accounts.relay_provider IS 'The relay whose event webhooks report on this account''s email (postmark, sendgrid); messages are tagged for it.';
-
 COMMENT ON COLUMN mailroom.sender_accounts.allow_plaintext_login IS 'The operator allowed this account to log in (password or OAuth2 token) over a connection without TLS to a host other than the loopback interface: the secret then crosses the network readable by anyone on the path.';
 
 ALTER TABLE mailroom.sender_accounts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -1477,27 +1397,16 @@ CREATE TABLE mailroom.bounce_events (
 COMMENT ON TABLE mailroom.bounce_events IS 'One row per recipient report applied from a DSN, an ARF complaint or a provider webhook; no foreign key to the queue, which retention empties first.';
 
 COMMENT ON COLUMN mailroom.bounce_events.email_id IS 'The email reported on (its VERP token or Message-ID named it).';
-
 COMMENT ON COLUMN mailroom.bounce_events.kind IS 'hard: permanent failure, the address is suppressed; soft: temporary failure; complaint: the recipient reported the email as spam.';
-
 COMMENT ON COLUMN mailroom.bounce_events.status IS 'The enhanced status code as reported (5.1.1), or the ARF Feedback-Type.';
-
 COMMENT ON COLUMN mailroom.bounce_events.action IS 'The DSN Action (failed, delayed); NULL for complaints.';
-
 COMMENT ON COLUMN mailroom.bounce_events.diagnostic IS 'The Diagnostic-Code as reported, size-capped.';
-
 COMMENT ON COLUMN mailroom.bounce_events.source IS 'Where the report came from: dsn, arf, plain (an unstructured bounce), webhook (the generic one), postmark, sendgrid or ses.';
-
 COMMENT ON COLUMN mailroom.bounce_events.source_message_id IS 'The report''s own Message-ID.';
-
 COMMENT ON COLUMN mailroom.bounce_events.raw_size IS 'Size of the report in bytes.';
-
 COMMENT ON COLUMN mailroom.bounce_events.dedupe_key IS 'Identifies the report: a redelivered one changes nothing twice.';
-
 COMMENT ON COLUMN mailroom.bounce_events.sender_account_id IS 'The sender that sent the email, copied when applied: bounce rates per sender read it.';
-
 COMMENT ON COLUMN mailroom.bounce_events.campaign_id IS 'The email''s campaign, copied when applied.';
-
 COMMENT ON COLUMN mailroom.bounce_events.digest_id IS 'The complaint digest that told the administrators of this complaint.';
 
 ALTER TABLE mailroom.bounce_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -1552,13 +1461,9 @@ CREATE TABLE mailroom.bounce_list (
 COMMENT ON TABLE mailroom.bounce_list IS 'Addresses not to mail because they bounced or complained; checked at enqueue and again at claim time.';
 
 COMMENT ON COLUMN mailroom.bounce_list.email IS 'The suppressed address, lowercased.';
-
 COMMENT ON COLUMN mailroom.bounce_list.bounce_type IS 'hard: the mailbox does not exist; soft: repeated temporary failures; complaint: the recipient reported spam.';
-
 COMMENT ON COLUMN mailroom.bounce_list.reason IS 'The reply or report that put the address here.';
-
 COMMENT ON COLUMN mailroom.bounce_list.sender_account_id IS 'The sender whose email bounced.';
-
 COMMENT ON COLUMN mailroom.bounce_list.bounce_count IS 'How many bounces the address had.';
 
 ALTER TABLE ONLY mailroom.bounce_list
@@ -1585,9 +1490,7 @@ CREATE TABLE mailroom.complaint_digests (
 COMMENT ON TABLE mailroom.complaint_digests IS 'One digest of new complaints per period for the administrators, sent through the queue; the unique period makes two workers'' digests one.';
 
 COMMENT ON COLUMN mailroom.complaint_digests.period_start IS 'The start of the period the digest covers.';
-
 COMMENT ON COLUMN mailroom.complaint_digests.complaints IS 'How many complaints it told of.';
-
 COMMENT ON COLUMN mailroom.complaint_digests.email_id IS 'The digest email in the queue.';
 
 ALTER TABLE mailroom.complaint_digests ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -1627,17 +1530,11 @@ CREATE TABLE mailroom.bounce_quarantine (
 COMMENT ON TABLE mailroom.bounce_quarantine IS 'Reports the bounce intake could not read or trust, kept once each (by digest) for an operator, bounded in size, per client and in age';
 
 COMMENT ON COLUMN mailroom.bounce_quarantine.reason IS 'Why the report was not applied (no valid token, no known email, unreadable).';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine.envelope_recipient IS 'The address the report was sent to.';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine.raw IS 'The first bytes of the message (64 KiB; raw_size says how long it was)';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine.raw_size IS 'Size of the whole message in bytes (raw keeps at most its first 256 KiB).';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine.digest IS 'SHA-256 of the whole message: a redelivery is kept once.';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine.raw_kept_bytes IS 'octet_length(raw): what a read-only role may know of raw, which it may not read';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine.client IS 'Who handed the message in: the SMTP peer address, pipe, mailbox:<name> or webhook:<provider>; NULL when not known';
 
 ALTER TABLE mailroom.bounce_quarantine ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -1706,9 +1603,7 @@ CREATE TABLE mailroom.bounce_quarantine_size (
 COMMENT ON TABLE mailroom.bounce_quarantine_size IS 'One row: how many messages the bounce quarantine holds and their size (kept bytes and text fields), kept by triggers';
 
 COMMENT ON COLUMN mailroom.bounce_quarantine_size.one IS 'Always true: the table has one row.';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine_size.messages IS 'Messages in the quarantine.';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine_size.bytes IS 'Bytes of raw messages kept in the quarantine.';
 
 ALTER TABLE ONLY mailroom.bounce_quarantine_size
@@ -1728,11 +1623,8 @@ CREATE TABLE mailroom.bounce_quarantine_clients (
 COMMENT ON TABLE mailroom.bounce_quarantine_clients IS 'Quarantined messages kept and dropped per client and UTC day: the per-client limit and what health reports';
 
 COMMENT ON COLUMN mailroom.bounce_quarantine_clients.client IS 'As bounce_quarantine.client; unknown when the intake was not told';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine_clients.day IS 'The UTC day counted.';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine_clients.kept IS 'Messages of the client quarantined that day.';
-
 COMMENT ON COLUMN mailroom.bounce_quarantine_clients.dropped IS 'Messages not kept: the client was over its daily limit or the quarantine was full';
 
 ALTER TABLE ONLY mailroom.bounce_quarantine_clients
@@ -1756,13 +1648,9 @@ CREATE TABLE mailroom.unsubscribe_list (
 COMMENT ON TABLE mailroom.unsubscribe_list IS 'Addresses that asked for no more non-transactional email (or an operator or privacy request put here).';
 
 COMMENT ON COLUMN mailroom.unsubscribe_list.email IS 'The unsubscribed address, lowercased.';
-
 COMMENT ON COLUMN mailroom.unsubscribe_list.source IS 'one_click: RFC 8058 POST; link: the unsubscribe page; mailto: a mail to the unsubscribe address; operator: by hand; import: a bulk import; privacy: a privacy request.';
-
 COMMENT ON COLUMN mailroom.unsubscribe_list.campaign_id IS 'The campaign whose email the recipient unsubscribed from.';
-
 COMMENT ON COLUMN mailroom.unsubscribe_list.email_id IS 'The email whose link or header was used.';
-
 COMMENT ON COLUMN mailroom.unsubscribe_list.unsubscribed_at IS 'When the address unsubscribed.';
 
 ALTER TABLE ONLY mailroom.unsubscribe_list
@@ -1792,7 +1680,6 @@ CREATE TABLE mailroom.tracked_links (
 COMMENT ON TABLE mailroom.tracked_links IS 'The destination of each tracked link of an email: the tracker redirects only to a stored URL, never to one from a request.';
 
 COMMENT ON COLUMN mailroom.tracked_links.token IS 'The link''s id in the tracked URL (secret to read-only roles).';
-
 COMMENT ON COLUMN mailroom.tracked_links."position" IS 'The link''s place in the email (0 for the first).';
 
 ALTER TABLE ONLY mailroom.tracked_links
@@ -1891,9 +1778,7 @@ PARTITION BY RANGE (occurred_at);
 COMMENT ON TABLE mailroom.click_events IS 'Tracked-link clicks, partitioned by month.';
 
 COMMENT ON COLUMN mailroom.click_events.occurred_at IS 'When the link was followed.';
-
 COMMENT ON COLUMN mailroom.click_events.link_token IS 'The tracked link followed (mailroom.tracked_links.token).';
-
 COMMENT ON COLUMN mailroom.click_events.url IS 'The destination redirected to.';
 
 ALTER TABLE mailroom.click_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -1978,13 +1863,9 @@ CREATE TABLE mailroom.accounts (
 COMMENT ON TABLE mailroom.accounts IS 'User accounts of the lifecycle producer: provisioned, activated with a mailed token, suspended and back.';
 
 COMMENT ON COLUMN mailroom.accounts.status IS 'provisioned: created, not yet activated (an activation token is made with it); active: activated; suspended: blocked. A never-activated account that is unsuspended returns to provisioned.';
-
 COMMENT ON COLUMN mailroom.accounts.status_changed_at IS 'When status last changed.';
-
 COMMENT ON COLUMN mailroom.accounts.activated_at IS 'When the account first became active.';
-
 COMMENT ON COLUMN mailroom.accounts.suspended_at IS 'When the account was suspended (set exactly while suspended).';
-
 COMMENT ON COLUMN mailroom.accounts.unsuspended_at IS 'When the account last left suspended.';
 
 ALTER TABLE mailroom.accounts ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
@@ -2105,23 +1986,14 @@ CREATE TABLE mailroom.tokens (
 COMMENT ON TABLE mailroom.tokens IS 'Activation and password-recovery tokens: a link secret and a 5-digit code, mailed once by the lifecycle mailer, consumed once.';
 
 COMMENT ON COLUMN mailroom.tokens.action IS 'activation: consuming it activates the account; password_recovery: it lets the user set a new password.';
-
 COMMENT ON COLUMN mailroom.tokens.secret IS 'The link''s 32 random bytes, kept only until the mailer handled the token (then NULL).';
-
 COMMENT ON COLUMN mailroom.tokens.code IS 'The 5-digit code the user may type instead of following the link.';
-
 COMMENT ON COLUMN mailroom.tokens.expires_at IS 'When the token stops working (mailroom.token_ttl() after creation).';
-
 COMMENT ON COLUMN mailroom.tokens.consumed_at IS 'When the token was used (once).';
-
 COMMENT ON COLUMN mailroom.tokens.mailed_at IS 'When the mailer enqueued its email.';
-
 COMMENT ON COLUMN mailroom.tokens.email_id IS 'The email that carried the token.';
-
 COMMENT ON COLUMN mailroom.tokens.mail_skipped_reason IS 'Why the mailer did not mail it (expired, account in the wrong state).';
-
 COMMENT ON COLUMN mailroom.tokens.secret_hash IS 'SHA-256 of the secret: how a link finds its token, so the database holds no usable link.';
-
 COMMENT ON COLUMN mailroom.tokens.failed_attempts IS 'Wrong codes given for it; at mailroom.token_max_attempts() the token is locked.';
 
 ALTER TABLE mailroom.tokens ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -2248,7 +2120,6 @@ CREATE TABLE mailroom.jobs (
 COMMENT ON TABLE mailroom.jobs IS 'A cursor per producer job; the job locks its row (FOR UPDATE) so two workers never run it at once.';
 
 COMMENT ON COLUMN mailroom.jobs.last_seq IS 'The last sequence number the job handled.';
-
 COMMENT ON COLUMN mailroom.jobs.last_run_at IS 'When the job last ran.';
 
 ALTER TABLE ONLY mailroom.jobs
@@ -2321,7 +2192,6 @@ CREATE TABLE mailroom.people (
 COMMENT ON TABLE mailroom.people IS 'People whose birthday email the scheduler sends at their local time.';
 
 COMMENT ON COLUMN mailroom.people.time_zone IS 'IANA time zone the birthday email is timed in (checked against mailroom.time_zone_names).';
-
 COMMENT ON COLUMN mailroom.people.version IS 'Optimistic-update version, moved on by every update.';
 
 ALTER TABLE ONLY mailroom.people
@@ -2494,19 +2364,12 @@ CREATE TABLE mailroom.events (
 COMMENT ON TABLE mailroom.events IS 'Birthday events: one pending per person, claimed by the scheduler when due, each turned into an email once.';
 
 COMMENT ON COLUMN mailroom.events.status IS 'pending: waiting until due_at; processing: claimed by the scheduler; completed: its email was enqueued; failed: could not be sent (failure_reason); missed: the local day ended before it went out; cancelled: the date of birth changed.';
-
 COMMENT ON COLUMN mailroom.events.due_at IS 'The UTC instant the event is due (local_due_at in time_zone).';
-
 COMMENT ON COLUMN mailroom.events.local_due_at IS 'The local date and time it is due at in the person''s zone.';
-
 COMMENT ON COLUMN mailroom.events.time_zone IS 'The zone due_at was computed in.';
-
 COMMENT ON COLUMN mailroom.events.executed_at IS 'When the event was completed.';
-
 COMMENT ON COLUMN mailroom.events.version IS 'Optimistic version: a scheduler whose claim went stale (the person changed) drops its completion.';
-
 COMMENT ON COLUMN mailroom.events.idempotency_key IS 'Person, type and day: the same birthday is never scheduled twice.';
-
 COMMENT ON COLUMN mailroom.events.email_id IS 'The email it became.';
 
 ALTER TABLE ONLY mailroom.events
@@ -2678,15 +2541,10 @@ CREATE TABLE mailroom.inbox (
 COMMENT ON TABLE mailroom.inbox IS 'Incoming application events (orders placed, completed, cancelled, ...), de-duplicated by message id per consumer and turned into email once.';
 
 COMMENT ON COLUMN mailroom.inbox.message_id IS 'The sender''s id for the event: a redelivery of the same id is counted, not applied twice.';
-
 COMMENT ON COLUMN mailroom.inbox.consumer IS 'Who handles the event; one message may feed several consumers.';
-
 COMMENT ON COLUMN mailroom.inbox.payload IS 'The event as received (secret to read-only roles: it becomes template data).';
-
 COMMENT ON COLUMN mailroom.inbox.receive_count IS 'How many times the event was delivered.';
-
 COMMENT ON COLUMN mailroom.inbox.processed_at IS 'When its email was enqueued (NULL: not yet).';
-
 COMMENT ON COLUMN mailroom.inbox.email_id IS 'The email it became.';
 
 ALTER TABLE ONLY mailroom.inbox
@@ -2723,7 +2581,6 @@ CREATE TABLE mailroom.documents (
 COMMENT ON TABLE mailroom.documents IS 'Documents people are asked to acknowledge by signature.';
 
 COMMENT ON COLUMN mailroom.documents.checksum IS 'Hex digest of the document''s content (length fits checksum_algorithm).';
-
 COMMENT ON COLUMN mailroom.documents.checksum_algorithm IS 'SHA-256 or SHA-512; set with checksum or not at all.';
 
 ALTER TABLE ONLY mailroom.documents
@@ -2768,7 +2625,6 @@ CREATE TABLE mailroom.expected_signers (
 COMMENT ON TABLE mailroom.expected_signers IS 'Who is expected to sign each document; reminders go to those who have not.';
 
 COMMENT ON COLUMN mailroom.expected_signers.email IS 'The signer''s address, lowercased.';
-
 COMMENT ON COLUMN mailroom.expected_signers.added_by IS 'Who added the signer.';
 
 ALTER TABLE mailroom.expected_signers ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -2818,17 +2674,11 @@ CREATE TABLE mailroom.signatures (
 COMMENT ON TABLE mailroom.signatures IS 'Ed25519 signatures of documents, append-only, each chained to the one before it in its document (prev_hash, seq).';
 
 COMMENT ON COLUMN mailroom.signatures.signed_at IS 'When the signer signed (inside the signed payload).';
-
 COMMENT ON COLUMN mailroom.signatures.nonce IS 'Unique per signature: a signed payload cannot be replayed.';
-
 COMMENT ON COLUMN mailroom.signatures.payload IS 'The exact text that was signed.';
-
 COMMENT ON COLUMN mailroom.signatures.payload_hash IS 'SHA-256 (hex) of the payload.';
-
 COMMENT ON COLUMN mailroom.signatures.signature IS 'The Ed25519 signature of the payload.';
-
 COMMENT ON COLUMN mailroom.signatures.prev_hash IS 'mailroom.signature_link_hash of the previous signature of the document (NULL for the first).';
-
 COMMENT ON COLUMN mailroom.signatures.seq IS 'Position in the document''s chain (1 for the first).';
 
 ALTER TABLE mailroom.signatures ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -2931,7 +2781,6 @@ CREATE TABLE mailroom.signature_heads (
 COMMENT ON TABLE mailroom.signature_heads IS 'The head of each document''s signature chain: how many signatures and the link hash the next must carry. Deleting any signature leaves a head that says so.';
 
 COMMENT ON COLUMN mailroom.signature_heads.count IS 'Signatures in the chain.';
-
 COMMENT ON COLUMN mailroom.signature_heads.last_hash IS 'The link hash the next signature''s prev_hash must be (NULL while empty).';
 
 ALTER TABLE ONLY mailroom.signature_heads
@@ -3016,9 +2865,7 @@ CREATE TABLE mailroom.reminder_logs (
 COMMENT ON TABLE mailroom.reminder_logs IS 'Reminder emails asked for each expected signer; the row follows its email''s fate.';
 
 COMMENT ON COLUMN mailroom.reminder_logs.email_id IS 'The reminder email (its reference_id names this row).';
-
 COMMENT ON COLUMN mailroom.reminder_logs.status IS 'queued: the email is in the queue; sent, failed, bounced, suppressed, cancelled: copied from the email''s final state.';
-
 COMMENT ON COLUMN mailroom.reminder_logs.finished_at IS 'When the email reached its final state.';
 
 ALTER TABLE mailroom.reminder_logs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -3125,23 +2972,14 @@ CREATE TABLE mailroom.audit_log (
 COMMENT ON TABLE mailroom.audit_log IS 'Append-only, hash-chained record of sensitive operations: when, which role and actor, what, on what, how many.';
 
 COMMENT ON COLUMN mailroom.audit_log.at IS 'When the operation was recorded.';
-
 COMMENT ON COLUMN mailroom.audit_log.db_role IS 'The database role that wrote the row (session_user).';
-
 COMMENT ON COLUMN mailroom.audit_log.actor IS 'Who asked: an OS user, console, an application''s name.';
-
 COMMENT ON COLUMN mailroom.audit_log.action IS 'What was done (sender.suspend, privacy.erase, app.*, ...).';
-
 COMMENT ON COLUMN mailroom.audit_log.target IS 'What it was done to.';
-
 COMMENT ON COLUMN mailroom.audit_log.affected IS 'How many rows it affected.';
-
 COMMENT ON COLUMN mailroom.audit_log.detail IS 'Further details, a JSON object.';
-
 COMMENT ON COLUMN mailroom.audit_log.seq IS 'Position in the audit chain (set by the audit_log_chain trigger)';
-
 COMMENT ON COLUMN mailroom.audit_log.prev_hash IS 'row_hash of the row at the previous position (NULL for the first row of a never-pruned chain)';
-
 COMMENT ON COLUMN mailroom.audit_log.row_hash IS 'SHA-256 of this row''s canonical encoding (mailroom.audit_row_hash), prev_hash included';
 
 ALTER TABLE mailroom.audit_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -3236,15 +3074,10 @@ CREATE TABLE mailroom.audit_chain (
 COMMENT ON TABLE mailroom.audit_chain IS 'The audit trail''s chain head (one row), moved by the audit_log_chain trigger; export it with mailroom audit head';
 
 COMMENT ON COLUMN mailroom.audit_chain.only_row IS 'Always true: the table has one row.';
-
 COMMENT ON COLUMN mailroom.audit_chain.seq IS 'Position of the newest audit row (0: none yet)';
-
 COMMENT ON COLUMN mailroom.audit_chain.last_id IS 'Id of the newest audit row';
-
 COMMENT ON COLUMN mailroom.audit_chain.last_hash IS 'row_hash of the newest audit row';
-
 COMMENT ON COLUMN mailroom.audit_chain.pruned_seq IS 'Rows at positions up to this one were removed by mailroom.audit_prune (0: none)';
-
 COMMENT ON COLUMN mailroom.audit_chain.pruned_hash IS 'row_hash of the last pruned row: the prev_hash the oldest kept row must carry';
 
 ALTER TABLE ONLY mailroom.audit_chain

@@ -170,8 +170,13 @@ def by_area(dump: str) -> str:
 
 
 def _section(title: str, entries: list[_Entry]) -> str:
-    ordered = sorted(entries, key=lambda e: (*_rank(e), e.position))
-    return "\n\n".join([f"-- {title}", *(e.body for e in ordered if e.body)])
+    ordered = [e.body for e in sorted(entries, key=lambda e: (*_rank(e), e.position)) if e.body]
+    text = f"-- {title}"
+    for previous, body in zip([text, *ordered], ordered, strict=False):
+        # A table's column comments read as one block, like the columns they explain.
+        together = previous.startswith("COMMENT ON COLUMN") and body.startswith("COMMENT ON COLUMN")
+        text += ("\n" if together else "\n\n") + body
+    return text
 
 
 def normalise(dump: str) -> str:
