@@ -193,6 +193,7 @@ def _claim_plan(conn: psycopg.Connection[Any], sender: int, settings: str | None
         "lease": 60,
         "sender": sender,
         "lifetime": 86400,
+        "ahead": 0,
         "expired": "expired",
     }
     with conn.transaction():

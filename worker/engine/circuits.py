@@ -17,7 +17,7 @@ from worker.core.masking import mask_addresses_in
 from worker.engine import queue_sql as q
 from worker.engine.classify import Reply, Verdict
 from worker.engine.database import Pool, fetch_scalar
-from worker.engine.outcomes import Outcome
+from worker.engine.outcomes import Result
 from worker.engine.sender_book import Sender, SenderBook
 from worker.engine.senders import CLOSE_CIRCUIT, OPEN_CIRCUIT, TAKE_PROBE
 
@@ -32,7 +32,7 @@ class Circuits:
         self.settings = settings
         self._mail_refusals: dict[int, int] = {}
 
-    async def judge(self, sender: Sender, outcome: Outcome, book: SenderBook) -> bool:
+    async def judge(self, sender: Sender, outcome: Result, book: SenderBook) -> bool:
         """What an attempt says about the sender; False when its batch must stop (suspended, circuit open)."""
         reply = outcome.attempt.reply
         if outcome.verdict is Verdict.AUTH:

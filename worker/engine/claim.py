@@ -1,12 +1,12 @@
 """A claim: one batch of email under one lease token for one sender, with the quota reserved for it.
 
-Its life is claim -> deliver -> finish. `take` claims due rows with `FOR UPDATE SKIP LOCKED`,
+Its life is claim -> execute -> complete. `take` claims due rows with `FOR UPDATE SKIP LOCKED`,
 fails those past the queue lifetime, marks the suppressed ones, reserves quota for the rest and
 writes the claim's row (`mailroom.claims`) -- all in one transaction, so a failure anywhere leaves
-nothing stranded. `finish` is the one transaction every claim ends with, whether it sent all, some or
-none of its emails: the journal applied, the unsent emails returned, the unused quota given back.
-A worker that dies before it finishes leaves that to `mailroom.rescue_expired_claims`, which does
-the same from the claim's row.
+nothing stranded. The completer (`worker.engine.completer`) records each email's result and ends
+the claim in one transaction, whether it sent all, some or none of its emails: the journal applied,
+the unsent emails returned, the unused quota given back. A worker that dies before it finishes leaves
+that to `mailroom.rescue_expired_claims`, which does the same from the claim's row.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from worker.core.logs import event
 from worker.core.masking import mask_address
 from worker.core.message import recipient_kinds
 from worker.engine import queue_sql as q
+from worker.engine.clock import SYSTEM, Clock
 from worker.engine.database import Pool
 from worker.engine.rows import ClaimedEmail, claimed_email
-from worker.engine.senders import RELEASE_QUOTA, RESERVE
+from worker.engine.senders import RESERVE
 
 log = logging.getLogger("mailroom.worker")
 
@@ -46,11 +47,13 @@ class Dropped(TypedDict):
 
 @dataclass(frozen=True)
 class Lease:
-    """Who claims, for how long a claim holds before another worker may rescue it, and the queue lifetime."""
+    """Who claims, for how long a claim holds before another worker may rescue it, the queue lifetime,
+    and the clock that says what is due."""
 
     owner: str
     seconds: float
     lifetime_seconds: float = 5 * 86400.0
+    clock: Clock = SYSTEM
 
 
 @dataclass
@@ -87,6 +90,7 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
         "sender": sender_id,
         "lifetime": lease.lifetime_seconds,
         "expired": EXPIRED,
+        "ahead": lease.clock.ahead,
     }
     async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
         await cur.execute(q.LOCK_SENDER, (sender_id,))
@@ -179,41 +183,4 @@ def _log_claim(sender_id: int, rows: list[ClaimedEmail], suppressed: int) -> Non
             len(rows),
             suppressed,
             extra=event("claimed", sender_id=sender_id, claimed=len(rows), suppressed=suppressed),
-        )
-
-
-async def release(pool: Pool, token: uuid.UUID, ids: list[int]) -> None:
-    """Return claimed, unsent emails to the queue on their own (only while the claim still holds them)."""
-    if ids:
-        async with pool.connection() as conn:
-            await conn.execute(q.RELEASE, {"ids": ids, "token": token})
-
-
-async def finish(pool: Pool, claim: Claim, unsent: list[int]) -> None:
-    """End the claim in one transaction: claim row locked first, its journal applied, `unsent` returned,
-    the sender's last use noted, the quota neither a send nor a permanent refusal used given back, the
-    row deleted. Nothing happens when the claim was rescued meanwhile (its lease had expired)."""
-    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-        await cur.execute(q.LOCK_CLAIM, (claim.token,))
-        row = await cur.fetchone()
-        if row is None:
-            return  # rescued by another worker, which did all of this already
-        reserved, _, day = row
-        await cur.execute(q.LOCK_SENDER, (claim.sender_id,))
-        await cur.execute(q.APPLY_SENT, (claim.token,))
-        sent = int((await cur.fetchone() or (0,))[0])
-        if unsent:
-            await cur.execute(q.RELEASE, {"ids": unsent, "token": claim.token})
-        # Once per batch, not per email: the sender row is also what quota reservations lock.
-        await cur.execute(q.TOUCH_SENDER, (claim.sender_id,))
-        # The worker knows best what it used: a send the relay accepted counts even if recording it failed.
-        unused = int(reserved) - max(claim.used, sent)
-        if unused > 0:
-            await cur.execute(RELEASE_QUOTA, (claim.sender_id, unused, day))
-        await cur.execute(q.END_CLAIM, (claim.token,))
-    if unsent:
-        log.info(
-            "released %d claimed email(s) back to the queue",
-            len(unsent),
-            extra=event("released", count=len(unsent)),
         )

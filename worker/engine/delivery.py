@@ -2,9 +2,10 @@
 
 A worker process runs `concurrency` slots beside its background tasks (the sent-journal recorder,
 the LISTEN connection, lease renewal and rescue, the producers it was given). Each slot holds one
-SMTP connection and loops: pick a sender, claim a batch (`worker.engine.claim`), send it in order,
-record each attempt before the next message goes out, and hand the claim's bookkeeping to a task
-that runs beside the slot's next claim.
+SMTP connection and loops: pick a sender, claim a batch (`worker.engine.claim`), execute its emails
+in order (`worker.engine.execute`: each returns a `Result`), have the completer record each result
+before the next message goes out (`worker.engine.completer`), and hand the end of the claim to a
+task that runs beside the slot's next claim.
 """
 
 from __future__ import annotations
@@ -26,24 +27,21 @@ from psycopg_pool import AsyncConnectionPool
 from worker.core.config import Settings
 from worker.core.db import connection_kwargs
 from worker.core.listen import Listener, Waker
-from worker.core.message import Envelope
 from worker.engine import claim as claiming
 from worker.engine import leases
 from worker.engine.circuits import Circuits
-from worker.engine.classify import Verdict
+from worker.engine.clock import SYSTEM, Clock
+from worker.engine.completer import Completer, Recording
 from worker.engine.database import Borrowed, Pool
+from worker.engine.execute import execute
 from worker.engine.leases import drained, idle_seconds
-from worker.engine.outcomes import Outcome, decide, failed_locally, record_attempt
 from worker.engine.producer import Producer, run_producer
 from worker.engine.recording import SentRecorder
-from worker.engine.rows import ClaimedEmail
 from worker.engine.sender_book import Sender, SenderBook
 from worker.engine.smtp import SmtpConnection
 from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
 
 log = logging.getLogger("mailroom.worker")
-
-SENT_IDS_KEPT = 100_000
 
 
 @dataclass(frozen=True)
@@ -56,6 +54,8 @@ class WorkerOptions:
     grace_seconds: float = 10.0
     poll_seconds: float = 30.0
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    # What the engine reads for due times and backoff (tests move a `worker.engine.clock.MovedClock`).
+    clock: Clock = SYSTEM
 
 
 class Worker:
@@ -72,7 +72,9 @@ class Worker:
         self.url = url
         self.settings = settings
         self.options = options
-        self.lease = claiming.Lease(options.owner, settings.lease_seconds, settings.queue_lifetime_seconds)
+        self.lease = claiming.Lease(
+            options.owner, settings.lease_seconds, settings.queue_lifetime_seconds, options.clock
+        )
         self.waker = Waker()
         self.producers = list(producers or ())
         self._producer_wakers = {p.name: Waker() for p in self.producers}
@@ -86,19 +88,23 @@ class Worker:
         self._book: SenderBook | None = None
         self._circuits: Circuits | None = None
         self.failure: str | None = None  # why a supervised task stopped the worker
-        self._recorder: SentRecorder | None = None
+        self._recorder: SentRecorder | None = None  # the sent journal's group commit (while `run` runs)
+        self._completer: Completer | None = None
         self._tokens: set[uuid.UUID] = set()
-        # Per slot: the bookkeeping of its last delivered claim, written beside its next claim.
+        # Per slot: the end of its last delivered claim, written beside its next claim.
         self._finishing: dict[int, asyncio.Task[None]] = {}
-        # Emails sent, each counted once however often it went out (a lost lease's email sent again):
-        # ids remembered in rounds of SENT_IDS_KEPT, so a long-running worker's memory stays flat.
-        self._sent_ids: set[int] = set()
-        self._sent_before = 0
+        self._sent_earlier = 0  # by the completers of earlier runs of this worker
 
     @property
     def sent(self) -> int:
         """How many emails this worker sent, each once."""
-        return self._sent_before + len(self._sent_ids)
+        return self._sent_earlier + (self._completer.sent if self._completer else 0)
+
+    @property
+    def completer(self) -> Completer:
+        """Where results are recorded and claims end (while `run` runs)."""
+        assert self._completer is not None
+        return self._completer
 
     @property
     def pool(self) -> Pool:
@@ -133,16 +139,20 @@ class Worker:
         await self._pool.open(wait=True, timeout=30)
         self._book = SenderBook(self._pool, self.settings)
         self._circuits = Circuits(self._pool, self.settings)
-        self._recorder = SentRecorder(
+        self._recorder = recorder = SentRecorder(
             self._connect_for_recording,
             self.options.owner,
             self._retry_seconds(),
             prepared=not self.settings.transaction_pooler,
         )
+        recording = Recording(self.options.owner, self._retry_seconds(), self.options.clock)
+        if self._completer is not None:
+            self._sent_earlier += self._completer.sent
+        self._completer = Completer(self._pool, recorder, self.settings, recording)
         slots = [
             asyncio.create_task(self._slot(i), name=f"slot-{i}") for i in range(self.options.concurrency)
         ]
-        background = self._start_background(self._recorder)
+        background = self._start_background(recorder)
         log.info(
             "worker %s started: %d slots, batch %d", self.options.owner, len(slots), self.options.batch_size
         )
@@ -169,7 +179,7 @@ class Worker:
             "listener": self.listener.run,
             "lease renewal": lambda: leases.renew_forever(pool, lease_seconds, self._tokens),
             "lease rescue": lambda: leases.rescue_forever(
-                pool, lease_seconds, settings.queue_lifetime_seconds, self.waker
+                pool, lease_seconds, settings.queue_lifetime_seconds, self.waker, self.options.clock
             ),
             "heartbeat": lambda: leases.heartbeat_forever(pool, self.options.owner),
         }
@@ -279,14 +289,9 @@ class Worker:
             await asyncio.shield(finishing)
 
     async def _finish(self, claim: claiming.Claim, unsent: list[int]) -> None:
-        """A claim's bookkeeping; its lease is renewed until it is done. When it fails, the unsent emails
-        still go back to the queue on their own, and lease rescue does the rest (journal, quota)."""
+        """End a claim through the completer; its lease is renewed until that is done."""
         try:
-            await claiming.finish(self.pool, claim, unsent)
-        except psycopg.Error:
-            with contextlib.suppress(psycopg.Error):
-                await claiming.release(self.pool, claim.token, unsent)
-            raise
+            await self.completer.finish(claim, unsent)
         finally:
             self._tokens.discard(claim.token)
             if self.options.drain:
@@ -296,7 +301,9 @@ class Worker:
     # -- sending --------------------------------------------------------------------------------
 
     async def _deliver(self, sender: Sender, claim: claiming.Claim, connection: SmtpConnection) -> list[int]:
-        """Send a claim's emails in order, recording each attempt; return the ids left unsent."""
+        """Execute a claim's emails in order, each result completed before the next message goes out
+        (so a killed worker leaves at most one message per connection sent but not recorded); return
+        the ids left unsent."""
         pending = list(claim.emails)
         # One database connection for the whole batch: a pool checkout costs a health-check round trip.
         db = Borrowed(self.pool)
@@ -307,64 +314,22 @@ class Worker:
             while pending and not self.stopping.is_set():
                 email = pending.pop(0)
                 built = upcoming
+                assert built is not None
                 upcoming = sender.build(pending[0]) if pending else None
                 await self.book.pace(sender)
-                outcome = await self._attempt(email, built, upcoming, connection)
-                if outcome.outcome == "sent" or outcome.verdict is Verdict.PERMANENT:
-                    # Charged as soon as the provider counted it (a permanent refusal too), before the
-                    # recording that may fail or find the lease lost: the message went out either way.
-                    claim.used += 1
-                if not await self._record(db, sender, claim.token, outcome, email):
+                result = await execute(email, built, upcoming, connection)
+                if not await self.completer.complete(db, claim, sender.id, result):
                     # Our lease expired and the claim went back to the queue: another worker owns the
                     # rest of this batch now, so sending it here would send it twice.
                     log.warning("lease lost for %d claimed email(s); leaving them to the queue", len(pending))
                     pending.clear()
                     break
-                if not await self.circuits.judge(sender, outcome, self.book):
+                if not await self.circuits.judge(sender, result, self.book):
                     break
         finally:
             connection.forget_announced()  # a stop or a lost lease leaves the next one unsent
             await db.give_back()
         return [e.id for e in pending]
-
-    async def _attempt(
-        self,
-        email: ClaimedEmail,
-        built: Envelope | Exception | None,
-        upcoming: Envelope | Exception | None,
-        connection: SmtpConnection,
-    ) -> Outcome:
-        """Send one built message (announcing the next one); an email that cannot be built, or whose
-        sending raised something unexpected (a bug of ours), fails alone with the reason."""
-        if isinstance(built, Exception):
-            # A row written around the API (a header that is not text, say): fail this email only.
-            return failed_locally(email, f"cannot build the message: {built}")
-        assert built is not None
-        next_envelope = upcoming if isinstance(upcoming, Envelope) else None
-        try:
-            attempt = await connection.send(built, next_envelope)
-        except Exception as exc:  # ours, not the relay's: this email fails, the worker goes on
-            log.exception("email %s: unexpected error while sending", email.id)
-            await connection.close()  # the session's state is unknown after that
-            return failed_locally(email, f"internal error: {type(exc).__name__}: {exc}")
-        return decide(email, attempt, built.message_id, self.settings)
-
-    async def _record(
-        self, db: Borrowed, sender: Sender, token: uuid.UUID, outcome: Outcome, email: ClaimedEmail
-    ) -> bool:
-        """Commit the attempt before the next message goes out on this connection; False if the lease was lost.
-
-        So a killed worker leaves at most one message per connection sent but not recorded."""
-        assert self._recorder is not None
-        held = await record_attempt(
-            self._recorder, db, outcome, email, sender.id, token, self.options.owner, self._retry_seconds()
-        )
-        if held and outcome.outcome == "sent":
-            if len(self._sent_ids) >= SENT_IDS_KEPT:
-                self._sent_before += len(self._sent_ids)
-                self._sent_ids.clear()
-            self._sent_ids.add(outcome.email_id)
-        return held
 
     async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
         """The sent journal's own connection (asynchronous commit: see `worker.engine.database`)."""
@@ -387,12 +352,18 @@ class Worker:
 
     async def _idle_timeout(self) -> float:
         """Sleep until the next scheduled email is due, a NOTIFY arrives, or the fallback timer fires."""
-        return await idle_seconds(self.pool, self._fallback_seconds(), drain=self.options.drain)
+        return await idle_seconds(
+            self.pool, self._fallback_seconds(), drain=self.options.drain, clock=self.options.clock
+        )
 
     async def _drained(self) -> bool:
         """With `--drain`: whether this slot may end (see `worker.engine.leases.drained`)."""
         return await drained(
-            self.pool, self.settings.lease_seconds, bool(self._tokens), self.book.all_exhausted()
+            self.pool,
+            self.settings.lease_seconds,
+            bool(self._tokens),
+            self.book.all_exhausted(),
+            self.options.clock,
         )
 
 

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import time
 import uuid
-from datetime import UTC, datetime
 
 import psycopg
 
@@ -15,6 +14,7 @@ from worker.core.listen import Waker
 from worker.core.logs import event
 from worker.engine import queue_sql as q
 from worker.engine.claim import EXPIRED
+from worker.engine.clock import SYSTEM, Clock
 from worker.engine.database import Pool, fetch_row, fetch_scalar
 from worker.engine.supervision import Fatal
 
@@ -66,30 +66,33 @@ async def rescue_once(pool: Pool, lease_seconds: float) -> list[int]:
     return rescued
 
 
-async def expire_pending(pool: Pool, lifetime_seconds: float) -> int:
+async def expire_pending(pool: Pool, lifetime_seconds: float, clock: Clock = SYSTEM) -> int:
     """Fail pending email older than the queue lifetime; how many."""
+    params = {"reason": EXPIRED, "lifetime": lifetime_seconds, "ahead": clock.ahead}
     async with pool.connection() as conn:
-        cur = await conn.execute(q.EXPIRE_PENDING, {"reason": EXPIRED, "lifetime": lifetime_seconds})
+        cur = await conn.execute(q.EXPIRE_PENDING, params)
         expired = len(await cur.fetchall())
     if expired:
         log.warning("%d email(s) expired in the queue", expired, extra=event("expired", count=expired))
     return expired
 
 
-async def rescue_forever(pool: Pool, lease_seconds: float, lifetime_seconds: float, waker: Waker) -> None:
+async def rescue_forever(
+    pool: Pool, lease_seconds: float, lifetime_seconds: float, waker: Waker, clock: Clock = SYSTEM
+) -> None:
     """Every half lease, rescue expired claims; every minute, expire old pending email (until cancelled)."""
     interval = max(lease_seconds / 2, 0.1)
-    swept = 0.0
+    swept: float | None = None
     while True:
         try:
             if await rescue_once(pool, lease_seconds):
                 waker.notify()
-            if time.monotonic() - swept >= EXPIRE_EVERY_SECONDS:
-                await expire_pending(pool, lifetime_seconds)
-                swept = time.monotonic()
+            if swept is None or clock.monotonic() - swept >= EXPIRE_EVERY_SECONDS:
+                await expire_pending(pool, lifetime_seconds, clock)
+                swept = clock.monotonic()
         except psycopg.Error as exc:
             log.warning("lease rescue failed: %s", exc)
-        await asyncio.sleep(interval)
+        await clock.sleep(interval)
 
 
 async def heartbeat_forever(pool: Pool, name: str) -> None:
@@ -112,7 +115,7 @@ async def say_gone(pool: Pool, name: str) -> None:
         log.warning("could not remove the heartbeat of %s: %s", name, exc)
 
 
-async def idle_seconds(pool: Pool, fallback: float, *, drain: bool) -> float:
+async def idle_seconds(pool: Pool, fallback: float, *, drain: bool, clock: Clock = SYSTEM) -> float:
     """How long an idle slot may sleep: until the next scheduled email is due, at most `fallback`."""
     try:
         due, lease_end = await fetch_row(pool, q.NEXT_DUE)
@@ -125,10 +128,12 @@ async def idle_seconds(pool: Pool, fallback: float, *, drain: bool) -> float:
         due = lease_end if due is None else min(due, lease_end)
     if due is None:
         return fallback
-    return float(max(0.01, min(fallback, (due - datetime.now(UTC)).total_seconds())))
+    return float(max(0.01, min(fallback, (due - clock.now()).total_seconds())))
 
 
-async def drained(pool: Pool, lease_seconds: float, holding: bool, no_sender: bool) -> bool:
+async def drained(
+    pool: Pool, lease_seconds: float, holding: bool, no_sender: bool, clock: Clock = SYSTEM
+) -> bool:
     """With `--drain`: rescue expired claims first; done when nothing is held under a live lease
     (`holding`: this process's own claims) and nothing due can be sent (no usable sender, or nothing due)."""
     if await rescue_once(pool, lease_seconds):
@@ -137,4 +142,4 @@ async def drained(pool: Pool, lease_seconds: float, holding: bool, no_sender: bo
         return False
     if no_sender:
         return True
-    return not await fetch_scalar(pool, q.ANY_DUE)
+    return not await fetch_scalar(pool, q.ANY_DUE, {"ahead": clock.ahead})

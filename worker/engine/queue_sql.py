@@ -16,16 +16,19 @@ from __future__ import annotations
 # a subquery inside CASE, which PostgreSQL evaluates only for those rows: the common one-recipient
 # email pays three NULL tests. The verdict is materialized so that subquery is planned once (inlined,
 # every use of `many` below would copy it).
+#
+# What is due and what has outlived the queue lifetime is judged by the database's clock moved by the
+# engine's (`%(ahead)s` seconds: 0 but in tests, see `worker.engine.clock`); leases by the database's alone.
 CLAIM = """
 WITH due AS (
     SELECT id FROM mailroom.email_queue
-    WHERE status = 'pending' AND scheduled_for <= now()
+    WHERE status = 'pending' AND scheduled_for <= now() + make_interval(secs => %(ahead)s)
     ORDER BY priority DESC, scheduled_for, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), verdict AS MATERIALIZED (
     SELECT d.id,
-           q.created_at < now() - make_interval(secs => %(lifetime)s) AS expired,
+           q.created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s) AS expired,
            CASE WHEN b.bounce_type IN ('hard', 'complaint') THEN 'on the bounce list (' || b.bounce_type || ')'
                 WHEN b.bounce_count >= 3 THEN 'on the bounce list (soft, ' || b.bounce_count || ' times)'
                 WHEN u.email IS NOT NULL THEN 'unsubscribed'
@@ -267,7 +270,7 @@ END_CLAIM = "DELETE FROM mailroom.claims WHERE lease_token = %s"
 # Pending email past the queue lifetime fails with the reason (claiming catches the rest).
 EXPIRE_PENDING = """
 UPDATE mailroom.email_queue SET status = 'failed', last_error = %(reason)s
-WHERE status = 'pending' AND created_at < now() - make_interval(secs => %(lifetime)s)
+WHERE status = 'pending' AND created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s)
 RETURNING id
 """
 
@@ -303,9 +306,10 @@ SELECT (SELECT min(scheduled_for) FROM mailroom.email_queue WHERE status = 'pend
 
 # What a draining worker still waits for: email due now, or email under a lease (a live worker may hand
 # it back, and a dead worker's comes back when its lease expires and the rescue returns it).
-ANY_DUE = (
-    "SELECT EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' AND scheduled_for <= now())"
-)
+ANY_DUE = """
+SELECT EXISTS (SELECT 1 FROM mailroom.email_queue
+               WHERE status = 'pending' AND scheduled_for <= now() + make_interval(secs => %(ahead)s))
+"""
 # A claim under way anywhere (a live lease; expired ones were just rescued).
 ANY_HELD = """
 SELECT EXISTS (SELECT 1 FROM mailroom.claims)

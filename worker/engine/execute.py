@@ -1,0 +1,36 @@
+"""Execute one email: send its built message through the slot's connection and return a `Result`.
+
+Nothing here writes to the database: the completer (`worker.engine.completer`) records the result.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from worker.core.message import Envelope
+from worker.engine.outcomes import Result, decide, failed_locally
+from worker.engine.rows import ClaimedEmail
+from worker.engine.smtp import SmtpConnection
+
+log = logging.getLogger("mailroom.worker")
+
+# A message as the sender built it, or why it could not be built (see `Sender.build`).
+Built = Envelope | Exception
+
+
+async def execute(
+    email: ClaimedEmail, built: Built, upcoming: Built | None, connection: SmtpConnection
+) -> Result:
+    """Send one built message (announcing the next one); an email that cannot be built, or whose
+    sending raised something unexpected (a bug of ours), fails alone with the reason."""
+    if isinstance(built, Exception):
+        # A row written around the API (a header that is not text, say): fail this email only.
+        return failed_locally(email, f"cannot build the message: {built}")
+    next_envelope = upcoming if isinstance(upcoming, Envelope) else None
+    try:
+        attempt = await connection.send(built, next_envelope)
+    except Exception as exc:  # ours, not the relay's: this email fails, the worker goes on
+        log.exception("email %s: unexpected error while sending", email.id)
+        await connection.close()  # the session's state is unknown after that
+        return failed_locally(email, f"internal error: {type(exc).__name__}: {exc}")
+    return decide(email, attempt, built.message_id)
