@@ -28,9 +28,9 @@ def _say(message: str) -> None:
     print(f"[tasks] {message}", flush=True)
 
 
-def _run(*args: str | Path, cwd: Path = ROOT) -> None:
+def _run(*args: str | Path, cwd: Path = ROOT, allowed: tuple[int, ...] = (0,)) -> None:
     result = subprocess.run([str(a) for a in args], cwd=cwd, check=False)
-    if result.returncode != 0:
+    if result.returncode not in allowed:
         sys.exit(result.returncode)
 
 
@@ -121,20 +121,44 @@ def test(extra: list[str]) -> None:
     _run(BIN / "lint-imports")
     _say("docs site (mkdocs build --strict)")
     build_docs()
+    _pytest(extra)
+    _say("wheel smoke")
+    wheel_smoke()
+
+
+def _pytest(extra: list[str]) -> None:
+    """The unit tier without the database plugin (fails fast, and proves it needs no PostgreSQL), then the rest.
+
+    Test paths among the arguments (`tasks.py test tests/worker/test_cli.py -x`) run just those, in one go.
+    """
+    numprocesses = ("-n", "--numprocesses")
     # One process per core, up to four, each with its own embedded PostgreSQL (tests/fixtures_db.py);
     # any -n/--numprocesses given (`-n 0`: one process) overrides it.
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     processes = min(4, cores)
     # A server of your own (MAILROOM_TEST_DATABASE_URL) is shared: its roles and template are one set.
     shared = bool(os.environ.get("MAILROOM_TEST_DATABASE_URL"))
-    if processes > 1 and not shared and not any(a.startswith(("-n", "--numprocesses")) for a in extra):
-        extra = ["-n", str(processes), *extra]
-        _say(f"pytest ({processes} processes)")
-    else:
-        _say("pytest")
-    _run(PYTHON, "-m", "pytest", *extra)
-    _say("wheel smoke")
-    wheel_smoke()
+    parallel = extra
+    if processes > 1 and not shared and not any(a.startswith(numprocesses) for a in extra):
+        parallel = ["-n", str(processes), *extra]
+    if any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in extra):
+        _say("pytest (the tests named)")
+        _run(PYTHON, "-m", "pytest", *parallel)
+        return
+    _say("pytest: unit tier, without PostgreSQL")
+    options = [a for i, a in enumerate(extra) if not a.startswith(numprocesses) and not _is_n_value(extra, i)]
+    # Exit status 5 (nothing collected) is no failure here: `-m e2e` or `-k` may leave the unit tier empty.
+    unit = ["tests/unit", "-p", "no:tests.fixtures_db", "-p", "no:tests.fixtures_smtp", *options]
+    _run(PYTHON, "-m", "pytest", *unit, allowed=(0, 5))
+    _say(
+        "pytest: integration and end to end" + (f" ({processes} processes)" if parallel is not extra else "")
+    )
+    _run(PYTHON, "-m", "pytest", "--ignore=tests/unit", *parallel)
+
+
+def _is_n_value(args: list[str], i: int) -> bool:
+    """Whether args[i] is the value of a separate `-n`/`--numprocesses` option before it."""
+    return i > 0 and args[i - 1] in ("-n", "--numprocesses")
 
 
 def main() -> None:

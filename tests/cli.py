@@ -11,8 +11,16 @@ import pytest
 from worker.cli.main import main
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Run `mailroom ARGV` in this process: its exit status, standard output and standard error."""
+def run(
+    capsys: pytest.CaptureFixture[str],
+    *argv: str,
+    stdin: str | None = None,
+    monkeypatch: pytest.MonkeyPatch | None = None,
+) -> tuple[int, str, str]:
+    """Run `mailroom ARGV` in this process (reading `stdin` when given): exit status, standard output, error."""
+    if stdin is not None:
+        assert monkeypatch is not None, "feeding standard input needs the monkeypatch fixture"
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err

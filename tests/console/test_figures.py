@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import psycopg
@@ -14,13 +13,14 @@ from console.queries import ConsoleData
 from tests.console.helpers import open_screen
 from tests.console.seed import FROZEN_NOW
 
-# A million pending email in one statement: 99% scheduled tomorrow, 1% due, 32 of them retrying.
-MILLION = """
+# Many pending email in one statement: 99% scheduled tomorrow, 1% due, 32 of them retrying. (The queries'
+# speed at a million is measured by bench/console_queries.py, not here.)
+BULK = """
 INSERT INTO mailroom.email_queue (id, recipient_email, subject, text_body, scheduled_for, retry_count, created_at)
 SELECT 100000 + g, 'bulk' || g || '@example.com', 'Bulk', 'b',
        CASE WHEN g %% 100 = 0 THEN %(now)s - interval '5 minutes' ELSE %(now)s + interval '1 day' END,
        CASE WHEN g <= 32 THEN 1 ELSE 0 END, %(now)s - interval '10 minutes'
-FROM generate_series(1, 1000000) g
+FROM generate_series(1, %(rows)s) g
 """
 
 SQL_COUNTS = """
@@ -33,18 +33,20 @@ FROM mailroom.email_queue
 """
 
 
-async def test_a_million_pending_reads_exact_small_counts_and_bounded_estimates(seeded_url: str) -> None:
-    started = time.monotonic()
+async def test_a_queue_twenty_times_the_cap_reads_exact_small_counts_and_bounded_estimates(
+    seeded_url: str,
+) -> None:
     with psycopg.connect(seeded_url) as conn:
-        conn.execute(MILLION, {"now": FROZEN_NOW})
+        conn.execute(BULK, {"now": FROZEN_NOW, "rows": 100_000})
         conn.commit()
         conn.autocommit = True
         conn.execute("ANALYZE mailroom.email_queue")  # the estimates scale by the planner's row count
         truth = conn.execute(SQL_COUNTS, {"now": FROZEN_NOW}).fetchone()
     assert truth is not None
-    inserted = time.monotonic() - started
     pending, due_now, later, retrying, failed = (int(v) for v in truth)
     data = ConsoleData(seeded_url)
+    # A cap of 5,000 (50,000 in use) puts 100,000 pending as far past it as 1,000,000 would be.
+    data.exact_limit = 5_000
     try:
         overview = await data.overview(FROZEN_NOW)
     finally:
@@ -52,14 +54,13 @@ async def test_a_million_pending_reads_exact_small_counts_and_bounded_estimates(
     c = overview.counts
     # Under the cap: exact, however large the queue (a 1% sample of 32 retrying rows would read 0).
     assert c["retrying"] == Count(retrying) and retrying == 36  # the seed's 4 and these 32
-    assert c["due_now"] == Count(due_now) and due_now == 10_000 + 10
+    assert c["due_now"] == Count(due_now) and due_now == 1_000 + 10
     assert c["failed"] == Count(failed)
     # Over the cap: an estimate, marked, never below the bound it is known to pass.
     for key, true in (("pending", pending), ("scheduled_later", later)):
         assert not c[key].exact and c[key].at_least == data.exact_limit
         assert abs(c[key].value - true) < true * 0.1, (key, c[key], true)
         assert c[key].label().startswith("~") and c[key].label().endswith(" (est.)")
-    print(f"1M pending inserted and analyzed in {inserted:.1f} s")
 
 
 def test_count_labels_say_exact_estimated_or_at_least() -> None:
@@ -98,7 +99,7 @@ async def test_queue_screen_estimates_past_the_cap_are_marked_and_near_the_sql_c
     seeded_url: str, make_console: Callable[..., MailroomConsole]
 ) -> None:
     with psycopg.connect(seeded_url) as conn:
-        conn.execute(MILLION.replace("1000000", "200000"), {"now": FROZEN_NOW})
+        conn.execute(BULK, {"now": FROZEN_NOW, "rows": 60_000})
         conn.execute("ANALYZE mailroom.email_queue")
     data = ConsoleData(seeded_url)
     try:
@@ -107,7 +108,7 @@ async def test_queue_screen_estimates_past_the_cap_are_marked_and_near_the_sql_c
         await data.close()
     assert estimated
     [zero] = [r for r in by_priority if r["priority"] == 0]
-    assert abs(int(zero["n"]) - 200_000) < 20_000, zero
+    assert abs(int(zero["n"]) - 60_000) < 6_000, zero
     app = make_console(seeded_url)
     async with app.run_test(size=(80, 24)) as pilot:
         await open_screen(app, pilot, "7")

@@ -42,6 +42,7 @@ def _blocked_pg_dump(url: str) -> bool:
     return bool(row and row[0])
 
 
+@pytest.mark.e2e
 def test_db_backup_gives_pg_dump_no_password_in_argv_but_a_private_password_file(
     db_url: str, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -103,6 +104,7 @@ def _password_listener(server: socket.socket, heard: list[bytes]) -> None:
         peer.sendall(b"E" + struct.pack("!i", len(message) + 4) + message)
 
 
+@pytest.mark.e2e
 def test_the_client_program_really_reads_the_password_from_the_private_file(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,6 +146,7 @@ def test_a_password_with_a_line_break_is_refused_rather_than_put_in_argv() -> No
         pass
 
 
+@pytest.mark.e2e
 def test_db_url_leaves_the_password_out_unless_asked_and_says_where_psql_finds_it(
     db_url: str, cli_env: dict[str, str]
 ) -> None:

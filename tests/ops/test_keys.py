@@ -8,8 +8,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.cli import run
 from tests.ops.helpers import audit_rows
@@ -20,14 +18,6 @@ from worker.ops.keys import key_id
 from worker.ops.senders import SenderSpec, add_sender
 
 PASSWORDS = {"first": "relay-secret-1", "second": "relay-secret-2"}
-
-
-@pytest.fixture(scope="module")
-def pem() -> bytes:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
 
 
 def add_senders(db_url: str, key: str, pem: bytes) -> None:

@@ -221,6 +221,7 @@ def _events(n: int) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.e2e
 def test_concurrent_duplicates_from_threads_and_processes_make_one_email_each(
     db_url: str, settings: Settings, cli_env: dict[str, str], tmp_path: Path
 ) -> None:

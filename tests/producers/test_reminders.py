@@ -13,7 +13,6 @@ import pytest
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.cli.main import main
 from worker.core.config import Settings
-from worker.core.templates import catalog_from_rows
 from worker.devtools.sink import RunningSink
 from worker.ops.actions import cancel, retry
 from worker.producers.documents.signatures import (
@@ -169,15 +168,6 @@ def test_send_reminders_refuses_to_run_outside_a_transaction(
         pytest.raises(ValueError, match="open transaction"),
     ):
         send_reminders(auto, "policy", T0, settings=settings)
-
-
-@pytest.mark.parametrize("locale", ["en", "fr", "es", "de", "it"])
-def test_reminder_template_renders_in_every_locale(locale: str) -> None:
-    data = {"name": "Ada", "title": "Policy", "doc_id": "policy", "url": "", "description": ""}
-    rendered = catalog_from_rows([], "en").render("signature_reminder", locale, data)
-    assert rendered.locale == locale
-    assert "Policy" in rendered.subject and "Ada" in (rendered.text_body or "")
-    assert "href" not in (rendered.html_body or "")  # no link without a URL
 
 
 async def test_reminders_are_delivered_and_their_outcome_logged(

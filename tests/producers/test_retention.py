@@ -123,6 +123,7 @@ with psycopg.connect(os.environ["MAILROOM_DATABASE_URL"], autocommit=True) as co
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("stage", ["written", "archived", "deleted"])
 def test_run_killed_midway_loses_nothing_and_the_next_run_completes_it(
     db_url: str,

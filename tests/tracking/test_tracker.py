@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 import uuid
 
 import aiohttp
@@ -16,6 +15,7 @@ from tests.tracking import email_row, enqueue_one, running_tracker, scalar
 from worker.core.config import Settings
 from worker.tracking.server import PIXEL
 
+FLOOD = 1_000
 CLICK = re.compile(r'href="http://localhost:8025(/c/[0-9a-f-]{36})"')
 
 
@@ -210,9 +210,11 @@ async def _flood(server: TestServer, paths: list[str], concurrency: int = 64) ->
     return statuses
 
 
-async def test_flood_of_ten_thousand_requests_is_answered_without_error(
+async def test_a_flood_of_concurrent_requests_is_answered_without_error(
     db_url: str, settings: Settings
 ) -> None:
+    # 1,000 requests from 64 clients at once keep every connection of the pool busy; the rate of a
+    # larger flood is measured by bench/tracker.py, not here.
     row = email_row(db_url, enqueue_one(db_url, settings))
     click = CLICK.findall(row["html_body"])[0]
     kinds = [
@@ -222,18 +224,15 @@ async def test_flood_of_ten_thousand_requests_is_answered_without_error(
         f"/u/{row['unsubscribe_token']}",
         f"/c/{uuid.uuid4()}?url=javascript:alert(1)",
     ]
-    paths = [kinds[i % len(kinds)] for i in range(10_000)]
+    paths = [kinds[i % len(kinds)] for i in range(FLOOD)]
     async with running_tracker(db_url, settings) as server:
-        started = time.perf_counter()
         statuses = await _flood(server, paths)
-        elapsed = time.perf_counter() - started
     expected = {0: 200, 1: 200, 2: 302, 3: 200, 4: 404}
-    assert len(statuses) == 10_000
-    assert sorted(statuses) == sorted(expected[i % len(kinds)] for i in range(10_000))
-    assert scalar(db_url, "SELECT count(*) FROM mailroom.open_events") == 2_000
-    assert scalar(db_url, "SELECT count(*) FROM mailroom.click_events") == 2_000
+    assert len(statuses) == FLOOD
+    assert sorted(statuses) == sorted(expected[i % len(kinds)] for i in range(FLOOD))
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.open_events") == FLOOD // 5
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.click_events") == FLOOD // 5
     assert _unsubscribed(db_url) == []
-    print(f"10,000 tracker requests in {elapsed:.2f}s ({10_000 / elapsed:,.0f}/s)")
 
 
 async def _raw_request(server: TestServer, request: bytes) -> bytes:

@@ -14,6 +14,8 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from tests.fixtures_smtp import until_closed
 from worker.core.config import Settings
 from worker.tracking.listener import Listening, listen
@@ -129,6 +131,7 @@ async def test_a_client_over_its_connection_cap_is_answered_503_and_others_are_s
             held_writer.close()
 
 
+@pytest.mark.e2e
 def test_mailroom_tracker_caps_connections_per_client_as_its_option_says(cli_env: dict[str, str]) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

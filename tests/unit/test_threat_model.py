@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "threat-model.md"
 # `tests/x/test_y.py::test_name`, then `::test_other` for more tests of the same file.
 _REFERENCE = re.compile(r"`(tests/[\w/]+\.py)?::(test_\w+)`")

@@ -27,6 +27,7 @@ def _one_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.e2e
 def test_an_unreachable_database_is_one_line_and_exit_3(cli_env: dict[str, str]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -38,6 +39,7 @@ def test_an_unreachable_database_is_one_line_and_exit_3(cli_env: dict[str, str])
         assert "cannot reach the database" in _one_line(done) and "MAILROOM_DATABASE_URL" in done.stderr
 
 
+@pytest.mark.e2e
 def test_a_database_without_the_schema_says_to_upgrade_and_exit_4(
     cli_env: dict[str, str], empty_db_url: str
 ) -> None:
@@ -46,6 +48,7 @@ def test_a_database_without_the_schema_says_to_upgrade_and_exit_4(
     assert "run: mailroom db upgrade" in _one_line(done)
 
 
+@pytest.mark.e2e
 def test_a_schema_newer_than_the_code_says_to_upgrade_mailroom(
     cli_env: dict[str, str], empty_db_url: str
 ) -> None:
@@ -57,6 +60,7 @@ def test_a_schema_newer_than_the_code_says_to_upgrade_mailroom(
     assert "newer than this Mailroom" in _one_line(done)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("env", "args", "expected"),
     [
@@ -75,6 +79,7 @@ def test_bad_settings_are_one_line_and_exit_2(
     assert expected in _one_line(done)
 
 
+@pytest.mark.e2e
 def test_a_port_in_use_is_one_line_and_exit_2(cli_env: dict[str, str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -84,12 +89,14 @@ def test_a_port_in_use_is_one_line_and_exit_2(cli_env: dict[str, str]) -> None:
     assert "already in use" in _one_line(done)
 
 
+@pytest.mark.e2e
 def test_verbose_adds_the_traceback(cli_env: dict[str, str], empty_db_url: str) -> None:
     done = _mailroom(["-v", "stats"], {**cli_env, "MAILROOM_DATABASE_URL": empty_db_url})
     assert done.returncode == 4
     assert "Traceback" in done.stderr
 
 
+@pytest.mark.e2e
 def test_senders_add_refuses_a_login_without_password_and_warns_of_doubtful_choices(
     cli_env: dict[str, str],
 ) -> None:

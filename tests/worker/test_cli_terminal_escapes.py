@@ -90,6 +90,7 @@ def _on_a_terminal(argv: list[str], env: dict[str, str]) -> bytes:
     return received
 
 
+@pytest.mark.e2e
 def test_bounces_quarantine_show_escapes_on_a_terminal_and_keeps_the_bytes_in_a_pipe(
     capsys: pytest.CaptureFixture[str], cli_env: dict[str, Any], tmp_path: Path
 ) -> None:

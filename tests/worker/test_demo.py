@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 
+@pytest.mark.e2e
 def test_headless_demo_feeds_every_source_delivers_and_stops_its_worker(
     cli_env: dict[str, str], db_url: str
 ) -> None:
@@ -35,6 +37,7 @@ def test_headless_demo_feeds_every_source_delivers_and_stops_its_worker(
     assert sent is not None and sent[0] > 0
 
 
+@pytest.mark.e2e
 def test_headless_demo_prints_its_summary_on_stdout_and_its_logs_in_demo_log(
     cli_env: dict[str, str],
 ) -> None:

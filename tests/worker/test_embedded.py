@@ -70,6 +70,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.e2e
 def test_two_processes_share_one_server_which_stops_after_the_last(home: Path) -> None:
     first, pid_a = _holder(home)
     second, pid_b = _holder(home)
@@ -80,6 +81,7 @@ def test_two_processes_share_one_server_which_stops_after_the_last(home: Path) -
     assert EmbeddedPostgres(home).running_pid() is None
 
 
+@pytest.mark.e2e
 def test_server_left_by_a_killed_process_is_reused_then_stopped(home: Path) -> None:
     crashed, postmaster = _holder(home)
     crashed.send_signal(signal.SIGKILL)
@@ -93,6 +95,7 @@ def test_server_left_by_a_killed_process_is_reused_then_stopped(home: Path) -> N
     assert EmbeddedPostgres(home).running_pid() is None, "the dead owner's handle no longer keeps it alive"
 
 
+@pytest.mark.e2e
 def test_prune_dead_handles_keeps_only_live_pids(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -110,6 +113,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.e2e
 def test_db_status_shows_the_server_and_who_uses_it_and_stop_never_pulls_it_from_under_them(
     home: Path,
 ) -> None:
@@ -127,6 +131,7 @@ def test_db_status_shows_the_server_and_who_uses_it_and_stop_never_pulls_it_from
         _release(holder)
 
 
+@pytest.mark.e2e
 def test_db_stop_is_idempotent_and_forced_stop_stops_a_server_in_use(home: Path) -> None:
     holder, _ = _holder(home)
     try:
@@ -144,6 +149,7 @@ def test_db_stop_is_idempotent_and_forced_stop_stops_a_server_in_use(home: Path)
     assert _cli(home, "db", "status").stdout.startswith("no embedded PostgreSQL is running")
 
 
+@pytest.mark.e2e
 def test_a_command_started_while_the_server_stops_does_not_crash(home: Path) -> None:
     # A holder exits (its exit stops the server) while a command starts: the command waits for the
     # old server to be gone and starts a new one instead of failing an assertion of the library.

@@ -10,29 +10,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from worker.core.json_lines import decode_line
-from worker.core.validation import ValidationError
-
 
 def _line(i: int) -> bytes:
     return json.dumps({"to": f"u{i}@example.com", "subject": f"Hello {i}", "text": "body"}).encode() + b"\n"
 
 
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ('{"to": "a@example.com", "to": "b@example.com"}', "the key 'to' is given twice"),
-        ('{"to": "a@example.com", "data": {"x": 1, "x": 2}}', "the key 'x' is given twice"),
-        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-        ('{"to": "a@example.com", "subject": "caf\udce9"}', "not valid UTF-8"),
-        ('{"to": ', "malformed JSON"),
-    ],
-)
-def test_a_bad_line_is_a_validation_error_naming_why(text: str, message: str) -> None:
-    with pytest.raises(ValidationError, match=message):
-        decode_line(text)
-
-
+@pytest.mark.e2e
 def test_a_batch_with_bad_lines_stores_every_good_line_once_and_reports_each_bad_one(
     db_url: str, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -66,6 +49,7 @@ def test_a_batch_with_bad_lines_stores_every_good_line_once_and_reports_each_bad
     assert stored == (2000, 2000)
 
 
+@pytest.mark.e2e
 def test_invalid_utf8_on_standard_input_is_that_lines_error(cli_env: dict[str, str]) -> None:
     script = Path(sys.executable).with_name("mailroom")
     data = _line(1) + b'{"to": "x@example.com", "subject": "\xff", "text": "t"}\n' + _line(3)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.worker.helpers import add_sender, statuses
 from worker.devtools.sink import RunningSink
@@ -45,6 +46,7 @@ def _alive(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.e2e
 def test_two_processes_drain_the_queue_together(
     db_url: str, cli_env: dict[str, str], smtp_sink: RunningSink
 ) -> None:
@@ -64,6 +66,7 @@ def test_two_processes_drain_the_queue_together(
     assert len({m.rcpt_tos[0] for m in smtp_sink.messages}) == 400
 
 
+@pytest.mark.e2e
 def test_a_killed_process_is_started_again_and_sigterm_stops_them_all(
     db_url: str, cli_env: dict[str, str], smtp_sink: RunningSink
 ) -> None:
@@ -102,6 +105,7 @@ def test_a_killed_process_is_started_again_and_sigterm_stops_them_all(
     assert "worker: 2 processes stopped" in "".join(seen)
 
 
+@pytest.mark.e2e
 def test_processes_must_be_a_whole_number_of_one_or_more(cli_env: dict[str, str]) -> None:
     with _mailroom(["worker", "--processes", "0"], cli_env) as proc:
         output = "".join(_lines(proc))

@@ -11,9 +11,6 @@ from typing import Any
 import aiohttp
 import dkim as dkimpy
 import psycopg
-import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.fixtures_smtp import SinkFactory
 from tests.tracking.webhook_helpers import (
@@ -75,14 +72,6 @@ async def test_the_return_path_is_on_the_senders_own_bounce_domain_else_the_glob
     assert parse_return_path(shared.mail_from, key) == (global_id, recipient_hash("u1@example.com", key))
     assert plain.mail_from == "news@example.org"
     assert own.message["From"] == shared.message["From"] == plain.message["From"]  # headers unchanged
-
-
-@pytest.fixture(scope="module")
-def pem() -> bytes:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
 
 
 def _verifies(message: bytes, pem: bytes) -> bool:

@@ -203,6 +203,7 @@ async def test_every_message_taken_in_gets_the_same_neutral_reply_whatever_becam
     assert ("127.0.0.1",) in clients
 
 
+@pytest.mark.e2e
 def test_mailroom_bounces_receive_caps_connections_per_client_as_its_option_says(
     cli_env: dict[str, str],
 ) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import mailroom
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "python-api.md"
 
 
 def _python_blocks() -> list[str]:

@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 
 import mailroom
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "mailroom"
 DOC = ROOT / "docs" / "python-api.md"
 # What an application that only enqueues must not pay for: the worker's other rooms, the console, the extras.
