@@ -81,7 +81,7 @@ def finished_email(
     email_id = enqueue(conn, request, settings=settings)
     change = {
         "failed": "status = 'failed', last_error = %(bounce)s, error_details = '{\"outcome\": \"bounced\"}'",
-        "expired": "status = 'failed', last_error = %(expired)s",
+        "expired": "status = 'failed', last_error = %(expired)s, failure_kind = 'expired'",
         "cancelled": "status = 'cancelled'",
         "suppressed": "status = 'suppressed', suppression_reason = 'unsubscribed'",
     }[state]

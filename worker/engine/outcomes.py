@@ -19,6 +19,13 @@ class OutcomeKind(enum.Enum):
     RELEASE = "release"  # the sender's fault: back to the queue, the email's retry budget untouched
 
 
+class FailureKind(enum.Enum):
+    """Why the engine failed an email, as `email_queue.failure_kind` records it (last_error says it to people)."""
+
+    EXPIRED = "expired"  # in the queue longer than the queue lifetime
+    ATTEMPT = "attempt"  # an attempt's outcome failed it (`OutcomeKind.FAILED`)
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     """One executed email: which email, what became of it and why, the reply and how long it took.

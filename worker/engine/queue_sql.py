@@ -81,6 +81,7 @@ SET status = v.next_status,
                               WHEN (v.many ->> 'all')::boolean THEN 'every recipient suppressed; the first: ' || v.reason
                          END,
     last_error = CASE WHEN v.expired THEN %(expired)s ELSE q.last_error END,
+    failure_kind = CASE WHEN v.expired THEN 'expired' END,
     lease_owner = CASE WHEN v.next_status = 'pending' THEN NULL ELSE %(owner)s END,
     lease_token = CASE WHEN v.next_status = 'pending' THEN NULL ELSE %(token)s::uuid END,
     lease_expires_at = CASE WHEN v.next_status = 'pending' THEN NULL ELSE now() + make_interval(secs => %(lease)s) END,
@@ -157,6 +158,7 @@ WITH r AS (
         error_details = CASE WHEN r.outcome = 'sent' THEN q.error_details
                              ELSE jsonb_build_object('code', r.code, 'enhanced', r.enhanced, 'outcome', r.log_outcome)
                         END,
+        failure_kind = CASE WHEN r.outcome = 'failed' THEN 'attempt' END,
         message_id = coalesce(r.message_id, q.message_id),
         sender_account_id = %(sender)s
     FROM r
@@ -269,7 +271,7 @@ END_CLAIM = "DELETE FROM mailroom.claims WHERE lease_token = %s"
 
 # Pending email past the queue lifetime fails with the reason (claiming catches the rest).
 EXPIRE_PENDING = """
-UPDATE mailroom.email_queue SET status = 'failed', last_error = %(reason)s
+UPDATE mailroom.email_queue SET status = 'failed', last_error = %(reason)s, failure_kind = 'expired'
 WHERE status = 'pending' AND created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s)
 RETURNING id
 """

@@ -2,8 +2,8 @@
 
 Each final state has its own age: sent (`archive_after_days`, by `sent_at`), failed, expired,
 cancelled and suppressed (`archive_<state>_after_days`, by `finished_at`). "Expired" is failed email
-the queue lifetime ended (its last error is `worker.engine.claim.EXPIRED`); "failed" is every other
-failed email. Pending and assigned email is never read nor deleted here.
+the queue lifetime ended (recorded as its `failure_kind`, see `worker.engine.outcomes.FailureKind`);
+"failed" is every other failed email. Pending and assigned email is never read nor deleted here.
 
 Each state's email is written to one gzip JSON-lines file per UTC day (see `archive_files`). A file
 is written whole to a temporary name, synced and renamed, then read back; only the ids found in the
@@ -33,7 +33,7 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
-from worker.engine.claim import EXPIRED
+from worker.engine.outcomes import FailureKind
 from worker.ops.archive_files import (
     ArchiveError,
     archive_directory,
@@ -61,7 +61,7 @@ class FinalState:
     name: str
     status: str
     column: str
-    # Extra condition on the row (constant SQL; %(expired)s is the queue lifetime's reason).
+    # Extra condition on the row (constant SQL; %(expired)s is the failure kind of the queue lifetime).
     condition: str
     age_days: Callable[[Settings], int]
 
@@ -74,14 +74,14 @@ FINAL_STATES: tuple[FinalState, ...] = (
         "failed",
         "failed",
         "finished_at",
-        "AND q.last_error IS DISTINCT FROM %(expired)s",
+        "AND q.failure_kind IS DISTINCT FROM %(expired)s",
         lambda s: s.archive_failed_after_days,
     ),
     FinalState(
         "expired",
         "failed",
         "finished_at",
-        "AND q.last_error = %(expired)s",
+        "AND q.failure_kind = %(expired)s",
         lambda s: s.archive_expired_after_days,
     ),
     FinalState("cancelled", "cancelled", "finished_at", "", lambda s: s.archive_cancelled_after_days),
@@ -143,7 +143,7 @@ def archive_day(
 ) -> tuple[int, int]:
     """Archive one day's email of `state` older than `cutoff`, then delete it; return (records written, rows deleted)."""
     path = archive_path(directory, day, state.name)
-    params = {"cutoff": cutoff, "expired": EXPIRED}
+    params = {"cutoff": cutoff, "expired": FailureKind.EXPIRED.value}
     wanted: list[int] = []
     written = 0
 
@@ -218,7 +218,7 @@ def archive_state(
     cutoff = now - timedelta(days=days_old)
     counts = report.retention.setdefault(state.name, StateCounts(days_old, cutoff.isoformat()))
     directory = archive_directory(settings)
-    params = {"cutoff": cutoff, "expired": EXPIRED}
+    params = {"cutoff": cutoff, "expired": FailureKind.EXPIRED.value}
     days = conn.cursor(row_factory=tuple_row).execute(_statement(_DAYS, state), params).fetchall()
     counts.due = sum(int(n) for _, n in days)
     if report.dry_run:
