@@ -78,7 +78,8 @@ def statuses(db_url: str) -> dict[str, int]:
 async def run_until_drained(
     db_url: str, settings: Settings, *, rounds: int = 1, concurrency: int = 1, smtp_timeout: float = 5.0
 ) -> int:
-    """Run a draining worker; repeat `rounds` times so backed-off retries come due; return emails sent."""
+    """Run a draining worker; repeat `rounds` times, the engine's clock moved past the longest backoff
+    between them so backed-off retries are due (nobody sleeps); return emails sent."""
     import asyncio
     from dataclasses import replace
 
@@ -88,14 +89,17 @@ async def run_until_drained(
         smtp_command_timeout=smtp_timeout,
         smtp_data_timeout=smtp_timeout,
     )
+    from worker.engine.clock import MovedClock
+
+    clock = MovedClock()
     sent = 0
     for round_ in range(rounds):
         if round_:
-            await asyncio.sleep(settings.retry_cap_seconds)
+            clock.advance(settings.retry_cap_seconds)  # the longest backoff: every retry is due now
         worker = Worker(
             db_url,
             settings,
-            WorkerOptions(concurrency=concurrency, drain=True, poll_seconds=0.2),
+            WorkerOptions(concurrency=concurrency, drain=True, poll_seconds=0.2, clock=clock),
         )
         await asyncio.wait_for(worker.run(), timeout=60)
         sent += worker.sent
