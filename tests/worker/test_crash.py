@@ -18,6 +18,8 @@ from tests.worker.helpers import add_sender, statuses
 from worker.core.config import Settings
 from worker.devtools.sink import RunningSink, Stall
 
+pytestmark = pytest.mark.e2e  # it starts worker processes and kills them
+
 CONCURRENCY = 4
 
 
