@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,9 @@ class _Clones:
 
     A clone takes about 0.3 s of the server's time (it copies every file of the template); made
     while the previous test runs, a test starts on one that is ready instead of waiting for it.
+    A used database is dropped on another thread for the same reason: dropping one that a test's
+    connections have just left waits for their backends to exit (PostgreSQL checks every 100 ms),
+    0.2 s a test that the next test need not wait for.
     """
 
     AHEAD = 2
@@ -96,8 +100,11 @@ class _Clones:
         self.template = template
         self.ready: queue.Queue[str] = queue.Queue(maxsize=self.AHEAD)
         self.stopping = threading.Event()
+        self.used: queue.Queue[str | None] = queue.Queue()
         self.thread = threading.Thread(target=self._fill, name="mailroom-test-clones", daemon=True)
+        self.dropper = threading.Thread(target=self._drop_used, name="mailroom-test-drops", daemon=True)
         self.thread.start()
+        self.dropper.start()
 
     def _fill(self) -> None:
         while not self.stopping.is_set():
@@ -116,14 +123,31 @@ class _Clones:
             else:
                 drop_database(self.admin_url, url)
 
+    def _drop_used(self) -> None:
+        while (url := self.used.get()) is not None:
+            for _ in range(3):
+                try:
+                    drop_database(self.admin_url, url)
+                    break
+                except psycopg.Error:
+                    # The server is restarting (a test restarts it): try again in a moment; the
+                    # whole data directory goes at the end of the run in any case.
+                    time.sleep(0.5)
+
     def take(self) -> str:
         """A fresh clone: a ready one, or the next one as soon as it is made."""
         return self.ready.get(timeout=120)
 
+    def discard(self, url: str) -> None:
+        """Drop a used clone, off the test's path."""
+        self.used.put(url)
+
     def close(self) -> None:
-        """Stop cloning and drop the clones no test took."""
+        """Stop cloning, finish the drops, and drop the clones no test took."""
         self.stopping.set()
+        self.used.put(None)
         self.thread.join(timeout=120)
+        self.dropper.join(timeout=120)
         while True:
             try:
                 url = self.ready.get_nowait()
@@ -144,7 +168,7 @@ def db_url(pg_admin_url: str, _clones: _Clones) -> Iterator[str]:
     """DSN of a fresh, migrated database for this test only."""
     url = _clones.take()
     yield url
-    drop_database(pg_admin_url, url)
+    _clones.discard(url)
 
 
 @pytest.fixture
