@@ -68,3 +68,25 @@ async def test_moving_the_clock_rescues_no_live_lease(db_url: str, settings: Set
         assert len(claim.emails) == 1
         # Leases are judged by the database's clock alone: a day ahead on ours takes nobody's claim.
         assert await leases.rescue_once(pool, 60) == []
+
+
+async def test_a_soft_bounce_hold_ends_when_the_moved_clock_passes_its_day(db_url: str) -> None:
+    sender = add_sender(db_url, 2525)  # never connected to: only claimed for
+    [email] = enqueue_many(db_url, 1)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO mailroom.bounce_list (email, bounce_type, reason, bounce_count, first_bounced_at,"
+            " last_bounced_at) SELECT recipient_email, 'soft', '452 4.2.2 mailbox full', 1,"
+            " now() - interval '1 hour', now() - interval '1 hour' FROM mailroom.email_queue WHERE id = %s",
+            (email,),
+        )
+    clock = MovedClock()
+
+    async with AsyncConnectionPool(db_url, open=False, kwargs={"autocommit": True}) as pool:
+        await pool.open()
+        lease = claiming.Lease("t:1", 60, 5 * 86400, clock)
+        assert (await claiming.take(pool, lease, sender, 10)).emails == []  # held for the day
+        # Two days on by the engine's clock the hold is over: the email is claimed, not held again
+        # (which would leave a draining worker claiming the same held email forever).
+        clock.advance(2 * 86400)
+        assert [e.id for e in (await claiming.take(pool, lease, sender, 10)).emails] == [email]

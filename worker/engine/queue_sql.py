@@ -33,7 +33,8 @@ WITH due AS (
                 WHEN b.bounce_count >= 3 THEN 'on the bounce list (soft, ' || b.bounce_count || ' times)'
                 WHEN u.email IS NOT NULL THEN 'unsubscribed'
            END AS reason,
-           CASE WHEN b.bounce_type = 'soft' AND b.bounce_count < 3 AND b.last_bounced_at > now() - interval '1 day'
+           CASE WHEN b.bounce_type = 'soft' AND b.bounce_count < 3
+                     AND b.last_bounced_at > now() + make_interval(secs => %(ahead)s) - interval '1 day'
                 THEN b.last_bounced_at + interval '1 day'
            END AS held_until,
            CASE WHEN q.to_extra IS NOT NULL OR q.cc IS NOT NULL OR q.bcc IS NOT NULL THEN (
