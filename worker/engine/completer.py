@@ -42,6 +42,9 @@ Statement = tuple[str, dict[str, object]]
 
 SENT_IDS_KEPT = 100_000
 
+# Lower-cased address -> (address as stored, To/Cc/Bcc), as `recipient_kinds` returns it.
+Kinds = dict[str, tuple[str, str]]
+
 
 class _Rollback(Exception):
     """Undo a failure's recording: the claim no longer held the email."""
@@ -199,8 +202,9 @@ def failure_statements(
     if result.attempt.many:
         # Each recipient had its own transaction: its refusal (at MAIL, RCPT or DATA) is tied to it
         # and puts that address alone on the bounce list; the email's reply is that of its last copy.
-        statements += refusal_statements(email, result.attempt, sender_id, errors=1)
-        statements += accepted_statements(email, result.attempt)
+        kinds = recipient_kinds(email.as_row())  # once for both lists
+        statements += refusal_statements(email, result.attempt, sender_id, errors=1, kinds=kinds)
+        statements += accepted_statements(email, result.attempt, kinds)
         return _charged(statements, result, token)
     bounced = result.verdict is Verdict.BOUNCE
     if bounced:
@@ -224,12 +228,12 @@ def _charged(statements: list[Statement], result: Result, token: uuid.UUID) -> l
     return statements
 
 
-def accepted_statements(email: ClaimedEmail, attempt: Attempt) -> list[Statement]:
+def accepted_statements(email: ClaimedEmail, attempt: Attempt, kinds: Kinds | None = None) -> list[Statement]:
     """Record the recipients whose copy was accepted in an attempt that did not end sent: the retry
     leaves them out (`queue_sql.CLAIM` drops them as already delivered)."""
     if not attempt.accepted:
         return []
-    kinds = recipient_kinds(email.as_row())
+    kinds = recipient_kinds(email.as_row()) if kinds is None else kinds
     accepted = [
         {"recipient": address, "kind": kinds.get(address.lower(), (address, "to"))[1]}
         for address in attempt.accepted
@@ -238,11 +242,11 @@ def accepted_statements(email: ClaimedEmail, attempt: Attempt) -> list[Statement
 
 
 def refusal_statements(
-    email: ClaimedEmail, attempt: Attempt, sender_id: int, errors: int = 0
+    email: ClaimedEmail, attempt: Attempt, sender_id: int, errors: int = 0, kinds: Kinds | None = None
 ) -> list[Statement]:
     """Record the recipients refused at RCPT, each with its reply; a bad mailbox (a 5.1.x refusal, as
     `classify` judges a single recipient's) goes on the bounce list; the sender's day counts them."""
-    kinds = recipient_kinds(email.as_row())
+    kinds = recipient_kinds(email.as_row()) if kinds is None else kinds
     refused = [
         {
             "recipient": address,
