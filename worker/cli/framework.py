@@ -210,3 +210,35 @@ class WholeNumber(click.ParamType[int, Any]):
 
 POSITIVE = WholeNumber(1)  # a count of 1 or more
 WHOLE = WholeNumber(0)  # 0 or more (0 often meaning "no cap")
+
+
+class HostPort(click.ParamType[tuple[str, int | None]]):
+    """HOST:PORT (or HOST alone when the port is optional); an IPv6 host may be bracketed."""
+
+    def __init__(self, *, port_required: bool, lowest_port: int, example: str) -> None:
+        self.port_required = port_required
+        self.lowest_port = lowest_port  # 0 lets the system choose a port to listen on
+        self.example = example
+        self.name = "HOST:PORT" if port_required else "HOST[:PORT]"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int | None]:
+        if isinstance(value, tuple):
+            return value
+        text = str(value)
+        host, colon, port = text.rpartition(":")
+        if not self.port_required and (not colon or "]" in port):  # no port, or a bare [IPv6] address
+            return text.strip("[]"), None
+        if (
+            not colon
+            or not host.strip("[]")
+            or not port.isdigit()
+            or not self.lowest_port <= int(port) <= 65535
+        ):
+            self.fail(
+                f"expected {self.name.replace('[:PORT]', ' or HOST:PORT')}, e.g. {self.example}, not {text!r}",
+                param,
+                ctx,
+            )
+        return host.strip("[]"), int(port)

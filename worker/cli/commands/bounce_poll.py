@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from worker.cli.framework import POSITIVE, Command, with_settings
+from worker.cli.framework import POSITIVE, Command, HostPort, with_settings
 
 if TYPE_CHECKING:
     from worker.core.config import Settings
@@ -45,23 +45,7 @@ Examples:
 """
 
 
-class HostPort(click.ParamType[tuple[str, int | None]]):
-    """HOST or HOST:PORT of a mailbox server; an IPv6 host may be bracketed."""
-
-    name = "HOST[:PORT]"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[str, int | None]:
-        if isinstance(value, tuple):
-            return value
-        text = str(value)
-        host, colon, port = text.rpartition(":")
-        if not colon or "]" in port:  # no port, or a bare [IPv6] address
-            return text.strip("[]"), None
-        if not host.strip("[]") or not port.isdigit() or not 0 < int(port) <= 65535:
-            self.fail(f"expected HOST or HOST:PORT, e.g. mail.example.org:993, not {text!r}", param, ctx)
-        return host.strip("[]"), int(port)
+_MAILBOX = HostPort(port_required=False, lowest_port=1, example="mail.example.org:993")
 
 
 @dataclass(frozen=True)
@@ -107,8 +91,8 @@ class PollOptions:
 @click.command(
     "poll", cls=Command, help=POLL, short_help="fetch and process the messages of a bounce mailbox"
 )
-@click.option("--imap", type=HostPort(), help="an IMAP server")
-@click.option("--pop3", type=HostPort(), help="a POP3 server")
+@click.option("--imap", type=_MAILBOX, help="an IMAP server")
+@click.option("--pop3", type=_MAILBOX, help="a POP3 server")
 @click.option("--user", required=True, metavar="USER", help="the mailbox's login")
 @click.option("--password-env", metavar="VAR", help="environment variable holding the password")
 @click.option("--password-file", metavar="FILE", help="file holding the password")

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from datetime import UTC
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +18,7 @@ from worker.cli.framework import (
     Command,
     Database,
     Group,
+    HostPort,
     json_option,
     with_database,
     with_settings,
@@ -170,24 +171,13 @@ def _read(path: str, max_bytes: int) -> bytes:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
 
 
-class ListenAddress(click.ParamType[tuple[str, int]]):
-    """HOST:PORT to listen on; an IPv6 host may be bracketed."""
-
-    name = "HOST:PORT"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[str, int]:
-        if isinstance(value, tuple):
-            return value
-        host, colon, port = str(value).rpartition(":")
-        if not colon or not host.strip("[]") or not port.isdigit() or not 0 <= int(port) <= 65535:
-            self.fail(f"expected HOST:PORT, e.g. 0.0.0.0:25, not {value!r}", param, ctx)
-        return host.strip("[]"), int(port)
-
-
 @bounces.command("receive", cls=Command, help=RECEIVE, short_help="run the SMTP server for the bounce domain")
-@click.option("--listen", type=ListenAddress(), required=True, help="address to listen on")
+@click.option(
+    "--listen",
+    type=HostPort(port_required=True, lowest_port=0, example="0.0.0.0:25"),
+    required=True,
+    help="address to listen on",
+)
 @click.option("--domain", "domains", multiple=True, metavar="DOMAIN", help="a bounce domain (repeatable)")
 @click.option("--max-bytes", type=POSITIVE, default=TEN_MIB, help="largest message (default 10 MiB)")
 @click.option("--rate", type=POSITIVE, default=60, help="messages a minute per client (default 60)")
