@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -105,6 +106,26 @@ def build_docs() -> None:
         _run(BIN / "mkdocs", "build", "--strict", "--quiet", "--site-dir", tmp)
 
 
+# Real tools some tests run against, from Debian's packages: command -> package. Installed by the test
+# command when it runs as root where apt-get exists (CI); elsewhere the tests that need one say how.
+SYSTEM_TOOLS = {"spamassassin": "spamassassin", "promtool": "prometheus"}
+
+
+def ensure_system_tools() -> None:
+    """Install the Debian packages of SYSTEM_TOOLS that are missing, when this process may."""
+    missing = sorted({package for tool, package in SYSTEM_TOOLS.items() if shutil.which(tool) is None})
+    if not missing:
+        return
+    if os.name != "posix" or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        _say(f"not installing {', '.join(missing)} (needs root and apt-get); the tests that use them say how")
+        return
+    _say(f"installing {', '.join(missing)} with apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    quiet = {"stdout": subprocess.DEVNULL, "env": env, "check": False}
+    subprocess.run(["apt-get", "update", "-qq"], **quiet)  # type: ignore[call-overload]
+    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], **quiet)  # type: ignore[call-overload]
+
+
 # What ruff checks and formats (docs/hooks, not docs/: ruff would reformat the Markdown's code blocks).
 LINTED = ("worker", "console", "migrations", "tests", "bench", "mailroom", "docs/hooks", "tasks.py")
 
@@ -121,6 +142,7 @@ def test(extra: list[str]) -> None:
     _run(BIN / "lint-imports")
     _say("docs site (mkdocs build --strict)")
     build_docs()
+    ensure_system_tools()
     _pytest(extra)
     _say("wheel smoke")
     wheel_smoke()
