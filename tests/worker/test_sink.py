@@ -104,6 +104,39 @@ async def test_maildir_gets_one_file_per_accepted_message(
     assert b"Subject: Stored on disk" in path.read_bytes()
 
 
+async def test_an_existing_empty_maildir_gets_its_folders_and_keeps_every_message(
+    smtp_sink_factory: SinkFactory, tmp_path: Path
+) -> None:
+    # `mkdir mail && mailroom sink --maildir mail`: the folder is there, its tmp/new/cur are not.
+    maildir = tmp_path / "mail"
+    maildir.mkdir()
+    sink = smtp_sink_factory(maildir=maildir)
+
+    await send(sink, "alice@example.com", subject="First")
+    await send(sink, "alice@example.com", subject="Second")
+
+    assert await sink.wait_for(2)
+    assert sorted(p.read_bytes().count(b"Subject: ") for p in (maildir / "new").iterdir()) == [1, 1]
+
+
+async def test_a_maildir_that_cannot_be_written_answers_451_and_the_next_message_is_taken(
+    smtp_sink_factory: SinkFactory, tmp_path: Path
+) -> None:
+    maildir = tmp_path / "mail"
+    sink = smtp_sink_factory(maildir=maildir)
+    (maildir / "tmp").rmdir()  # the Maildir vanishes under the running sink
+
+    async with aiosmtplib.SMTP(hostname=sink.host, port=sink.port) as client:
+        with pytest.raises(aiosmtplib.SMTPDataError) as refused:
+            await client.sendmail("a@example.com", ["b@example.com"], b"Subject: lost\r\n\r\nx\r\n")
+        (maildir / "tmp").mkdir()
+        # The same connection goes on: no "503 nested MAIL command".
+        await client.sendmail("a@example.com", ["b@example.com"], b"Subject: kept\r\n\r\nx\r\n")
+
+    assert refused.value.code == 451
+    assert [m.message["Subject"] for m in sink.messages] == ["kept"]
+
+
 async def test_wait_for_returns_false_when_too_few_messages_arrive(smtp_sink: RunningSink) -> None:
     await send(smtp_sink, "alice@example.com")
 

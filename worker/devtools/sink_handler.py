@@ -86,8 +86,11 @@ class SinkHandler:
         self._credentials = auth
         self._maildir: mailbox.Maildir | None = None
         if maildir is not None:
-            Path(maildir).parent.mkdir(parents=True, exist_ok=True)
-            self._maildir = mailbox.Maildir(maildir, create=True)
+            # Maildir(create=True) makes tmp/new/cur only when the folder itself is missing: an existing
+            # empty folder (`mkdir mail`) would fail every message with FileNotFoundError.
+            for sub in ("tmp", "new", "cur"):
+                (Path(maildir) / sub).mkdir(parents=True, exist_ok=True)
+            self._maildir = mailbox.Maildir(maildir, create=False)
         self._cond = threading.Condition()
         self._messages: deque[ReceivedMessage] = deque(maxlen=keep)
         self._received = 0
@@ -223,7 +226,13 @@ class SinkHandler:
             peer=f"{session.peer[0]}:{session.peer[1]}" if session.peer else None,
         )
         if self._maildir is not None:
-            self._maildir.add(content)
+            try:
+                self._maildir.add(content)
+            except OSError as exc:
+                # A reply, not an exception: aiosmtpd would answer 500 and keep the envelope, so the
+                # client's next MAIL got "503 nested MAIL command".
+                logger.error("sink could not store %s in the Maildir: %s", queue_id, exc)
+                return f"451 4.3.0 could not store the message: {exc.strerror or exc}"
         self._store(received)
         logger.info(
             "sink received %s from %s for %s (%d bytes)",
