@@ -48,6 +48,40 @@ def test_add_without_a_terminal_refuses_a_login_without_password(
     assert conn.execute("SELECT count(*) AS n FROM mailroom.sender_accounts").fetchone() == {"n": 0}
 
 
+def test_the_sink_help_example_adds_a_relay_without_a_login_and_without_a_secret_key(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    not_on_terminal(monkeypatch)
+    monkeypatch.delenv("MAILROOM_SECRET_KEY")
+    _, help_text, _ = run(capsys, "sink", "--help")
+    [example] = [line.split("mailroom ", 1)[1] for line in help_text.splitlines() if "senders add" in line]
+    code, out, err = run(capsys, *example.split())
+    assert code == 0 and "MAILROOM_SECRET_KEY" not in err, err
+    assert "added sender account dev" in out
+    assert sender(conn, "dev")["smtp_password_encrypted"] is None
+
+
+def test_a_login_without_a_secret_key_is_refused_before_anything_is_stored(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    not_on_terminal(monkeypatch)
+    monkeypatch.delenv("MAILROOM_SECRET_KEY")
+    secret = tmp_path / "password"
+    secret.write_text("s3cret")
+    code, _, err = run(
+        capsys, *BASE, "--security", "tls", "--username", "mailer", "--password-file", str(secret)
+    )
+    assert code == 2 and "MAILROOM_SECRET_KEY is not set" in err and "keys generate" in err
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.sender_accounts").fetchone() == {"n": 0}
+
+
 def test_add_on_a_terminal_asks_for_security_port_login_and_password(
     cli_env: dict[str, str],
     conn: psycopg.Connection[Any],

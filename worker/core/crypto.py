@@ -43,6 +43,24 @@ class SecretBox:
             raise ConfigError("stored secret cannot be decrypted with this MAILROOM_SECRET_KEY") from None
 
 
+class KeylessBox(SecretBox):
+    """Stands in for the box where no key is configured: fine until a secret is to be stored or read.
+
+    An account that keeps nothing secret (a relay without a login) needs no key; one that does fails
+    with the same clear error `secret_box` gives, before anything is written."""
+
+    def __init__(self, error: ConfigError) -> None:
+        self._error = error
+
+    def encrypt(self, plaintext: str) -> bytes:
+        """Refuse: there is no key to encrypt with."""
+        raise self._error
+
+    def decrypt(self, token: bytes) -> str:
+        """Refuse: there is no key to decrypt with."""
+        raise self._error
+
+
 def generate_key() -> str:
     """Return a new random key."""
     from cryptography.fernet import Fernet
@@ -67,8 +85,10 @@ def write_key_file(path: Path) -> str:
     return key
 
 
-def secret_box(settings: Settings) -> SecretBox:
-    """Return the box for `MAILROOM_SECRET_KEY`, else the key file in `$MAILROOM_HOME`, else a clear error."""
+def secret_box(settings: Settings, *, required: bool = True) -> SecretBox:
+    """Return the box for `MAILROOM_SECRET_KEY`, else the key file in `$MAILROOM_HOME`, else a clear error.
+
+    With `required=False` a missing key gives a `KeylessBox`, which fails only when used."""
     if settings.secret_key:
         return SecretBox(settings.secret_key)
     path = key_file(settings)
@@ -76,7 +96,10 @@ def secret_box(settings: Settings) -> SecretBox:
         if path.stat().st_mode & 0o077:
             raise ConfigError(f"{path} is readable by others; run `chmod 600` on it")
         return SecretBox(path.read_text(encoding="ascii"))
-    raise ConfigError(
+    error = ConfigError(
         "MAILROOM_SECRET_KEY is not set: SMTP passwords are stored encrypted with it. "
         "Create one with `mailroom keys generate` and export it."
     )
+    if required:
+        raise error
+    return KeylessBox(error)

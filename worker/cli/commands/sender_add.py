@@ -93,7 +93,9 @@ def add(db: Database, /, **options: Any) -> int:
     from worker.ops.senders import add_sender
 
     given = Given(**options)
-    box = secret_box(db.settings)  # before any prompt: a missing key is said before a password is typed
+    # Before any prompt: a missing key is said before a password is typed. A relay without a login
+    # stores nothing secret and needs no key (a login typed at the prompt still finds it missing).
+    box = secret_box(db.settings, required=_keeps_secrets(given))
     oauth = _oauth_secrets(given)
     password = _complete_add(given)
     login = given.auth == "password"
@@ -114,6 +116,13 @@ def add(db: Database, /, **options: Any) -> int:
         print(f"DKIM: publish this TXT record at {given.dkim_selector}._domainkey.{given.dkim_domain}:")
         print(dns_record(normalise_private_key(dkim_key)))
     return 0
+
+
+def _keeps_secrets(given: Given) -> bool:
+    """Whether the options given already say the account will store a secret (password, tokens, key)."""
+    from worker.cli.commands.sender_input import password_given
+
+    return bool(given.username or password_given(given) or given.auth != "password" or given.dkim_key_file)
 
 
 def _oauth_secrets(given: Given) -> OAuthSecrets | None:
