@@ -69,7 +69,10 @@ AREAS: tuple[Area, ...] = (
             "bounce_quarantine_size",
             "bounce_quarantine_clients",
             "unsubscribe_list",
+            "suppression_events",
+            "suppressions",
         ),
+        ("enqueue_suppression", "suppression_lists_history", "suppression_note", "suppression_reason"),
     ),
     Area("tracking", ("tracked_links", "open_events", "click_events")),
     Area(
@@ -118,6 +121,7 @@ AREAS: tuple[Area, ...] = (
             "grant_app_role",
             "grant_read_only_role",
             "is_secret_column",
+            "enqueue_outcome",
             "secret_columns",
         ),
     ),
