@@ -85,7 +85,9 @@ AREAS: tuple[Area, ...] = (
         ("people", "events", "time_zone_names"),
         (
             "birthday_in",
+            "birthday_payload",
             "birthday_time",
+            "event_outcome",
             "is_time_zone",
             "local_instant",
             "new_event_id",
