@@ -1,0 +1,2 @@
+DROP TABLE mailroom.dmarc_records;
+DROP TABLE mailroom.dmarc_reports;

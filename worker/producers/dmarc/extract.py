@@ -1,0 +1,159 @@
+"""The report's XML out of what arrived: plain XML, gzip (.xml.gz), zip, or an email carrying one of them.
+
+Every step is bounded: the input's size is checked before anything is decompressed; gzip and zip are
+inflated in steps that stop one byte past the XML cap (a bomb of a few KiB that would inflate to
+gibibytes costs at most the cap); a zip may hold a few entries and exactly one file; an archive
+inside an archive is refused, as is an email inside a report. The email parser runs under the bounce
+intake's structural budget.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+import zlib
+from email import message_from_bytes, policy
+from email.message import Message
+
+from worker.producers.bounces.budget import DEFAULT_BUDGET, OverBudget, check_parts, check_structure
+from worker.producers.dmarc.limits import DEFAULT_LIMITS, Limits, ReportRefused
+
+ZIP_MAGIC = b"PK\x03\x04"
+GZIP_MAGIC = b"\x1f\x8b"
+REPORT_TYPES = frozenset(
+    {
+        "application/zip",
+        "application/x-zip-compressed",
+        "application/gzip",
+        "application/x-gzip",
+        "application/xml",
+        "text/xml",
+        "application/octet-stream",
+    }
+)
+REPORT_SUFFIXES = (".zip", ".gz", ".xml")
+
+
+def report_xml(data: bytes, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """The XML of the one report in `data`, or `ReportRefused` saying why there is none to read."""
+    if len(data) > limits.input_bytes:
+        raise ReportRefused(f"input of {len(data)} bytes is over the {limits.input_bytes}-byte cap")
+    kind = _kind(data)
+    if kind == "email":
+        return _from_email(data, limits)
+    return _unpack(data, kind, limits)
+
+
+def _kind(data: bytes) -> str:
+    if data.startswith(ZIP_MAGIC):
+        return "zip"
+    if data.startswith(GZIP_MAGIC):
+        return "gzip"
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+        return "xml"
+    return "email"
+
+
+def _unpack(data: bytes, kind: str, limits: Limits) -> bytes:
+    """XML as it is, or the XML inside one level of gzip or zip."""
+    if kind == "xml":
+        if len(data) > limits.xml_bytes:
+            raise ReportRefused(f"XML of {len(data)} bytes is over the {limits.xml_bytes}-byte cap")
+        return data
+    xml = _gunzip(data, limits) if kind == "gzip" else _unzip(data, limits)
+    inner = _kind(xml)
+    if inner in ("zip", "gzip"):
+        raise ReportRefused(f"an archive inside the {kind} archive is refused (nested archives)")
+    if inner != "xml":
+        raise ReportRefused(f"the {kind} archive holds no XML")
+    return xml
+
+
+def _gunzip(data: bytes, limits: Limits) -> bytes:
+    """Inflate one gzip member, stopping one byte past the cap; trailing data is refused."""
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    out = bytearray()
+    pending = data
+    try:
+        while True:
+            # `max_length` is never 0 here (that would mean "no limit"): out holds at most the cap.
+            out += inflater.decompress(pending, limits.xml_bytes + 1 - len(out))
+            if len(out) > limits.xml_bytes:
+                raise ReportRefused(f"gzip inflates past the {limits.xml_bytes}-byte cap (a gzip bomb?)")
+            pending = inflater.unconsumed_tail
+            if inflater.eof or not pending:
+                break
+    except zlib.error as exc:
+        raise ReportRefused(f"corrupt gzip data: {exc}") from None
+    if not inflater.eof:
+        raise ReportRefused("truncated gzip data")
+    if inflater.unused_data.strip(b"\x00"):
+        raise ReportRefused("data after the end of the gzip stream (a second member is refused)")
+    return bytes(out)
+
+
+def _unzip(data: bytes, limits: Limits) -> bytes:
+    """The one file of a zip, inflated up to the cap; several files, encryption or a nested archive are refused."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            entries = archive.infolist()
+            if len(entries) > limits.zip_members:
+                raise ReportRefused(f"zip of {len(entries)} entries (at most {limits.zip_members})")
+            files = [e for e in entries if not e.is_dir()]
+            if len(files) != 1:
+                raise ReportRefused(f"zip holds {len(files)} files; a report zip holds one")
+            entry = files[0]
+            if entry.flag_bits & 0x1:
+                raise ReportRefused("encrypted zip entries are refused")
+            if entry.filename.lower().endswith((".zip", ".gz", ".tgz", ".7z", ".rar", ".bz2", ".xz")):
+                raise ReportRefused(f"an archive inside the zip archive is refused: {entry.filename!r}")
+            with archive.open(entry) as member:
+                xml = member.read(limits.xml_bytes + 1)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, zlib.error) as exc:
+        raise ReportRefused(f"corrupt zip data: {exc}") from None
+    except RuntimeError as exc:  # zipfile: a password is needed, or similar
+        raise ReportRefused(f"unreadable zip entry: {exc}") from None
+    if len(xml) > limits.xml_bytes:
+        raise ReportRefused(f"zip entry inflates past the {limits.xml_bytes}-byte cap (a zip bomb?)")
+    return xml
+
+
+def _from_email(data: bytes, limits: Limits) -> bytes:
+    """The one report attachment of an email (zip, gzip or XML; a multipart or a single-part message)."""
+    try:
+        check_structure(data, DEFAULT_BUDGET)
+        msg = message_from_bytes(data, policy=policy.compat32)
+        check_parts(msg, DEFAULT_BUDGET)
+    except OverBudget as exc:
+        raise ReportRefused(f"email over budget: {exc}") from None
+    if not msg.keys():
+        raise ReportRefused("neither XML, gzip, zip nor an email")
+    found: list[tuple[bytes, str]] = []
+    for part in msg.walk():
+        if part.is_multipart():
+            continue
+        payload = _attachment(part)
+        if payload is None:
+            continue
+        kind = _kind(payload)
+        if kind == "email":
+            continue  # a text part (the provider's note) or something else: not the report
+        found.append((payload, kind))
+        if len(found) > limits.attachments:
+            break
+    if not found:
+        raise ReportRefused("the email carries no report attachment (zip, gzip or XML)")
+    if len(found) > 1:
+        raise ReportRefused(f"the email carries {len(found)} report attachments; one report per email")
+    payload, kind = found[0]
+    return _unpack(payload, kind, limits)
+
+
+def _attachment(part: Message) -> bytes | None:
+    """A part's decoded bytes when it may be a report: of a report's type or named like one."""
+    content_type = part.get_content_type().lower()
+    name = (part.get_filename() or "").lower()
+    if content_type not in REPORT_TYPES and not name.endswith(REPORT_SUFFIXES):
+        return None
+    payload = part.get_payload(decode=True)
+    return payload if isinstance(payload, bytes) and payload else None
