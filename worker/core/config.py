@@ -87,6 +87,7 @@ class Settings:
     smtp_connect_timeout: float = 10.0
     smtp_command_timeout: float = 30.0
     smtp_data_timeout: float = 120.0
+    gmail_api_url: str = "https://gmail.googleapis.com"
     queue_lifetime_seconds: float = 5 * 86400.0
     circuit_base_seconds: float = 10.0
     circuit_cap_seconds: float = 600.0
@@ -275,6 +276,8 @@ DECLARED: tuple[Setting, ...] = (
        "SMTP timeout for MAIL, RCPT and DATA (a sender account's own value wins)", _number, 0.1),
     _S("MAILROOM_SMTP_DATA_TIMEOUT_SECONDS", "smtp_data_timeout",
        "SMTP timeout for the body and its reply (a sender account's own value wins)", _number, 0.1),
+    _S("MAILROOM_GMAIL_API_URL", "gmail_api_url", "where Gmail API sender accounts send "
+       "(`POST URL/gmail/v1/users/me/messages/send`): https, or plain http to 127.0.0.1 only", _url),
     _S("MAILROOM_QUEUE_LIFETIME_SECONDS", "queue_lifetime_seconds",
        "an email still unsent after this fails with `expired`", _number, 1.0, shown="432000 (5 days)"),
     _S("MAILROOM_CIRCUIT_BASE_SECONDS", "circuit_base_seconds", "how long an unreachable sender is left "

@@ -13,7 +13,7 @@ from worker.core.validation import ValidationError
 GOOGLE_ENDPOINT = "https://oauth2.googleapis.com/token"
 MICROSOFT_ENDPOINT = "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token"
 PROVIDERS = ("google", "microsoft")
-AUTH_TYPES = ("password", "oauth2")
+AUTH_TYPES = ("password", "oauth2", "gmail")
 RELAY_PROVIDERS = ("postmark", "sendgrid")
 
 _HTTPS = re.compile(r"^https://[^\s/?#@]+(/[^\s#]*)?$")

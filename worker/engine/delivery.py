@@ -38,7 +38,7 @@ from worker.engine.leases import drained, idle_seconds
 from worker.engine.producer import Producer, run_producer
 from worker.engine.recording import SentRecorder
 from worker.engine.sender_book import Sender, SenderBook
-from worker.engine.smtp import SmtpConnection
+from worker.engine.transport import Transport
 from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
 
 log = logging.getLogger("mailroom.worker")
@@ -205,7 +205,7 @@ class Worker:
     # -- slots ----------------------------------------------------------------------------------
 
     async def _slot(self, index: int) -> None:
-        connections: dict[int, SmtpConnection] = {}
+        connections: dict[int, Transport] = {}
         try:
             while not self.stopping.is_set():
                 ticket = self.waker.ticket()
@@ -228,7 +228,7 @@ class Worker:
         finally:
             await self._end_slot(index, connections)
 
-    async def _end_slot(self, index: int, connections: dict[int, SmtpConnection]) -> None:
+    async def _end_slot(self, index: int, connections: dict[int, Transport]) -> None:
         try:
             await self._await_finishing(index)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -239,7 +239,7 @@ class Worker:
             for sender_id in list(connections):
                 await self.book.close(connections, sender_id)
 
-    async def _one_batch(self, index: int, connections: dict[int, SmtpConnection]) -> bool | None:
+    async def _one_batch(self, index: int, connections: dict[int, Transport]) -> bool | None:
         """Claim and deliver one batch: True if it did work, False if nothing was due, None if no sender."""
         sender = await self.book.pick(index, next(iter(connections), None))
         if sender is None:
@@ -300,7 +300,7 @@ class Worker:
 
     # -- sending --------------------------------------------------------------------------------
 
-    async def _deliver(self, sender: Sender, claim: claiming.Claim, connection: SmtpConnection) -> list[int]:
+    async def _deliver(self, sender: Sender, claim: claiming.Claim, connection: Transport) -> list[int]:
         """Execute a claim's emails in order, each result completed before the next message goes out
         (so a killed worker leaves at most one message per connection sent but not recorded); return
         the ids left unsent."""

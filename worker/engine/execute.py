@@ -10,7 +10,7 @@ import logging
 from worker.core.message import Envelope
 from worker.engine.outcomes import Result, decide, failed_locally
 from worker.engine.rows import ClaimedEmail
-from worker.engine.smtp import SmtpConnection
+from worker.engine.transport import Transport
 
 log = logging.getLogger("mailroom.worker")
 
@@ -19,7 +19,7 @@ Built = Envelope | Exception
 
 
 async def execute(
-    email: ClaimedEmail, built: Built, upcoming: Built | None, connection: SmtpConnection
+    email: ClaimedEmail, built: Built, upcoming: Built | None, connection: Transport
 ) -> Result:
     """Send one built message (announcing the next one); an email that cannot be built, or whose
     sending raised something unexpected (a bug of ours), fails alone with the reason."""

@@ -57,7 +57,7 @@ def outcome_kind(verdict: Verdict, email: ClaimedEmail) -> OutcomeKind:
 
 def decide(email: ClaimedEmail, attempt: Attempt, message_id: str) -> Result:
     """Classify the reply of an attempt and choose the email's outcome."""
-    verdict = classify(attempt.reply)
+    verdict = attempt.verdict or classify(attempt.reply)
     return Result(email, outcome_kind(verdict, email), verdict, attempt, message_id)
 
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -22,6 +22,10 @@ from worker.engine.oauth import OAuthClient, TokenCache
 from worker.engine.rows import ClaimedEmail
 from worker.engine.senders import ELIGIBLE_SENDERS, SAVE_ROTATED_GRANT, TAKE_SEND_SLOT
 from worker.engine.smtp import SmtpAccount, SmtpConnection
+from worker.engine.transport import Transport
+
+if TYPE_CHECKING:
+    from worker.engine.gmail_tokens import GmailAccount, GmailTokens
 
 log = logging.getLogger("mailroom.worker")
 
@@ -99,6 +103,8 @@ class SenderBook:
         self._dkim_keys: dict[tuple[int, bytes], DkimKey] = {}
         # OAuth2 access tokens, shared by every SMTP connection of this process
         self.tokens = TokenCache(store=self._store_refresh_token)
+        # Gmail API access tokens (worker.engine.gmail_tokens), made when a Gmail API sender is first used
+        self._gmail_tokens: GmailTokens | None = None
 
     def forget(self) -> None:
         """Read the senders again at the next pick (one was suspended or changed)."""
@@ -129,24 +135,36 @@ class SenderBook:
                 return sender
         return usable[index % len(usable)]
 
-    async def use(self, sender: Sender, connections: dict[int, SmtpConnection]) -> None:
+    async def use(self, sender: Sender, connections: dict[int, Transport]) -> None:
         """Make a slot's one SMTP connection the sender's (reconnecting if its settings changed)."""
         held = next(iter(connections), None)
         if sender.id == held and connections[held].account != sender.account:
             # The account was reconfigured (new password, host, TLS): reconnect with the new settings.
             await connections.pop(held).close()
-            connections[sender.id] = SmtpConnection(sender.account, self.tokens)
+            connections[sender.id] = self._transport(sender.account)
         elif sender.id != held:
             self.opened(sender.id)
             if held is not None:
                 await self.close(connections, held)
-            connections[sender.id] = SmtpConnection(sender.account, self.tokens)
+            connections[sender.id] = self._transport(sender.account)
+
+    def _transport(self, account: SmtpAccount) -> Transport:
+        """A new connection for a slot: to the account's SMTP server, or to the Gmail API."""
+        if account.gmail is None:
+            return SmtpConnection(account, self.tokens)
+        # Loaded with the first Gmail API sender: a worker without one never imports the HTTP client.
+        from worker.engine.gmail import GmailConnection
+        from worker.engine.gmail_tokens import GmailTokens
+
+        if self._gmail_tokens is None:
+            self._gmail_tokens = GmailTokens()
+        return GmailConnection(account, self._gmail_tokens)
 
     def opened(self, sender_id: int) -> None:
         """Count a connection to the sender (before the next await, so two slots never both take the last)."""
         self._open[sender_id] = self._open.get(sender_id, 0) + 1
 
-    async def close(self, connections: dict[int, SmtpConnection], sender_id: int) -> None:
+    async def close(self, connections: dict[int, Transport], sender_id: int) -> None:
         """Close a slot's connection to the sender and stop counting it."""
         await connections.pop(sender_id).close()
         self._open[sender_id] -= 1
@@ -193,6 +211,7 @@ class SenderBook:
             data_timeout=float(row["data_timeout_seconds"] or settings.smtp_data_timeout),
             oauth=self._oauth_client(row) if row["auth_type"] == "oauth2" else None,
             allow_plaintext_login=row["allow_plaintext_login"],
+            gmail=self._gmail_account(row) if row["auth_type"] == "gmail" else None,
         )
         bounce_domain = row["bounce_domain"] or settings.bounce_domain
         return Sender(
@@ -231,6 +250,22 @@ class SenderBook:
             box.decrypt(stored),
             stored,
         )
+
+    def _gmail_account(self, row: dict[str, Any]) -> GmailAccount:
+        """A Gmail API sender's key (decrypted and checked) and user, and where the API is."""
+        from worker.core.gmail_key import parse_service_account_key
+        from worker.core.sender_settings import check_token_url
+        from worker.core.validation import ValidationError
+        from worker.engine.gmail_tokens import GmailAccount
+
+        api_url = self.settings.gmail_api_url
+        try:
+            check_token_url(api_url)
+            key = parse_service_account_key(self._secret_box().decrypt(row["gmail_key_encrypted"]))
+        except ValidationError as exc:
+            what = "MAILROOM_GMAIL_API_URL" if exc.field == "oauth_token_url" else "its service account key"
+            raise ConfigError(f"{what} {exc.message}") from None
+        return GmailAccount(key, row["gmail_subject_email"], api_url)
 
     async def _store_refresh_token(self, sender_id: int, old: bytes, new: str) -> bytes | None:
         """Store a rotated refresh token encrypted in place of `old`; the stored value, None if it had changed."""

@@ -7,16 +7,20 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiosmtplib
 from aiosmtplib.response import SMTPResponse
 
 from worker.core.message import Envelope
 from worker.core.plaintext import PLAINTEXT_LOGIN_REFUSED, login_in_clear
-from worker.engine.classify import Reply, clean_reply
+from worker.engine.classify import Reply, Verdict, clean_reply
 from worker.engine.copies import Progress, Refusal, send_copies, unsafe_address
 from worker.engine.oauth import OAuthClient, TokenCache, TokenRefused, TokenUnavailable
 from worker.engine.pipelining import CLOSING, PipeliningProtocol, enable_pipelining
+
+if TYPE_CHECKING:
+    from worker.engine.gmail_tokens import GmailAccount
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,8 @@ class SmtpAccount:
     oauth: OAuthClient | None = None
     # The operator allowed a login without TLS off the loopback interface (see worker.core.plaintext).
     allow_plaintext_login: bool = False
+    # A Gmail API sender (worker.engine.gmail): its email goes through the API, not to `host`.
+    gmail: GmailAccount | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,9 @@ class Attempt:
     refused: tuple[Refusal, ...] = ()
     many: bool = False
     accepted: tuple[str, ...] = ()
+    # What the attempt means, when the transport judged it itself (the Gmail API's answers are not SMTP
+    # replies); None: `worker.engine.classify` judges the reply.
+    verdict: Verdict | None = None
 
 
 class SmtpConnection:

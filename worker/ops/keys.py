@@ -1,7 +1,7 @@
 """Key rotation: every stored secret re-encrypted from the current secret key to a new one, in one transaction.
 
-The secrets are the sender accounts' SMTP passwords, DKIM private keys and OAuth2 client secrets and
-refresh tokens. Either every one of
+The secrets are the sender accounts' SMTP passwords, DKIM private keys, OAuth2 client secrets and
+refresh tokens, and Gmail API service account keys. Either every one of
 them decrypts with the current key and all are re-encrypted, with one audit row (`keys.rotate`),
 or nothing changes.
 """
@@ -21,10 +21,11 @@ from worker.ops import audit
 
 SECRETS = """
 SELECT id, name, smtp_password_encrypted, dkim_private_key_encrypted,
-       oauth_client_secret_encrypted, oauth_refresh_token_encrypted
+       oauth_client_secret_encrypted, oauth_refresh_token_encrypted, gmail_key_encrypted
 FROM mailroom.sender_accounts
 WHERE smtp_password_encrypted IS NOT NULL OR dkim_private_key_encrypted IS NOT NULL
    OR oauth_client_secret_encrypted IS NOT NULL OR oauth_refresh_token_encrypted IS NOT NULL
+   OR gmail_key_encrypted IS NOT NULL
 ORDER BY id
 """
 
@@ -35,7 +36,7 @@ LOCK_NEW_ACCOUNTS = "LOCK TABLE mailroom.sender_accounts IN SHARE ROW EXCLUSIVE 
 SET_SECRETS = """
 UPDATE mailroom.sender_accounts
 SET smtp_password_encrypted = %s, dkim_private_key_encrypted = %s,
-    oauth_client_secret_encrypted = %s, oauth_refresh_token_encrypted = %s
+    oauth_client_secret_encrypted = %s, oauth_refresh_token_encrypted = %s, gmail_key_encrypted = %s
 WHERE id = %s
 """
 
@@ -53,11 +54,12 @@ class Rotation:
     dkim_keys: int
     key_id: str
     oauth_secrets: int = 0  # OAuth2 client secrets and refresh tokens
+    gmail_keys: int = 0  # Gmail API service account keys
 
     @property
     def secrets(self) -> int:
         """Every secret re-encrypted."""
-        return self.passwords + self.dkim_keys + self.oauth_secrets
+        return self.passwords + self.dkim_keys + self.oauth_secrets + self.gmail_keys
 
 
 def key_id(key: str) -> str:
@@ -92,12 +94,14 @@ def rotate_secrets(
         dkim_keys=sum(1 for u in updates if u[1] is not None),
         key_id=key_id(new_key),
         oauth_secrets=sum((u[2] is not None) + (u[3] is not None) for u in updates),
+        gmail_keys=sum(1 for u in updates if u[4] is not None),
     )
     detail = {
         "accounts": rotation.accounts,
         "passwords": rotation.passwords,
         "dkim_keys": rotation.dkim_keys,
         "oauth_secrets": rotation.oauth_secrets,
+        "gmail_keys": rotation.gmail_keys,
         "new_key_id": rotation.key_id,
     }
     audit.record(conn, "keys.rotate", actor or audit.cli_actor(), "sender_accounts", rotation.secrets, detail)
@@ -125,4 +129,4 @@ def _reencrypt(
     return updates, failures
 
 
-_KINDS = ("password", "DKIM key", "OAuth2 client secret", "OAuth2 refresh token")
+_KINDS = ("password", "DKIM key", "OAuth2 client secret", "OAuth2 refresh token", "Gmail service account key")

@@ -15,7 +15,7 @@ from worker.core.sender_settings import (
     check_token_url,
     normalise_bounce_domain,
 )
-from worker.core.validation import ValidationError
+from worker.core.validation import ValidationError, normalise_address
 
 # The OAuth2 settings a password account never has (cleared when an account goes back to a password).
 OAUTH_SETTINGS = ("oauth_token_url", "oauth_client_id")
@@ -64,6 +64,7 @@ def checked_settings(values: dict[str, Any]) -> dict[str, Any]:
             )
     elif url or client_id:
         raise ValidationError("auth", "OAuth2 settings are for an oauth2 sender: add --auth oauth2")
+    subject = _gmail_subject(auth_type, values)
     domain, relay = values.get("bounce_domain"), values.get("relay_provider")
     return {
         "auth_type": auth_type,
@@ -71,11 +72,39 @@ def checked_settings(values: dict[str, Any]) -> dict[str, Any]:
         "oauth_client_id": client_id or None,
         "bounce_domain": normalise_bounce_domain(domain) if domain else None,
         "relay_provider": check_relay_provider(relay) if relay else None,
+        "gmail_subject_email": subject,
     }
 
 
-def check_secrets(auth_type: str, password: str | None, oauth: OAuthSecrets | None) -> None:
-    """An oauth2 account has a client secret and a refresh token and no password; a password one no OAuth2 secret."""
+def _gmail_subject(auth_type: str, values: dict[str, Any]) -> str | None:
+    """The Workspace user a gmail account sends as (normalised); no other account has one."""
+    subject = values.get("gmail_subject_email")
+    if auth_type != "gmail":
+        if subject:
+            raise ValidationError("impersonate", "--impersonate is for a Gmail API sender: add --auth gmail")
+        return None
+    if not subject:
+        raise ValidationError("impersonate", "a Gmail API sender needs the Workspace user it sends as")
+    if values.get("smtp_username"):
+        raise ValidationError("username", "a Gmail API sender has no SMTP login (it sends as --impersonate)")
+    return normalise_address("impersonate", subject)
+
+
+def check_secrets(
+    auth_type: str, password: str | None, oauth: OAuthSecrets | None, gmail_key: str | None = None
+) -> None:
+    """An oauth2 account has a client secret and a refresh token and no password; a password one no OAuth2
+    secret; a gmail account its service account key and nothing else (which no other account has)."""
+    if auth_type == "gmail":
+        if password or (oauth is not None and (oauth.client_secret or oauth.refresh_token)):
+            raise ValidationError("auth", "a Gmail API sender signs in with its service account key alone")
+        if not gmail_key:
+            raise ValidationError("service_account", "a Gmail API sender needs its service account key")
+        return
+    if gmail_key:
+        raise ValidationError(
+            "service_account", "a service account key is for a Gmail API sender: add --auth gmail"
+        )
     if auth_type == "oauth2":
         if password:
             raise ValidationError("password", "an oauth2 sender logs in with tokens, not a password")
@@ -85,6 +114,16 @@ def check_secrets(auth_type: str, password: str | None, oauth: OAuthSecrets | No
             raise ValidationError("oauth_refresh_token", "an oauth2 sender needs a refresh token")
     elif oauth is not None and (oauth.client_secret or oauth.refresh_token):
         raise ValidationError("auth", "OAuth2 secrets are for an oauth2 sender: add --auth oauth2")
+
+
+def check_auth_change(before: str, after: str) -> None:
+    """An edit never turns an account into a Gmail API sender or back: its key is only taken by `add`."""
+    if before != after and "gmail" in (before, after):
+        raise ValidationError(
+            "auth",
+            "an account does not change to or from the Gmail API: remove it and add it again "
+            "(`mailroom senders add NAME --auth gmail ...` for a Gmail API sender)",
+        )
 
 
 def secret_updates(

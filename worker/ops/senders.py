@@ -18,6 +18,7 @@ from worker.ops import audit
 from worker.ops.sender_auth import (
     OAUTH_SETTINGS,
     OAuthSecrets,
+    check_auth_change,
     check_secrets,
     checked_settings,
     secret_updates,
@@ -55,6 +56,8 @@ class SenderSpec:
     relay_provider: str | None = None  # postmark or sendgrid: tag each message for its event webhooks
     # Log in (password or OAuth2 token) even without TLS to a host off the loopback interface: see plaintext.py
     allow_plaintext_login: bool = False
+    # gmail: the Google Workspace user its service account impersonates (the Gmail API sends as it)
+    gmail_subject_email: str | None = None
 
 
 # Every setting of a `SenderSpec` (same names) and the secrets, encrypted.
@@ -65,6 +68,7 @@ _INSERTED = (
     "dkim_private_key_encrypted",
     "oauth_client_secret_encrypted",
     "oauth_refresh_token_encrypted",
+    "gmail_key_encrypted",
 )
 INSERT_SENDER = f"""
 INSERT INTO mailroom.sender_accounts ({", ".join(_INSERTED)})
@@ -195,15 +199,21 @@ def add_sender(
     dkim_key: bytes | None = None,
     *,
     oauth: OAuthSecrets | None = None,
+    gmail_key: str | None = None,
     actor: str | None = None,
 ) -> int:
     """Store a sender account, its password (or OAuth2 client secret and refresh token) and DKIM
     private key (PEM) encrypted, audited; return its id.
 
-    `actor` is who asked (default: the OS user); the audit row never holds a secret.
+    `gmail_key` is a Gmail API sender's service account key file (its JSON text), checked and stored
+    encrypted. `actor` is who asked (default: the OS user); the audit row never holds a secret.
     """
     spec = validate_spec(spec)
-    check_secrets(spec.auth_type, password, oauth)
+    check_secrets(spec.auth_type, password, oauth, gmail_key)
+    if gmail_key is not None:
+        from worker.core.gmail_key import parse_service_account_key
+
+        parse_service_account_key(gmail_key)  # refused now, not at the first send
     client_secret, refresh_token = (oauth or OAuthSecrets()).encrypted(box)
     spec, dkim_encrypted = _with_dkim(spec, dkim_key, box)
     values = {
@@ -213,6 +223,7 @@ def add_sender(
         "dkim_private_key_encrypted": dkim_encrypted,
         "oauth_client_secret_encrypted": client_secret,
         "oauth_refresh_token_encrypted": refresh_token,
+        "gmail_key_encrypted": box.encrypt(gmail_key) if gmail_key else None,
     }
     with conn.cursor(row_factory=tuple_row) as cur:
         row = cur.execute(INSERT_SENDER, values).fetchone()
@@ -251,6 +262,7 @@ def _added_detail(sender_id: int, spec: SenderSpec) -> dict[str, Any]:
         "bounce_domain": spec.bounce_domain,
         "relay_provider": spec.relay_provider,
         "allow_plaintext_login": spec.allow_plaintext_login,
+        "impersonate": spec.gmail_subject_email,
     }
 
 
@@ -318,6 +330,7 @@ EDITABLE = (
     "bounce_domain",
     "relay_provider",
     "allow_plaintext_login",
+    "gmail_subject_email",
 )
 
 LOCK_FOR_EDIT = f"""
@@ -393,6 +406,7 @@ def edit_sender(
         changes = {**dict.fromkeys(OAUTH_SETTINGS), **changes}  # back to a password: OAuth2 settings go
     with conn.cursor(row_factory=dict_row) as cur:
         current = _lock_for_edit(cur, name, expected_version)
+        check_auth_change(current["auth_type"], changes.get("auth_type", current["auth_type"]))
         merged = validate_spec(SenderSpec(name=name, **{**{c: current[c] for c in EDITABLE}, **changes}))
         values = {c: getattr(merged, c) for c in EDITABLE}
         secrets, changed_secrets = secret_updates(current, values, password, drop_password, oauth, box)

@@ -13,7 +13,8 @@ NEW_KEY_VAR = "MAILROOM_NEW_SECRET_KEY"
 
 KEYS = f"""\
 Manage MAILROOM_SECRET_KEY, the key that encrypts stored secrets (SMTP passwords, DKIM private keys,
-OAuth2 client secrets and refresh tokens): make a new one, or rotate to a new one.
+OAuth2 client secrets and refresh tokens, Gmail API service account keys): make a new one, or rotate
+to a new one.
 
 Examples:
   mailroom keys generate
@@ -29,9 +30,9 @@ Examples:
   MAILROOM_NEW_SECRET_KEY="$(mailroom keys generate)" mailroom keys rotate"""
 
 ROTATE = f"""\
-Re-encrypt every stored secret (the sender accounts' SMTP passwords, DKIM private keys and OAuth2
-client secrets and refresh tokens) from the current MAILROOM_SECRET_KEY to a new key, in one
-transaction, and record it in the audit trail.
+Re-encrypt every stored secret (the sender accounts' SMTP passwords, DKIM private keys, OAuth2
+client secrets and refresh tokens, and Gmail API service account keys) from the current
+MAILROOM_SECRET_KEY to a new key, in one transaction, and record it in the audit trail.
 
 The new key never goes on the command line (it would show in `ps`): it is read from the
 environment variable {NEW_KEY_VAR} (or the one --new-key-env names), or from a file
@@ -103,7 +104,9 @@ def rotate(db: Database, new_key_env: str | None, new_key_file: pathlib.Path | N
         rotation = rotate_secrets(conn, old, new, new_key)
     print(
         f"re-encrypted {rotation.secrets} secret(s) ({rotation.passwords} SMTP password(s), "
-        f"{rotation.dkim_keys} DKIM key(s), {rotation.oauth_secrets} OAuth2 secret(s)) "
+        f"{rotation.dkim_keys} DKIM key(s), {rotation.oauth_secrets} OAuth2 secret(s)"
+        + (f", {rotation.gmail_keys} Gmail API key(s)" if rotation.gmail_keys else "")
+        + ") "
         f"of {rotation.accounts} sender account(s) with the new key (key id {rotation.key_id})"
     )
     if settings.secret_key:
