@@ -215,7 +215,14 @@ async def test_due_event_is_mailed_once_completed_and_next_year_scheduled(
     done = await _scheduler(db_url, settings, due + timedelta(seconds=5))
     assert len(done.sent) == 1 and done.missed == done.stale == []
     events = _events(conn, person)
-    assert [e["status"] for e in events] == ["completed", "pending"]
+    # queued: handed to the queue; it completes when the relay accepts the email (not before)
+    assert [e["status"] for e in events] == ["queued", "pending"]
+    assert events[0]["executed_at"] is None
+    assert events[0]["delivery_payload"] == {
+        "template": "birthday",
+        "locale": "fr",
+        "data": {"first_name": "Ada", "last_name": "Tester"},
+    }
     assert events[1]["local_due_at"] == datetime(2027, 6, 15, 9, 0)
     email = conn.execute("SELECT * FROM mailroom.email_queue").fetchone()
     assert email is not None and email["id"] == events[0]["email_id"]
@@ -274,7 +281,7 @@ async def test_downtime_catch_up_sends_the_same_local_day_and_marks_ended_days_m
     [missed, next_kiri] = _events(conn, kiri)
     assert missed["status"] == "missed" and "local day 2026-06-15 had ended" in missed["failure_reason"]
     assert next_kiri["status"] == "pending" and next_kiri["local_due_at"] == datetime(2027, 6, 15, 9, 0)
-    assert [e["status"] for e in _events(conn, pago)] == ["completed", "pending"]
+    assert [e["status"] for e in _events(conn, pago)] == ["queued", "pending"]
     rows = conn.execute("SELECT recipient_email FROM mailroom.email_queue").fetchall()
     assert rows == [{"recipient_email": "pago@example.com"}]
 
@@ -301,7 +308,7 @@ async def test_racing_schedulers_send_each_due_event_once(db_url: str, settings:
             check.execute("SELECT status, count(*) FROM mailroom.events GROUP BY status").fetchall()
         )
         emails = check.execute("SELECT count(*) FROM mailroom.email_queue").fetchone()
-    assert counts == {"pending": 600, "completed": 300, "missed": 300}
+    assert counts == {"pending": 600, "queued": 300, "missed": 300}
     assert emails == (300,)
 
 
@@ -364,6 +371,11 @@ async def test_birthday_email_arrives_end_to_end(
     [received] = smtp_sink.messages_to("ada@example.com")
     assert received.message["Subject"] == "Happy birthday, Ada!"
     assert received.message["To"] == "Ada Tester <ada@example.com>"
+    [sent, _] = _events(conn, person)
+    email = conn.execute(
+        "SELECT sent_at FROM mailroom.email_queue WHERE id = %s", (sent["email_id"],)
+    ).fetchone()
+    assert email is not None and sent["status"] == "completed" and sent["executed_at"] == email["sent_at"]
 
 
 async def test_birthday_producer_in_the_worker_sends_a_birthday_due_today(
@@ -448,7 +460,7 @@ async def test_dropped_stale_completions_are_never_lost_the_rescheduled_events_g
     assert _emails_by_key(conn) == {f"birthday:{p}:2026-06-15": 1 for p in people}
     for person in people:
         assert [(e["status"], e["local_due_at"].date()) for e in _events(conn, person)] == [
-            ("completed", date(2026, 6, 15)),
+            ("queued", date(2026, 6, 15)),
             ("pending", date(2027, 6, 15)),
         ]
 
@@ -476,7 +488,7 @@ async def test_racing_schedulers_and_zone_changes_lose_no_birthday_and_send_none
     assert _emails_by_key(conn) == {f"birthday:{p}:2026-06-15": 1 for p in people}
     rows = conn.execute("SELECT status, local_due_at::date AS day FROM mailroom.events").fetchall()
     statuses = Counter((r["status"], r["day"]) for r in rows)
-    assert statuses == {("completed", date(2026, 6, 15)): 200, ("pending", date(2027, 6, 15)): 200}
+    assert statuses == {("queued", date(2026, 6, 15)): 200, ("pending", date(2027, 6, 15)): 200}
 
 
 async def test_a_zone_change_after_the_birthday_came_due_marks_it_missed_never_silently_dropped(

@@ -6,9 +6,13 @@ birth changes, in the same transaction. The rules (29 February, daylight-saving 
 SQL functions of migration 0002 (`mailroom.next_birthday`, `mailroom.local_instant`).
 
 The scheduler claims due events with SKIP LOCKED (marking them processing and moving their version on),
-then finishes each in its own transaction: the email is enqueued with the idempotency key
-(person, event type, local date), the event is completed only if its version is still the claimed one, and
-next year's event is scheduled. A stale completion (the person changed or was deleted meanwhile) rolls back
+then finishes each in its own transaction: the email the event records (`delivery_payload`: template,
+locale, data) is enqueued with the idempotency key (person, event type, local date), the event is handed
+over (queued) only if its version is still the claimed one, and next year's event is scheduled. From
+there the event follows its email in the database, whichever worker records the outcome: completed when
+the relay accepts it, failed with the reason when it fails for good, expires, bounces or is suppressed.
+An email that cannot be rendered or enqueued puts the event back to pending after a backoff (1, 5, 30
+minutes; `retry_count` 0 to 3), then fails it with the reason. A stale completion (the person changed or was deleted meanwhile) rolls back
 with its email: it is dropped, and the rescheduled event is sent at its new time instead (or, when the change
 moved a birthday that had already come due to another day, that event stands closed as missed or cancelled,
 with the reason: never silently gone). An event whose

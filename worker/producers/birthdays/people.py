@@ -53,6 +53,9 @@ class Upcoming:
     local_due_at: datetime
     time_zone: str
     version: int
+    retry_count: int = 0  # failed attempts to render or enqueue its email so far
+    retry_at: datetime | None = None  # not tried again before this (backoff)
+    failure_reason: str | None = None  # the last failed attempt's error
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Claimed:
     local_due_at: datetime
     time_zone: str
     idempotency_key: str
+    retry_count: int = 0
+    failure_reason: str | None = None  # the last failed attempt's error, while retrying
 
     @property
     def day(self) -> date:
@@ -80,12 +85,14 @@ class SchedulerPass:
     missed: list[uuid.UUID] = field(default_factory=list)
     failed: list[uuid.UUID] = field(default_factory=list)
     stale: list[uuid.UUID] = field(default_factory=list)
+    retried: list[uuid.UUID] = field(default_factory=list)  # pending again after a backoff
     rescued: int = 0
 
     @property
     def handled(self) -> int:
         """Claimed events finished one way or another, plus stalled claims returned to pending."""
-        return len(self.sent) + len(self.missed) + len(self.failed) + len(self.stale) + self.rescued
+        done = len(self.sent) + len(self.missed) + len(self.failed) + len(self.stale) + len(self.retried)
+        return done + self.rescued
 
 
 class _Stale(Exception):

@@ -37,7 +37,7 @@ SCHEDULE = "SELECT mailroom.schedule_birthdays(%(ids)s::uuid[], %(now)s, %(time)
 
 UPCOMING = """
 SELECT e.id AS event_id, e.person_id, p.email, p.first_name, p.last_name, e.due_at, e.local_due_at,
-       e.time_zone, e.version
+       e.time_zone, e.version, e.retry_count, e.retry_at, e.failure_reason
 FROM mailroom.events e JOIN mailroom.people p ON p.id = e.person_id
 WHERE e.status = 'pending' AND e.due_at <= %(until)s
 ORDER BY e.due_at, e.id
@@ -107,14 +107,17 @@ def upcoming_events(
 # ---------------------------------------------------------------------------
 
 # ANY(ARRAY(...)): the update finds the claimed rows by primary key, never by a join over the table.
+# An event whose last attempt failed waits out its backoff (retry_at) too.
 CLAIM = """
-UPDATE mailroom.events e SET status = 'processing', version = e.version + 1
+UPDATE mailroom.events e SET status = 'processing', version = e.version + 1, retry_at = NULL
 WHERE e.id = ANY (ARRAY(SELECT id FROM mailroom.events
                         WHERE status = 'pending' AND due_at <= %(now)s
+                          AND (retry_at IS NULL OR retry_at <= %(now)s)
                         ORDER BY due_at
                         LIMIT %(limit)s
                         FOR UPDATE SKIP LOCKED))
-RETURNING e.id, e.version, e.person_id, e.local_due_at, e.time_zone, e.idempotency_key
+RETURNING e.id, e.version, e.person_id, e.local_due_at, e.time_zone, e.idempotency_key, e.retry_count,
+          e.failure_reason
 """
 
 # A scheduler that died between claim and finish leaves its events processing: back to pending (the
@@ -127,21 +130,38 @@ WHERE e.id = ANY (ARRAY(SELECT id FROM mailroom.events
 RETURNING e.id
 """
 
-# Locked first, in the same order as a person's update (person, then event): the two serialise.
+# Locked first, in the same order as a person's update (person, then event): the two serialise. The
+# payload is read after the lock: a rename committed meanwhile is what goes out.
 LOCK_PERSON = """
 SELECT p.id, p.email, p.first_name, p.last_name, p.locale,
-       (%(now)s::timestamptz AT TIME ZONE %(zone)s)::date AS local_today
+       (%(now)s::timestamptz AT TIME ZONE %(zone)s)::date AS local_today,
+       (SELECT e.delivery_payload FROM mailroom.events e WHERE e.id = %(event)s) AS payload
 FROM mailroom.people p WHERE p.id = %(person)s
 FOR NO KEY UPDATE
 """
 
+# queued: the email is handed over, and the event follows it from here (a trigger on the email's
+# status; one already sent, failed or suppressed is taken at once by the event's own trigger).
 FINISH = """
 UPDATE mailroom.events
-SET status = %(status)s, version = version + 1,
-    executed_at = CASE WHEN %(status)s::text = 'completed' THEN %(now)s::timestamptz END,
+SET status = %(status)s, version = version + 1, executed_at = NULL,
     email_id = %(email_id)s, failure_reason = %(reason)s
 WHERE id = %(id)s AND version = %(version)s AND status = 'processing'
+RETURNING status
 """
+
+# A failed attempt to render or enqueue: pending again after the backoff, one retry more.
+RETRY = """
+UPDATE mailroom.events
+SET status = 'pending', version = version + 1, retry_count = retry_count + 1,
+    retry_at = %(now)s::timestamptz + make_interval(secs => %(backoff)s), failure_reason = %(reason)s
+WHERE id = %(id)s AND version = %(version)s AND status = 'processing'
+"""
+
+# Seconds before the 1st, 2nd and 3rd retry of an event whose email could not be rendered or
+# enqueued; the 4th failure fails the event (retry_count stays within 0..3, as reference 02 has it).
+RETRY_BACKOFF_SECONDS = (60.0, 300.0, 1800.0)
+MAX_RETRIES = len(RETRY_BACKOFF_SECONDS)
 
 
 async def claim_due(conn: psycopg.AsyncConnection[Any], *, now: datetime, limit: int = 100) -> list[Claimed]:
@@ -162,50 +182,109 @@ async def rescue_stalled(conn: psycopg.AsyncConnection[Any], lease_seconds: floa
 async def finish_event(
     conn: psycopg.AsyncConnection[Any], event: Claimed, settings: Settings, *, now: datetime
 ) -> str:
-    """Finish one claimed event in its own transaction; return 'sent', 'missed', 'failed' or 'stale'."""
+    """Finish one claimed event in its own transaction; return 'sent' (its email is enqueued), 'retried'
+    (rendering or enqueueing failed: pending again after a backoff), 'missed', 'failed' or 'stale'."""
     try:
         async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(SET_CLOCK, _clock_args(settings, now))
-            await cur.execute(LOCK_PERSON, {"now": now, "zone": event.time_zone, "person": event.person_id})
+            await cur.execute(
+                LOCK_PERSON,
+                {"now": now, "zone": event.time_zone, "person": event.person_id, "event": event.id},
+            )
             person = await cur.fetchone()
-            if person is None:
+            if person is None or person["payload"] is None:
                 raise _Stale  # deleted: the cascade removed the event too
-            status, outcome, email_id, reason = "completed", "sent", None, None
+            status, outcome, email_id, reason = "queued", "sent", None, None
             if person["local_today"] > event.day:
                 status = outcome = "missed"
-                reason = f"came due while no scheduler ran; the local day {event.day} had ended"
+                reason = _missed_reason(event)
             else:
-                try:
-                    email_id = await enqueue_async(
-                        conn, birthday_email(person, event), settings=settings, created_by="birthdays"
-                    )
-                except ValidationError as exc:
+                email_id, error = await _enqueue(conn, person, event, settings)
+                if error is not None and event.retry_count < MAX_RETRIES:
+                    await _retry(cur, event, now, error)
+                    outcome = "retried"
+                elif error is not None:
                     status = outcome = "failed"
-                    reason = f"cannot be mailed: {exc}"
-            args = {"status": status, "now": now, "email_id": email_id, "reason": reason}
-            await cur.execute(FINISH, {**args, "id": event.id, "version": event.version})
-            if cur.rowcount != 1:
-                raise _Stale  # rolls back the email with the completion
-            await cur.execute(SCHEDULE, {"ids": [event.person_id], "now": now, "time": send_time(settings)})
+                    reason = f"{error} (after {event.retry_count} retries)"
+            if outcome != "retried":
+                args = {"status": status, "now": now, "email_id": email_id, "reason": reason}
+                await cur.execute(FINISH, {**args, "id": event.id, "version": event.version})
+                finished = await cur.fetchone()
+                if finished is None:
+                    raise _Stale  # rolls back the email with the completion
+                if finished["status"] == "failed" and outcome == "sent":
+                    outcome = "failed"  # its email was already failed or suppressed (see FINISH)
+                    reason = "its email already had an outcome (see `mailroom show` of the email)"
+                await cur.execute(
+                    SCHEDULE, {"ids": [event.person_id], "now": now, "time": send_time(settings)}
+                )
     except _Stale:
         log.info(
             "birthday event %s changed since it was claimed; dropped (rescheduled, or closed with a reason)",
             event.id,
         )
         return "stale"
-    if outcome != "sent":
+    if outcome in ("missed", "failed"):
         log.info("birthday event %s for %s %s: %s", event.id, mask_address(person["email"]), outcome, reason)
     return outcome
 
 
+def _missed_reason(event: Claimed) -> str:
+    """Why an event whose local day ended is missed (with its last attempt's error, if it had one)."""
+    reason = f"came due while no scheduler ran; the local day {event.day} had ended"
+    if event.retry_count and event.failure_reason:
+        reason = f"the local day {event.day} ended before a retry succeeded; the last attempt: {event.failure_reason}"
+    return reason
+
+
+async def _enqueue(
+    conn: psycopg.AsyncConnection[Any], person: dict[str, Any], event: Claimed, settings: Settings
+) -> tuple[int | None, str | None]:
+    """Enqueue the event's email in a savepoint: its id, or why it could not be rendered or enqueued.
+
+    A refusal by the database (its content rules) rolls back only the savepoint, so the event's own
+    bookkeeping still commits.
+    """
+    try:
+        async with conn.transaction():
+            request = birthday_email(person, event)
+            return await enqueue_async(conn, request, settings=settings, created_by="birthdays"), None
+    except ValidationError as exc:
+        return None, f"cannot be rendered or enqueued: {exc}"
+    except psycopg.DatabaseError as exc:
+        if isinstance(exc, psycopg.OperationalError):
+            raise  # the connection is gone: the claim is rescued later, nothing is charged to the event
+        return None, f"the database refused its email: {exc.diag.message_primary or exc}"
+
+
+async def _retry(cur: psycopg.AsyncCursor[dict[str, Any]], event: Claimed, now: datetime, error: str) -> None:
+    """Return the event to pending after its backoff, one retry more (stale if it changed meanwhile)."""
+    backoff = RETRY_BACKOFF_SECONDS[event.retry_count]
+    args = {"id": event.id, "version": event.version, "now": now, "backoff": backoff, "reason": error}
+    await cur.execute(RETRY, args)
+    if cur.rowcount != 1:
+        raise _Stale
+    log.warning(
+        "birthday event %s: %s; retry %d of %d in %.0f s",
+        event.id,
+        error,
+        event.retry_count + 1,
+        MAX_RETRIES,
+        backoff,
+    )
+
+
 def birthday_email(person: dict[str, Any], event: Claimed) -> EmailRequest:
-    """The birthday email of one event; its idempotency key is (person, event type, local date)."""
+    """The birthday email of one event, from its delivery_payload (template, locale, data) to the
+    person's address; its idempotency key is (person, event type, local date)."""
+    payload = person.get("payload") or {}
+    data = payload.get("data")
     return EmailRequest(
         to=person["email"],
         to_name=f"{person['first_name']} {person['last_name']}",
-        template=TEMPLATE,
-        locale=person["locale"],
-        data={"first_name": person["first_name"], "last_name": person["last_name"]},
+        template=str(payload.get("template") or TEMPLATE),
+        locale=payload.get("locale") or person["locale"],
+        data=data if isinstance(data, dict) else {},
         idempotency_key=f"{EVENT_TYPE}:{event.person_id}:{event.day.isoformat()}",
         transactional=False,
         reference_type="event",
