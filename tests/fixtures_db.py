@@ -202,7 +202,13 @@ def secret_key() -> str:
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path, secret_key: str) -> Settings:
     """Settings pointing at this test's database and a private home directory."""
-    return Settings(home=tmp_path / "home", database_url=db_url, secret_key=secret_key)
+    return Settings(
+        home=tmp_path / "home", database_url=db_url, secret_key=secret_key, postal_address=TEST_POSTAL_ADDRESS
+    )
+
+
+# Campaign email is refused without a postal address (CAN-SPAM): the tests' one, unless a test says otherwise.
+TEST_POSTAL_ADDRESS = "Mailroom Tests, 1 Test Street, Testville"
 
 
 @pytest.fixture
@@ -212,6 +218,7 @@ def cli_env(db_url: str, tmp_path: Path, secret_key: str, monkeypatch: pytest.Mo
         "MAILROOM_DATABASE_URL": db_url,
         "MAILROOM_HOME": str(tmp_path / "home"),
         "MAILROOM_SECRET_KEY": secret_key,
+        "MAILROOM_POSTAL_ADDRESS": TEST_POSTAL_ADDRESS,
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)

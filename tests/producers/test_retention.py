@@ -31,6 +31,7 @@ STEPS = [
     "archive_suppressed",
     "purge_inbox",
     "purge_quarantine",
+    "purge_dmarc_reports",
     "prune_audit",
     "create_partitions",
     "drop_partitions",

@@ -47,6 +47,8 @@ ARGUMENTS: dict[str, list[str]] = {
     "bounces poll": ["--imap", "127.0.0.1", "--user", "bounces", "--password-env", "BOUNCE_PASSWORD"],
     "bounces list": [],
     "bounces quarantine": [],
+    "dmarc ingest": ["-"],
+    "dmarc report": [],
     "campaigns stats": ["spring"],
     "db grant": ["app", "shop"],  # grants on this version's tables, and audits the grant
     "docs add": ["contract"],

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from worker.core.campaign_mail import CampaignBook, load_book
 from worker.core.config import Settings
 from worker.core.copy_rows import CopyRow, copy_row, insert_copy_rows
 from worker.core.json_lines import decode_line
@@ -52,13 +53,15 @@ class BulkCounts:
 
 _catalog: TemplateCatalog | None = None
 _settings: Settings | None = None
+_book: CampaignBook | None = None
 
 
-def _init(settings: Settings, template_rows: list[dict[str, Any]]) -> None:
+def _init(settings: Settings, template_rows: list[dict[str, Any]], book: CampaignBook | None = None) -> None:
     """Give this process (a pool worker, or the caller when inline) what validation needs."""
-    global _catalog, _settings
+    global _catalog, _settings, _book
     _settings = settings
     _catalog = catalog_from_rows(template_rows, settings.default_locale)
+    _book = book
 
 
 def prepare_chunk(lines: list[tuple[int, str]]) -> Batch:
@@ -69,7 +72,7 @@ def prepare_chunk(lines: list[tuple[int, str]]) -> Batch:
     for number, text in lines:
         try:
             accepted.append(
-                (number, copy_row(prepare_json(decode_line(text), _catalog, _settings, created_by="cli")))
+                (number, copy_row(prepare_json(decode_line(text), _catalog, _settings, "cli", _book)))
             )
         except ValidationError as exc:
             rejected.append((number, json.dumps({"line": number, "error": str(exc), "field": exc.field})))
@@ -168,14 +171,15 @@ def enqueue_lines(
     run = _BulkRun(url, emit, WRITERS if parallel else 1, jobs)
     with psycopg.connect(url) as conn, conn.cursor(row_factory=dict_row) as cur:
         template_rows = cur.execute(SELECT_TEMPLATES).fetchall()
-    _init(settings, template_rows)
+        book = load_book(conn)
+    _init(settings, template_rows, book)
     pool = None
     if parallel:
         pool = ProcessPoolExecutor(
             max_workers=jobs,
             mp_context=_pool_context(),
             initializer=_init,
-            initargs=(settings, template_rows),
+            initargs=(settings, template_rows, book),
         )
     run.feed(itertools.chain(ahead, chunks), pool)
     if run.turns.error is not None:

@@ -95,6 +95,8 @@ class Settings:
     base_url: str = "http://localhost:8025"
     track_campaigns: bool = True
     unsubscribe_mailto: str | None = None
+    postal_address: str | None = None
+    postal_footer_transactional: bool = False
     archive_dir: Path | None = None  # None: $MAILROOM_HOME/archive
     archive_after_days: int = 90
     archive_failed_after_days: int = 30
@@ -293,6 +295,11 @@ DECLARED: tuple[Setting, ...] = (
        "track opens and clicks of campaign email unless the email says `track: false`", _flag),
     _S("MAILROOM_UNSUBSCRIBE_MAILTO", "unsubscribe_mailto", "mailbox added to `List-Unsubscribe` as a mailto "
        "(`?subject=unsubscribe TOKEN`); Mailroom does not read that mailbox", _optional),
+    _S("MAILROOM_POSTAL_ADDRESS", "postal_address", "physical postal address in the footer of campaign "
+       "email when neither the campaign nor the sender account has one; without any, campaign email "
+       "is refused", _optional),
+    _S("MAILROOM_POSTAL_FOOTER_TRANSACTIONAL", "postal_footer_transactional",
+       "also put the postal address footer on transactional email", _flag),
     # retention and maintenance
     _S("MAILROOM_ARCHIVE_DIR", "archive_dir", "where archived email of every final state is written "
        "(files mode 0600)", _path, shown="`$MAILROOM_HOME/archive`"),

@@ -240,8 +240,10 @@ def apply(
     track: bool,
     transactional: bool,
     settings: Settings,
+    opens: bool = True,
 ) -> Tracking:
-    """Decide an email's tracking: pixel and links when `track`, unsubscribe headers when not transactional."""
+    """Decide an email's tracking: links when `track`, the pixel too unless `opens` is off (the
+    campaign's choice), unsubscribe headers when not transactional."""
     check_settings(settings)
     out_headers = dict(headers)
     unsubscribe_token = None
@@ -255,13 +257,14 @@ def apply(
         assert html is not None
         tracking_token = uuid.uuid4()
         html, links = rewrite_links(html, settings.base_url)
-        html = add_pixel(html, settings.base_url, tracking_token)
+        if opens:
+            html = add_pixel(html, settings.base_url, tracking_token)
     return Tracking(
         html=html,
         headers=out_headers,
         tracking_token=tracking_token,
         unsubscribe_token=unsubscribe_token,
-        track_opens=tracked_html,
+        track_opens=tracked_html and opens,
         track_clicks=bool(links),
         links=links,
     )

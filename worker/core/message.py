@@ -19,6 +19,8 @@ from email.policy import SMTP
 from email.utils import format_datetime
 from typing import Any
 
+from worker.core.campaign_mail import Dress, add_footer, unsubscribe_url
+from worker.core.html_text import text_from_html
 from worker.core.recipient_tokens import message_id, unsubscribe_token
 from worker.core.validation import ValidationError, check_header_name, check_header_text, normalise_address
 
@@ -191,7 +193,11 @@ def check_row(email: Mapping[str, Any]) -> None:
 
 
 def build_message(
-    email: Mapping[str, Any], from_email: str, from_name: str | None = None, key: bytes | None = None
+    email: Mapping[str, Any],
+    from_email: str,
+    from_name: str | None = None,
+    key: bytes | None = None,
+    dress: Dress | None = None,
 ) -> Envelope:
     """Turn a stored `email_queue` row into bytes (after `check_row`); content is used exactly as stored.
 
@@ -199,6 +205,10 @@ def build_message(
     `worker.core.recipient_tokens`). An email with several recipients becomes one copy per envelope
     recipient (`Envelope.copies`), each with its own Message-ID and its own unsubscribe link, so a
     report or a click from one recipient can only ever act for that recipient.
+
+    With a `dress` (`worker.core.campaign_mail.dress_for`, which the engine always gives) the message
+    gets its List-Id and Feedback-ID, a text part even when only HTML was stored, and the footer with
+    the copy's own unsubscribe link (the one in its List-Unsubscribe) and the postal address.
     """
     check_row(email)
     get = email.get
@@ -212,7 +222,10 @@ def build_message(
     top = "".join((_address_header("From", from_name, from_email), to, _header("Subject", email["subject"])))
     top += _date_header()
     headers: Mapping[str, str] = email.get("headers") or {}
-    body = _body(email.get("text_body"), email.get("html_body"))
+    text, html = email.get("text_body"), email.get("html_body")
+    if dress is not None and not (text and text.strip()):
+        text = text_from_html(html or "")
+    body = "" if dress is not None and dress.footer else _body(text, html)
     domain = from_email.rpartition("@")[2] or "mailroom.invalid"
 
     def copy(recipient: str, copy_headers: Mapping[str, str]) -> Envelope:
@@ -222,8 +235,16 @@ def build_message(
             mid = message_id(int(email["id"]), recipient, domain, key)
         head = [top, f"Message-ID: {mid}\r\n"]
         head.extend(_header(name, value) for name, value in copy_headers.items())
+        own = body
+        if dress is not None:
+            # An application that wrote its own List-Id or Feedback-ID keeps it: never two of one.
+            given = {name.lower() for name in copy_headers}
+            head.extend(_header(n, v) for n, v in dress.headers.items() if n.lower() not in given)
+            if dress.footer:  # the footer's link is this copy's own: built per copy
+                url = unsubscribe_url(copy_headers)
+                own = _body(*add_footer(text, html, url, dress.postal_address))
         head.append("MIME-Version: 1.0\r\n")
-        return Envelope(from_email, recipient, mid, ("".join(head) + body).encode("utf-8"))
+        return Envelope(from_email, recipient, mid, ("".join(head) + own).encode("utf-8"))
 
     if not lists or not has_more_recipients(email):
         return copy(email["recipient_email"], headers)

@@ -13,6 +13,7 @@ from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
 
 from worker.core import links as tracking
+from worker.core.campaign_mail import POLICY, CampaignBook, book_from_policy
 from worker.core.config import Settings
 from worker.core.request_json import json_fields
 from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
@@ -117,7 +118,11 @@ def _check_short(field_name: str, value: str | None, limit: int) -> None:
 
 
 def prepare(
-    request: EmailRequest, catalog: TemplateCatalog | None, settings: Settings, created_by: str | None = None
+    request: EmailRequest,
+    catalog: TemplateCatalog | None,
+    settings: Settings,
+    created_by: str | None = None,
+    book: CampaignBook | None = None,
 ) -> tuple[Any, ...]:
     """Validate and render one request into the row that will be stored (`COLUMNS` order, then `LINKS`)."""
     r = request
@@ -146,14 +151,19 @@ def prepare(
         catalog,
         settings,
         created_by,
+        book,
     )
 
 
 def prepare_json(
-    obj: object, catalog: TemplateCatalog | None, settings: Settings, created_by: str | None = None
+    obj: object,
+    catalog: TemplateCatalog | None,
+    settings: Settings,
+    created_by: str | None = None,
+    book: CampaignBook | None = None,
 ) -> tuple[Any, ...]:
     """`prepare(request_from_json(obj), ...)` without building the request: the bulk path, once per line."""
-    return _prepare_fields(*json_fields(obj), catalog, settings, created_by)
+    return _prepare_fields(*json_fields(obj), catalog, settings, created_by, book)
 
 
 # One parameter per `EmailRequest` field, in its order: building the request costs more than the checks.
@@ -182,6 +192,7 @@ def _prepare_fields(
     catalog: TemplateCatalog | None,
     settings: Settings,
     created_by: str | None,
+    book: CampaignBook | None = None,
 ) -> tuple[Any, ...]:
     recipient, more = _addressing(to, to_name, headers, cc, bcc, reply_to, settings)
     given_locale = locale
@@ -195,7 +206,10 @@ def _prepare_fields(
     tracked: tracking.Tracking | None = None
     # The one check the common bulk case pays: transactional email without tracking adds nothing.
     if track or not transactional:
-        tracked = _tracked(html, headers, track, transactional, campaign_id, settings)
+        if not transactional and book is not None:  # campaign mail: a postal address must be known
+            book.require_postal_address(campaign_id, settings.postal_address)
+        opens = book.opens(campaign_id) if book is not None else True
+        tracked = _tracked(html, headers, track, transactional, campaign_id, settings, opens)
         html, headers = tracked.html, tracked.headers
     # In `COLUMNS` order, then the tracked links.
     return (
@@ -256,10 +270,13 @@ def _tracked(
     transactional: bool,
     campaign_id: str | None,
     settings: Settings,
+    opens: bool = True,
 ) -> tracking.Tracking:
     """The HTML and headers with tracking and unsubscribe applied as this email wants them."""
     wanted = tracking.wants_tracking(track, transactional, campaign_id, settings)
-    return tracking.apply(html, headers, track=wanted, transactional=transactional, settings=settings)
+    return tracking.apply(
+        html, headers, track=wanted, transactional=transactional, settings=settings, opens=opens
+    )
 
 
 def _tracking_columns(tracked: tracking.Tracking | None) -> tuple[Any, ...]:
@@ -392,6 +409,13 @@ async def load_catalog_async(conn: psycopg.AsyncConnection[Any], settings: Setti
     return catalog_from_rows(rows, settings.default_locale)
 
 
+def _is_campaign_mail(request: EmailRequest) -> bool:
+    """Non-transactional: a campaign's (unless said transactional) or said not transactional."""
+    if request.transactional is None:
+        return request.campaign_id is not None
+    return not request.transactional
+
+
 def enqueue(
     conn: psycopg.Connection[Any],
     request: EmailRequest,
@@ -407,7 +431,12 @@ def enqueue(
     """
     settings = settings or Settings.from_env()
     catalog = load_catalog(conn, settings) if request.template else None
-    row = prepare(request, catalog, settings, created_by)
+    book = None
+    if _is_campaign_mail(request):
+        found = conn.execute(POLICY, (request.campaign_id,)).fetchone()
+        assert found is not None
+        book = book_from_policy(request.campaign_id, *found)
+    row = prepare(request, catalog, settings, created_by, book)
     with conn.cursor(row_factory=tuple_row) as cur:
         got = cur.execute(INSERT_ONE, row[:LINKS]).fetchone()
         if got is None:
@@ -428,7 +457,12 @@ async def enqueue_async(
     """Async twin of `enqueue`, for applications on `psycopg.AsyncConnection`."""
     settings = settings or Settings.from_env()
     catalog = await load_catalog_async(conn, settings) if request.template else None
-    row = prepare(request, catalog, settings, created_by)
+    book = None
+    if _is_campaign_mail(request):
+        found = await (await conn.execute(POLICY, (request.campaign_id,))).fetchone()
+        assert found is not None
+        book = book_from_policy(request.campaign_id, *found)
+    row = prepare(request, catalog, settings, created_by, book)
     async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(INSERT_ONE, row[:LINKS])
         got = await cur.fetchone()

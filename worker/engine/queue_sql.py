@@ -29,7 +29,7 @@ WITH due AS (
 ), verdict AS MATERIALIZED (
     SELECT d.id,
            q.created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s) AS expired,
-           CASE WHEN b.bounce_type IN ('hard', 'complaint') THEN 'on the bounce list (' || b.bounce_type || ')'
+           CASE WHEN b.bounce_type IN ('hard', 'complaint', 'manual') THEN 'on the bounce list (' || b.bounce_type || ')'
                 WHEN b.bounce_count >= 3 THEN 'on the bounce list (soft, ' || b.bounce_count || ' times)'
                 WHEN u.email IS NOT NULL THEN 'unsubscribed'
            END AS reason,
@@ -44,7 +44,7 @@ WITH due AS (
                                               '{}'::jsonb))
                FROM (
                    SELECT lower(e.address) AS address,
-                          CASE WHEN rb.bounce_type IN ('hard', 'complaint')
+                          CASE WHEN rb.bounce_type IN ('hard', 'complaint', 'manual')
                                     THEN 'on the bounce list (' || rb.bounce_type || ')'
                                WHEN rb.bounce_count >= 3 THEN 'on the bounce list (soft, ' || rb.bounce_count || ' times)'
                                WHEN ru.email IS NOT NULL THEN 'unsubscribed'
@@ -91,7 +91,8 @@ FROM decided v
 WHERE q.id = v.id
 RETURNING q.id, q.status, q.last_error, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
           q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason,
-          q.to_extra, q.cc, q.bcc, q.reply_to, v.many -> 'dropped' AS dropped
+          q.to_extra, q.cc, q.bcc, q.reply_to, v.many -> 'dropped' AS dropped,
+          q.transactional, q.template, q.reference_type
 """
 
 # What the claim dropped from many-recipient emails, once per recipient however often the email is claimed.

@@ -39,6 +39,10 @@ class ClaimedEmail:
     bcc: list[str] | None
     reply_to: list[str] | None
     dropped: dict[str, str] | None
+    # What Feedback-ID and the footer need (`worker.core.campaign_mail.dress_for`).
+    transactional: bool | None = None
+    template: str | None = None
+    reference_type: str | None = None
 
     def as_row(self) -> dict[str, Any]:
         """The email as a plain row, column name to value: how `worker.core.message` reads a stored email

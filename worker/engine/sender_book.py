@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 
+from worker.core.campaign_mail import SELECT_CAMPAIGNS, Campaign, dress_for
 from worker.core.config import ConfigError, Settings
 from worker.core.crypto import SecretBox, secret_box
 from worker.core.dkim import DkimKey, sign_envelope
@@ -54,6 +56,11 @@ class Sender:
     # The return-path key, which also signs Message-IDs and per-recipient unsubscribe links; None
     # without MAILROOM_SECRET_KEY (or its key file): Message-IDs are then ones the intake never trusts.
     message_key: bytes | None = None
+    # The footer's postal address unless the campaign has one, and the campaigns read with the senders.
+    postal_address: str | None = None
+    campaigns: Mapping[str, Campaign] = field(default_factory=dict)
+    default_postal_address: str | None = None  # MAILROOM_POSTAL_ADDRESS
+    footer_transactional: bool = False  # MAILROOM_POSTAL_FOOTER_TRANSACTIONAL
 
     @property
     def id(self) -> int:
@@ -63,7 +70,17 @@ class Sender:
     def build(self, email: ClaimedEmail) -> Envelope | Exception:
         """The email as it goes on the wire from this sender (DKIM-signed if it has a key), or why it cannot be built."""
         try:
-            envelope = build_message(email.as_row(), self.from_email, self.from_name, self.message_key)
+            row = email.as_row()
+            dress = dress_for(
+                row,
+                sender=self.name,
+                from_email=self.from_email,
+                sender_postal_address=self.postal_address,
+                campaigns=self.campaigns,
+                default_postal_address=self.default_postal_address,
+                footer_transactional=self.footer_transactional,
+            )
+            envelope = build_message(row, self.from_email, self.from_name, self.message_key, dress)
             if not envelope.copies:
                 return self._finish(envelope, email.id)
             copies = tuple(self._finish(c, email.id) for c in envelope.copies)
@@ -183,10 +200,24 @@ class SenderBook:
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(ELIGIBLE_SENDERS)
             rows = await cur.fetchall()
+            await cur.execute(SELECT_CAMPAIGNS)
+            campaigns = {
+                c["campaign_id"]: Campaign(c["list_id"], c["postal_address"], c["track_opens"])
+                for c in await cur.fetchall()
+            }
         senders = []
         for row in rows:
             try:
-                senders.append(self._sender(row))
+                sender = self._sender(row)
+                senders.append(
+                    replace(
+                        sender,
+                        postal_address=row["postal_address"],
+                        campaigns=campaigns,
+                        default_postal_address=self.settings.postal_address,
+                        footer_transactional=self.settings.postal_footer_transactional,
+                    )
+                )
             except ConfigError as exc:
                 log.error("sender account %s skipped: %s", row["name"], exc)
         self.senders = senders

@@ -9,7 +9,7 @@ SELECT id, name, from_email, from_name, smtp_host, smtp_port, smtp_security, smt
        connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds,
        bounce_domain, relay_provider, auth_type, oauth_token_url, oauth_client_id,
        oauth_client_secret_encrypted, oauth_refresh_token_encrypted, allow_plaintext_login,
-       gmail_subject_email, gmail_key_encrypted
+       gmail_subject_email, gmail_key_encrypted, postal_address
 FROM mailroom.sender_accounts
 WHERE (status IN ('active', 'warming_up')
        OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date))

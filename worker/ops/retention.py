@@ -21,6 +21,7 @@ from worker.core.config import Settings
 from worker.core.logs import event
 from worker.ops.archiving import DELETE_CHUNK, FINAL_STATES, Checkpoint, Progress, archive_state, day_start
 from worker.ops.audit_retention import prune_audit
+from worker.ops.dmarc_retention import purge_dmarc_reports
 from worker.ops.maintenance_report import MaintenanceReport, StateCounts, StepReport
 from worker.ops.quarantine_upkeep import purge_quarantine
 
@@ -237,6 +238,7 @@ def run_maintenance(
         _log_retention(report)
         record(purge_inbox(conn, settings, now, report))
         record(purge_quarantine(conn, settings, now, report))
+        record(purge_dmarc_reports(conn, settings, now, report))
         record(prune_audit(conn, settings, now, report))
         record(ensure_partitions(conn, settings, now, report))
         record(drop_partitions(conn, settings, now, report))

@@ -39,6 +39,9 @@ ENTRIES: dict[str, Entry] = {
     "bounces": Entry(
         _M + "bounces:bounces", "take in bounces and complaints sent to VERP return paths", SENDERS
     ),
+    "dmarc": Entry(
+        _M + "dmarc:dmarc", "DMARC aggregate reports: read them in, show pass and fail by source", SENDERS
+    ),
     "orders": Entry(
         _M + "orders:orders",
         "record order events (JSON lines) and enqueue their emails exactly once",

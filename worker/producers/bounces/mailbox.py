@@ -306,10 +306,13 @@ class DatabaseIntake:
         import psycopg
 
         from worker.producers.bounces.intake import ingest
+        from worker.producers.dmarc.intake import addressed_to_dmarc, ingest_report
 
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=self.connect_timeout)
+            if addressed_to_dmarc(raw):  # delivered to dmarc@: a DMARC report, not a DSN
+                return ingest_report(self._conn, raw, "mailbox", client=self.client)
             return ingest(self._conn, raw, self.key, client=self.client, bounce_domain=self.bounce_domain)
         except psycopg.OperationalError as exc:
             self.close()

@@ -246,11 +246,14 @@ def database_processor(url: str, key: bytes, bounce_domain: str | None = None) -
     import psycopg
 
     from worker.producers.bounces.intake import ingest
+    from worker.producers.dmarc.intake import addressed_to_dmarc, ingest_report
 
     def process(raw: bytes, recipients: list[str], client: str) -> Outcome:
         # `client` is the peer's network (an IPv4 address or IPv6 /64): the quarantine's per-client
         # limit then counts an IPv6 sender once, not once per address of its /64
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            if addressed_to_dmarc(raw, recipients):  # dmarc@ a bounce domain: a DMARC report, not a DSN
+                return ingest_report(conn, raw, "receiver", recipients, client=client)
             return ingest(conn, raw, key, recipients, client=client, bounce_domain=bounce_domain)
 
     return process

@@ -1,0 +1,237 @@
+"""What campaign mail carries for inbox providers: List-Id, Feedback-ID, a text part and a visible footer.
+
+Decided when the message is built (`worker.core.message.build_message`), because the footer's
+unsubscribe link is each recipient's own (the one in that copy's `List-Unsubscribe`) and the postal
+address may be the sending account's. Everything added is derived from the stored email and the
+configured addresses, so the same email is always dressed the same way by the same sender.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html as html_lib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from worker.core.html_text import text_from_html
+from worker.core.validation import ValidationError
+
+# C0 and C1 controls, DEL: none of them belongs in an address printed in a footer or a header.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# RFC 5322 dot-atom-text, the form of RFC 2919's list-label and namespace.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_DOT_ATOM = re.compile(rf"^{_ATEXT}(?:\.{_ATEXT})+$")
+_LABEL_NOISE = re.compile(r"[^a-z0-9]+")
+_DOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$")
+# The tracker's https/http URL in a List-Unsubscribe value (the first entry; mailto may follow).
+_UNSUBSCRIBE_URL = re.compile(r"<(https?://[^<>\s]+/u/[^<>\s]+)>")
+_BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
+
+POSTAL_MIN, POSTAL_MAX = 5, 300
+MISSING_POSTAL = (
+    "campaign email needs a physical postal address (CAN-SPAM) and none is set: "
+    "mailroom campaigns set {campaign} --postal-address '...', "
+    "or a postal address on every sender account, or MAILROOM_POSTAL_ADDRESS"
+)
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """One `mailroom.campaigns` row: how that campaign's email is dressed."""
+
+    list_id: str | None = None
+    postal_address: str | None = None
+    track_opens: bool = True
+
+
+@dataclass(frozen=True)
+class Dress:
+    """What one email gets when it is built: headers added and the footer's postal address."""
+
+    headers: Mapping[str, str]
+    footer: bool  # a visible footer (unsubscribe link when the email has one, postal address)
+    postal_address: str | None
+
+
+SELECT_CAMPAIGNS = "SELECT campaign_id, list_id, postal_address, track_opens FROM mailroom.campaigns"
+POLICY = "SELECT track_opens, has_postal_address FROM mailroom.campaign_mail_policy(%s)"
+
+
+def check_postal_address(field: str, value: str) -> str:
+    """The address as it will be printed (trimmed), or `ValidationError`: plain text on one line."""
+    if _CONTROL.search(value):
+        raise ValidationError(field, "control characters (line breaks included) are not allowed")
+    value = value.strip()
+    if not POSTAL_MIN <= len(value) <= POSTAL_MAX:
+        raise ValidationError(field, f"must be {POSTAL_MIN} to {POSTAL_MAX} characters")
+    return value
+
+
+def check_list_id(field: str, value: str) -> str:
+    """A List-Id as RFC 2919 writes it between < and >: ASCII dot-atom with at least one dot."""
+    if len(value) > 255 or not _DOT_ATOM.match(value):
+        raise ValidationError(field, "must look like news.example.com (ASCII letters, digits, dots)")
+    return value
+
+
+def label(text: str) -> str:
+    """A header-safe form of a campaign, kind or account name: lower-case ASCII letters, digits and
+    dashes. Anything else is replaced, and then a short hash keeps two different names apart."""
+    plain = _LABEL_NOISE.sub("-", text.lower()).strip("-")[:40].strip("-")
+    if plain == text:
+        return plain
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{plain}-{digest}" if plain else f"x{digest}"
+
+
+def mail_domain(from_email: str) -> str:
+    """The From address's domain as ASCII (IDNA), for a List-Id namespace and a Feedback-ID."""
+    domain = from_email.rpartition("@")[2].lower()
+    try:
+        domain = domain.encode("idna").decode("ascii")
+    except UnicodeError:
+        return label(domain) + ".invalid"
+    return domain if _DOMAIN.match(domain) else label(domain) + ".invalid"
+
+
+def list_id(campaign_id: str, configured: str | None, from_email: str) -> str:
+    """The campaign's List-Id value: the one configured, else `<campaign-label>.<From domain>`."""
+    return f"<{configured or label(campaign_id) + '.' + mail_domain(from_email)}>"
+
+
+def feedback_id(campaign_or_kind: str, sender: str, from_email: str) -> str:
+    """Gmail's Feedback-ID: campaign (or the kind of transactional email), sender account, and the
+    From domain as the stable sender identifier; colons separate the fields, so none is in a field."""
+    return f"{label(campaign_or_kind)}:{label(sender)}:mailroom:{mail_domain(from_email)}"
+
+
+def email_kind(row: Mapping[str, Any]) -> str:
+    """What a transactional email is, for Feedback-ID: its template, else its reference type."""
+    return str(row.get("template") or row.get("reference_type") or "transactional")
+
+
+def is_marketing(row: Mapping[str, Any]) -> bool:
+    """Campaign or other non-transactional email. A row without the column (built outside the claim)
+    is judged by the unsubscribe header enqueue writes only for non-transactional email."""
+    transactional = row.get("transactional")
+    if transactional is None:
+        return "List-Unsubscribe" in (row.get("headers") or {})
+    return not transactional
+
+
+def dress_for(
+    row: Mapping[str, Any],
+    *,
+    sender: str,
+    from_email: str,
+    sender_postal_address: str | None,
+    campaigns: Mapping[str, Campaign],
+    default_postal_address: str | None,
+    footer_transactional: bool = False,
+) -> Dress:
+    """Headers and footer for one stored email sent by one sender account.
+
+    Raises `ValidationError` for marketing email without any postal address (the campaign's, the
+    sender account's, MAILROOM_POSTAL_ADDRESS as `default_postal_address`): it must not leave
+    without one. `footer_transactional` is MAILROOM_POSTAL_FOOTER_TRANSACTIONAL.
+    """
+    campaign_id = row.get("campaign_id")
+    campaign = campaigns.get(campaign_id) if campaign_id else None
+    postal = (
+        (campaign.postal_address if campaign else None) or sender_postal_address or default_postal_address
+    )
+    headers: dict[str, str] = {}
+    marketing = is_marketing(row)
+    if campaign_id:
+        headers["List-Id"] = list_id(campaign_id, campaign.list_id if campaign else None, from_email)
+    kind = campaign_id if campaign_id else email_kind(row)
+    headers["Feedback-ID"] = feedback_id(kind, sender, from_email)
+    if marketing and postal is None:
+        raise ValidationError("postal_address", MISSING_POSTAL.format(campaign=campaign_id or "CAMPAIGN"))
+    footer = marketing or (footer_transactional and postal is not None)
+    return Dress(headers, footer, postal if footer else None)
+
+
+def unsubscribe_url(headers: Mapping[str, str]) -> str | None:
+    """The tracker's unsubscribe URL in the email's List-Unsubscribe (the same token), if any."""
+    found = _UNSUBSCRIBE_URL.search(headers.get("List-Unsubscribe", ""))
+    return found.group(1) if found else None
+
+
+def footer_text(url: str | None, postal: str | None) -> str:
+    """The plain-text footer: a separator, the unsubscribe link, the postal address."""
+    lines = ["", "", "--"]
+    if url:
+        lines.append(f"You receive this email because you subscribed. Unsubscribe: {url}")
+    if postal:
+        lines.append(postal)
+    return "\n".join(lines) + "\n"
+
+
+def footer_html(url: str | None, postal: str | None) -> str:
+    """The HTML footer; the address and URL escaped (an address is text, never markup)."""
+    parts = []
+    if url:
+        href = html_lib.escape(url, quote=True)
+        parts.append(
+            f'You receive this email because you subscribed. <a href="{href}">Unsubscribe</a> at any time.'
+        )
+    if postal:
+        parts.append(html_lib.escape(postal))
+    inner = "<br>".join(parts)
+    return f'<hr><p style="font-size:12px;color:#555555">{inner}</p>'
+
+
+def add_footer(
+    text: str | None, html: str | None, url: str | None, postal: str | None
+) -> tuple[str, str | None]:
+    """Text (made from the HTML when the email has none) and HTML with the footer at their end."""
+    if text is None or not text.strip():
+        text = text_from_html(html or "")
+    text = text.rstrip("\r\n") + footer_text(url, postal)
+    if html is not None and html.strip():
+        block = footer_html(url, postal)
+        ends = list(_BODY_END.finditer(html))
+        html = html[: ends[-1].start()] + block + html[ends[-1].start() :] if ends else html + block
+    return text, html
+
+
+@dataclass(frozen=True)
+class CampaignBook:
+    """What enqueue needs to know about campaigns: which carry an open pixel, which have a postal
+    address (their own, or every sender account has one). MAILROOM_POSTAL_ADDRESS is the settings'."""
+
+    track_opens: Mapping[str, bool]
+    has_postal_address: frozenset[str]
+    senders_have_postal_address: bool
+
+    def opens(self, campaign_id: str | None) -> bool:
+        """Whether this campaign's email gets an open pixel (when it is tracked at all)."""
+        return self.track_opens.get(campaign_id, True) if campaign_id else True
+
+    def require_postal_address(self, campaign_id: str | None, default: str | None) -> None:
+        """Refuse marketing email that could only leave without a postal address."""
+        if default or self.senders_have_postal_address or campaign_id in self.has_postal_address:
+            return
+        raise ValidationError("campaign_id", MISSING_POSTAL.format(campaign=campaign_id or "CAMPAIGN"))
+
+
+BOOK = """
+SELECT (SELECT coalesce(bool_and(postal_address IS NOT NULL), false) FROM mailroom.sender_accounts),
+       coalesce((SELECT array_agg(campaign_id) FROM mailroom.campaigns WHERE NOT track_opens), '{}'),
+       coalesce((SELECT array_agg(campaign_id) FROM mailroom.campaigns WHERE postal_address IS NOT NULL), '{}')
+"""
+
+
+def book_from_policy(campaign_id: str | None, track_opens: bool, has_postal: bool) -> CampaignBook:
+    """The book of one campaign, from `mailroom.campaign_mail_policy` (what any role may ask)."""
+    key = campaign_id or ""
+    return CampaignBook({key: track_opens}, frozenset({key} if has_postal else ()), has_postal)
+
+
+def load_book(conn: Any) -> CampaignBook:
+    """Every campaign's settings at once (a bulk load: the operator's connection reads the tables)."""
+    row = conn.execute(BOOK).fetchone()
+    return CampaignBook({c: False for c in row[1]}, frozenset(row[2]), bool(row[0]))

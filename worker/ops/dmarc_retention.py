@@ -1,0 +1,46 @@
+"""DMARC reports' retention: a maintenance step deleting reports stored more than `dmarc_retention_days` ago.
+
+Records go with their report (ON DELETE CASCADE); reports are deleted in chunks, each in a
+transaction of its own, like the other logs' retention.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from worker.core.config import Settings
+from worker.ops.maintenance_report import MaintenanceReport, StepReport
+
+# Reports per transaction: each carries its records (up to tens of thousands), so fewer than archiving's rows.
+DELETE_CHUNK = 500
+
+COUNT_OLD = "SELECT count(*) FROM mailroom.dmarc_reports WHERE received_at < %s"
+DELETE_OLD = """
+DELETE FROM mailroom.dmarc_reports
+WHERE id IN (SELECT id FROM mailroom.dmarc_reports WHERE received_at < %s LIMIT %s)
+"""
+
+
+def purge_dmarc_reports(
+    conn: psycopg.Connection[Any], settings: Settings, now: datetime, report: MaintenanceReport
+) -> StepReport:
+    """Delete DMARC reports (and their records) received more than `dmarc_retention_days` ago."""
+    step = StepReport("purge_dmarc_reports")
+    cutoff = now - timedelta(days=settings.dmarc_retention_days)
+    cur = conn.cursor(row_factory=tuple_row)
+    if report.dry_run:
+        row = cur.execute(COUNT_OLD, (cutoff,)).fetchone()
+        step.rows = int(row[0]) if row is not None else 0
+    else:
+        while True:
+            with conn.transaction():
+                done = cur.execute(DELETE_OLD, (cutoff, DELETE_CHUNK)).rowcount
+            step.rows += done
+            if done < DELETE_CHUNK:
+                break
+    step.details.append(f"DMARC reports received before {cutoff.isoformat()}: {step.rows}")
+    return step
