@@ -142,6 +142,7 @@ class Settings:
     quarantine_max_bytes: int = 256 * 1024 * 1024
     quarantine_client_daily_max: int = 200
     quarantine_retention_days: int = 30
+    dmarc_retention_days: int = 400
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -399,4 +400,6 @@ DECLARED: tuple[Setting, ...] = (
        "messages quarantined per client per UTC day", _whole, 1),
     _S("MAILROOM_QUARANTINE_RETENTION_DAYS", "quarantine_retention_days",
        "maintenance deletes quarantined messages older than this", _whole, 1),
+    _S("MAILROOM_DMARC_RETENTION_DAYS", "dmarc_retention_days", "maintenance deletes DMARC aggregate "
+       "reports (and their records) stored longer ago than this", _whole, 1),
 )  # fmt: skip
