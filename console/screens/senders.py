@@ -62,10 +62,13 @@ class SendersScreen(DataScreen):
             table.add_columns("Sender", "Status", "Sent today", "Bnc", "Hard%", "Spam%", "Reason")
 
     async def fetch(self) -> list[dict[str, Any]]:
-        """Every sender account (there are few)."""
-        return await self.console.data.senders(
+        """Every sender account (there are few), with what its last DNS check found when that was bad."""
+        from worker.ops.dns_checks.store import FINDINGS
+
+        rows = await self.console.data.senders(
             self.console.clock(), self.console.settings.health_reputation_deliveries
         )
+        return with_dns(rows, await self.console.data.fetch(FINDINGS, {"name": None, "worst": True}))
 
     def show(self, data: Any) -> None:
         """Rows keyed by account name (the worker's actions take names)."""
@@ -96,12 +99,10 @@ class SendersScreen(DataScreen):
                             (
                                 _warmup(s, roomy),
                                 ago(s["last_used_at"], now),
-                                one_line(
-                                    s["status_reason"], max(12, self.app.size.width - (110 if roomy else 94))
-                                ),
+                                one_line(_reason(s), max(12, self.app.size.width - (110 if roomy else 94))),
                             )
                             if self.wide
-                            else (one_line(s["status_reason"], max(8, self.app.size.width - 66)),)
+                            else (one_line(_reason(s), max(8, self.app.size.width - 66)),)
                         ),
                     ),
                 )
@@ -160,6 +161,24 @@ class SendersScreen(DataScreen):
             await confirm_sender(self, name, "active")
         else:
             self.console.say("no sender account selected", severity="warning")
+
+
+def with_dns(rows: list[dict[str, Any]], findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each sender row with `dns` (`DNS problem: dkim_mismatch`, ...) when its last DNS check found a warning or
+    a problem; rows of senders without one are left as they are."""
+    from worker.ops.dns_checks import DnsFinding, standing
+
+    found: dict[str, list[DnsFinding]] = {}
+    for f in findings:
+        found.setdefault(str(f["name"]), []).append(
+            DnsFinding(f["domain"], f["severity"], f["code"], f["detail"])
+        )
+    return [{**r, "dns": f"DNS {standing(found[r['name']])}"} if r["name"] in found else r for r in rows]
+
+
+def _reason(sender: dict[str, Any]) -> str | None:
+    """Why the sender does not send; else what its DNS check found."""
+    return sender["status_reason"] or sender.get("dns")
 
 
 def _warmup(sender: dict[str, Any], wide: bool) -> str:

@@ -78,6 +78,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "senders add": ["relay", "--from", "a@example.com", "--host", "127.0.0.1", "--security", "none"],
     "senders edit": ["relay", "--daily-limit", "5"],
     "senders list": [],
+    "senders check": ["--no-relay"],
     "senders pause": ["relay"],
     "senders resume": ["relay"],
     "senders suspend": ["relay"],

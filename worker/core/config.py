@@ -142,6 +142,8 @@ class Settings:
     quarantine_max_bytes: int = 256 * 1024 * 1024
     quarantine_client_daily_max: int = 200
     quarantine_retention_days: int = 30
+    dns_servers: tuple[str, ...] = ()  # host[:port] each; empty: the system's resolvers
+    dns_timeout_seconds: float = 2.0
     dmarc_retention_days: int = 400
 
     @classmethod
@@ -227,6 +229,16 @@ def _recipients_limit(s: Setting) -> int:
     if value > rules().max_recipients:
         raise ConfigError(f"{s.env} must be at most {rules().max_recipients}, got {value}")
     return value
+
+
+def _dns_servers(s: Setting) -> tuple[str, ...]:
+    """Resolvers separated by commas or spaces, each an IP address with an optional port."""
+    from worker.core.dns_servers import format_dns_server, parse_dns_server
+
+    try:
+        return tuple(format_dns_server(*parse_dns_server(entry)) for entry in _words(s))
+    except ValueError as exc:
+        raise ConfigError(f"{s.env}: {exc}") from None
 
 
 def _admin_emails(s: Setting) -> tuple[str, ...]:
@@ -402,4 +414,9 @@ DECLARED: tuple[Setting, ...] = (
        "maintenance deletes quarantined messages older than this", _whole, 1),
     _S("MAILROOM_DMARC_RETENTION_DAYS", "dmarc_retention_days", "maintenance deletes DMARC aggregate "
        "reports (and their records) stored longer ago than this", _whole, 1),
+    # DNS checks of sender domains (`mailroom senders check`)
+    _S("MAILROOM_DNS_SERVERS", "dns_servers", "resolvers the DNS checks of sender domains ask, comma-separated "
+       "`address[:port]` (IPv6 as `[address]:port`)", _dns_servers, shown="the system's resolvers"),
+    _S("MAILROOM_DNS_TIMEOUT_SECONDS", "dns_timeout_seconds",
+       "how long a DNS check waits for one answer before it says DNS was unreachable", _number, 0.1),
 )  # fmt: skip

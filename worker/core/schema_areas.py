@@ -56,7 +56,7 @@ AREAS: tuple[Area, ...] = (
     ),
     Area(
         "senders",
-        ("sender_accounts", "sender_usage", "sender_pacing"),
+        ("sender_accounts", "sender_usage", "sender_pacing", "sender_dns_findings"),
         ("close_circuit", "open_circuit", "release_quota", "reserve_quota", "take_probe"),
     ),
     Area(

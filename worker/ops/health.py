@@ -84,7 +84,8 @@ class Finding:
     """One reason the queue is unhealthy (a problem) or at risk (a warning), said for people and kept apart.
 
     `kind` is one of: backlog, oldest_pending, idle, no_sender, sender_unreachable, sender_suspended,
-    no_worker, attempt_failures, bounce_rate, complaint_rate, quarantine_full, quarantine_dropped.
+    no_worker, attempt_failures, bounce_rate, complaint_rate, quarantine_full, quarantine_dropped,
+    sender_dns (the latest DNS check of a sender: a problem when DKIM does not verify).
     `advice` is what to run about it.
     """
 
@@ -199,6 +200,7 @@ def check_health(
     _check_bounces(report, settings)
     report.quarantine = quarantine_usage(conn)
     _check_quarantine(report, report.quarantine, settings)
+    _check_dns(report, conn)
     return report
 
 
@@ -362,3 +364,12 @@ def _check_quarantine(report: HealthReport, usage: QuarantineUsage, settings: Se
             "see which clients: SELECT * FROM mailroom.bounce_quarantine_clients WHERE dropped > 0",
             severity=WARNING,
         )
+
+
+def _check_dns(report: HealthReport, conn: psycopg.Connection[Any]) -> None:
+    """What the senders' latest DNS checks found (`mailroom senders check`): DKIM that does not verify is a
+    problem (every signature fails), anything else that keeps mail from landing a warning."""
+    from worker.ops.dns_checks.health import dns_health
+
+    for f in dns_health(conn):
+        report.add("sender_dns", f.text, f.advice, severity=f.severity, sender=f.sender)

@@ -1,4 +1,5 @@
-"""Retention inside `mailroom worker`: runs `worker.ops.retention` every `MAILROOM_MAINTENANCE_INTERVAL_SECONDS`.
+"""Retention inside `mailroom worker`: runs `worker.ops.retention` every `MAILROOM_MAINTENANCE_INTERVAL_SECONDS`,
+then checks every sender's DNS (`worker.ops.dns_checks`).
 
 The schedule is kept in `mailroom.jobs` (row `retention`), so however many workers run, one of them
 starts a run per interval; the advisory lock in `run_maintenance` keeps runs from overlapping.
@@ -45,7 +46,26 @@ def _run(url: str, settings: Settings, now: datetime) -> MaintenanceReport:
     from worker.core.db import connect
 
     with connect(url, autocommit=True) as conn:
-        return run_maintenance(conn, settings, now=now)
+        report = run_maintenance(conn, settings, now=now)
+        if not report.skipped:
+            _check_dns(conn, settings, report)
+        return report
+
+
+def _check_dns(conn: psycopg.Connection[Any], settings: Settings, report: MaintenanceReport) -> None:
+    """Check every sender's DNS (`mailroom senders check`) once per run; a failure is the run's error, not the worker's."""
+    from worker.ops.dns_checks import run_checks
+
+    try:
+        checks = run_checks(conn, settings)
+    except Exception as exc:  # DNS checks must never stop maintenance or the worker
+        report.errors.append(f"DNS checks of sender domains: {exc}")
+        return
+    for check in checks:
+        if check.standing != "ok":
+            log.warning(
+                "sender %s DNS %s (mailroom senders check %s)", check.sender, check.standing, check.sender
+            )
 
 
 async def run_once(conn: psycopg.AsyncConnection[Any], settings: Settings) -> int:

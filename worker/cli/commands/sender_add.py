@@ -52,6 +52,8 @@ The secret and the refresh token are stored encrypted and come like a password: 
 (--oauth-client-secret-env, --oauth-refresh-token-env), a file (...-file) or a prompt (...-prompt).
 --bounce-domain gives the account's own domain for VERP return paths; --relay-provider postmark
 or sendgrid tags each message so that relay's bounce webhooks name the email.
+The new account's DNS is checked as `mailroom senders check` does (SPF, DKIM, DMARC, MX, relay TLS):
+what it finds is printed as warnings and stored, and never stops the add; --no-dns-check skips it.
 Exit status 0 when added, 2 when a setting is invalid, the name is taken or a password or an
 OAuth2 setting is missing.
 
@@ -85,6 +87,7 @@ Examples:
     help="RSA private key (PEM) to sign with; stored encrypted with MAILROOM_SECRET_KEY. "
     "All three --dkim-* options go together; the TXT record to publish is printed",
 )
+@click.option("--no-dns-check", is_flag=True, help="do not check the account's DNS and relay after adding it")
 @with_database
 def add(db: Database, /, **options: Any) -> int:
     """`mailroom senders add NAME --from ADDRESS --host HOST [...]`."""
@@ -92,6 +95,7 @@ def add(db: Database, /, **options: Any) -> int:
     from worker.core.db import connect
     from worker.ops.senders import add_sender
 
+    no_dns_check = bool(options.pop("no_dns_check", False))
     given = Given(**options)
     # Before any prompt: a missing key is said before a password is typed. A relay without a login
     # stores nothing secret and needs no key (a login typed at the prompt still finds it missing).
@@ -115,7 +119,27 @@ def add(db: Database, /, **options: Any) -> int:
 
         print(f"DKIM: publish this TXT record at {given.dkim_selector}._domainkey.{given.dkim_domain}:")
         print(dns_record(normalise_private_key(dkim_key)))
+    if not no_dns_check:
+        _check_dns(db, given.name)
     return 0
+
+
+def _check_dns(db: Database, name: str) -> None:
+    """Check the new account's DNS and relay; say what is wrong as warnings (the account is added anyway)."""
+    from worker.core.db import connect
+    from worker.ops.dns_checks import run_checks
+
+    try:
+        with connect(db.url, autocommit=True) as conn:
+            [check] = run_checks(conn, db.settings, name)
+    except Exception as exc:  # the account is added: a failed check must not say otherwise
+        print(
+            f"warning: the DNS check did not run ({exc}); run: mailroom senders check {name}", file=sys.stderr
+        )
+        return
+    for f in check.findings:
+        if f.severity in ("warning", "problem"):
+            print(f"warning: DNS {f.code}: {f.detail}", file=sys.stderr)
 
 
 def _keeps_secrets(given: Given) -> bool:

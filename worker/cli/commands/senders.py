@@ -10,6 +10,7 @@ import click
 from worker.cli.commands.sender_add import add
 from worker.cli.commands.sender_edit import edit
 from worker.cli.commands.sender_input import ask, interactive
+from worker.cli.commands.senders_check import check
 from worker.cli.framework import Command, Database, Group, json_option, with_database
 
 SENDERS = """\
@@ -29,7 +30,9 @@ List sender accounts: status (unreachable when the relay fails; an account pause
 limit shows as sending again), today's usage against its limit (UTC day), warm-up, From address
 and SMTP host, and how it logs in (password or oauth2), all printed whole (a row wider than the
 terminal wraps). For an unreachable account a second line says since when and why; one with its
-own bounce domain or relay provider says so on a line below. Never a password or OAuth2 secret.
+own bounce domain or relay provider says so on a line below, one with its own batch size or a
+send delay says so on another, and so does one whose last DNS check
+(`mailroom senders check`) found a warning or a problem. Never a password or OAuth2 secret.
 Changes nothing. Exit status 0.
 
 Examples:
@@ -83,6 +86,7 @@ def senders() -> None:
 
 senders.add_command(add)
 senders.add_command(edit)
+senders.add_command(check)
 
 
 @senders.command("list", cls=Command, help=LIST, short_help="list sender accounts with today's usage")
@@ -92,10 +96,14 @@ def list_senders(db: Database, as_json: bool) -> int:
     """`mailroom senders list [--json]`."""
     from worker.cli.table import table
     from worker.core.db import connect
+    from worker.ops.dns_checks import summary
     from worker.ops.senders import list_senders as senders_of
 
     with connect(db.url) as conn:
         rows = senders_of(conn)
+        dns = summary(conn)
+    for r in rows:
+        r["dns"] = dns.get(r["name"])  # None: never checked
     if as_json:
         print(json.dumps(rows, default=str, indent=2))
         return 0
@@ -117,6 +125,12 @@ def list_senders(db: Database, as_json: bool) -> int:
         returns += [f"tagged for {r['relay_provider']}"] if r["relay_provider"] else []
         if returns:
             print(f"  {', '.join(returns)}")
+        pacing = [f"batch {r['batch_size']}"] if r["batch_size"] else []
+        pacing += [f"{r['send_delay_ms']} ms between emails"] if r["send_delay_ms"] else []
+        if pacing:
+            print(f"  {', '.join(pacing)}")
+        if r["dns"] and r["dns"] != "ok":
+            print(f"  DNS {r['dns']} (mailroom senders check {r['name']})")
     return 0
 
 

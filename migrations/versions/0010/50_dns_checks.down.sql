@@ -1,0 +1,1 @@
+DROP TABLE mailroom.sender_dns_findings;
