@@ -50,6 +50,9 @@ ARGUMENTS: dict[str, list[str]] = {
     "dmarc ingest": ["-"],
     "dmarc report": [],
     "campaigns stats": ["spring"],
+    "campaigns set": ["spring", "--no-open-tracking"],
+    "campaigns show": ["spring"],
+    "campaigns sender-address": ["relay", "--clear"],
     "db grant": ["app", "shop"],  # grants on this version's tables, and audits the grant
     "docs add": ["contract"],
     "docs expect": ["contract", "ada@example.com"],
