@@ -49,8 +49,8 @@ def _kind(data: bytes) -> str:
         return "zip"
     if data.startswith(GZIP_MAGIC):
         return "gzip"
-    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
-        return "xml"
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<") or data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "xml"  # UTF-16 (by its byte order mark) too, to be refused as not UTF-8 by name
     return "email"
 
 
