@@ -193,7 +193,9 @@ def test_an_unreachable_sender_with_due_email_is_unhealthy_until_its_circuit_clo
     )
     conn.commit()
     report = check_health(conn, settings)
-    assert [r for r in report.reasons if "unreachable" in r] == [
+    # Said at once, without the idle grace: nothing can send while the only sender's circuit is open.
+    assert [f.kind for f in report.findings] == ["no_sender", "sender_unreachable"]
+    assert [r for r in report.reasons if r.startswith("sender main")] == [
         f"sender main is unreachable since {report.senders[0]['since']}: connect: no reply Connection refused;"
         " 3 emails are due"
     ]
@@ -229,6 +231,23 @@ def test_due_email_and_no_live_worker_is_unhealthy(conn: psycopg.Connection[Any]
     pending(conn, settings, 1, waited="2 minutes")
     assert check_health(conn, settings).reasons == [
         "2 emails are due and no worker has been alive in the last 60 s; start one: mailroom worker"
+    ]
+
+
+def test_no_usable_sender_is_said_at_once_without_the_idle_grace(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    # The grace is for "idle" (a worker may be about to send), not for "impossible".
+    conn.execute(
+        "UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = 'authentication failed'"
+    )
+    conn.commit()
+    pending(conn, settings, 1)
+    report = check_health(conn, settings)
+    assert [f.kind for f in report.findings] == ["no_sender"]
+    assert report.reasons == [
+        "1 emails are due and no sender can send them: main suspended (authentication failed);"
+        " resume or fix a sender (mailroom senders list / resume)"
     ]
 
 

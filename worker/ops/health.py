@@ -188,8 +188,9 @@ def check_health(
     due = int(row["due"])
     _check_queue(report, row, settings)
     if due:
-        # Like the idle check, a fresh email after a quiet spell gets the grace before it counts.
-        _check_senders(report, due, waited=bool(row["waiting_past_grace"]))
+        # No grace here: the idle check waits because a worker may be about to send; with no usable
+        # sender nothing can, and the operator is told at once.
+        _check_senders(report, due)
         if not report.workers_alive and row["waiting_past_grace"]:
             report.add(
                 "no_worker",
@@ -202,6 +203,22 @@ def check_health(
     _check_quarantine(report, report.quarantine, settings)
     _check_dns(report, conn)
     return report
+
+
+def undeliverable(conn: psycopg.Connection[Any], settings: Settings) -> Finding | None:
+    """The `no_sender` finding when email is due and no sender can send it, else None.
+
+    What `worker --drain` says when it stops with email left: two queries, not the whole health check."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_FIGURES, {"now": None, "grace": settings.health_idle_grace_seconds}).fetchone()
+        assert row is not None
+        if not row["due"]:
+            return None
+        senders = cur.execute(_SENDERS).fetchall()
+    report = _queue_report(row, settings)
+    report.senders = [_sender_view(s) for s in senders]
+    _check_senders(report, int(row["due"]))
+    return next((f for f in report.findings if f.kind == "no_sender"), None)
 
 
 def _queue_report(row: dict[str, Any], settings: Settings) -> HealthReport:
@@ -235,6 +252,9 @@ def _sender_view(s: dict[str, Any]) -> dict[str, Any]:
     if s["circuit_state"] != "closed" and s["may_send"]:
         since = s["circuit_since"].isoformat() if s["circuit_since"] else None
         return {"name": s["name"], "state": "unreachable", "reason": s["circuit_reason"], "since": since}
+    if s["status"] == "paused_limit_reached" and s["may_send"]:
+        # Yesterday's limit: the sender may send again today, before any worker has reset its status.
+        return {"name": s["name"], "state": "active", "reason": None, "since": None}
     return {"name": s["name"], "state": s["status"], "reason": s["status_reason"], "since": None}
 
 
@@ -270,9 +290,9 @@ def _check_queue(report: HealthReport, row: dict[str, Any], settings: Settings) 
         )
 
 
-def _check_senders(report: HealthReport, due: int, *, waited: bool) -> None:
+def _check_senders(report: HealthReport, due: int) -> None:
     usable = [s for s in report.senders if s["state"] in ("active", "warming_up")]
-    if not usable and waited:
+    if not usable:
         why = "; ".join(
             f"{s['name']} {s['state']}" + (f" ({s['reason']})" if s["reason"] else "") for s in report.senders
         )

@@ -15,7 +15,8 @@ with backoff, honour bounce and unsubscribe lists, record every attempt, and (un
 on any hosts. Wakes on NOTIFY; MAILROOM_LISTEN_DATABASE_URL lets the LISTEN connection bypass a
 transaction-pooling PgBouncer. SIGTERM/SIGINT stop claiming, let in-flight sends finish within
 --grace seconds and return the rest to the queue: nothing is lost.
-Exit status 0 when stopped (or drained with --drain), 1 when a worker process failed.
+Exit status 0 when stopped (or drained with --drain), 1 when a worker process failed or --drain
+left email due that no sender can send (each sender's state is printed).
 
 Examples:
   mailroom worker
@@ -95,4 +96,17 @@ def worker(
     settings = db.settings
     sent = asyncio.run(run_worker(db.url, settings, options, settings.listen_database_url, chosen))
     print(f"worker: sent {sent} email(s)", file=sys.stderr)
-    return 0
+    return _drained(db) if drain else 0
+
+
+def _drained(db: Database) -> int:
+    """After --drain: 0, or 1 with the reason when email is left due that no sender can send."""
+    from worker.core.db import connect
+    from worker.ops.health import undeliverable
+
+    with connect(db.url) as conn:
+        stuck = undeliverable(conn, db.settings)
+    if stuck is None:
+        return 0
+    print(f"worker: {stuck.line}", file=sys.stderr)
+    return 1
