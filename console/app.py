@@ -22,6 +22,7 @@ from console.queries import ConsoleData
 from console.screens.accounts import AccountsScreen
 from console.screens.audit import AuditScreen
 from console.screens.confirm import confirm_retry
+from console.screens.dmarc import DmarcScreen
 from console.screens.failures import FailuresScreen
 from console.screens.overview import OverviewScreen
 from console.screens.queue import QueueScreen
@@ -73,6 +74,7 @@ class MailroomConsole(App[int]):
         "schedule": ScheduleScreen,
         "queue": QueueScreen,
         "audit": AuditScreen,
+        "dmarc": DmarcScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         *(

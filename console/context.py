@@ -35,7 +35,10 @@ SCREENS: tuple[tuple[str, str, str], ...] = (
 )
 # Screens reached by a key (and the palette, and listed by help) but left out of the tab line, which is full
 # at 80 columns; their table's title says where the operator is.
-MORE_SCREENS: tuple[tuple[str, str, str], ...] = (("audit", "0", "Audit trail"),)
+MORE_SCREENS: tuple[tuple[str, str, str], ...] = (
+    ("audit", "0", "Audit trail"),
+    ("dmarc", "d", "DMARC reports"),
+)
 
 Action = Callable[[psycopg.Connection[Any]], str]
 
