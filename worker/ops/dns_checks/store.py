@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from worker.core.config import ConfigError, Settings
 from worker.core.crypto import secret_box
@@ -87,7 +87,7 @@ def _public_key(encrypted: bytes, settings: Settings) -> Any:
 
 def save(conn: psycopg.Connection[Any], sender_id: int, findings: Sequence[DnsFinding]) -> datetime:
     """Replace the sender's findings with these, in one transaction; return the check's time."""
-    with conn.transaction(), conn.cursor() as cur:
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         row = cur.execute("SELECT now()").fetchone()
         assert row is not None
         now: datetime = row[0]

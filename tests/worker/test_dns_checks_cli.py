@@ -1,0 +1,179 @@
+"""`mailroom senders check`, `senders add`, `senders list`, `health` and the worker's maintenance with the DNS
+checks, against the real database and a DNS server in the test process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.cli import not_on_terminal, run
+from tests.worker.dns_helpers import Zone, ZoneResolver, closed_port, dns_server, good_zone, rsa_pem
+from worker.core.config import Settings
+from worker.core.dkim import dns_record
+from worker.ops.dns_checks.lookups import fresh_answers
+
+DOMAIN = "shop-mail.net"
+
+
+@pytest.fixture(scope="module")
+def pem() -> bytes:
+    return rsa_pem()
+
+
+@pytest.fixture
+def key_file(tmp_path: Path, pem: bytes) -> Path:
+    path = tmp_path / "dkim.pem"
+    path.write_bytes(pem)
+    return path
+
+
+@pytest.fixture
+def zone(pem: bytes) -> Zone:
+    return good_zone(DOMAIN, dns_record(pem))
+
+
+@pytest.fixture
+def dns(zone: Zone, cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[ZoneResolver]:
+    """The zone served, and MAILROOM_DNS_SERVERS pointing at it."""
+    fresh_answers()
+    with dns_server(zone) as (server, address):
+        monkeypatch.setenv("MAILROOM_DNS_SERVERS", address)
+        yield server
+
+
+def add(capsys: pytest.CaptureFixture[str], key_file: Path, port: int, *more: str) -> tuple[int, str, str]:
+    return run(
+        capsys, "senders", "add", "relay", "--from", f"noreply@{DOMAIN}", "--host", "127.0.0.1",
+        "--port", str(port), "--security", "none", "--dkim-domain", DOMAIN, "--dkim-selector", "s1",
+        "--dkim-key-file", str(key_file), *more,
+    )  # fmt: skip
+
+
+def stored(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    rows = conn.execute("SELECT code, severity FROM mailroom.sender_dns_findings ORDER BY id").fetchall()
+    return {r["code"]: r["severity"] for r in rows}
+
+
+def test_add_warns_about_dns_and_still_adds(
+    dns: ZoneResolver, zone: Zone, key_file: Path, conn: psycopg.Connection[Any], smtp_sink: Any,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    not_on_terminal(monkeypatch)
+    del zone[f"_dmarc.{DOMAIN}"]
+    code, out, err = add(capsys, key_file, smtp_sink.port)
+    assert code == 0 and "added sender account relay" in out
+    assert "warning: DNS dmarc_missing:" in err and "warning: DNS relay_no_tls:" in err
+    assert stored(conn)["dmarc_missing"] == "warning" and stored(conn)["dkim_match"] == "ok"
+
+
+def test_add_with_no_dns_check_asks_nothing(
+    dns: ZoneResolver, key_file: Path, conn: psycopg.Connection[Any], smtp_sink: Any,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    not_on_terminal(monkeypatch)
+    code, _, err = add(capsys, key_file, smtp_sink.port, "--no-dns-check")
+    assert code == 0 and "DNS" not in err
+    assert dns.queries == [] and stored(conn) == {}
+
+
+def test_add_with_dns_down_warns_once_and_adds(
+    cli_env: dict[str, str], key_file: Path, conn: psycopg.Connection[Any], smtp_sink: Any,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    not_on_terminal(monkeypatch)
+    fresh_answers()
+    monkeypatch.setenv("MAILROOM_DNS_SERVERS", closed_port())
+    monkeypatch.setenv("MAILROOM_DNS_TIMEOUT_SECONDS", "0.3")
+    code, _, err = add(capsys, key_file, smtp_sink.port)
+    assert code == 0
+    assert err.count("warning: DNS dns_unreachable") == 1
+    assert conn.execute("SELECT count(*) AS n FROM mailroom.sender_accounts").fetchone() == {"n": 1}
+
+
+def test_check_finds_a_wrong_dkim_key_and_health_fails_until_it_is_fixed(
+    dns: ZoneResolver, zone: Zone, key_file: Path, conn: psycopg.Connection[Any], smtp_sink: Any,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    not_on_terminal(monkeypatch)
+    assert add(capsys, key_file, smtp_sink.port, "--no-dns-check")[0] == 0
+    good = zone[f"s1._domainkey.{DOMAIN}"]["TXT"]
+    zone[f"s1._domainkey.{DOMAIN}"]["TXT"] = [dns_record(rsa_pem())]
+    code, out, _ = run(capsys, "senders", "check", "relay", "--no-relay")
+    assert code == 1
+    assert out.startswith("relay: problem: dkim_mismatch")
+    assert "  PROBLEM dkim_mismatch: the DKIM key at s1._domainkey.shop-mail.net" in out
+    code, out, _ = run(capsys, "health", "--json")
+    report = json.loads(out)
+    assert code != 0 and any("dkim_mismatch" in r for r in report["reasons"])
+    code, out, _ = run(capsys, "senders", "list")
+    assert "  DNS problem: dkim_mismatch (mailroom senders check relay)" in out
+    code, out, _ = run(capsys, "senders", "list", "--json")
+    assert json.loads(out)[0]["dns"] == "problem: dkim_mismatch"
+
+    zone[f"s1._domainkey.{DOMAIN}"]["TXT"] = good
+    code, out, _ = run(capsys, "senders", "check", "--json", "--no-relay")
+    assert code == 0
+    [check] = json.loads(out)
+    assert check["standing"] == "ok" and check["sender"] == "relay"
+    assert {f["code"] for f in check["findings"]} >= {"spf_relay_authorised", "dkim_match", "mx_present"}
+    assert "dkim_mismatch" not in stored(conn)  # the new check replaced the old one's rows
+    code, out, _ = run(capsys, "health", "--json")
+    assert not any("DNS" in line or "dkim" in line for line in json.loads(out)["reasons"])
+
+
+def test_a_dns_warning_is_a_health_warning_not_a_failure(
+    dns: ZoneResolver, zone: Zone, key_file: Path, smtp_sink: Any,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    not_on_terminal(monkeypatch)
+    zone[DOMAIN].pop("MX")
+    assert add(capsys, key_file, smtp_sink.port)[0] == 0
+    code, out, _ = run(capsys, "health", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"]
+    assert any("mx_missing" in w for w in report["warnings"])
+
+
+def test_check_of_an_unknown_sender_exits_1(dns: ZoneResolver, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "senders", "check", "nobody")
+    assert code == 1 and "no sender account named nobody" in err
+
+
+def test_removing_a_sender_removes_its_findings(
+    dns: ZoneResolver, key_file: Path, conn: psycopg.Connection[Any], smtp_sink: Any,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    not_on_terminal(monkeypatch)
+    assert add(capsys, key_file, smtp_sink.port)[0] == 0
+    assert stored(conn)
+    assert run(capsys, "senders", "remove", "relay", "--yes")[0] == 0
+    assert stored(conn) == {}
+
+
+async def test_maintenance_checks_every_sender(
+    dns: ZoneResolver, zone: Zone, key_file: Path, db_url: str, settings: Settings,
+    conn: psycopg.Connection[Any], smtp_sink: Any, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from worker.ops.maintenance import PRODUCER
+
+    not_on_terminal(monkeypatch)
+    assert add(capsys, key_file, smtp_sink.port, "--no-dns-check")[0] == 0
+    zone[f"_dmarc.{DOMAIN}"]["TXT"] = ["v=DMARC1; p=none"]
+    settings = replace(settings, database_url=None, dns_servers=(dns_address(monkeypatch),))
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as aconn:
+        assert await PRODUCER.run_once(aconn, settings) == 0
+    found = stored(conn)
+    assert found["dmarc_policy_none"] == "info" and found["relay_no_tls"] == "warning"
+
+
+def dns_address(monkeypatch: pytest.MonkeyPatch) -> str:
+    import os
+
+    return os.environ["MAILROOM_DNS_SERVERS"]
