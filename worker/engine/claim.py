@@ -70,10 +70,14 @@ class Claim:
     short: int = 0  # claimed emails the sender's quota did not cover (returned at once)
 
 
-def claim_size(send_delay_ms: int, batch_size: int) -> int:
-    """How many emails to claim for a sender: the batch size, but no more than a paced sender sends in
-    `PACED_CLAIM_SECONDS`, so its claim (and its reserved quota) is never held for long and a more
-    urgent email waits for the next claim a few seconds at most."""
+def claim_size(send_delay_ms: int, batch_size: int, own_batch_size: int | None = None) -> int:
+    """How many emails to claim for a sender: its own batch size (how many it sends before the worker
+    records their results and looks at its bounces and errors again), within the worker's `batch_size`
+    (its default and ceiling), but no more than a paced sender sends in `PACED_CLAIM_SECONDS`, so its
+    claim (and its reserved quota) is never held for long and a more urgent email waits for the next
+    claim a few seconds at most."""
+    if own_batch_size is not None:
+        batch_size = max(1, min(batch_size, own_batch_size))
     if send_delay_ms <= 0:
         return batch_size
     return max(1, min(batch_size, PACED_CLAIM_SECONDS * 1000 // send_delay_ms))

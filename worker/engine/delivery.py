@@ -244,7 +244,7 @@ class Worker:
         sender = await self.book.pick(index, next(iter(connections), None))
         if sender is None:
             return None
-        limit = claiming.claim_size(sender.send_delay_ms, self.options.batch_size)
+        limit = claiming.claim_size(sender.send_delay_ms, self.options.batch_size, sender.batch_size)
         if sender.circuit_state != "closed":
             if not await self.circuits.take_probe(sender):
                 self.book.set_aside(sender.id)  # another worker probes it

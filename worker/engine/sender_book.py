@@ -56,6 +56,8 @@ class Sender:
     # The return-path key, which also signs Message-IDs and per-recipient unsubscribe links; None
     # without MAILROOM_SECRET_KEY (or its key file): Message-IDs are then ones the intake never trusts.
     message_key: bytes | None = None
+    # Emails claimed for it at a time (None: the worker's --batch-size, also the ceiling).
+    batch_size: int | None = None
     # The footer's postal address unless the campaign has one, and the campaigns read with the senders.
     postal_address: str | None = None
     campaigns: Mapping[str, Campaign] = field(default_factory=dict)
@@ -258,6 +260,7 @@ class SenderBook:
             bounce_domain,
             row["relay_provider"],
             self._message_key(),
+            batch_size=row["batch_size"],
         )
 
     def _message_key(self) -> bytes | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 ELIGIBLE_SENDERS = """
 SELECT id, name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
-       smtp_password_encrypted, send_delay_ms, max_connections,
+       smtp_password_encrypted, send_delay_ms, batch_size, max_connections,
        dkim_domain, dkim_selector, dkim_private_key_encrypted, circuit_state,
        connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds,
        bounce_domain, relay_provider, auth_type, oauth_token_url, oauth_client_id,

@@ -58,6 +58,9 @@ class SenderSpec:
     allow_plaintext_login: bool = False
     # gmail: the Google Workspace user its service account impersonates (the Gmail API sends as it)
     gmail_subject_email: str | None = None
+    # Emails claimed for it at a time, sent before the worker looks at its bounces and errors again
+    # (None: the worker's --batch-size, which is also the ceiling)
+    batch_size: int | None = None
 
 
 # Every setting of a `SenderSpec` (same names) and the secrets, encrypted.
@@ -96,7 +99,7 @@ SELECT s.id, s.name, s.from_email, s.from_name, s.smtp_host, s.smtp_port, s.smtp
        CASE WHEN s.circuit_state <> 'closed' AND {STATUS_NOW} IN ('active', 'warming_up')
             THEN s.circuit_reason ELSE {REASON_NOW} END AS status_reason,
        s.circuit_state, s.circuit_since, s.circuit_retry_at, s.circuit_failures,
-       s.daily_limit, s.warmup_stage, s.warmup_limit, s.send_delay_ms, s.last_used_at,
+       s.daily_limit, s.warmup_stage, s.warmup_limit, s.send_delay_ms, s.batch_size, s.last_used_at,
        CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END
            AS effective_limit,
        coalesce(u.sent, 0) AS sent_today, coalesce(u.bounces, 0) AS bounces_today,
@@ -181,6 +184,8 @@ def validate_spec(spec: SenderSpec) -> SenderSpec:
     for name, value in (("daily_limit", spec.daily_limit), ("send_delay_ms", spec.send_delay_ms)):
         if value < 0:
             raise ValidationError(name, "must not be negative")
+    if spec.batch_size is not None and spec.batch_size < 1:
+        raise ValidationError("batch_size", "must be 1 or more (none: the worker's --batch-size)")
     for name, seconds in (
         ("connect_timeout", spec.connect_timeout_seconds),
         ("command_timeout", spec.command_timeout_seconds),
@@ -256,6 +261,7 @@ def _added_detail(sender_id: int, spec: SenderSpec) -> dict[str, Any]:
         "security": spec.smtp_security,
         "login": spec.smtp_username is not None,
         "daily_limit": spec.daily_limit,
+        "batch_size": spec.batch_size,
         "warmup_stage": spec.warmup_stage,
         "dkim_domain": spec.dkim_domain,
         "auth": spec.auth_type,
@@ -320,6 +326,7 @@ EDITABLE = (
     "warmup_stage",
     "warmup_limit",
     "send_delay_ms",
+    "batch_size",
     "max_connections",
     "connect_timeout_seconds",
     "command_timeout_seconds",

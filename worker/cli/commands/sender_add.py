@@ -64,6 +64,8 @@ Examples:
   mailroom senders add relay --from noreply@example.com --host smtp.example.com \\
       --username mailer --password-file /run/secrets/smtp
   mailroom senders add local --from dev@example.com --host 127.0.0.1 --port 2525 --security none
+  mailroom senders add careful --from news@example.com --host 127.0.0.1 --port 2525 --security none \\
+      --batch-size 20 --send-delay-ms 200
   CLIENT_SECRET=... REFRESH_TOKEN=... mailroom senders add gmail --from me@example.com \\
       --host smtp.gmail.com --port 587 --security starttls --auth oauth2 --oauth-provider google \\
       --oauth-client-id 1234.apps.googleusercontent.com --oauth-client-secret-env CLIENT_SECRET \\
@@ -177,6 +179,7 @@ def _spec(given: Given) -> SenderSpec:
         warmup_stage=given.warmup_stage,
         warmup_limit=given.warmup_limit,
         send_delay_ms=given.send_delay_ms,
+        batch_size=given.batch_size,
         max_connections=given.max_connections,
         dkim_domain=given.dkim_domain,
         dkim_selector=given.dkim_selector,

@@ -40,7 +40,8 @@ its state at once: an account paused at its limit sends again when the new limit
 sent today. --auth password or oauth2 switches how it logs in (to oauth2: give the endpoint,
 the client id, secret and refresh token; back to password: a password; the other kind's secrets
 are removed); a new refresh token replaces the stored one. --bounce-domain '' (or
---no-bounce-domain) and --relay-provider none remove those settings. --version N applies the
+--no-bounce-domain) and --relay-provider none remove those settings; --batch-size 0 gives it the
+worker's --batch-size again. --version N applies the
 change only if nobody changed the account since you read version N (`mailroom senders list
 --json`). The edit is audited as sender.edit, with the settings
 that changed (never a password). A worker uses the new settings from its next claim.
@@ -49,6 +50,8 @@ setting is invalid.
 
 Examples:
   mailroom senders edit transactional-1 --daily-limit 5000 --send-delay-ms 200
+  mailroom senders edit transactional-1 --batch-size 50
+  mailroom senders edit transactional-1 --batch-size 0
   SMTP_PASSWORD=... mailroom senders edit transactional-1 --password-env SMTP_PASSWORD
   mailroom senders edit relay --host smtp2.example.com --port 465 --security tls --version 7
   REFRESH_TOKEN=... mailroom senders edit gmail --oauth-refresh-token-env REFRESH_TOKEN

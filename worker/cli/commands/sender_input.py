@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from worker.cli.framework import POSITIVE, WHOLE
+
 Decorator = Callable[[Callable[..., int]], Callable[..., int]]
 
 # Option (its parameter name) -> the sender account setting it changes.
@@ -26,6 +28,7 @@ SETTINGS = {
     "warmup_stage": "warmup_stage",
     "warmup_limit": "warmup_limit",
     "send_delay_ms": "send_delay_ms",
+    "batch_size": "batch_size",
     "max_connections": "max_connections",
     "connect_timeout": "connect_timeout_seconds",
     "command_timeout": "command_timeout_seconds",
@@ -172,6 +175,8 @@ def settings_changes(given: Given) -> dict[str, Any]:
     }
     if given.no_login:
         changes["smtp_username"] = None
+    if changes.get("batch_size") == 0:
+        changes["batch_size"] = None  # back to the worker's --batch-size
     return changes
 
 
@@ -216,6 +221,12 @@ def settings_options(*, adding: bool) -> Decorator:
             type=int,
             default=default(0),
             help="pause between emails on this account (default 0)",
+        ),
+        click.option(
+            "--batch-size",
+            type=POSITIVE if adding else WHOLE,
+            help="emails claimed for it at a time, sent before the worker looks at its bounces and errors "
+            "again (default and ceiling: the worker's --batch-size" + (")" if adding else "; 0: back to it)"),
         ),
         click.option(
             "--max-connections", type=int, default=default(4), help="parallel SMTP connections (default 4)"

@@ -31,6 +31,7 @@ limit shows as sending again), today's usage against its limit (UTC day), warm-u
 and SMTP host, and how it logs in (password or oauth2), all printed whole (a row wider than the
 terminal wraps). For an unreachable account a second line says since when and why; one with its
 own bounce domain or relay provider says so on a line below, one with its own batch size or a
+send delay says so on another, one with its own batch size or a
 send delay says so on another, and so does one whose last DNS check
 (`mailroom senders check`) found a warning or a problem. Never a password or OAuth2 secret.
 Changes nothing. Exit status 0.
@@ -125,6 +126,10 @@ def list_senders(db: Database, as_json: bool) -> int:
         returns += [f"tagged for {r['relay_provider']}"] if r["relay_provider"] else []
         if returns:
             print(f"  {', '.join(returns)}")
+        pacing = [f"batch {r['batch_size']}"] if r["batch_size"] else []
+        pacing += [f"{r['send_delay_ms']} ms between emails"] if r["send_delay_ms"] else []
+        if pacing:
+            print(f"  {', '.join(pacing)}")
         pacing = [f"batch {r['batch_size']}"] if r["batch_size"] else []
         pacing += [f"{r['send_delay_ms']} ms between emails"] if r["send_delay_ms"] else []
         if pacing:
