@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from worker.cli.commands.sender_gmail import complete_gmail_add, gmail_given, gmail_options
 from worker.cli.commands.sender_input import (
     WARMUP_STAGE,
     Given,
@@ -54,8 +55,13 @@ The secret and the refresh token are stored encrypted and come like a password: 
 or sendgrid tags each message so that relay's bounce webhooks name the email.
 The new account's DNS is checked as `mailroom senders check` does (SPF, DKIM, DMARC, MX, relay TLS):
 what it finds is printed as warnings and stored, and never stops the add; --no-dns-check skips it.
-Exit status 0 when added, 2 when a setting is invalid, the name is taken or a password or an
-OAuth2 setting is missing.
+
+Gmail API (Google Workspace): --auth gmail sends through the Gmail API as the Workspace user
+--impersonate names (also the From address unless --from is given), with a service account that
+has domain-wide delegation for the gmail.send scope; its JSON key comes from --service-account-file,
+--service-account-env or --service-account-prompt and is stored encrypted. No --host or login.
+Exit status 0 when added, 2 when a setting is invalid, the name is taken or a password, an
+OAuth2 setting or the Gmail API user or key is missing.
 
 Examples:
   SMTP_PASSWORD=... mailroom senders add transactional-1 --from noreply@example.com \\
@@ -70,6 +76,8 @@ Examples:
       --host smtp.gmail.com --port 587 --security starttls --auth oauth2 --oauth-provider google \\
       --oauth-client-id 1234.apps.googleusercontent.com --oauth-client-secret-env CLIENT_SECRET \\
       --oauth-refresh-token-env REFRESH_TOKEN
+  mailroom senders add workspace --auth gmail --service-account-file key.json \\
+      --impersonate noreply@example.com
   mailroom senders add relay --from noreply@example.com --host smtp.postmarkapp.com \\
       --username TOKEN --password-env PM_TOKEN --bounce-domain bounces.example.com \\
       --relay-provider postmark"""
@@ -79,6 +87,7 @@ Examples:
 @click.argument("name")
 @settings_options(adding=True)
 @auth_options(adding=True)
+@gmail_options()
 @click.option("--warmup-stage", type=WARMUP_STAGE, default=0, help="warm-up stage 1-5, 0 = none")
 @click.option("--dkim-domain", metavar="DOMAIN", help="DKIM signing domain (d=), e.g. example.com")
 @click.option("--dkim-selector", metavar="SELECTOR", help="DKIM selector (s=), e.g. mail2026")
@@ -99,9 +108,11 @@ def add(db: Database, /, **options: Any) -> int:
 
     no_dns_check = bool(options.pop("no_dns_check", False))
     given = Given(**options)
+    _require_smtp_options(given)
     # Before any prompt: a missing key is said before a password is typed. A relay without a login
     # stores nothing secret and needs no key (a login typed at the prompt still finds it missing).
     box = secret_box(db.settings, required=_keeps_secrets(given))
+    gmail_key = _gmail_key(given)
     oauth = _oauth_secrets(given)
     password = _complete_add(given)
     login = given.auth == "password"
@@ -114,7 +125,7 @@ def add(db: Database, /, **options: Any) -> int:
     spec = _spec(given)
     dkim_key = _dkim_key(given.dkim_key_file)
     with connect(db.url) as conn:
-        sender_id = add_sender(conn, spec, password, box, dkim_key, oauth=oauth)
+        sender_id = add_sender(conn, spec, password, box, dkim_key, oauth=oauth, gmail_key=gmail_key)
     print(f"added sender account {given.name} (id {sender_id})")
     if dkim_key is not None:
         from worker.core.dkim import dns_record, normalise_private_key
@@ -149,6 +160,28 @@ def _keeps_secrets(given: Given) -> bool:
     from worker.cli.commands.sender_input import password_given
 
     return bool(given.username or password_given(given) or given.auth != "password" or given.dkim_key_file)
+
+
+def _require_smtp_options(given: Given) -> None:
+    """--from and --host, which every account but a Gmail API sender needs (exit status 2 without)."""
+    if given.auth == "gmail":
+        return
+    for option, value in (("--from", given.from_email), ("--host", given.host)):
+        if value is None:
+            raise click.UsageError(f"Missing option '{option}'.")
+
+
+def _gmail_key(given: Given) -> str | None:
+    """A Gmail API sender's service account key (asked on a terminal); refused for any other account."""
+    from worker.core.config import ConfigError
+
+    if given.auth == "gmail":
+        return complete_gmail_add(given, interactive())
+    if gmail_given(given):
+        raise ConfigError(
+            "--impersonate and --service-account-* are for a Gmail API sender: add --auth gmail"
+        )
+    return None
 
 
 def _oauth_secrets(given: Given) -> OAuthSecrets | None:
@@ -187,6 +220,7 @@ def _spec(given: Given) -> SenderSpec:
         command_timeout_seconds=given.command_timeout,
         data_timeout_seconds=given.data_timeout,
         allow_plaintext_login=given.allow_plaintext_login,
+        gmail_subject_email=given.impersonate,
         **auth_changes(given),
     )
 
@@ -210,7 +244,7 @@ def _complete_add(given: Given) -> str | None:
         what = "implicit TLS" if default_port == 465 else "submission"
         print(f"warning: no --port given: using {default_port} ({what})", file=sys.stderr)
     password = password_from(given)
-    if given.auth == "oauth2":
+    if given.auth in ("oauth2", "gmail"):
         return password  # logs in with tokens (a password given is refused when stored)
     if asking and given.username is None and password is None:
         given.username = ask("SMTP username (Enter for no login)", "", None) or None

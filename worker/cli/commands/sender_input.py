@@ -188,9 +188,16 @@ def settings_options(*, adding: bool) -> Decorator:
 
     plaintext = "--allow-plaintext-login" if adding else "--allow-plaintext-login/--no-allow-plaintext-login"
     options: list[Decorator] = [
-        click.option("--from", "from_email", required=adding, help="From address"),
+        # Required when adding, but by `senders add` itself: a Gmail API sender has neither (see sender_gmail).
+        click.option(
+            "--from",
+            "from_email",
+            help="From address" + (" (required; --auth gmail: --impersonate by default)" if adding else ""),
+        ),
         click.option("--from-name", help="From display name"),
-        click.option("--host", required=adding, help="SMTP host"),
+        click.option(
+            "--host", help="SMTP host" + (" (required, but not with --auth gmail)" if adding else "")
+        ),
         click.option(
             "--port", type=int, help="SMTP port (asked on a terminal; else 587, or 465 with --security tls)"
         ),

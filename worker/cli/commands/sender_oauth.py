@@ -19,7 +19,7 @@ from worker.cli.commands.sender_input import Decorator, Given, apply, at_most_on
 # loading the command does not load the validation it needs only when it runs; a test holds them equal.
 PROVIDERS = ("google", "microsoft")
 RELAY_PROVIDERS = ("postmark", "sendgrid")
-AUTH_TYPES = ("password", "oauth2")
+AUTH_TYPES = ("password", "oauth2", "gmail")
 
 # The two OAuth2 secrets: (option stem, parameter name stem, what it is called in messages).
 SECRETS = (
@@ -35,8 +35,9 @@ def auth_options(*, adding: bool) -> Decorator:
             "--auth",
             type=click.Choice(AUTH_TYPES),
             default="password" if adding else None,
-            help="how the account logs in: password (default) or oauth2 (AUTH XOAUTH2, for Gmail and "
-            "Microsoft 365; --username is then the mailbox address)",
+            help="how the account logs in: password (default), oauth2 (AUTH XOAUTH2, for Gmail and "
+            "Microsoft 365; --username is then the mailbox address) or gmail (the Gmail API as a "
+            "Workspace user, with a service account: see --impersonate)",
         ),
         click.option(
             "--oauth-provider", type=click.Choice(PROVIDERS), help="the token endpoint of google or microsoft"
