@@ -13,6 +13,8 @@ from mailroom._errors import BatchValidationError
 from mailroom._request import EmailRequest
 from worker.core import outbox
 from worker.core.config import Settings
+from worker.core.enqueue_trace import traced, traced_async
+from worker.core.enqueued import Enqueued, from_row
 from worker.core.templates import TemplateCatalog
 from worker.core.validation import ValidationError
 
@@ -20,8 +22,12 @@ from worker.core.validation import ValidationError
 _Row = tuple[Any, ...]
 
 
-def enqueue(conn: psycopg.Connection[Any], request: EmailRequest) -> int:
+def enqueue(conn: psycopg.Connection[Any], request: EmailRequest) -> Enqueued:
     """Enqueue one email in the caller's transaction on `conn` and return its id.
+
+    The id is an `Enqueued`, an `int` that also says whether the email will be sent: when every
+    recipient is on the suppression list it is stored `suppressed` at once, `.suppressed` is True
+    and `.suppression_reason` says why (`on the bounce list (hard)`, `unsubscribed`, ...).
 
     The email is written with the caller's connection and is not committed here: it exists
     exactly when the caller's transaction commits, and vanishes if it rolls back (on an
@@ -36,12 +42,14 @@ def enqueue(conn: psycopg.Connection[Any], request: EmailRequest) -> int:
 
     SQL equivalent: `SELECT mailroom.enqueue(recipients => ARRAY[...], subject => ..., ...)`.
     """
-    with _atomic(conn):
+    with _atomic(conn), traced(conn):
         return outbox.enqueue(conn, request)
 
 
-def enqueue_many(conn: psycopg.Connection[Any], requests: Iterable[EmailRequest]) -> list[int]:
+def enqueue_many(conn: psycopg.Connection[Any], requests: Iterable[EmailRequest]) -> list[Enqueued]:
     """Enqueue several emails in the caller's transaction on `conn`; their ids, in the requests' order.
+
+    Each id is an `Enqueued`, as `enqueue` returns: `.suppressed` tells the emails stored suppressed.
 
     Every request is checked (and rendered) before any is written: one refused request raises
     `BatchValidationError` (a `ValidationError` with the request's `index`) and writes nothing.
@@ -57,32 +65,32 @@ def enqueue_many(conn: psycopg.Connection[Any], requests: Iterable[EmailRequest]
     settings = Settings.from_env()
     catalog = outbox.load_catalog(conn, settings) if _any_template(batch) else None
     rows = _prepare_all(batch, catalog, settings)
-    with _atomic(conn), conn.cursor(row_factory=tuple_row) as cur:
+    with _atomic(conn), traced(conn), conn.cursor(row_factory=tuple_row) as cur:
         cur.executemany(outbox.INSERT_ONE, [row[: outbox.LINKS] for row in rows], returning=True)
         inserted = [cur.fetchone()]
         while cur.nextset():
             inserted.append(cur.fetchone())
-        ids: list[int] = []
+        ids: list[Enqueued] = []
         for request, got in zip(batch, inserted, strict=True):
             if got is None:  # a repeated idempotency key: the first email's id
                 got = cur.execute(outbox.SELECT_BY_KEY, (request.idempotency_key,)).fetchone()
             assert got is not None
-            ids.append(int(got[0]))
+            ids.append(from_row(got))
         links = _link_params(rows, inserted)
         if links:
             cur.executemany(outbox.INSERT_LINKS, links)
     return ids
 
 
-async def enqueue_async(conn: psycopg.AsyncConnection[Any], request: EmailRequest) -> int:
+async def enqueue_async(conn: psycopg.AsyncConnection[Any], request: EmailRequest) -> Enqueued:
     """Async twin of `enqueue`, for applications on `psycopg.AsyncConnection`."""
-    async with _atomic_async(conn):
+    async with _atomic_async(conn), traced_async(conn):
         return await outbox.enqueue_async(conn, request)
 
 
 async def enqueue_many_async(
     conn: psycopg.AsyncConnection[Any], requests: Iterable[EmailRequest]
-) -> list[int]:
+) -> list[Enqueued]:
     """Async twin of `enqueue_many`, for applications on `psycopg.AsyncConnection`."""
     batch = list(requests)
     if not batch:
@@ -90,18 +98,18 @@ async def enqueue_many_async(
     settings = Settings.from_env()
     catalog = await outbox.load_catalog_async(conn, settings) if _any_template(batch) else None
     rows = _prepare_all(batch, catalog, settings)
-    async with _atomic_async(conn), conn.cursor(row_factory=tuple_row) as cur:
+    async with _atomic_async(conn), traced_async(conn), conn.cursor(row_factory=tuple_row) as cur:
         await cur.executemany(outbox.INSERT_ONE, [row[: outbox.LINKS] for row in rows], returning=True)
         inserted = [await cur.fetchone()]
         while cur.nextset():
             inserted.append(await cur.fetchone())
-        ids: list[int] = []
+        ids: list[Enqueued] = []
         for request, got in zip(batch, inserted, strict=True):
             if got is None:
                 await cur.execute(outbox.SELECT_BY_KEY, (request.idempotency_key,))
                 got = await cur.fetchone()
             assert got is not None
-            ids.append(int(got[0]))
+            ids.append(from_row(got))
         links = _link_params(rows, inserted)
         if links:
             await cur.executemany(outbox.INSERT_LINKS, links)

@@ -256,8 +256,9 @@ class _BulkRun:
             with turns.ids(index):
                 pass
             turns.commit(index)
+        suppressed = _suppressed(conn, ids)
         done = rejected + [
-            (n, f'{{"line": {n}, "id": {i}}}') for (n, _), i in zip(accepted, ids, strict=True)
+            (n, _accepted_line(n, i, suppressed.get(i))) for (n, _), i in zip(accepted, ids, strict=True)
         ]
         if rejected:  # accepted lines are in input order already
             done.sort(key=lambda result: result[0])
@@ -265,3 +266,25 @@ class _BulkRun:
         self.counts.accepted += len(ids)
         self.counts.rejected += len(rejected)
         turns.committed(index)
+
+
+# The emails of a batch the enqueue-time check stored suppressed (mailroom.email_queue_suppress_listed).
+SUPPRESSED = (
+    "SELECT id, suppression_reason FROM mailroom.email_queue WHERE id = ANY(%s) AND status = 'suppressed'"
+)
+
+
+def _suppressed(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, str]:
+    """Which of `ids` were stored suppressed, with the reason: their result lines say so."""
+    if not ids:
+        return {}
+    # Its own short transaction: an implicit one left open would turn the next batch's into a savepoint.
+    with conn.transaction(), conn.cursor() as cur:
+        return {int(i): str(why) for i, why in cur.execute(SUPPRESSED, (ids,)).fetchall()}
+
+
+def _accepted_line(line: int, email_id: int, suppressed: str | None) -> str:
+    """`{"line": N, "id": ID}`, with `"suppressed": reason` for an email that will not be sent."""
+    if suppressed is None:
+        return f'{{"line": {line}, "id": {email_id}}}'
+    return json.dumps({"line": line, "id": email_id, "suppressed": suppressed})

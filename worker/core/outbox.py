@@ -15,6 +15,7 @@ from psycopg.rows import dict_row, tuple_row
 from worker.core import links as tracking
 from worker.core.campaign_mail import POLICY, CampaignBook, book_from_policy
 from worker.core.config import Settings
+from worker.core.enqueued import Enqueued, from_row
 from worker.core.request_json import json_fields
 from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.core.validation import ValidationError, check_header_name, check_header_text, normalise_address
@@ -87,7 +88,10 @@ _COLUMN_LIST = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
 INSERT_ONE = (
     sql.SQL(
         "INSERT INTO mailroom.email_queue ({columns}) VALUES ({values})"
-        " ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id"
+        " ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+        # The enqueue-time check's verdict, computed here as the statement trigger computes it (RETURNING
+        # runs before that trigger stores the email suppressed): the caller is told at once.
+        " RETURNING id, mailroom.enqueue_suppression(status, recipient_email, to_extra, cc, bcc, transactional)"
     )
     .format(columns=_COLUMN_LIST, values=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS))
     .as_string(None)
@@ -95,7 +99,8 @@ INSERT_ONE = (
 # An idempotency key belongs to the role that enqueued (`enqueued_by`, session_user by default): the
 # same key from another role is another email, and the lookup never answers with another role's id.
 SELECT_BY_KEY = (
-    "SELECT id FROM mailroom.email_queue WHERE enqueued_by = session_user AND idempotency_key = %s"
+    "SELECT id, CASE WHEN status = 'suppressed' THEN suppression_reason END"
+    " FROM mailroom.email_queue WHERE enqueued_by = session_user AND idempotency_key = %s"
 )
 INSERT_LINKS = """
 INSERT INTO mailroom.tracked_links (token, email_id, position, url)
@@ -422,8 +427,8 @@ def enqueue(
     *,
     settings: Settings | None = None,
     created_by: str | None = None,
-) -> int:
-    """Enqueue one email in the caller's open transaction and return its id.
+) -> Enqueued:
+    """Enqueue one email in the caller's open transaction and return its id (with its suppression).
 
     Nothing is committed here: the email exists exactly when the caller's transaction
     commits. The same `idempotency_key` again from the same database role returns the first
@@ -444,7 +449,7 @@ def enqueue(
         elif row[LINKS]:
             cur.execute(INSERT_LINKS, _link_params(int(got[0]), row[LINKS]))
     assert got is not None
-    return int(got[0])
+    return from_row(got)
 
 
 async def enqueue_async(
@@ -453,7 +458,7 @@ async def enqueue_async(
     *,
     settings: Settings | None = None,
     created_by: str | None = None,
-) -> int:
+) -> Enqueued:
     """Async twin of `enqueue`, for applications on `psycopg.AsyncConnection`."""
     settings = settings or Settings.from_env()
     catalog = await load_catalog_async(conn, settings) if request.template else None
@@ -472,4 +477,4 @@ async def enqueue_async(
         elif row[LINKS]:
             await cur.execute(INSERT_LINKS, _link_params(int(got[0]), row[LINKS]))
     assert got is not None
-    return int(got[0])
+    return from_row(got)

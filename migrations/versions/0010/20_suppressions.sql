@@ -165,8 +165,8 @@ FROM mailroom.unsubscribe_list ORDER BY unsubscribed_at;
 CREATE FUNCTION mailroom.suppression_reason(address text, transactional boolean) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT coalesce(
-        (SELECT CASE WHEN b.bounce_type IN ('hard', 'complaint') THEN 'on the bounce list (' || b.bounce_type || ')'
-                     WHEN b.bounce_type = 'manual' THEN 'on the suppression list (manual)'
+        (SELECT CASE WHEN b.bounce_type IN ('hard', 'complaint', 'manual')
+                         THEN 'on the bounce list (' || b.bounce_type || ')'
                      WHEN b.bounce_count >= 3 THEN 'on the bounce list (soft, ' || b.bounce_count || ' times)'
                 END
          FROM mailroom.bounce_list b WHERE b.email = lower(address)),
@@ -234,9 +234,11 @@ COMMENT ON VIEW mailroom.suppressions IS
 
 -- 5. The caller of mailroom.enqueue is told: SELECT * FROM mailroom.enqueue_outcome(mailroom.enqueue(...)).
 -- Only the calling role's email (as mailroom.my_emails), so it tells nothing of other applications'.
+-- VOLATILE: it must see the row the mailroom.enqueue call in the same statement has just inserted
+-- (a STABLE function reads with the statement's snapshot, taken before that call).
 CREATE FUNCTION mailroom.enqueue_outcome(email_id bigint)
 RETURNS TABLE (id bigint, status text, suppressed boolean, suppression_reason text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT e.id, e.status, e.status = 'suppressed', e.suppression_reason
     FROM mailroom.email_queue e
     WHERE e.id = enqueue_outcome.email_id AND e.enqueued_by = session_user

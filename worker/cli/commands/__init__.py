@@ -39,6 +39,11 @@ ENTRIES: dict[str, Entry] = {
     "bounces": Entry(
         _M + "bounces:bounces", "take in bounces and complaints sent to VERP return paths", SENDERS
     ),
+    "suppressions": Entry(
+        _M + "suppressions:suppressions",
+        "the suppression list: list, history, add, remove, export and import addresses not mailed",
+        SENDERS,
+    ),
     "dmarc": Entry(
         _M + "dmarc:dmarc", "DMARC aggregate reports: read them in, show pass and fail by source", SENDERS
     ),

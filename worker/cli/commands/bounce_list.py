@@ -1,4 +1,4 @@
-"""`mailroom bounces list`: the bounces and complaints recorded, newest first, with full addresses."""
+"""`mailroom bounces list`: the bounces, complaints and other suppressions recorded, newest first, in full."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ import click
 from worker.cli.framework import POSITIVE, Command, Database, json_option, with_database
 
 LIST = """\
-List the bounces and complaints the intake recorded (from DSNs, feedback-loop reports, a bounce
-mailbox or provider webhooks), newest first: when (UTC), kind (hard, soft, complaint), the
-recipient in full, the reported status, the sender account and campaign the email counts against,
-the email's id, where the report came from and its diagnostic. Logs and the complaint digest
-mask addresses; this is where an operator sees them. A complaint marked `told` was in a digest.
+List every bounce, complaint and suppression recorded, newest first, however it arrived: a relay's
+refusal during the SMTP session (source smtp), DSNs, feedback-loop reports, a bounce mailbox,
+provider webhooks, unsubscribes and operators' changes (`mailroom suppressions`), lifts included:
+when (UTC), kind (hard, soft, complaint, unsubscribe, manual), the change (reported, listed,
+lifted), the recipient in full, the reported status, the sender account and campaign the email
+counts against, the email's id, the source and the diagnostic or reason. Logs and the complaint
+digest mask addresses; this is where an operator sees them. A complaint marked `told` was in a
+digest. One address's history: `mailroom suppressions history ADDRESS`.
 
 Exit status: 0 listed (an empty list too).
 
@@ -27,7 +30,11 @@ Examples:
 
 
 @click.command("list", cls=Command, help=LIST, short_help="list the bounces and complaints recorded")
-@click.option("--kind", type=click.Choice(("hard", "soft", "complaint")), help="only this kind")
+@click.option(
+    "--kind",
+    type=click.Choice(("hard", "soft", "complaint", "unsubscribe", "manual")),
+    help="only this kind",
+)
 @click.option("--sender", metavar="NAME", help="only those of email sent through this sender account")
 @click.option("--campaign", metavar="ID", help="only those of this campaign's email")
 @click.option("--limit", type=POSITIVE, default=50, help="show at most N (default 50)")
@@ -57,6 +64,7 @@ HEADERS = (
     "id",
     "received (UTC)",
     "kind",
+    "change",
     "recipient",
     "status",
     "sender",
@@ -72,6 +80,7 @@ def _item(r: dict[str, Any]) -> dict[str, Any]:
         "id": r["id"],
         "received_at": r["received_at"].astimezone(UTC).isoformat(),
         "kind": r["kind"],
+        "change": r["change"],
         "recipient": r["recipient"],
         "status": r["status"],
         "action": r["action"],
@@ -81,6 +90,7 @@ def _item(r: dict[str, Any]) -> dict[str, Any]:
         "source": r["source"],
         "diagnostic": r["diagnostic"],
         "told_in_digest": r["digest_id"],
+        "actor": r["actor"],
     }
 
 
@@ -89,6 +99,7 @@ def _cells(i: dict[str, Any]) -> tuple[str, ...]:
         str(i["id"]),
         i["received_at"][:19].replace("T", " "),
         i["kind"] + (" (told)" if i["told_in_digest"] else ""),
+        i["change"],
         i["recipient"],
         i["status"] or "-",
         i["sender"] or "-",

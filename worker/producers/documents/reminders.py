@@ -65,7 +65,7 @@ LEFT JOIN LATERAL (
       AND r.requested_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(interval)s)
     ORDER BY r.requested_at DESC LIMIT 1
 ) recent ON true
-LEFT JOIN mailroom.bounce_list b ON b.email = e.email AND b.bounce_type IN ('hard', 'complaint')
+LEFT JOIN mailroom.bounce_list b ON b.email = e.email AND b.bounce_type IN ('hard', 'complaint', 'manual')
 WHERE e.doc_id = %(doc_id)s AND s.id IS NULL
 ORDER BY e.id
 """

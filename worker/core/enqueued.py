@@ -1,0 +1,46 @@
+"""What enqueueing answers: the email's id, and whether it was stored suppressed (and why)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Enqueued(int):
+    """An enqueued email's id (an `int`, as before) that also tells whether it will be sent.
+
+    An email whose every recipient is on the suppression list (a hard bounce, a complaint, an
+    operator's suppression, three soft bounces, or an unsubscribe for non-transactional email) is
+    stored with status `suppressed` at once: `suppressed` is then True and `suppression_reason`
+    says why. For a repeated idempotency key it describes the first email as it is now.
+    """
+
+    __module__ = "mailroom"
+    suppression_reason: str | None
+
+    def __new__(cls, email_id: int, suppression_reason: str | None = None) -> Enqueued:
+        """The id `email_id`, suppressed for `suppression_reason` when that is not None."""
+        made = super().__new__(cls, email_id)
+        made.suppression_reason = suppression_reason
+        return made
+
+    @property
+    def suppressed(self) -> bool:
+        """Whether the email was stored `suppressed`: it will not be sent."""
+        return self.suppression_reason is not None
+
+    def __str__(self) -> str:
+        # The digits, as before: an id goes into URLs, logs and f-strings (object.__str__ would use repr).
+        return int.__repr__(self)
+
+    def __repr__(self) -> str:
+        if self.suppression_reason is None:
+            return f"Enqueued({int(self)})"
+        return f"Enqueued({int(self)}, suppressed: {self.suppression_reason!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Enqueued, (int(self), self.suppression_reason))
+
+
+def from_row(row: tuple[Any, ...]) -> Enqueued:
+    """The answer from a row of (id, suppression reason or NULL)."""
+    return Enqueued(int(row[0]), row[1] if len(row) > 1 else None)
