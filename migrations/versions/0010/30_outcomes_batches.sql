@@ -28,7 +28,9 @@ FROM mailroom.people p WHERE p.id = e.person_id;
 ALTER TABLE mailroom.events
     ALTER COLUMN delivery_payload SET NOT NULL,
     ADD CONSTRAINT events_delivery_payload_names_template
-        CHECK (jsonb_typeof(delivery_payload) = 'object' AND jsonb_typeof(delivery_payload -> 'template') = 'string'),
+        -- IS NOT DISTINCT FROM: a payload without a template is refused, not let through as unknown
+        CHECK (jsonb_typeof(delivery_payload) = 'object'
+               AND jsonb_typeof(delivery_payload -> 'template') IS NOT DISTINCT FROM 'string'),
     DROP CONSTRAINT events_retry_count_not_negative,
     ADD CONSTRAINT events_retry_count_range CHECK (retry_count BETWEEN 0 AND 3),
     DROP CONSTRAINT events_status_known,
@@ -222,8 +224,10 @@ END $$;
 
 COMMENT ON FUNCTION mailroom.schedule_birthdays(uuid[], timestamp with time zone, time without time zone, integer, integer) IS 'The set-based scheduling pass: everyone given (NULL: everyone, optionally one part of several) without a pending event gets their next one (after any birthday already queued, completed, missed or failed); returns how many were made.';
 
--- The console's recent outcomes: failed and queued events by when they changed, without a scan.
-CREATE INDEX events_outcome_idx ON mailroom.events (updated_at) WHERE status IN ('queued', 'failed', 'missed');
+-- Recent outcomes (the console, `mailroom events list`): queued, failed, missed and retrying events by
+-- when they changed, without a scan of the completed history.
+CREATE INDEX events_outcome_idx ON mailroom.events (updated_at)
+    WHERE status IN ('queued', 'failed', 'missed') OR retry_count > 0;
 
 -- == sender accounts: batch size ==
 
