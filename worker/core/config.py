@@ -271,6 +271,9 @@ DECLARED: tuple[Setting, ...] = (
        shown="none (the demo writes `$MAILROOM_HOME/secret.key`, mode 0600)"),
     _S("MAILROOM_LOG_FORMAT", None, "`text` (time, level, logger, message) or `json` (one object a line, "
        "with each event's fields)", _text, fallback="text"),
+    _S("MAILROOM_TRACING", None, "send OpenTelemetry traces (the `[otel]` extra) to the `OTEL_*` exporter: "
+       "on by itself when `OTEL_TRACES_EXPORTER` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set; false turns it off",
+       _flag, fallback=False),
     # what an email may be
     _S("MAILROOM_DEFAULT_LOCALE", "default_locale",
        "locale a template falls back to when the email's locale has none", _text),

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg.types.json import Jsonb
 
+from worker.core import tracing
 from worker.core.config import Settings
 from worker.core.logs import event
 from worker.core.masking import mask_address, mask_addresses_in
@@ -81,6 +82,10 @@ class Completer:
         """Record one result before the next message goes out on its connection; False if the claim's
         lease was lost (then nothing of the email changes). A send joins the group commit of every
         slot's sends; anything else is one transaction that also updates lists and counters."""
+        with tracing.span("mailroom.record"):  # a no-op while tracing is off
+            return await self._complete(db, claim, sender_id, result)
+
+    async def _complete(self, db: Borrowed, claim: Claim, sender_id: int, result: Result) -> bool:
         if result.charged:
             # Charged as soon as the provider counted it, before the recording that may fail or find
             # the lease lost: the message went out either way (`finish` refunds the rest).

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from worker.core import tracing
 from worker.core.config import Settings
 from worker.core.db import connection_kwargs
 from worker.core.listen import Listener, Waker
@@ -40,6 +41,7 @@ from worker.engine.recording import SentRecorder
 from worker.engine.sender_book import Sender, SenderBook
 from worker.engine.transport import Transport
 from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
+from worker.engine.traces import ClaimTraces, claim_attributes, outcome
 
 log = logging.getLogger("mailroom.worker")
 
@@ -252,7 +254,9 @@ class Worker:
             limit = 1  # the probe: one email tells whether the relay is back
         await self.book.use(sender, connections)
         # Claim, reserve quota for what was claimed and record the claim: one transaction.
-        claim = await claiming.take(self.pool, self.lease, sender.id, limit)
+        with tracing.span("mailroom.claim", {"mailroom.sender.id": sender.id}) as claim_span:
+            claim = await claiming.take(self.pool, self.lease, sender.id, limit)
+            tracing.note(claim_span, claim_attributes(claim))
         if claim.seen == 0:
             return False
         if claim.short:
@@ -261,7 +265,7 @@ class Worker:
             return True
         self._tokens.add(claim.token)
         try:
-            unsent = await self._deliver(sender, claim, connections[sender.id])
+            unsent = await self._deliver(sender, claim, connections[sender.id], claim_span)
         except BaseException:
             # Cancelled after the grace period, or failed: hand back whatever this claim still holds.
             # Shielded whole: a second cancellation must not cut it short.
@@ -300,25 +304,33 @@ class Worker:
 
     # -- sending --------------------------------------------------------------------------------
 
-    async def _deliver(self, sender: Sender, claim: claiming.Claim, connection: Transport) -> list[int]:
+    async def _deliver(
+        self, sender: Sender, claim: claiming.Claim, connection: Transport, claim_span: Any = None
+    ) -> list[int]:
         """Execute a claim's emails in order, each result completed before the next message goes out
         (so a killed worker leaves at most one message per connection sent but not recorded); return
-        the ids left unsent."""
+        the ids left unsent. Their spans link to `claim_span` (see `worker.engine.traces`)."""
         pending = list(claim.emails)
         # One database connection for the whole batch: a pool checkout costs a health-check round trip.
         db = Borrowed(self.pool)
-        # Each message is built one turn ahead, so its MAIL, RCPT and DATA can ride behind the body
-        # before it (see SmtpConnection.send).
-        upcoming = sender.build(pending[0]) if pending else None
         try:
+            # Spans only while tracing is on: otherwise one test a claim and a no-op a message.
+            traces = await ClaimTraces.load(db, pending, claim_span, sender.id) if tracing.active() else None
+            build = sender.build if traces is None else functools.partial(traces.build, sender.build)
+            # Each message is built one turn ahead, so its MAIL, RCPT and DATA can ride behind the body
+            # before it (see SmtpConnection.send).
+            upcoming = build(pending[0]) if pending else None
             while pending and not self.stopping.is_set():
                 email = pending.pop(0)
                 built = upcoming
                 assert built is not None
-                upcoming = sender.build(pending[0]) if pending else None
+                upcoming = build(pending[0]) if pending else None
                 await self.book.pace(sender)
-                result = await execute(email, built, upcoming, connection)
-                if not await self.completer.complete(db, claim, sender.id, result):
+                with tracing.NOOP if traces is None else traces.delivering(email) as span:
+                    result = await execute(email, built, upcoming, connection)
+                    outcome(span, result)
+                    held = await self.completer.complete(db, claim, sender.id, result)
+                if not held:
                     # Our lease expired and the claim went back to the queue: another worker owns the
                     # rest of this batch now, so sending it here would send it twice.
                     log.warning("lease lost for %d claimed email(s); leaving them to the queue", len(pending))

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import logging
 
+from worker.core import tracing
 from worker.core.message import Envelope
 from worker.engine.outcomes import Result, decide, failed_locally
 from worker.engine.rows import ClaimedEmail
+from worker.engine.traces import attempt_attributes
 from worker.engine.transport import Transport
 
 log = logging.getLogger("mailroom.worker")
@@ -28,7 +30,10 @@ async def execute(
         return failed_locally(email, f"cannot build the message: {built}")
     next_envelope = upcoming if isinstance(upcoming, Envelope) else None
     try:
-        attempt = await connection.send(built, next_envelope)
+        with tracing.span("mailroom.send", kind="client") as span:
+            attempt = await connection.send(built, next_envelope)
+            if span is not None:
+                tracing.note(span, attempt_attributes(attempt))
     except Exception as exc:  # ours, not the relay's: this email fails, the worker goes on
         log.exception("email %s: unexpected error while sending", email.id)
         await connection.close()  # the session's state is unknown after that

@@ -21,7 +21,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from worker.core import tracing
 from worker.core.config import Settings
+from worker.core.enqueue_trace import traced
 from worker.core.masking import mask_address
 from worker.core.outbox import EmailRequest, enqueue, load_catalog
 from worker.core.templates import builtin_templates
@@ -43,6 +45,9 @@ _LOCALE = re.compile(r"^[a-z]{2}(-[A-Z]{2})?$")
 MAX_AMOUNT = Decimal(10) ** 12
 MAX_QUANTITY = 1_000_000
 DEFAULT_CONSUMER = "mailroom"
+# The fields of an event line: the event, then what it carries of its producer's trace (optional).
+_FIELDS_SHOWN = ("message_id", "consumer", "type", "payload", "correlation_id", "traceparent", "tracestate")
+_FIELDS = frozenset(_FIELDS_SHOWN)
 
 _RECORD = """
 INSERT INTO mailroom.inbox (message_id, consumer, event_type, payload)
@@ -53,6 +58,36 @@ RETURNING xmax = 0 AS inserted, email_id, event_type
 _MARK_PROCESSED = (
     "UPDATE mailroom.inbox SET email_id = %s, processed_at = now() WHERE message_id = %s AND consumer = %s"
 )
+
+
+@dataclass(frozen=True)
+class EventTrace:
+    """What an event carries of its producer's trace: W3C trace context and a correlation id (all optional)."""
+
+    traceparent: str | None = None
+    tracestate: str | None = None
+    correlation_id: str | None = None
+
+    def parent(self) -> Any:
+        """The producer's span as the parent of the ingest's span (None: none, or unreadable)."""
+        return tracing.parent_from(self.traceparent, self.tracestate)
+
+
+def event_trace(obj: Mapping[str, Any]) -> EventTrace:
+    """The trace fields of one decoded event line. A malformed traceparent is ignored, as W3C Trace Context
+    says (a new trace starts); a correlation id must be 1 to 255 printable characters, since it is stored."""
+    correlation_id = obj.get("correlation_id")
+    if correlation_id is not None and (
+        not isinstance(correlation_id, str)
+        or not 1 <= len(correlation_id) <= 255
+        or not correlation_id.isprintable()
+    ):
+        raise ValidationError("correlation_id", "must be a string of 1 to 255 printable characters")
+    traceparent = obj.get("traceparent")
+    tracestate = obj.get("tracestate")
+    if not tracing.valid_traceparent(traceparent):
+        return EventTrace(correlation_id=correlation_id)
+    return EventTrace(traceparent, tracestate if isinstance(tracestate, str) else None, correlation_id)
 
 
 @dataclass(frozen=True)
@@ -244,8 +279,13 @@ def ingest_event(
     payload: Mapping[str, Any],
     *,
     settings: Settings | None = None,
+    trace: EventTrace | None = None,
 ) -> IngestResult:
     """Record one external event in the inbox and enqueue its email, atomically.
+
+    `trace` is what the event carried of its producer's trace (`event_trace`): the span of this
+    ingest continues that trace, and the email keeps the event's correlation id (its message id when
+    it has none) and the trace context, so its delivery spans continue it too.
 
     Runs in a transaction of its own, or in a savepoint of the caller's open transaction (which then
     decides when it commits). A repeated (message_id, consumer) stores no second email and returns
@@ -253,6 +293,23 @@ def ingest_event(
     `ValidationError` and stores nothing. A locale no template is written in falls back to the default
     locale; a malformed one is an error.
     """
+    trace = trace or EventTrace()
+    attributes = {"mailroom.event.type": event_type, "mailroom.inbox.consumer": consumer[:255]}
+    with tracing.span("mailroom.inbox.event", attributes, parent=trace.parent(), kind="consumer") as span:
+        got = _ingest(conn, message_id, consumer, event_type, payload, settings, trace.correlation_id)
+        tracing.note(span, {"mailroom.email.id": got.email_id, "mailroom.inbox.duplicate": got.duplicate})
+        return got
+
+
+def _ingest(
+    conn: psycopg.Connection[Any],
+    message_id: str,
+    consumer: str,
+    event_type: str,
+    payload: Mapping[str, Any],
+    settings: Settings | None,
+    correlation_id: str | None,
+) -> IngestResult:
     _check_key("message_id", message_id)
     _check_key("consumer", consumer)
     recipient, name, locale, data = template_data(event_type, payload)
@@ -274,21 +331,23 @@ def ingest_event(
             assert email_id is not None
             return IngestResult(int(email_id), duplicate=True)
         locale = _usable_locale(conn, settings, locale, message_id)
-        email_id = enqueue(
-            conn,
-            EmailRequest(
-                to=recipient,
-                to_name=name,
-                template=event_type,
-                locale=locale,
-                data=data,
-                idempotency_key=idempotency_key(message_id, consumer),
-                reference_type=event_type,
-                reference_id=data["order_number"],
-            ),
-            settings=settings,
-            created_by=f"inbox:{consumer}"[:255],
-        )
+        # Without a correlation id of its own, the event is known by its message id.
+        with traced(conn, correlation_id or (message_id if message_id.isprintable() else None)):
+            email_id = enqueue(
+                conn,
+                EmailRequest(
+                    to=recipient,
+                    to_name=name,
+                    template=event_type,
+                    locale=locale,
+                    data=data,
+                    idempotency_key=idempotency_key(message_id, consumer),
+                    reference_type=event_type,
+                    reference_id=data["order_number"],
+                ),
+                settings=settings,
+                created_by=f"inbox:{consumer}"[:255],
+            )
         cur.execute(_MARK_PROCESSED, (email_id, message_id, consumer))
     log.info("inbox: %s %s -> email %s to %s", event_type, message_id, email_id, mask_address(recipient))
     return IngestResult(email_id, duplicate=False)
@@ -300,9 +359,9 @@ def parse_event(
     """Turn one decoded JSON line into (message_id, consumer, type, payload), naming the field at fault."""
     if not isinstance(obj, dict):
         raise ValidationError("line", "each line must be a JSON object")
-    unknown = sorted(set(obj) - {"message_id", "consumer", "type", "payload"})
+    unknown = sorted(set(obj) - _FIELDS)
     if unknown:
-        raise ValidationError(unknown[0], "unknown field; known fields: message_id, consumer, type, payload")
+        raise ValidationError(unknown[0], f"unknown field; known fields: {', '.join(_FIELDS_SHOWN)}")
     message_id = _check_key("message_id", obj.get("message_id"))
     consumer = _check_key("consumer", obj.get("consumer", default_consumer))
     event_type = obj.get("type")

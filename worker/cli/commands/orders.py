@@ -63,7 +63,7 @@ def ingest(db: Database, path: str, consumer: str, progress: bool) -> int:
     from worker.core.config import ConfigError
     from worker.core.db import connect
     from worker.core.validation import ValidationError
-    from worker.producers.inbox import ingest_event, parse_event
+    from worker.producers.inbox import event_trace, ingest_event, parse_event
 
     try:
         handle: IO[str] = (
@@ -91,7 +91,10 @@ def ingest(db: Database, path: str, consumer: str, progress: bool) -> int:
                         "line", f"malformed JSON: {exc.msg} at column {exc.colno}"
                     ) from None
                 message_id, consumer, event_type, payload = parse_event(obj, consumer)
-                outcome = ingest_event(conn, message_id, consumer, event_type, payload, settings=db.settings)
+                trace = event_trace(obj)
+                outcome = ingest_event(
+                    conn, message_id, consumer, event_type, payload, settings=db.settings, trace=trace
+                )
             except ValidationError as exc:
                 counts["rejected"] += 1
                 result.update(error=str(exc), field=exc.field)
