@@ -12,6 +12,7 @@ that to `mailroom.rescue_expired_claims`, which does the same from the claim's r
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import date
@@ -68,6 +69,9 @@ class Claim:
     emails: list[ClaimedEmail] = field(default_factory=list)
     seen: int = 0  # rows the claim statement returned (suppressed and expired included)
     short: int = 0  # claimed emails the sender's quota did not cover (returned at once)
+    suppressed: int = 0  # emails the claim suppressed (their address is on a list)
+    expired: int = 0  # emails the claim failed for being past the queue lifetime
+    claimed_at: float = field(default_factory=time.monotonic)  # for the claim-to-finish histogram
 
 
 def claim_size(send_delay_ms: int, batch_size: int, own_batch_size: int | None = None) -> int:
@@ -104,6 +108,8 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
             rows = await claimed.fetchall()
         claim.seen = len(rows)
         suppressed = [r.id for r in rows if r.status == "suppressed"]
+        claim.suppressed = len(suppressed)
+        claim.expired = sum(r.status == "failed" for r in rows)
         if suppressed:
             await cur.execute(q.LOG_SUPPRESSED, {"ids": suppressed, "owner": lease.owner})
         assigned = [r for r in rows if r.status == "assigned"]

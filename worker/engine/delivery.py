@@ -16,6 +16,7 @@ import functools
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,20 +29,22 @@ from worker.core import tracing
 from worker.core.config import Settings
 from worker.core.db import connection_kwargs
 from worker.core.listen import Listener, Waker
+from worker.core.metrics import observe_claim_finished
 from worker.engine import claim as claiming
 from worker.engine import leases
 from worker.engine.circuits import Circuits
 from worker.engine.clock import SYSTEM, Clock
 from worker.engine.completer import Completer, Recording
+from worker.engine.counting import count_claim, count_result
 from worker.engine.database import Borrowed, Pool
 from worker.engine.execute import execute
 from worker.engine.leases import drained, idle_seconds
 from worker.engine.producer import Producer, run_producer
 from worker.engine.recording import SentRecorder
 from worker.engine.sender_book import Sender, SenderBook
-from worker.engine.transport import Transport
 from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
 from worker.engine.traces import ClaimTraces, claim_attributes, outcome
+from worker.engine.transport import Transport
 
 log = logging.getLogger("mailroom.worker")
 
@@ -257,6 +260,7 @@ class Worker:
         with tracing.span("mailroom.claim", {"mailroom.sender.id": sender.id}) as claim_span:
             claim = await claiming.take(self.pool, self.lease, sender.id, limit)
             tracing.note(claim_span, claim_attributes(claim))
+        count_claim(sender.name, len(claim.emails), claim.suppressed, claim.expired)
         if claim.seen == 0:
             return False
         if claim.short:
@@ -296,6 +300,7 @@ class Worker:
         """End a claim through the completer; its lease is renewed until that is done."""
         try:
             await self.completer.finish(claim, unsent)
+            observe_claim_finished(time.monotonic() - claim.claimed_at)
         finally:
             self._tokens.discard(claim.token)
             if self.options.drain:
@@ -328,6 +333,7 @@ class Worker:
                 await self.book.pace(sender)
                 with tracing.NOOP if traces is None else traces.delivering(email) as span:
                     result = await execute(email, built, upcoming, connection)
+                    count_result(sender.name, result, self.options.clock.now())
                     outcome(span, result)
                     held = await self.completer.complete(db, claim, sender.id, result)
                 if not held:

@@ -10,6 +10,7 @@ import uuid
 
 import psycopg
 
+from worker.core import metrics
 from worker.core.listen import Waker
 from worker.core.logs import event
 from worker.engine import queue_sql as q
@@ -54,6 +55,7 @@ async def rescue_once(pool: Pool, lease_seconds: float) -> list[int]:
     async with pool.connection() as conn:
         cur = await conn.execute(q.RESCUE_EXPIRED)
         rescued = [int(r[0]) for r in await cur.fetchall()]
+        metrics.count_rescued(len(rescued))
         # Journal rows of a claim that lost its emails: kept a whole lease period longer than any live
         # claim could need them.
         await conn.execute(q.FORGET_ORPHANED_JOURNAL, {"age": 2 * lease_seconds})
@@ -72,6 +74,7 @@ async def expire_pending(pool: Pool, lifetime_seconds: float, clock: Clock = SYS
     async with pool.connection() as conn:
         cur = await conn.execute(q.EXPIRE_PENDING, params)
         expired = len(await cur.fetchall())
+    metrics.count_email("", "expired", "sender", expired)  # no sender chosen yet: an empty label
     if expired:
         log.warning("%d email(s) expired in the queue", expired, extra=event("expired", count=expired))
     return expired

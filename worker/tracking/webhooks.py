@@ -34,6 +34,7 @@ from worker.core.db import connection_kwargs
 from worker.core.webhook_events import EventKind, EventOutcome, EventSink, WebhookEvent
 from worker.tracking import providers, sns
 from worker.tracking.providers import Mapped, PayloadError, clean
+from worker.tracking.webhook_counting import counted
 
 log = logging.getLogger("mailroom.tracker")
 
@@ -69,10 +70,10 @@ def add_routes(app: web.Application, url: str, settings: Settings, sink: EventSi
         log.info("/webhooks/ses refuses every SNS message: MAILROOM_SES_TOPIC_ARNS lists no topic")
     elif app[WEBHOOKS].sns.store() is None:
         log.error("/webhooks/ses refuses every SNS message: no trusted root certificates (set SSL_CERT_FILE)")
-    app.router.add_post("/webhooks/bounces", generic)
-    app.router.add_post("/webhooks/postmark", postmark)
-    app.router.add_post("/webhooks/sendgrid", sendgrid)
-    app.router.add_post("/webhooks/ses", ses)
+    app.router.add_post("/webhooks/bounces", counted("generic", generic))
+    app.router.add_post("/webhooks/postmark", counted("postmark", postmark))
+    app.router.add_post("/webhooks/sendgrid", counted("sendgrid", sendgrid))
+    app.router.add_post("/webhooks/ses", counted("ses", ses))
 
 
 def _answer(text: str, status: int, headers: dict[str, str] | None = None) -> web.Response:

@@ -71,13 +71,16 @@ interrupted (Ctrl-C, SIGTERM).
 The domains are --domain (repeatable), else MAILROOM_BOUNCE_DOMAIN and every sender account's own
 bounce domain (`mailroom senders edit NAME --bounce-domain DOMAIN`), read again every 30 s so a
 sender added meanwhile is served. Return paths are checked with MAILROOM_SECRET_KEY: run the
-receiver with the same key as the workers.
+receiver with the same key as the workers. --metrics-listen serves Prometheus metrics (reports by
+kind and outcome), /healthz and /readyz on a port of its own, never the SMTP one.
 
-Exit status: 0 stopped; 2 bad usage (no bounce domain, bad --listen, address in use).
+Exit status: 0 stopped; 2 bad usage (no bounce domain, bad --listen or --metrics-listen, address
+in use).
 
 Examples:
   MAILROOM_BOUNCE_DOMAIN=bounces.example.org mailroom bounces receive --listen 0.0.0.0:25
   mailroom bounces receive --listen 127.0.0.1:2526 --domain bounces.example.org --max-bytes 5000000
+  mailroom bounces receive --listen 0.0.0.0:25 --metrics-listen 127.0.0.1:9466
 """
 
 BOUNCES = """\
@@ -188,6 +191,11 @@ def _read(path: str, max_bytes: int) -> bytes:
     help="connections one client network may hold, 0 for no cap"
     " (default MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT, else 20)",
 )
+@click.option(
+    "--metrics-listen",
+    type=HostPort(port_required=True, lowest_port=0, example="127.0.0.1:9466"),
+    help="serve Prometheus metrics, /healthz and /readyz on this address (default: not at all)",
+)
 @with_database
 def receive(
     db: Database,
@@ -197,6 +205,7 @@ def receive(
     rate: int,
     burst: int,
     max_connections_per_client: int | None,
+    metrics_listen: tuple[str, int] | None,
 ) -> int:
     """Serve until interrupted."""
     import asyncio
@@ -216,8 +225,18 @@ def receive(
     settings = db.settings
     given, sender_domains = _bounce_domains(db, domains)
     host, port = listen
+    listener = None
+    if metrics_listen:
+        from worker.cli.metrics_option import refuse_public_port
+        from worker.ops.metrics_server import RECEIVER, serve_here
+
+        refuse_public_port(metrics_listen, host, port)
+        listener = serve_here(*metrics_listen, db.url, settings, RECEIVER)
+        print(f"bounces: metrics on {metrics_listen[0]}:{listener.port}", flush=True)
+    from worker.producers.bounces.counting import counted
+
     handler = BounceHandler(
-        database_processor(db.url, bounce_key(settings), settings.bounce_domain),
+        counted(database_processor(db.url, bounce_key(settings), settings.bounce_domain)),
         given,
         RateLimiter(rate, burst, clients=settings.receiver_rate_clients),
         sender_domains,
@@ -240,8 +259,12 @@ def receive(
         finally:
             await server.close()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve())
+    finally:
+        if listener is not None:
+            listener.close()
     return 0
 
 

@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from worker.cli.framework import WHOLE, Command, Database, with_database
+from worker.cli.framework import WHOLE, Command, Database, HostPort, with_database
 
 DESCRIPTION = """\
 Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN records a click and
@@ -21,11 +21,13 @@ not configured answers 404. A client network (an IPv4 address or IPv6 /64) holdi
 connection comes from the proxy: pass 0 and let the proxy cap them); a connection without a
 complete request for MAILROOM_TRACKER_IDLE_TIMEOUT_SECONDS (15: slow headers, idle keep-alive) is
 closed, and a request not done in MAILROOM_TRACKER_REQUEST_TIMEOUT_SECONDS (30, its body
-included) is answered 408. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the port is
-in use.
+included) is answered 408. --metrics-listen serves Prometheus metrics, /healthz and /readyz on a
+port of its own, never the public one. Runs until SIGTERM or Ctrl-C; exit status 0 then, 2 when the
+port is in use or the metrics address is the public one.
 
 Examples:
   mailroom tracker --port 8025
+  mailroom tracker --port 8025 --metrics-listen 127.0.0.1:9465
   MAILROOM_BASE_URL=https://t.example.com mailroom tracker --host 0.0.0.0 --port 8080"""
 
 
@@ -40,8 +42,19 @@ Examples:
     help="connections one client network may hold, 0 for no cap"
     " (default MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT, else 100)",
 )
+@click.option(
+    "--metrics-listen",
+    type=HostPort(port_required=True, lowest_port=0, example="127.0.0.1:9465"),
+    help="serve Prometheus metrics, /healthz and /readyz on this address (default: not at all)",
+)
 @with_database
-def tracker(db: Database, host: str, port: int | None, max_connections_per_client: int | None) -> int:
+def tracker(
+    db: Database,
+    host: str,
+    port: int | None,
+    max_connections_per_client: int | None,
+    metrics_listen: tuple[str, int] | None,
+) -> int:
     """Serve the tracker until SIGTERM/SIGINT."""
     import asyncio
     from dataclasses import replace
@@ -54,7 +67,19 @@ def tracker(db: Database, host: str, port: int | None, max_connections_per_clien
     port = port if port is not None else (urlsplit(settings.base_url).port or 8025)
     if max_connections_per_client is not None:
         settings = replace(settings, tracker_max_connections_per_client=max_connections_per_client)
+    listener = None
+    if metrics_listen:
+        from worker.cli.metrics_option import refuse_public_port
+        from worker.ops.metrics_server import TRACKER, serve_here
+
+        refuse_public_port(metrics_listen, host, port)
+        listener = serve_here(*metrics_listen, db.url, settings, TRACKER)
+        print(f"tracker: metrics on {metrics_listen[0]}:{listener.port}", flush=True)
     print(f"tracker on http://{host}:{port}, public base URL {settings.base_url}", flush=True)
     sink = event_sink(optional_bounce_key(settings))
-    asyncio.run(run_tracker(db.url, settings, host, port, sink))
+    try:
+        asyncio.run(run_tracker(db.url, settings, host, port, sink))
+    finally:
+        if listener is not None:
+            listener.close()
     return 0

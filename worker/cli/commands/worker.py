@@ -6,7 +6,10 @@ import sys
 
 import click
 
-from worker.cli.framework import POSITIVE, Command, Database, with_database
+from worker.cli.framework import POSITIVE, Command, Database, HostPort, with_database
+
+# Off by default; port 0 lets the system choose (tests).
+METRICS_LISTEN = HostPort(port_required=True, lowest_port=0, example="127.0.0.1:9464")
 
 DESCRIPTION = """\
 Claim due email with FOR UPDATE SKIP LOCKED, send it over SMTP through the sender accounts, retry
@@ -15,12 +18,15 @@ with backoff, honour bounce and unsubscribe lists, record every attempt, and (un
 on any hosts. Wakes on NOTIFY; MAILROOM_LISTEN_DATABASE_URL lets the LISTEN connection bypass a
 transaction-pooling PgBouncer. SIGTERM/SIGINT stop claiming, let in-flight sends finish within
 --grace seconds and return the rest to the queue: nothing is lost.
+--metrics-listen serves Prometheus metrics (/metrics) and the probes /healthz and /readyz on a
+port of its own (with --processes, the supervisor serves every process's figures at once).
 Exit status 0 when stopped (or drained with --drain), 1 when a worker process failed or --drain
 left email due that no sender can send (each sender's state is printed).
 
 Examples:
   mailroom worker
   mailroom worker --processes 4 --concurrency 8
+  mailroom worker --processes 4 --metrics-listen 127.0.0.1:9464
   mailroom worker --drain --no-producers"""
 
 
@@ -53,6 +59,12 @@ Examples:
     default=True,
     help="run the producers (lifecycle, birthdays, retention, ...) in this process, or deliver only",
 )
+@click.option(
+    "--metrics-listen",
+    type=METRICS_LISTEN,
+    help="serve Prometheus metrics, /healthz and /readyz on this address (default: not at all)",
+)
+@click.option("--metrics-dir", hidden=True, help="(set by the supervisor) count into this directory")
 @with_database
 def worker(
     db: Database,
@@ -62,27 +74,22 @@ def worker(
     drain: bool,
     grace: float,
     producers: bool,
+    metrics_listen: tuple[str, int] | None,
+    metrics_dir: str | None,
 ) -> int:
     """`mailroom worker`: claim, send and record email until SIGTERM/SIGINT (or, with --drain, until idle)."""
     if processes > 1:
-        import os
-        from functools import partial
+        return _supervise(db, processes, metrics_listen, concurrency, batch_size, grace, drain, producers)
+    if metrics_dir:
+        from worker.core.metrics import enable_for_supervisor
 
-        from worker.engine.processes import Supervisor, worker_argv
+        enable_for_supervisor(metrics_dir)
+    listener = None
+    if metrics_listen:
+        from worker.ops.metrics_server import WORKER, serve_here
 
-        argv = partial(
-            worker_argv,
-            concurrency=concurrency,
-            batch_size=batch_size,
-            grace=grace,
-            drain=drain,
-            producers=producers,
-        )
-        # The children use the server this process resolved (the embedded one included).
-        env = {**os.environ, "MAILROOM_DATABASE_URL": db.url}
-        code = Supervisor(processes, argv, env, drain=drain).run()
-        print(f"worker: {processes} processes stopped", file=sys.stderr)
-        return code
+        listener = serve_here(*metrics_listen, db.url, db.settings, WORKER)
+        print(f"worker: metrics on {_address(metrics_listen[0], listener.port)}", file=sys.stderr, flush=True)
     import asyncio
 
     from worker.engine.delivery import WorkerOptions, run_worker
@@ -94,7 +101,11 @@ def worker(
 
         chosen = worker_producers()
     settings = db.settings
-    sent = asyncio.run(run_worker(db.url, settings, options, settings.listen_database_url, chosen))
+    try:
+        sent = asyncio.run(run_worker(db.url, settings, options, settings.listen_database_url, chosen))
+    finally:
+        if listener is not None:
+            listener.close()
     print(f"worker: sent {sent} email(s)", file=sys.stderr)
     return _drained(db) if drain else 0
 
@@ -110,3 +121,57 @@ def _drained(db: Database) -> int:
         return 0
     print(f"worker: {stuck.line}", file=sys.stderr)
     return 1
+
+
+def _address(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _supervise(
+    db: Database,
+    processes: int,
+    metrics_listen: tuple[str, int] | None,
+    concurrency: int,
+    batch_size: int,
+    grace: float,
+    drain: bool,
+    producers: bool,
+) -> int:
+    """Run `processes` worker processes; with --metrics-listen, serve all their figures from here."""
+    import os
+    import shutil
+    import tempfile
+
+    from worker.engine.processes import Supervisor, worker_argv
+
+    directory = tempfile.mkdtemp(prefix="mailroom-metrics-") if metrics_listen else None
+
+    def argv(index: int) -> list[str]:
+        line = worker_argv(
+            index,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            grace=grace,
+            drain=drain,
+            producers=producers,
+        )
+        return [*line, "--metrics-dir", directory] if directory else line
+
+    # The children use the server this process resolved (the embedded one included).
+    env = {**os.environ, "MAILROOM_DATABASE_URL": db.url}
+    listener = None
+    try:
+        if metrics_listen and directory:
+            from worker.ops.metrics_server import serve_children
+
+            listener = serve_children(*metrics_listen, db.url, db.settings, directory)
+            where = _address(metrics_listen[0], listener.port)
+            print(f"worker: metrics on {where}", file=sys.stderr, flush=True)
+        code = Supervisor(processes, argv, env, drain=drain).run()
+    finally:
+        if listener is not None:
+            listener.close()
+        if directory:
+            shutil.rmtree(directory, ignore_errors=True)
+    print(f"worker: {processes} processes stopped", file=sys.stderr)
+    return code

@@ -1,0 +1,262 @@
+"""Gauges read from the database for a Prometheus scrape: the queue, the senders, the workers.
+
+One collector per listener (the supervisor's, never each worker process's): a scrape sees each figure
+once per host, and the figures are the same from every host, so dashboards and rules take their
+`max` across instances, never their sum. Reading them costs a bounded amount of work whatever the
+queue holds: each status is counted exactly up to `EXACT_UP_TO` rows through its partial index,
+and past that the planner's estimate for that index (`pg_class.reltuples`, kept by autovacuum) is
+used; the oldest due email and the last send are one index endpoint each; the senders table is
+small; reputation reads a bounded window per sender. The result is cached for `cache_seconds`, so
+several Prometheus servers scraping at once cost one read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from psycopg.rows import dict_row
+
+from worker.core.config import Settings
+from worker.core.reputation import sender_reputations
+from worker.ops.senders import list_senders
+
+# Below this many rows a status's count is exact; above it, the partial index's estimate.
+EXACT_UP_TO = 10_000
+CACHE_SECONDS = 10.0
+CIRCUIT_STATES = ("closed", "half_open", "open")
+USABLE = ("active", "warming_up")
+ALIVE_SECONDS = 60.0
+
+# Each status counted through its own partial index (the literal status lets the planner pick it),
+# with that index's row estimate beside it.
+QUEUE = """
+SELECT 'unrendered' AS status,
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'unrendered'
+                              LIMIT %(cap)s) c) AS exact,
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_unrendered_idx')) AS estimate
+UNION ALL
+SELECT 'pending',
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' LIMIT %(cap)s) c),
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_due_idx'))
+UNION ALL
+SELECT 'assigned',
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'assigned' LIMIT %(cap)s) c),
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_lease_idx'))
+UNION ALL
+SELECT 'sent',
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'sent' LIMIT %(cap)s) c),
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_sent_idx'))
+UNION ALL
+SELECT 'bounced',
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'bounced' LIMIT %(cap)s) c),
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_bounced_idx'))
+UNION ALL
+SELECT 'failed',
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'failed' LIMIT %(cap)s) c),
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_failed_idx'))
+UNION ALL
+SELECT 'cancelled',
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'cancelled' LIMIT %(cap)s) c),
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_cancelled_idx'))
+UNION ALL
+SELECT 'suppressed',
+       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'suppressed' LIMIT %(cap)s) c),
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_suppressed_idx'))
+"""
+
+# Due email (capped like the rest), the oldest due one's age, the last send, the live workers.
+FIGURES = """
+SELECT (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue
+                              WHERE status = 'pending' AND scheduled_for <= now() LIMIT %(cap)s) c) AS due,
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_due_idx')) AS due_estimate,
+       extract(epoch FROM now() - (SELECT min(scheduled_for) FROM mailroom.email_queue
+                                   WHERE status = 'pending' AND scheduled_for <= now()))::float AS oldest_due,
+       extract(epoch FROM coalesce(
+           (SELECT max(sent_at) FROM mailroom.email_queue WHERE status = 'sent'),
+           (SELECT attempted_at FROM mailroom.send_logs WHERE outcome = 'sent'
+            ORDER BY attempted_at DESC LIMIT 1)))::float AS last_sent,
+       (SELECT count(*) FROM mailroom.workers
+        WHERE seen_at > now() - make_interval(secs => %(alive)s)) AS workers_alive
+"""
+
+
+def capped(exact: int, estimate: float | None, cap: int = EXACT_UP_TO) -> float:
+    """The exact count below the cap; at the cap, the index's estimate (never less than the cap)."""
+    if exact < cap:
+        return float(exact)
+    return max(float(cap), float(estimate or 0.0))
+
+
+@dataclass
+class Reading:
+    """One read of the database's figures, as metric families, and when it was taken."""
+
+    families: list[Metric]
+    at: float
+
+
+@dataclass(eq=False)  # a registry keeps its collectors in a dict: hashed by identity
+class DatabaseGauges(Collector):
+    """A Prometheus collector of the database's figures, cached for `cache_seconds`."""
+
+    url: str
+    settings: Settings
+    cache_seconds: float = CACHE_SECONDS
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _conn: psycopg.Connection[Any] | None = None
+    _last: Reading | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        """The cached figures, read again once they are older than `cache_seconds`."""
+        with self._lock:
+            now = time.monotonic()
+            if self._last is None or now - self._last.at >= self.cache_seconds:
+                self._last = Reading(self._read(), now)
+            families = self._last.families
+        yield from families
+
+    def close(self) -> None:
+        """Close the collector's connection."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _read(self) -> list[Metric]:
+        started = time.perf_counter()
+        up = GaugeMetricFamily(
+            "mailroom_database_up", "1 when the last read of the database's figures worked"
+        )
+        families: list[Metric] = []
+        try:
+            families = self._families(self._connection())
+            up.add_metric([], 1)
+        except psycopg.Error:
+            # Unreachable or failing: say so, and reconnect next time.
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+            up.add_metric([], 0)
+        took = GaugeMetricFamily(
+            "mailroom_database_read_seconds", "Seconds the last read of the database's figures took"
+        )
+        took.add_metric([], time.perf_counter() - started)
+        return [up, took, *families]
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+        return self._conn
+
+    def _families(self, conn: psycopg.Connection[Any]) -> list[Metric]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            queue = cur.execute(QUEUE, {"cap": EXACT_UP_TO}).fetchall()
+            figures = cur.execute(FIGURES, {"cap": EXACT_UP_TO, "alive": ALIVE_SECONDS}).fetchone()
+        assert figures is not None
+        senders = list_senders(conn)
+        reputations = sender_reputations(conn, window=self.settings.health_reputation_deliveries)
+        return [*_queue_families(queue, figures), *_sender_families(senders, reputations)]
+
+
+def _queue_families(queue: list[dict[str, Any]], figures: dict[str, Any]) -> list[Metric]:
+    emails = GaugeMetricFamily(
+        "mailroom_queue_emails",
+        f"Emails in the queue by status (exact up to {EXACT_UP_TO}, then the index's estimate)",
+        labels=["status"],
+    )
+    for row in queue:
+        emails.add_metric([row["status"]], capped(int(row["exact"]), row["estimate"]))
+    due = GaugeMetricFamily("mailroom_queue_due_emails", "Pending emails due now")
+    due.add_metric([], capped(int(figures["due"]), figures["due_estimate"]))
+    oldest = GaugeMetricFamily(
+        "mailroom_queue_oldest_due_seconds", "Seconds the oldest due email has waited (0 when none is due)"
+    )
+    oldest.add_metric([], max(float(figures["oldest_due"] or 0.0), 0.0))
+    last = GaugeMetricFamily(
+        "mailroom_last_sent_timestamp_seconds", "Unix time of the last email sent (0 when none is on record)"
+    )
+    last.add_metric([], float(figures["last_sent"] or 0.0))
+    workers = GaugeMetricFamily(
+        "mailroom_workers_alive", "Worker processes with a heartbeat in the last minute"
+    )
+    workers.add_metric([], int(figures["workers_alive"]))
+    return [emails, due, oldest, last, workers]
+
+
+def _sender_families(senders: list[dict[str, Any]], reputations: list[Any]) -> list[Metric]:
+    usable = GaugeMetricFamily(
+        "mailroom_sender_usable",
+        "1 when the sender may send now (active or warming up, circuit closed)",
+        labels=["sender"],
+    )
+    status = GaugeMetricFamily(
+        "mailroom_sender_status", "1 for the sender's current status", labels=["sender", "status"]
+    )
+    circuit = GaugeMetricFamily(
+        "mailroom_sender_circuit",
+        "1 for the sender's circuit state (closed, half_open, open), 0 for the others",
+        labels=["sender", "state"],
+    )
+    used = GaugeMetricFamily(
+        "mailroom_sender_quota_used", "Emails the sender sent today (UTC)", labels=["sender"]
+    )
+    limit = GaugeMetricFamily(
+        "mailroom_sender_quota_limit",
+        "The sender's limit today (daily limit or warm-up stage)",
+        labels=["sender"],
+    )
+    for s in senders:
+        name = str(s["name"])
+        usable.add_metric([name], int(s["status"] in USABLE))
+        status.add_metric([name, str(s["status"])], 1)
+        for state in CIRCUIT_STATES:
+            circuit.add_metric([name, state], int(s["circuit_state"] == state))
+        used.add_metric([name], int(s["sent_today"]))
+        limit.add_metric([name], int(s["effective_limit"]))
+    deliveries = GaugeMetricFamily(
+        "mailroom_sender_reputation_deliveries",
+        "Deliveries in the sender's reputation window (its last MAILROOM_HEALTH_REPUTATION_DELIVERIES)",
+        labels=["sender"],
+    )
+    bounces = GaugeMetricFamily(
+        "mailroom_sender_hard_bounce_rate",
+        "Share of the window's deliveries that bounced hard",
+        labels=["sender"],
+    )
+    complaints = GaugeMetricFamily(
+        "mailroom_sender_complaint_rate",
+        "Share of the window's deliveries that drew a complaint",
+        labels=["sender"],
+    )
+    for r in reputations:
+        deliveries.add_metric([r.sender], r.deliveries)
+        bounces.add_metric([r.sender], r.hard_bounces / r.deliveries if r.deliveries else 0.0)
+        complaints.add_metric([r.sender], r.complaints / r.deliveries if r.deliveries else 0.0)
+    return [usable, status, circuit, used, limit, deliveries, bounces, complaints]
+
+
+# Every gauge name this module exports (the dashboard test checks its queries against them).
+GAUGE_NAMES = (
+    "mailroom_database_up",
+    "mailroom_database_read_seconds",
+    "mailroom_queue_emails",
+    "mailroom_queue_due_emails",
+    "mailroom_queue_oldest_due_seconds",
+    "mailroom_last_sent_timestamp_seconds",
+    "mailroom_workers_alive",
+    "mailroom_sender_usable",
+    "mailroom_sender_status",
+    "mailroom_sender_circuit",
+    "mailroom_sender_quota_used",
+    "mailroom_sender_quota_limit",
+    "mailroom_sender_reputation_deliveries",
+    "mailroom_sender_hard_bounce_rate",
+    "mailroom_sender_complaint_rate",
+)
