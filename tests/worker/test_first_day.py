@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 import psycopg
 import pytest
 
 from tests.cli import run
-from tests.worker.helpers import add_sender, enqueue_many, statuses
-from worker.devtools.sink import RunningSink
+from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
+from worker.core.config import Settings
+from worker.devtools.sink import Drop, RunningSink
 
 
 def test_drain_with_email_due_and_no_usable_sender_says_why_and_exits_1(
@@ -44,3 +48,51 @@ def test_drain_that_sends_everything_exits_0(
 
     assert (code, statuses(db_url)) == (0, {"sent": 2})
     assert "no sender can send" not in err
+
+
+async def test_a_failed_login_on_every_connection_says_suspended_once(
+    db_url: str,
+    settings: Settings,
+    smtp_sink_factory: Callable[..., RunningSink],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = smtp_sink_factory(auth=("mailer", "right-password"))
+    add_sender(db_url, sink.port, username="mailer", password="wrong", settings=settings)
+    enqueue_many(db_url, 8)
+
+    with caplog.at_level(logging.INFO):
+        await run_until_drained(db_url, settings, concurrency=4)
+
+    said = [r.getMessage() for r in caplog.records if "suspended" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("sender account primary suspended: authentication failed: 535")
+
+
+async def test_an_attempt_without_a_reply_is_logged_without_a_code_never_as_none(
+    db_url: str, settings: Settings, smtp_sink: RunningSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    smtp_sink.on_data("u0@example.com", Drop())
+    enqueue_many(db_url, 1)
+
+    with caplog.at_level(logging.WARNING):
+        await run_until_drained(db_url, settings)
+
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("email 1 to")]
+    assert "None" not in line
+    assert line.startswith("email 1 to u***@example.com: ") and line.endswith("(transient) -> retry")
+
+
+def test_maintenance_with_nothing_to_do_says_nothing_at_info(
+    db_url: str, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    from worker.ops.retention import run_maintenance
+
+    with psycopg.connect(db_url, autocommit=True) as conn, caplog.at_level(logging.DEBUG):
+        report = run_maintenance(conn, settings)
+
+    assert report.steps and not report.errors
+    info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert not [line for line in info if line.startswith("maintenance")], info
+    # Still there for whoever asks for DEBUG.
+    assert any("touched 0 row(s)" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)

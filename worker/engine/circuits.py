@@ -56,10 +56,10 @@ class Circuits:
 
     async def suspend(self, sender: Sender, reply: Reply) -> None:
         """Authentication failed: suspend the sender account (an operator resumes it)."""
-        said = f"{reply.code} {reply.text}" if reply.code is not None else reply.text
-        reason = mask_addresses_in(f"authentication failed: {said}")[:500]
-        async with self.pool.connection() as conn:
-            await conn.execute(q.SUSPEND_SENDER, {"sender": sender.id, "reason": reason})
+        reason = mask_addresses_in(f"authentication failed: {reply.said()}")[:500]
+        # One failed login per connection in flight: the first suspends and says so, the rest are quiet.
+        if await fetch_scalar(self.pool, q.SUSPEND_SENDER, {"sender": sender.id, "reason": reason}) is None:
+            return
         log.error(
             "sender account %s suspended: %s",
             sender.name,

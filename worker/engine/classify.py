@@ -30,6 +30,11 @@ class Reply:
     text: str
     phase: str = "data"  # connect, token (an OAuth2 token endpoint's refusal), auth, mail, rcpt, data
 
+    def said(self, limit: int | None = None) -> str:
+        """Code and text as a person reads them: no code at all (never 'None') when no reply came."""
+        text = self.text if limit is None else self.text[:limit]
+        return f"{self.code} {text}" if self.code is not None else text
+
     @cached_property
     def enhanced(self) -> str | None:
         """The RFC 3463 enhanced status code at the start of the text, e.g. '5.1.1'."""

@@ -319,11 +319,10 @@ def _log_refused(email_id: int, address: str, reply: Reply) -> None:
     recipient = mask_address(address)
     text = mask_addresses_in(reply.text[:200])
     log.warning(
-        "email %s: recipient %s refused: %s %s",
+        "email %s: recipient %s refused: %s",
         email_id,
         recipient,
-        reply.code,
-        text,
+        mask_addresses_in(reply.said(200)),
         extra=event(
             "recipient_refused",
             email_id=email_id,
@@ -341,11 +340,10 @@ def _log_failed_attempt(result: Result, retry_at: datetime | None) -> None:
     reply = result.attempt.reply
     text = mask_addresses_in(reply.text[:200])  # replies echo addresses: never a full one in a log line
     log.warning(
-        "email %s to %s: %s %s (%s) -> %s",
+        "email %s to %s: %s (%s) -> %s",
         email.id,
         recipient,
-        reply.code,
-        text,
+        mask_addresses_in(reply.said(200)),
         result.verdict.value,
         result.kind.value,
         extra=event(

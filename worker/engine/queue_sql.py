@@ -230,9 +230,11 @@ SET bounces = mailroom.sender_usage.bounces + EXCLUDED.bounces,
 
 TOUCH_SENDER = "UPDATE mailroom.sender_accounts SET last_used_at = now() WHERE id = %s RETURNING id"
 
+# Returns the id only to the one attempt that suspended it: the others in flight say nothing more.
 SUSPEND_SENDER = """
 UPDATE mailroom.sender_accounts SET status = 'suspended', status_reason = %(reason)s
 WHERE id = %(sender)s AND status <> 'suspended'
+RETURNING id
 """
 
 # Two statements, each its own transaction: renewal never holds a claim row while it waits for an

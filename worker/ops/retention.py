@@ -228,7 +228,9 @@ def run_maintenance(
     def record(step: StepReport) -> None:
         report.steps.append(step)
         suffix = " (dry run)" if dry_run else ""
-        log.info("maintenance%s: %s touched %d row(s)", suffix, step.name, step.rows)
+        # A step with nothing to do is routine (every worker start runs them all): DEBUG, not INFO.
+        level = logging.INFO if step.rows else logging.DEBUG
+        log.log(level, "maintenance%s: %s touched %d row(s)", suffix, step.name, step.rows)
         if progress:
             progress(f"{step.name}: {step.rows} row(s){suffix}")
 
@@ -254,7 +256,9 @@ def _log_retention(report: MaintenanceReport) -> None:
         f"{name} {c['archived']} archived / {c['deleted']} deleted" for name, c in summary.items()
     )
     suffix = " (dry run: nothing archived or deleted)" if report.dry_run else ""
-    log.info(
+    quiet = not any(c["archived"] or c["deleted"] for c in summary.values())
+    log.log(
+        logging.DEBUG if quiet else logging.INFO,
         "maintenance: retention %s%s",
         text,
         suffix,
