@@ -138,3 +138,29 @@ def start(args: list[str], env: dict[str, str]) -> Running:
     running = Running(proc)
     threading.Thread(target=running.read, daemon=True).start()
     return running
+
+
+APT_PROMETHEUS = "apt-get install -y prometheus"
+
+
+def promtool() -> str:
+    """The promtool program; the test fails without it under CI, else skips with the apt-get line."""
+    import os
+    import shutil
+
+    import pytest
+
+    found = shutil.which("promtool")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"promtool is not installed: {APT_PROMETHEUS}")
+        pytest.skip(f"promtool is not installed: {APT_PROMETHEUS}")
+    return found
+
+
+def family_names(text: str) -> set[str]:
+    """The metric families of a scrape (shown even before their first sample), with a counter's _total."""
+    found = set()
+    for family in text_string_to_metric_families(text):
+        found.add(family.name + "_total" if family.type == "counter" else family.name)
+    return found
