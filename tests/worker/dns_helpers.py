@@ -101,7 +101,10 @@ def dns_server(zone: Zone) -> Iterator[tuple[ZoneResolver, str]]:
         for tcp in (False, True)
     ]
     for server in servers:
-        server.start_thread()
+        # A short poll: stopping waits for the loop to look (socketserver's default is half a second).
+        threading.Thread(
+            target=server.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
     try:
         yield resolver, f"127.0.0.1:{port}"
     finally:
