@@ -4,6 +4,7 @@ worker and SMTP sink; a render or enqueue failure is retried with backoff on the
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -280,3 +281,54 @@ async def test_a_queued_event_keeps_what_it_sent_when_the_person_is_renamed(
             "SELECT subject, template_data FROM mailroom.email_queue WHERE id = %s", (queued["email_id"],)
         ).fetchone()
     assert email is not None and email["template_data"]["first_name"] == "Ada"
+
+
+async def test_people_commands_show_status_reason_and_retries(
+    db_url: str,
+    conn: Conn,
+    settings: Settings,
+    cli_env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    smtp_sink: RunningSink,
+) -> None:
+    from tests.cli import run
+
+    add_sender(db_url, smtp_sink.port, settings=settings)
+    smtp_sink.on_rcpt("ada@example.com", "550 5.1.1 User unknown")
+    ada = await _queue_birthday(db_url, conn, settings)
+    await run_until_drained(db_url, settings)
+    clock = MovedClock()
+    born, zone = _due_today(clock.now())
+    alan = _add(conn, settings, "Alan", born, zone, clock.now())
+    conn.execute(BROKEN_TEMPLATE)
+    conn.commit()
+    assert len((await _scheduler(db_url, settings, clock.now())).retried) == 1
+
+    code, out, err = run(capsys, "events", "list")
+    assert code == 0 and err == "2 event(s)\n"
+    lines = out.splitlines()
+    assert lines[0].split() == ["STATUS", "BIRTHDAY", "NAME", "RETRIES", "EMAIL", "EVENT"]
+    assert lines[1].startswith("retrying") and "Alan Tester" in lines[1] and " 1/3 " in lines[1]
+    assert lines[2].startswith("  next attempt ") and lines[3].startswith(
+        "  cannot be rendered or enqueued: "
+    )
+    assert lines[4].startswith("failed") and "Ada Tester" in lines[4]
+    assert "the email failed: " in lines[5] and "550 5.1.1 User unknown" in lines[5]
+
+    code, out, _ = run(capsys, "events", "list", "--status", "failed", "--json")
+    [failed] = json.loads(out)
+    assert (failed["person_id"], failed["status"], failed["retry_count"]) == (str(ada), "failed", 0)
+    code, out, _ = run(capsys, "events", "list", "--person", str(ada))
+    assert [line.split()[0] for line in out.splitlines()[1:] if not line.startswith(" ")] == [
+        "pending",
+        "failed",
+    ]
+
+    code, out, _ = run(capsys, "events", "upcoming", "--hours", "48")
+    row = next(line for line in out.splitlines() if "Alan Tester" in line)
+    assert " 1/3 " in row
+    assert "last attempt: cannot be rendered or enqueued" in out
+    assert row.endswith(str(_events(conn, alan)[0]["id"]))
+
+    code, _, err = run(capsys, "events", "list", "--status", "completed")
+    assert code == 2 and "completed" in err

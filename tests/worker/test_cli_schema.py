@@ -79,6 +79,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "people list": [],
     "people delete": ["0b7e3c1a-5d2f-4e8b-9a61-2f4c8d9e01c1"],
     "events upcoming": [],
+    "events list": [],
     "privacy export": ["ada@example.com"],
     "privacy erase": ["ada@example.com", "--yes"],
     "stats": [],

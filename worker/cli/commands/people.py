@@ -6,13 +6,15 @@ import json
 import math
 import sys
 import uuid
-from datetime import date
+from datetime import UTC, date
 from typing import Any
 
 import click
 
 from worker.cli.framework import POSITIVE, Command, Database, Group, json_option, with_database
 
+# The states `events list --status` takes (kept here: `--help` must not import the producers).
+OUTCOME_FILTERS = ("queued", "failed", "missed", "retrying")
 MAX_HOURS = 24 * 366 * 10  # events upcoming looks at most ten years ahead
 
 DESCRIPTION = """\
@@ -64,20 +66,40 @@ Example:
 
 EVENTS = """\
 Scheduled birthday events. `upcoming` lists pending events due within --hours (overdue ones first),
-with their UTC and local times. Changes nothing.
+with their UTC and local times; `list` shows what became of them: queued (the email is waiting to be
+sent), completed (the relay accepted it), failed with the reason (the email failed, expired,
+bounced or was suppressed, or could not be rendered after 3 retries), missed, or retrying. Changes
+nothing.
 
 Examples:
   mailroom events upcoming
-  mailroom events upcoming --hours 168 --json"""
+  mailroom events upcoming --hours 168 --json
+  mailroom events list --status failed"""
 
 UPCOMING = """\
 List pending birthday events due within --hours (default 24), overdue ones first, with their UTC
-and local times, time zone, name and event id. Changes nothing. The count goes to standard error.
-Exit status 0.
+and local times, time zone, name, retries so far (an event whose email could not be rendered or
+enqueued is tried again after 1, 5 and 30 minutes) and event id. Changes nothing. The count goes to
+standard error. Exit status 0.
 
 Examples:
   mailroom events upcoming
   mailroom events upcoming --hours 168 --json"""
+
+
+OUTCOMES = """\
+List birthday events by what became of them, newest change first: queued (handed to the queue, not
+yet sent), failed (with the reason: the email failed for good, expired, bounced or was suppressed,
+or it could not be rendered or enqueued after 3 retries), missed (its local day ended first) and
+retrying (pending again after a failed attempt, with the attempt's error and when it is tried
+next). --status keeps one of them; --person shows every event of one person, completed ones
+included. Names and reasons are printed with control characters made visible. Changes nothing. The
+count goes to standard error. Exit status 0, 2 when an option is invalid.
+
+Examples:
+  mailroom events list
+  mailroom events list --status failed --limit 20
+  mailroom events list --person 0b7e...c1 --json"""
 
 
 class IsoDate(click.ParamType[date, Any]):
@@ -287,12 +309,50 @@ def upcoming(db: Database, hours: float, limit: int, as_json: bool) -> int:
     if as_json:
         print(json.dumps([_jsonable(vars(e)) for e in found], indent=2))
         return 0
-    print(f"{'DUE (UTC)':<16}  {'LOCAL':<16}  {'TIME ZONE':<22}  {'NAME':<28}  EVENT")
+    print(f"{'DUE (UTC)':<16}  {'LOCAL':<16}  {'TIME ZONE':<22}  {'NAME':<28}  {'RETRIES':<7}  EVENT")
     for e in found:
         name = printable(f"{e.first_name} {e.last_name}")[:28]
+        retries = f"{e.retry_count}/3" if e.retry_count else "-"
         print(
             f"{e.due_at:%Y-%m-%d %H:%M}  {e.local_due_at:%Y-%m-%d %H:%M}  {e.time_zone:<22}  {name:<28}"
-            f"  {e.event_id}"
+            f"  {retries:<7}  {e.event_id}"
         )
+        if e.retry_count and e.failure_reason:
+            print(f"  last attempt: {printable(e.failure_reason)}")
     print(f"{len(found)} event(s) due within {hours:g} hour(s)", file=sys.stderr)
+    return 0
+
+
+@events.command("list", cls=Command, help=OUTCOMES, short_help="what became of birthday events")
+@click.option("--status", type=click.Choice(OUTCOME_FILTERS), help="only events in this state")
+@click.option("--person", "person_id", type=PERSON, help="every event of this person")
+@click.option("--limit", type=POSITIVE, default=100, help="at most this many (default 100)")
+@json_option
+@with_database
+def list_events(
+    db: Database, status: str | None, person_id: uuid.UUID | None, limit: int, as_json: bool
+) -> int:
+    """`mailroom events list [--status S] [--person ID]`: events by outcome, with reasons and retries."""
+    from worker.core.db import connect
+    from worker.core.terminal import printable
+    from worker.producers.birthdays import event_outcomes
+
+    with connect(db.url) as conn:
+        found = event_outcomes(conn, status=status, person=person_id, limit=limit)
+    if as_json:
+        print(json.dumps([_jsonable(vars(e)) for e in found], indent=2))
+        return 0
+    print(f"{'STATUS':<10}  {'BIRTHDAY':<10}  {'NAME':<28}  {'RETRIES':<7}  {'EMAIL':<8}  EVENT")
+    for e in found:
+        name = printable(f"{e.first_name} {e.last_name}")[:28]
+        retries = f"{e.retry_count}/3" if e.retry_count else "-"
+        email = str(e.email_id) if e.email_id is not None else "-"
+        print(
+            f"{e.status:<10}  {e.local_due_at:%Y-%m-%d}  {name:<28}  {retries:<7}  {email:<8}  {e.event_id}"
+        )
+        if e.status == "retrying" and e.retry_at is not None:
+            print(f"  next attempt {e.retry_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+        if e.failure_reason:
+            print(f"  {printable(e.failure_reason)}")
+    print(f"{len(found)} event(s)", file=sys.stderr)
     return 0

@@ -70,8 +70,8 @@ Examples:
   mailroom senders add relay --from noreply@example.com --host smtp.example.com \\
       --username mailer --password-file /run/secrets/smtp
   mailroom senders add local --from dev@example.com --host 127.0.0.1 --port 2525 --security none
-  mailroom senders add careful --from news@example.com --host 127.0.0.1 --port 2525 --security none \\
-      --batch-size 20 --send-delay-ms 200
+  mailroom senders add careful --from news@example.com --host 127.0.0.1 --port 2525 \\
+      --security none --batch-size 20 --send-delay-ms 200
   CLIENT_SECRET=... REFRESH_TOKEN=... mailroom senders add gmail --from me@example.com \\
       --host smtp.gmail.com --port 587 --security starttls --auth oauth2 --oauth-provider google \\
       --oauth-client-id 1234.apps.googleusercontent.com --oauth-client-secret-env CLIENT_SECRET \\

@@ -20,6 +20,7 @@ person's local day has already ended when it is finished (the scheduler was down
 sent a day late.
 """
 
+from worker.producers.birthdays.outcomes import OUTCOME_FILTERS, Outcome, event_outcomes
 from worker.producers.birthdays.people import (
     EVENT_TYPE,
     Claimed,
@@ -48,8 +49,10 @@ from worker.producers.birthdays.scheduler import (
 
 __all__ = [
     "EVENT_TYPE",
+    "OUTCOME_FILTERS",
     "PRODUCER",
     "Claimed",
+    "Outcome",
     "Person",
     "SchedulerPass",
     "Upcoming",
@@ -57,6 +60,7 @@ __all__ = [
     "birthday_email",
     "claim_due",
     "delete_person",
+    "event_outcomes",
     "finish_event",
     "get_person",
     "list_people",
