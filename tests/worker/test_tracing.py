@@ -14,12 +14,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.producers.bounces.corpus import FIXTURE_KEY, load, readdress, sent_email
 from tests.worker.helpers import add_sender, run_until_drained, statuses
 from tests.worker.tracing_helpers import Collector, Span, by_name, from_sdk, in_memory_tracing
 from worker.core import tracing
 from worker.core.config import Settings
 from worker.core.logs import JsonFormatter
 from worker.devtools.sink import RunningSink
+from worker.producers.bounces import ingest
 from worker.producers.inbox import EventTrace, event_trace, ingest_event
 
 ORDER = {
@@ -193,6 +195,20 @@ def test_the_worker_ignores_a_stored_trace_context_it_cannot_read(
     assert [d.parent_id for d in delivered if d.parent_id is not None] == ["b7ad6b7169203331"]
     correlations = {d.attributes.get("mailroom.correlation_id") for d in delivered}
     assert correlations == {None, "ok-id"}  # the one with a line break is not carried into logs or spans
+
+
+def test_a_bounce_intake_is_a_span_that_names_no_address(db_url: str) -> None:
+    unknown = "no-such-user@mta.example.net"
+    email = sent_email(db_url, unknown)
+    raw = readdress(load("postfix-unknown-user.eml"), email["id"], unknown, FIXTURE_KEY)
+    with psycopg.connect(db_url, autocommit=True) as auto, in_memory_tracing() as exporter:
+        assert ingest(auto, raw, FIXTURE_KEY).verdict == "recorded"
+        assert ingest(auto, b"not a report at all", FIXTURE_KEY).verdict == "quarantined"
+    spans = by_name(from_sdk(exporter), "mailroom.bounce.intake")
+    assert [s.attributes["mailroom.report.verdict"] for s in spans] == ["recorded", "quarantined"]
+    assert spans[0].attributes["mailroom.report.kinds"] == "hard"
+    assert spans[0].attributes["mailroom.report.applied"] == 1
+    _no_address(spans)
 
 
 def test_an_event_line_with_a_malformed_traceparent_starts_a_new_trace() -> None:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.rows import dict_row
 
+from worker.core import tracing
 from worker.core.recipient_tokens import parse_message_id
 from worker.core.return_path import looks_like_return_path, parse_return_path, recipient_hash
 from worker.producers.bounces.effects import Applied, EmailRef, apply_report, quarantine
@@ -71,6 +72,30 @@ def ingest(
     return path (on it, or on its sender's own) is named by its token only, never by a Message-ID
     alone, which anyone who saw a reply quoting it could copy. A message the database refuses (what
     it says, not the database being down) is quarantined: that is permanent, never worth a retry."""
+    with tracing.span("mailroom.bounce.intake", {"mailroom.report.bytes": len(raw)}, kind="consumer") as span:
+        outcome = _transact(conn, raw, key, envelope_recipients, client, bounce_domain)
+        if span is not None:
+            tracing.note(span, _attributes(outcome))
+        return outcome
+
+
+def _attributes(outcome: Outcome) -> dict[str, str | int]:
+    """What an intake span says: the verdict and the kinds of what was applied (never the addresses)."""
+    return {
+        "mailroom.report.verdict": outcome.verdict,
+        "mailroom.report.kinds": ",".join(sorted({str(a.kind) for a in outcome.applied})),
+        "mailroom.report.applied": sum(a.new for a in outcome.applied),
+    }
+
+
+def _transact(
+    conn: psycopg.Connection[Any],
+    raw: bytes,
+    key: bytes,
+    envelope_recipients: Sequence[str],
+    client: str | None,
+    bounce_domain: str | None,
+) -> Outcome:
     try:
         with conn.transaction():
             return _ingest(conn, raw, key, envelope_recipients, client, bounce_domain)
