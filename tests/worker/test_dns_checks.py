@@ -343,3 +343,27 @@ def test_a_relay_that_does_not_answer_is_a_warning(served: Resolvers, pems: tupl
     assert bad(check_sender(target(pems[0], smtp_port=port), served)) == {"relay_unreachable": "warning"}
     tls = check_sender(target(pems[0], smtp_port=port, smtp_security="tls"), served)
     assert bad(tls) == {"relay_no_tls": "warning"}
+
+
+def test_the_console_shows_the_worst_dns_finding_where_no_other_reason_is() -> None:
+    from console.screens.senders import _reason, with_dns
+
+    rows = [
+        {"name": "a", "status_reason": None},
+        {"name": "b", "status_reason": "paused for maintenance"},
+        {"name": "c", "status_reason": None},
+    ]
+    findings = [
+        {"name": "a", "domain": "x.net", "severity": "warning", "code": "mx_missing", "detail": "d"},
+        {
+            "name": "a",
+            "domain": "s._domainkey.x.net",
+            "severity": "problem",
+            "code": "dkim_mismatch",
+            "detail": "d",
+        },
+        {"name": "b", "domain": "x.net", "severity": "warning", "code": "spf_missing", "detail": "d"},
+    ]
+    shown = with_dns(rows, findings)
+    assert [_reason(r) for r in shown] == ["DNS problem: dkim_mismatch", "paused for maintenance", None]
+    assert "dns" not in shown[2]  # a sender without findings keeps its row as it was
