@@ -309,3 +309,42 @@ def test_a_warmup_stage_beyond_5_is_a_usage_error(action: str, capsys: pytest.Ca
     argv = BASE if action == "add" else ["senders", "edit", "relay"]
     code, _, err = run(capsys, *argv, "--warmup-stage", "6")
     assert code == 2 and "--warmup-stage" in err and "0<=x<=5" in err
+
+
+@pytest.mark.parametrize("status", ["suspended", "paused"])
+def test_remove_of_an_account_out_of_service_is_not_told_to_pause_it_and_its_pending_email_stays(
+    status: str,
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _add_relay(capsys, monkeypatch)
+    _bind_email(conn)  # last tried through it, back in the queue: the other senders take it
+    conn.execute("UPDATE mailroom.sender_accounts SET status = %s WHERE name = 'relay'", (status,))
+    conn.commit()
+    code, out, err = run(capsys, "senders", "remove", "relay", "--yes")
+    assert (code, err) == (0, "") and out.startswith("removed sender account relay")
+    assert conn.execute("SELECT status, sender_account_id FROM mailroom.email_queue").fetchall() == [
+        {"status": "pending", "sender_account_id": None}
+    ]
+
+
+def test_remove_of_a_suspended_account_holding_a_claim_says_to_wait_not_to_pause(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _add_relay(capsys, monkeypatch)
+    conn.execute(
+        "INSERT INTO mailroom.claims (lease_token, sender_account_id, owner, day, reserved, expires_at)"
+        " SELECT gen_random_uuid(), id, 'host:1', current_date, 1, now() + interval '1 minute'"
+        " FROM mailroom.sender_accounts"
+    )
+    conn.execute("UPDATE mailroom.sender_accounts SET status = 'suspended'")
+    conn.commit()
+    code, _, err = run(capsys, "senders", "remove", "relay", "--yes")
+    assert code == 1 and "is suspended and still holds 1 open claim(s)" in err
+    assert "pause" not in err
+    assert sender(conn)["name"] == "relay"

@@ -341,7 +341,7 @@ EDITABLE = (
 )
 
 LOCK_FOR_EDIT = f"""
-SELECT id, name, version, smtp_password_encrypted IS NOT NULL AS has_password,
+SELECT id, name, version, status, smtp_password_encrypted IS NOT NULL AS has_password,
        oauth_client_secret_encrypted IS NOT NULL AS has_client_secret,
        oauth_refresh_token_encrypted IS NOT NULL AS has_refresh_token, {", ".join(EDITABLE)}
 FROM mailroom.sender_accounts WHERE name = %s FOR UPDATE
@@ -362,9 +362,14 @@ RETURNING version
 """  # noqa: S608 -- constant SQL text joined; values are parameters
 
 # Emails a sender account still holds: pending or being sent through it, and its open claims.
+# An operator took these out of service: removing one cannot strand email that is not in flight.
+OUT_OF_SERVICE = ("paused", "suspended")
+
 BOUND_EMAILS = """
 SELECT (SELECT count(*) FROM mailroom.email_queue
         WHERE sender_account_id = %(id)s AND status IN ('pending', 'assigned')) AS emails,
+       (SELECT count(*) FROM mailroom.email_queue
+        WHERE sender_account_id = %(id)s AND status = 'assigned') AS in_flight,
        (SELECT count(*) FROM mailroom.claims WHERE sender_account_id = %(id)s) AS claims
 """
 
@@ -455,14 +460,24 @@ def remove_sender(conn: psycopg.Connection[Any], name: str, *, actor: str | None
     """Delete a sender account, audited as `sender.remove`; its id.
 
     Refused with `SenderInUse` (saying how many) while emails are pending or being sent through it or
-    it holds claims: pause it and let them finish or move on first. Its usage and pacing rows go with
+    it holds claims: pause it and let them finish or move on first. A paused or suspended account sends
+    nothing, so only its claims hold it (its pending email goes out through the others). Its usage and pacing rows go with
     it; sent email and the send log keep their history. Raises `LookupError` when there is no such account.
     """
     with conn.cursor(row_factory=dict_row) as cur:
         current = _lock_for_edit(cur, name, None)
         bound = cur.execute(BOUND_EMAILS, {"id": current["id"]}).fetchone()
         assert bound is not None
-        if bound["emails"] or bound["claims"]:
+        if current["status"] in OUT_OF_SERVICE:
+            # It sends nothing: its pending email goes out through the other senders (the claim does
+            # not pin an email to the sender that last tried it), so only what is in flight holds it.
+            if bound["in_flight"] or bound["claims"]:
+                raise SenderInUse(
+                    f"sender account {name!r} is {current['status']} and still holds {bound['claims']} open "
+                    f"claim(s) ({bound['in_flight']} email(s) in flight): a worker returns them to the queue "
+                    "when their lease ends; try again in a minute"
+                )
+        elif bound["emails"] or bound["claims"]:
             raise SenderInUse(
                 f"sender account {name!r} still has {bound['emails']} email(s) pending or being sent through "
                 f"it and {bound['claims']} open claim(s): pause it (`mailroom senders pause {name}`), let them "

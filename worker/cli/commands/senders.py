@@ -31,7 +31,6 @@ limit shows as sending again), today's usage against its limit (UTC day), warm-u
 and SMTP host, and how it logs in (password or oauth2), all printed whole (a row wider than the
 terminal wraps). For an unreachable account a second line says since when and why; one with its
 own bounce domain or relay provider says so on a line below, one with its own batch size or a
-send delay says so on another, one with its own batch size or a
 send delay says so on another, and so does one whose last DNS check
 (`mailroom senders check`) found a warning or a problem. Never a password or OAuth2 secret.
 Changes nothing. Exit status 0.
@@ -69,9 +68,10 @@ Example:
 REMOVE = """\
 Delete a sender account with its usage and pacing rows. Refused while emails are bound to it
 (pending or being sent through it, or claimed by a worker), saying how many: pause it so that the
-other accounts take them over, or cancel them, then remove it. Sent email and the send log keep
-their history. Asks on a terminal unless --yes; without a terminal --yes is required. Audited as
-sender.remove.
+other accounts take them over, or cancel them, then remove it. A paused or suspended account is
+held only by its open claims (its pending email goes through the others). Sent email and the send
+log keep their history. Asks on a terminal unless --yes; without a terminal --yes is required.
+Audited as sender.remove.
 Exit status 0 when removed, 1 when refused, not confirmed or there is no such account, 2 without
 --yes off a terminal.
 
@@ -126,10 +126,6 @@ def list_senders(db: Database, as_json: bool) -> int:
         returns += [f"tagged for {r['relay_provider']}"] if r["relay_provider"] else []
         if returns:
             print(f"  {', '.join(returns)}")
-        pacing = [f"batch {r['batch_size']}"] if r["batch_size"] else []
-        pacing += [f"{r['send_delay_ms']} ms between emails"] if r["send_delay_ms"] else []
-        if pacing:
-            print(f"  {', '.join(pacing)}")
         pacing = [f"batch {r['batch_size']}"] if r["batch_size"] else []
         pacing += [f"{r['send_delay_ms']} ms between emails"] if r["send_delay_ms"] else []
         if pacing:
