@@ -13,8 +13,7 @@ naming each by its line number. Importing the same file again changes nothing.
 from __future__ import annotations
 
 import csv
-import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import IO, Any
@@ -30,8 +29,11 @@ from worker.ops.suppressions import MAX_REASON, check_reason, normalise, note
 EXPORT_COLUMNS = ("address", "kind", "reason", "since")
 # Cells a spreadsheet treats as a formula (OWASP, CSV injection), and the escape itself.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
-# The longest cell read: a line is one address and a short reason, never megabytes.
+# The longest cell taken: a line is one address and a short reason. Longer cells up to the reader's
+# limit are bad lines like any other; past it (or past MAX_LINE bytes) the file is not read further.
 MAX_CELL = 4096
+READER_LIMIT = 64 * 1024
+MAX_LINE = 1024 * 1024
 MAX_ERRORS_SHOWN = 20
 
 ADDRESS_COLUMNS = ("address", "email", "email address", "email_address", "recipient", "e-mail")
@@ -141,7 +143,7 @@ def _column(header: list[str], names: tuple[str, ...]) -> int | None:
     return None
 
 
-def _rows(handle: IO[str], result: ImportResult) -> Iterator[tuple[int, str, str, str | None]]:
+def _rows(handle: Iterable[str], result: ImportResult) -> Iterator[tuple[int, str, str, str | None]]:
     """Each data line as (line number, address, kind, reason), checked; errors go to `result`."""
     reader = csv.reader(handle, strict=True)
     try:
@@ -217,7 +219,7 @@ def _fail(result: ImportResult, line: int, message: str) -> None:
 
 def import_csv(
     conn: psycopg.Connection[Any],
-    handle: IO[str],
+    handle: Iterable[str],
     actor: str,
     *,
     source_name: str = "-",
@@ -230,7 +232,7 @@ def import_csv(
     the import. The caller owns the transaction and commits only when `errors` is empty.
     """
     result = ImportResult()
-    previous_limit = csv.field_size_limit(MAX_CELL + 1)
+    previous_limit = csv.field_size_limit(READER_LIMIT)
     try:
         conn.execute(STAGE)
         with conn.cursor().copy(STAGE_COPY) as copy:
@@ -257,6 +259,16 @@ def import_csv(
     return result
 
 
-def text_input(raw: IO[bytes]) -> IO[str]:
-    """A byte stream read as UTF-8 (a spreadsheet's byte-order mark dropped), newlines left to csv."""
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline="")
+def text_lines(raw: IO[bytes]) -> Iterator[str]:
+    """The lines of a byte stream as UTF-8 text (a spreadsheet's byte-order mark dropped), one at a time.
+
+    Decoded line by line, so bytes that are not UTF-8 are reported on their own line; a line longer
+    than MAX_LINE bytes stops the reading (csv.Error) instead of filling memory.
+    """
+    first = True
+    while chunk := raw.readline(MAX_LINE + 1):
+        if len(chunk) > MAX_LINE:
+            raise csv.Error(f"a line longer than {MAX_LINE} bytes")
+        if first:
+            chunk, first = chunk.removeprefix(b"\xef\xbb\xbf"), False
+        yield chunk.decode("utf-8")

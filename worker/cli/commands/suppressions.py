@@ -286,7 +286,7 @@ def import_command(db: Database, file: str) -> int:
     from worker.core.config import ConfigError
     from worker.core.db import connect
     from worker.ops.audit import cli_actor
-    from worker.ops.suppression_csv import import_csv, text_input
+    from worker.ops.suppression_csv import import_csv, text_lines
 
     try:
         raw = sys.stdin.buffer if file == "-" else open(file, "rb")  # noqa: SIM115 (closed below)
@@ -298,8 +298,8 @@ def import_command(db: Database, file: str) -> int:
         if show and lines:
             print(f"\rsuppressions: {lines:,} lines checked", end="", file=sys.stderr, flush=True)
 
-    with text_input(raw) as handle, connect(db.url) as conn:
-        result = import_csv(conn, handle, cli_actor(), source_name=file, progress=progress)
+    with raw, connect(db.url) as conn:
+        result = import_csv(conn, text_lines(raw), cli_actor(), source_name=file, progress=progress)
         if show:
             print(file=sys.stderr)
         if result.error_count:
