@@ -182,7 +182,8 @@ def _reason(sender: dict[str, Any]) -> str | None:
 
 
 def _warmup(sender: dict[str, Any], wide: bool) -> str:
+    # Stage 0 is both "finished" and "never warmed up": say only that no warm-up is under way.
     if not sender["warmup_stage"]:
-        return "done"
+        return "—"
     stage = f"stage {sender['warmup_stage']}"
     return f"{stage} ({sender['warmup_limit']}/day)" if wide else stage
