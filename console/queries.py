@@ -52,7 +52,7 @@ SELECT s.id, s.name,
             ELSE s.status END AS status,
        CASE WHEN s.circuit_state <> 'closed' AND s.status IN ('active', 'warming_up')
             THEN s.circuit_reason ELSE s.status_reason END AS status_reason,
-       s.daily_limit, s.warmup_stage, s.warmup_limit, s.last_used_at,
+       s.daily_limit, s.warmup_stage, s.warmup_limit, s.last_used_at, s.send_delay_ms, s.batch_size,
        CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END
            AS effective_limit,
        coalesce(u.sent, 0) AS sent_today, coalesce(u.bounces, 0) AS bounces_today,
@@ -177,12 +177,15 @@ ORDER BY e.due_at, e.id
 LIMIT %(limit)s
 """
 
+# Retrying: pending again after an attempt to render or enqueue its email failed (over the outcome index).
 EVENTS_TROUBLE = """
-SELECT e.id, e.event_type, e.status, e.due_at, e.local_due_at, e.time_zone, p.first_name, p.last_name,
-       e.failure_reason
+SELECT e.id, e.event_type,
+       CASE WHEN e.status = 'pending' THEN 'retrying' ELSE e.status END AS status,
+       e.due_at, e.local_due_at, e.time_zone, p.first_name, p.last_name, e.failure_reason, e.retry_count
 FROM mailroom.events e
 JOIN mailroom.people p ON p.id = e.person_id
-WHERE e.status IN ('missed', 'failed') AND e.updated_at > %(now)s::timestamptz - interval '30 days'
+WHERE (e.status IN ('missed', 'failed') OR (e.status = 'pending' AND e.retry_count > 0))
+  AND e.updated_at > %(now)s::timestamptz - interval '30 days'
   AND (%(pattern)s::text IS NULL OR p.first_name || ' ' || p.last_name ILIKE %(pattern)s
        OR e.time_zone ILIKE %(pattern)s)
 ORDER BY e.updated_at DESC, e.id

@@ -1,4 +1,4 @@
-"""Schedule: events due in the next 24 hours, and recently missed or failed events."""
+"""Schedule: events due in the next 24 hours, and recently missed, failed or retrying events."""
 
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ class ScheduleScreen(DataScreen):
         self.query_one("#due", DataTable).add_columns(
             "Due (UTC)", "In", "Local time", "Time zone", "Person", "Event"
         )
-        self.query_one("#trouble", DataTable).add_columns("Status", "Due (UTC)", "Person", "Event", "Reason")
+        self.query_one("#trouble", DataTable).add_columns(
+            "Status", "Due (UTC)", "Person", "Event", "Retries", "Reason"
+        )
 
     async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Due and troubled events."""
@@ -65,7 +67,9 @@ class ScheduleScreen(DataScreen):
             ),
         )
         trouble_table = self.query_one("#trouble", DataTable)
-        trouble_table.border_title = self.subtitle(f"Missed and failed, last 30 days ({len(trouble)})")
+        trouble_table.border_title = self.subtitle(
+            f"Missed, failed and retrying, last 30 days ({len(trouble)})"
+        )
         fill_table(
             trouble_table,
             (
@@ -76,6 +80,7 @@ class ScheduleScreen(DataScreen):
                         r["due_at"].astimezone(UTC).strftime("%m-%d %H:%M"),
                         f"{r['first_name']} {r['last_name']}",
                         r["event_type"],
+                        Text(f"{r['retry_count']}/3" if r["retry_count"] else "-", justify="right"),
                         one_line(r["failure_reason"], 50),
                     ),
                 )
