@@ -29,6 +29,7 @@ from console.screens.queue import QueueScreen
 from console.screens.schedule import ScheduleScreen
 from console.screens.senders import SendersScreen
 from console.screens.signatures import SignaturesScreen
+from console.screens.suppressions import SuppressionsScreen
 from console.widgets.dialogs import HealthScreen, HelpScreen
 from worker.core.config import Settings
 from worker.ops.audit import console_actor
@@ -75,6 +76,7 @@ class MailroomConsole(App[int]):
         "queue": QueueScreen,
         "audit": AuditScreen,
         "dmarc": DmarcScreen,
+        "suppressions": SuppressionsScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         *(

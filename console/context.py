@@ -38,6 +38,7 @@ SCREENS: tuple[tuple[str, str, str], ...] = (
 MORE_SCREENS: tuple[tuple[str, str, str], ...] = (
     ("audit", "0", "Audit trail"),
     ("dmarc", "d", "DMARC reports"),
+    ("suppressions", "x", "Suppressions"),
 )
 
 Action = Callable[[psycopg.Connection[Any]], str]
