@@ -26,7 +26,9 @@ Read order events as JSON lines, one object per line:
   {"message_id": "...", "consumer": "...", "type": "order_placed", "payload": {...}}
 Types: order_placed, order_completed, order_cancelled. The payload carries customer_email,
 customer_name, order_number, total, currency, items ([{"name", "quantity", "unit_price"}];
-optional for order_cancelled), and optionally locale and reason.
+optional for order_cancelled), and optionally locale and reason. Beside the event, a line may carry
+its producer's correlation_id, traceparent and tracestate (W3C): the email keeps them and its
+delivery continues that trace.
 Each event is recorded in the inbox under (message_id, consumer) and its email is enqueued in
 the same transaction; an event seen before creates nothing. One result line is printed per
 input line: {"line": N, "email_id": ID, "duplicate": false} or {"line": N, "error": "..."}.
