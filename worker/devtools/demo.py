@@ -103,6 +103,31 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _wait_listening(
+    port: int, process: subprocess.Popen[bytes], log_path: Path, timeout: float = 30.0
+) -> None:
+    """Return once `process` accepts connections on `port`; raise if it exits or never does.
+
+    The feed's readers open email at once; in a home with email from an earlier run they would reach
+    for the tracker before it listens ("tracker unreachable")."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return
+        except OSError:
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(f"the tracker exited with status {process.returncode}; see {log_path}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the tracker did not listen on port {port} within {timeout:.0f} s; see {log_path}"
+            )
+        time.sleep(0.05)  # a child process starting: nothing to wait on but its port
+
+
 def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start `python -m worker.cli.main ARGV` with its output in `log_path`; it dies with the demo."""
     with log_path.open("ab") as out:
@@ -152,6 +177,8 @@ def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str],
         say(f"  worker: pid {worker.pid}, log {worker_log}")
         tracker_log = settings.home / "demo-tracker.log"
         tracker = _spawn(["tracker", "--port", str(tracker_port)], env, tracker_log)
+        started.append(tracker)
+        _wait_listening(tracker_port, tracker, tracker_log)
         say(f"  tracker: {settings.base_url} (opens, clicks, one-click unsubscribe), log {tracker_log}")
     except BaseException:
         for process in started:
