@@ -118,6 +118,29 @@ def test_an_order_event_and_its_delivery_by_another_process_are_one_trace(
     _no_address(shop_side + worker_side)
 
 
+def test_the_python_api_enqueues_inside_the_applications_trace(db_url: str) -> None:
+    import mailroom
+
+    request = mailroom.EmailRequest(to="c@example.com", subject="Hi", text="Body")
+    with psycopg.connect(db_url) as conn:
+        untraced = mailroom.enqueue(conn, request)
+        with in_memory_tracing() as exporter, tracing.span("app.signup"):
+            traced = mailroom.enqueue(conn, request)
+            [*many] = mailroom.enqueue_many(conn, [request, request])
+        after = mailroom.enqueue(conn, request)  # the trace's settings do not outlive its enqueue
+        stored: dict[int, Any] = dict(
+            conn.execute("SELECT id, traceparent FROM mailroom.email_queue").fetchall()
+        )
+    spans = from_sdk(exporter)
+    [app] = by_name(spans, "app.signup")
+    enqueues = by_name(spans, "mailroom.enqueue")
+    assert [e.parent_id for e in enqueues] == [app.span_id, app.span_id]
+    assert stored[untraced] is None and stored[after] is None
+    # The flags are the span's (sampled, and the SDK's random trace id flag of W3C Trace Context 2).
+    assert stored[traced][:-3] == f"00-{app.trace_id}-{enqueues[0].span_id}"
+    assert {stored[i][:-3] for i in many} == {f"00-{app.trace_id}-{enqueues[1].span_id}"}
+
+
 def test_sql_enqueue_takes_the_trace_context_of_its_transaction(db_url: str) -> None:
     with psycopg.connect(db_url) as conn:
         conn.execute(

@@ -108,8 +108,11 @@ def _current_tracer() -> Any:
     if _tracer is not None:
         return _tracer
     api = sys.modules.get(_TRACE_API)
-    # The application's own provider (a no-op one when it set none, so nothing is recorded).
-    return None if api is None else api.get_tracer("mailroom")
+    # An application's process: spans only inside its own trace, with its own provider. Outside one
+    # (or with OpenTelemetry imported and never set up) nothing is made, at the cost of one lookup.
+    if api is None or not api.get_current_span().get_span_context().is_valid:
+        return None
+    return api.get_tracer("mailroom")
 
 
 def span(
