@@ -8,8 +8,10 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from prometheus_client import generate_latest
 
 from tests.cli import run
+from tests.fixtures_db import restart_embedded_server
 from tests.fixtures_smtp import SinkFactory
 from tests.worker.helpers import add_sender, enqueue_many, statuses
 from tests.worker.metrics_helpers import get, names, post, probe, start, value, wait_until
@@ -202,6 +204,36 @@ def test_database_gauges_are_read_once_per_cache_period(
     assert value(get(f"{base}/metrics")[2], "mailroom_queue_emails", status="pending") == 2
 
 
+def test_a_database_restart_between_scrapes_costs_no_scrape(
+    db_url: str, pg_admin_url: str, settings: Settings, listeners: list[MetricsServer]
+) -> None:
+    base = _serve(listeners, db_url, settings, TRACKER)
+    listeners[0].gauges.cache_seconds = 0.0
+    assert value(get(f"{base}/metrics")[2], "mailroom_database_up") == 1
+    restart_embedded_server(pg_admin_url)  # the listener's kept connection breaks
+    assert value(get(f"{base}/metrics")[2], "mailroom_database_up") == 1
+
+
+@pytest.mark.e2e
+def test_a_single_worker_serves_its_own_counts(
+    db_url: str, cli_env: dict[str, str], smtp_sink_factory: SinkFactory
+) -> None:
+    sink = smtp_sink_factory()
+    add_sender(db_url, sink.port)
+    _bulk(db_url, 20)
+    worker = start(["worker", "--no-producers", "--metrics-listen", "127.0.0.1:0"], cli_env)
+    try:
+        port = int(worker.wait_for(r"worker: metrics on http://127\.0\.0\.1:(\d+)").group(1))
+        assert wait_until(db_url, ACTIVE, 0) == 0, worker.output[-3000:]
+        _, _, text = get(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        assert worker.stop() == 0, worker.output[-3000:]
+    assert statuses(db_url) == {"sent": 20}
+    assert value(text, "mailroom_emails_total", outcome="sent") == 20
+    assert value(text, "mailroom_queue_emails", status="sent") == 20
+    assert value(text, "mailroom_workers_alive") == 1
+
+
 # -- the tracker and the bounce receiver ----------------------------------------------------------
 
 
@@ -245,6 +277,53 @@ def test_metrics_on_the_public_port_are_refused(
     code, _, err = run(capsys, *args)
     assert code == 2
     assert "is the public address" in err
+
+
+def test_reports_are_counted_by_kind_and_outcome_and_a_failure_as_an_error(counting: None) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from worker.producers.bounces.counting import counted
+    from worker.producers.bounces.effects import Applied
+    from worker.producers.bounces.intake import Outcome
+
+    registry = CollectorRegistry()
+    metrics.enable(registry)
+    applied = (Applied("hard", "a@example.org", True), Applied("complaint", "b@example.org", True))
+    answers = iter([Outcome("recorded", "two", applied), Outcome("quarantined", "forged token")])
+
+    def process(raw: bytes, recipients: list[str], client: str) -> Outcome:
+        answer = next(answers, None)
+        if answer is None:
+            raise RuntimeError("the database refused it")
+        return answer
+
+    handler = counted(process)
+    for _ in range(2):
+        handler(b"message", ["b+token@bounces.example.org"], "192.0.2.1")
+    with pytest.raises(RuntimeError):
+        handler(b"message", [], "192.0.2.1")
+    text = generate_latest(registry).decode()
+    assert value(text, "mailroom_reports_total", kind="hard", outcome="recorded") == 1
+    assert value(text, "mailroom_reports_total", kind="complaint", outcome="recorded") == 1
+    assert value(text, "mailroom_reports_total", kind="none", outcome="quarantined") == 1
+    assert value(text, "mailroom_reports_total", kind="none", outcome="error") == 1
+
+
+def test_webhook_results_by_status() -> None:
+    from worker.tracking.webhook_counting import result
+
+    assert [result(s) for s in (200, 202, 401, 403, 404, 400, 413, 500, 503)] == [
+        "accepted", "accepted", "denied", "denied", "not_configured", "refused", "refused", "error", "error",
+    ]  # fmt: skip
+
+
+def test_the_listener_answers_only_get_and_never_echoes_the_request(
+    db_url: str, settings: Settings, listeners: list[MetricsServer]
+) -> None:
+    base = _serve(listeners, db_url, settings, RECEIVER)
+    assert post(f"{base}/metrics", b"x") == 501
+    status, _, body = get(f"{base}/%3Cscript%3E?x=%3Cscript%3E")
+    assert status == 404 and "script" not in body
 
 
 # -- figures without a database -------------------------------------------------------------------

@@ -135,15 +135,21 @@ class DatabaseGauges(Collector):
             "mailroom_database_up", "1 when the last read of the database's figures worked"
         )
         families: list[Metric] = []
-        try:
-            families = self._families(self._connection())
-            up.add_metric([], 1)
-        except psycopg.Error:
-            # Unreachable or failing: say so, and reconnect next time.
-            if self._conn is not None:
-                self._conn.close()
-            self._conn = None
-            up.add_metric([], 0)
+        # A connection kept from an earlier scrape may have died with a server restart: one more try
+        # on a new connection before the database is said to be down.
+        for attempt in (1, 2):
+            reused = self._conn is not None
+            try:
+                families = self._families(self._connection())
+                up.add_metric([], 1)
+                break
+            except psycopg.Error:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                if attempt == 2 or not reused:
+                    up.add_metric([], 0)
+                    break
         took = GaugeMetricFamily(
             "mailroom_database_read_seconds", "Seconds the last read of the database's figures took"
         )
