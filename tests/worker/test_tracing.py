@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.producers.bounces.corpus import FIXTURE_KEY, load, readdress, sent_email
+from tests.scripted_smtp import ScriptedServer
 from tests.worker.helpers import add_sender, run_until_drained, statuses
 from tests.worker.tracing_helpers import Collector, Span, by_name, from_sdk, in_memory_tracing
 from worker.core import tracing
@@ -252,6 +253,41 @@ def test_json_log_lines_carry_the_email_correlation_and_trace_ids() -> None:
         context = span.get_span_context()
     assert line["email_id"] == 42 and line["correlation_id"] == "order-9"
     assert line["trace_id"] == f"{context.trace_id:032x}" and line["span_id"] == f"{context.span_id:016x}"
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(JsonFormatter())
+        self.lines: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(json.loads(self.format(record)))
+
+
+async def test_a_workers_log_lines_about_an_email_carry_its_ids(db_url: str, settings: Settings) -> None:
+    server = await ScriptedServer({"body": "451 4.3.0 try again later, b@example.com"}).start()
+    try:
+        add_sender(db_url, server.port)
+        with psycopg.connect(db_url) as conn:
+            conn.execute(
+                "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body, traceparent, correlation_id)"
+                " VALUES ('b@example.com', 'Hi', 'Body', %s, 'order-77')",
+                (TRACEPARENT,),
+            )
+        handler = _Lines()
+        logging.getLogger().addHandler(handler)
+        try:
+            with in_memory_tracing():
+                await run_until_drained(db_url, settings)
+        finally:
+            logging.getLogger().removeHandler(handler)
+    finally:
+        await server.stop()
+    [failed] = [line for line in handler.lines if line.get("event") == "attempt_failed"]
+    assert failed["correlation_id"] == "order-77"
+    assert failed["trace_id"] == TRACEPARENT[3:35]  # the enqueuing code's trace, from the stored context
+    assert isinstance(failed["email_id"], int) and failed["recipient"] != "b@example.com"
 
 
 def test_tracing_is_on_only_when_the_environment_asks(monkeypatch: pytest.MonkeyPatch) -> None:
