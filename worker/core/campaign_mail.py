@@ -233,5 +233,8 @@ def book_from_policy(campaign_id: str | None, track_opens: bool, has_postal: boo
 
 def load_book(conn: Any) -> CampaignBook:
     """Every campaign's settings at once (a bulk load: the operator's connection reads the tables)."""
-    row = conn.execute(BOOK).fetchone()
+    from psycopg.rows import tuple_row
+
+    with conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(BOOK).fetchone()
     return CampaignBook({c: False for c in row[1]}, frozenset(row[2]), bool(row[0]))

@@ -438,7 +438,8 @@ def enqueue(
     catalog = load_catalog(conn, settings) if request.template else None
     book = None
     if _is_campaign_mail(request):
-        found = conn.execute(POLICY, (request.campaign_id,)).fetchone()
+        with conn.cursor(row_factory=tuple_row) as cur:  # whatever rows the caller's connection makes
+            found = cur.execute(POLICY, (request.campaign_id,)).fetchone()
         assert found is not None
         book = book_from_policy(request.campaign_id, *found)
     row = prepare(request, catalog, settings, created_by, book)
@@ -464,7 +465,8 @@ async def enqueue_async(
     catalog = await load_catalog_async(conn, settings) if request.template else None
     book = None
     if _is_campaign_mail(request):
-        found = await (await conn.execute(POLICY, (request.campaign_id,))).fetchone()
+        async with conn.cursor(row_factory=tuple_row) as acur:
+            found = await (await acur.execute(POLICY, (request.campaign_id,))).fetchone()
         assert found is not None
         book = book_from_policy(request.campaign_id, *found)
     row = prepare(request, catalog, settings, created_by, book)

@@ -84,6 +84,12 @@ NEWSLETTER_HTML = """<html><body><p>Hello {first},</p>
 def newsletter(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
     """Marketing sends a campaign email: tracked opens and clicks, one-click unsubscribe headers."""
     who = person(rng)
+    # Campaign email needs a physical postal address in its footer (CAN-SPAM): the demo shop's.
+    conn.execute(
+        "INSERT INTO mailroom.campaigns (campaign_id, postal_address) VALUES ('winter-sale', %s)"
+        " ON CONFLICT (campaign_id) DO NOTHING",
+        ("Demo Shop Ltd, 1 Example Street, Springfield",),
+    )
     enqueue(
         conn,
         EmailRequest(
