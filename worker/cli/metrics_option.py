@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from worker.core.config import Settings
+    from worker.ops.metrics_server import MetricsServer
 
 # Addresses that listen on every interface: they overlap any host on the same port.
 _ANY = ("", "0.0.0.0", "::")  # noqa: S104 -- compared with, never bound
@@ -16,3 +22,21 @@ def refuse_public_port(metrics: tuple[str, int], host: str, port: int) -> None:
             f"{m_host}:{m_port} is the public address; metrics and health are served on a port of their own",
             param_hint="'--metrics-listen'",
         )
+
+
+def serve_metrics(
+    listen: tuple[str, int] | None,
+    public: tuple[str, int],
+    url: str,
+    settings: Settings,
+    role: str,
+) -> MetricsServer | None:
+    """With --metrics-listen: refuse the public address, start the listener and say where it is."""
+    if listen is None:
+        return None
+    refuse_public_port(listen, *public)
+    from worker.ops.metrics_server import serve_here
+
+    server = serve_here(*listen, url, settings, role)
+    print(f"{role}: metrics on {listen[0]}:{server.port}", flush=True)
+    return server

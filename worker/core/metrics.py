@@ -64,61 +64,67 @@ HISTOGRAM_NAMES = (
 def enable(registry: CollectorRegistry | None) -> None:
     """Create the metrics (in `registry`; None in a process whose values a supervisor aggregates)."""
     global _on
-    from prometheus_client import Counter, Histogram
+    from prometheus_client import Counter
 
     kw: dict[str, Any] = {"registry": registry}
-    _on = _Metrics(
-        emails=Counter(
-            "mailroom_emails",
-            "Emails by what became of them (sent, deferred, failed, bounced, released, suppressed, expired), "
-            "their sender and whose fault it was (email, sender, ours, none)",
-            ["sender", "outcome", "fault"],
-            **kw,
-        ),
-        replies=Counter(
-            "mailroom_smtp_replies",
-            "SMTP replies that ended an attempt, by sender and class (2xx, 4xx, 5xx; none: no reply came)",
-            ["sender", "class"],
-            **kw,
-        ),
-        rescues=Counter(
-            "mailroom_lease_rescues",
-            "Emails returned to the queue because the claim holding them outlived its lease",
-            **kw,
-        ),
-        reports=Counter(
-            "mailroom_reports",
-            "Bounce and complaint reports received, by kind (hard, soft, complaint, none) and outcome "
-            "(recorded, duplicate, ignored, quarantined, error)",
-            ["kind", "outcome"],
-            **kw,
-        ),
-        webhooks=Counter(
-            "mailroom_webhook_requests",
-            "Provider webhook requests, by provider and result (accepted, denied, refused, error)",
-            ["provider", "result"],
-            **kw,
-        ),
-        latency=Histogram(
+    emails = Counter(
+        "mailroom_emails",
+        "Emails by what became of them (sent, deferred, failed, bounced, released, suppressed, expired), "
+        "their sender and whose fault it was (email, sender, ours, none)",
+        ["sender", "outcome", "fault"],
+        **kw,
+    )
+    replies = Counter(
+        "mailroom_smtp_replies",
+        "SMTP replies that ended an attempt, by sender and class (2xx, 4xx, 5xx; none: no reply came)",
+        ["sender", "class"],
+        **kw,
+    )
+    rescues = Counter(
+        "mailroom_lease_rescues",
+        "Emails returned to the queue because the claim holding them outlived its lease",
+        **kw,
+    )
+    reports = Counter(
+        "mailroom_reports",
+        "Bounce and complaint reports received, by kind (hard, soft, complaint, none) and outcome "
+        "(recorded, duplicate, ignored, quarantined, error)",
+        ["kind", "outcome"],
+        **kw,
+    )
+    webhooks = Counter(
+        "mailroom_webhook_requests",
+        "Provider webhook requests, by provider and result (accepted, denied, not_configured, refused, error)",
+        ["provider", "result"],
+        **kw,
+    )
+    _on = _Metrics(emails, replies, rescues, reports, webhooks, *_histograms(kw))
+
+
+def _histograms(kw: dict[str, Any]) -> tuple[Histogram, Histogram, Histogram, Histogram]:
+    from prometheus_client import Histogram
+
+    return (
+        Histogram(
             "mailroom_enqueue_to_accepted_seconds",
             "Seconds from an email's enqueue to the relay's 2xx at the end of DATA",
             ["sender"],
             buckets=LATENCY_BUCKETS,
             **kw,
         ),
-        claim_size=Histogram(
+        Histogram(
             "mailroom_claim_size_emails",
             "Emails per claim (only claims that got email)",
             buckets=CLAIM_SIZE_BUCKETS,
             **kw,
         ),
-        claim_seconds=Histogram(
+        Histogram(
             "mailroom_claim_to_finish_seconds",
             "Seconds from a claim to the end of its bookkeeping",
             buckets=CLAIM_SECONDS_BUCKETS,
             **kw,
         ),
-        smtp_seconds=Histogram(
+        Histogram(
             "mailroom_smtp_transaction_seconds",
             "Seconds of one SMTP transaction (MAIL FROM to the reply to the end of DATA), by sender",
             ["sender"],

@@ -213,7 +213,9 @@ def receive(
     import signal
     from dataclasses import replace
 
+    from worker.cli.metrics_option import serve_metrics
     from worker.core.return_path import bounce_key
+    from worker.producers.bounces.counting import counted
     from worker.producers.bounces.receiver import (
         BounceHandler,
         BounceServer,
@@ -225,16 +227,7 @@ def receive(
     settings = db.settings
     given, sender_domains = _bounce_domains(db, domains)
     host, port = listen
-    listener = None
-    if metrics_listen:
-        from worker.cli.metrics_option import refuse_public_port
-        from worker.ops.metrics_server import RECEIVER, serve_here
-
-        refuse_public_port(metrics_listen, host, port)
-        listener = serve_here(*metrics_listen, db.url, settings, RECEIVER)
-        print(f"bounces: metrics on {metrics_listen[0]}:{listener.port}", flush=True)
-    from worker.producers.bounces.counting import counted
-
+    listener = serve_metrics(metrics_listen, listen, db.url, settings, "bounce-receiver")
     handler = BounceHandler(
         counted(database_processor(db.url, bounce_key(settings), settings.bounce_domain)),
         given,
@@ -258,13 +251,11 @@ def receive(
             await stop.wait()
         finally:
             await server.close()
+            if listener is not None:
+                listener.close()
 
-    try:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve())
-    finally:
-        if listener is not None:
-            listener.close()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
     return 0
 
 

@@ -67,14 +67,9 @@ def tracker(
     port = port if port is not None else (urlsplit(settings.base_url).port or 8025)
     if max_connections_per_client is not None:
         settings = replace(settings, tracker_max_connections_per_client=max_connections_per_client)
-    listener = None
-    if metrics_listen:
-        from worker.cli.metrics_option import refuse_public_port
-        from worker.ops.metrics_server import TRACKER, serve_here
+    from worker.cli.metrics_option import serve_metrics
 
-        refuse_public_port(metrics_listen, host, port)
-        listener = serve_here(*metrics_listen, db.url, settings, TRACKER)
-        print(f"tracker: metrics on {metrics_listen[0]}:{listener.port}", flush=True)
+    listener = serve_metrics(metrics_listen, (host, port), db.url, settings, "tracker")
     print(f"tracker on http://{host}:{port}, public base URL {settings.base_url}", flush=True)
     sink = event_sink(optional_bounce_key(settings))
     try:
