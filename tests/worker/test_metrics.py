@@ -326,6 +326,41 @@ def test_the_listener_answers_only_get_and_never_echoes_the_request(
     assert status == 404 and "script" not in body
 
 
+async def test_lease_rescues_claims_and_expiry_are_counted(db_url: str, counting: None) -> None:
+    from prometheus_client import CollectorRegistry
+    from psycopg_pool import AsyncConnectionPool
+
+    from worker.engine import claim as claiming
+    from worker.engine import leases
+
+    registry = CollectorRegistry()
+    metrics.enable(registry)
+    sender = add_sender(db_url, 2525)
+    enqueue_many(db_url, 4)
+    async with AsyncConnectionPool(db_url, open=False, kwargs={"autocommit": True}) as pool:
+        await pool.open()
+        await claiming.take(pool, claiming.Lease("dead:1", 60), sender, 3)  # a worker that then died
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("UPDATE mailroom.claims SET expires_at = now() - interval '1 second'")
+        assert await leases.expire_pending(pool, 0.0) == 1  # the one not claimed: past a lifetime of 0 s
+        assert len(await leases.rescue_once(pool, 60)) == 3
+    text = generate_latest(registry).decode()
+    assert value(text, "mailroom_lease_rescues_total") == 3
+    assert value(text, "mailroom_emails_total", outcome="expired", fault="sender") == 1
+
+
+def test_a_metrics_address_in_use_is_a_usage_error(
+    cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        code, _, err = run(capsys, "worker", "--drain", "--metrics-listen", f"127.0.0.1:{taken}")
+    assert code == 2
+    assert "already in use" in err
+
+
 # -- figures without a database -------------------------------------------------------------------
 
 
