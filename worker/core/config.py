@@ -142,9 +142,9 @@ class Settings:
     quarantine_max_bytes: int = 256 * 1024 * 1024
     quarantine_client_daily_max: int = 200
     quarantine_retention_days: int = 30
+    dmarc_retention_days: int = 400
     dns_servers: tuple[str, ...] = ()  # host[:port] each; empty: the system's resolvers
     dns_timeout_seconds: float = 2.0
-    dmarc_retention_days: int = 400
 
     @classmethod
     def from_env(cls) -> Settings:

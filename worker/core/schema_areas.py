@@ -121,10 +121,10 @@ AREAS: tuple[Area, ...] = (
         (
             "app_audit",
             "enqueue",
+            "enqueue_outcome",
             "grant_app_role",
             "grant_read_only_role",
             "is_secret_column",
-            "enqueue_outcome",
             "secret_columns",
         ),
     ),
