@@ -77,14 +77,16 @@ async def history(db_url: str, settings: Settings, smtp_sink: RunningSink) -> di
             )
         conn.commit()
     await run_until_drained(db_url, settings)
+    with psycopg.connect(db_url) as conn:
+        # Sent long before the bounce: once Ada is on the bounce list, email to her is stored suppressed.
+        old_ada = sent_email(conn, settings, datetime.now(UTC) - timedelta(days=200), to=ADA)
+        sent_email(conn, settings, datetime.now(UTC) - timedelta(days=200), to=BOB)
     smtp_sink.on_rcpt(ADA, f"550 5.1.1 <{ADA}>: user unknown")
     with psycopg.connect(db_url) as conn:
         enqueue(conn, EmailRequest(to=ADA.upper(), subject="Bounce", text="x"), settings=settings)
         conn.commit()
     await run_until_drained(db_url, settings)
     with psycopg.connect(db_url) as conn:
-        old_ada = sent_email(conn, settings, datetime.now(UTC) - timedelta(days=200), to=ADA)
-        sent_email(conn, settings, datetime.now(UTC) - timedelta(days=200), to=BOB)
         ingest_event(conn, "m-ada", "shop", "order_placed", placed(ADA), settings=settings)
         ingest_event(
             conn, "m-bob", "shop", "order_placed", placed(BOB, customer_name="Bob"), settings=settings
@@ -173,13 +175,15 @@ def test_erase_anonymises_everywhere_and_keeps_counts_timestamps_and_statuses(
     archived_before = sorted(archived_ids(directory))
     report = erase_address(conn, ADA, archive_dir=directory)
     conn.commit()
-    assert report.replacement.endswith("@erased.invalid") and report.cancelled == 1
+    # Nothing pending to cancel: Ada's order confirmation came after her bounce and was stored suppressed.
+    assert report.replacement.endswith("@erased.invalid") and report.cancelled == 0
     assert report.kept_signatures == 1 and report.archive_files and report.rows["archived_emails"] == 1
     assert table_counts(conn) == counts
     after = queue_state(conn)
     assert [r[0] for r in after] == [r[0] for r in state]
     changed = [(b[1], a[1]) for b, a in zip(state, after, strict=True) if b != a]
-    assert changed == [("pending", "cancelled")]  # the unsent order email; nothing else moved
+    assert changed == []  # nothing moved (the order email, suppressed at enqueue, stays suppressed)
+    assert ("suppressed",) in [r[1:2] for r in after]
     assert sorted(archived_ids(directory)) == archived_before
     # Ada is gone from every table but the signature she gave (and that document's signer row).
     data = export_address(conn, ADA, directory)

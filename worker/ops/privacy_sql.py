@@ -51,6 +51,7 @@ EXPORTS: dict[str, str] = {
     "click_events": "SELECT * FROM mailroom.click_events WHERE email_id = ANY(%(ids)s) ORDER BY occurred_at, id",
     "unsubscribe_list": "SELECT * FROM mailroom.unsubscribe_list WHERE email = %(addr)s",
     "bounce_list": "SELECT * FROM mailroom.bounce_list WHERE email = %(addr)s",
+    "suppression_events": "SELECT * FROM mailroom.suppression_events WHERE address = %(addr)s ORDER BY id",
     "inbox": "SELECT * FROM mailroom.inbox WHERE lower(payload->>'customer_email') = %(addr)s"
     " ORDER BY received_at",
     "expected_signers": "SELECT * FROM mailroom.expected_signers WHERE email = %(addr)s ORDER BY doc_id",
@@ -127,6 +128,13 @@ ERASURES: tuple[tuple[str, str], ...] = (
         """UPDATE mailroom.unsubscribe_list SET email = CASE WHEN %(suppress)s THEN email ELSE %(anon)s END,
                reason = regexp_replace(reason, %(re)s, %(anon)s, 'gi'), user_agent = NULL, ip_address = NULL
            WHERE email = %(addr)s""",
+    ),
+    (
+        # The history of an address whose listing was lifted (a listed one follows its list row).
+        "suppression_events",
+        """UPDATE mailroom.suppression_events SET address = %(anon)s,
+               reason = regexp_replace(reason, %(re)s, %(anon)s, 'gi')
+           WHERE address = %(addr)s""",
     ),
     (
         "inbox",
