@@ -322,3 +322,31 @@ def test_realistic_and_short_campaigns_pass_spamassassin(
     assert main(["campaigns", "set", "short", "--no-open-tracking"]) == 0
     points, rules = score(sent_bytes(stored(db_url, enqueue_one(db_url, s, **short)), s))
     assert points <= 0, rules
+
+
+async def test_a_campaign_set_up_while_the_worker_runs_is_sent_with_its_address(
+    db_url: str, settings: Settings, smtp_sink: RunningSink, cli_env: dict[str, str]
+) -> None:
+    import asyncio
+
+    from worker.engine.delivery import Worker, WorkerOptions
+
+    # No address but the campaign's: the worker's book was read before the campaign existed.
+    bare = replace(https(settings), postal_address=None, retry_base_seconds=0.01, retry_cap_seconds=0.05)
+    add_sender(db_url, smtp_sink.port, settings=bare)
+    worker = Worker(db_url, bare, WorkerOptions(concurrency=1, poll_seconds=3600))
+    task = asyncio.create_task(worker.run())
+    try:
+        enqueue_one(db_url, bare, campaign_id=None)  # the worker has loaded its senders once this is sent
+        assert await smtp_sink.wait_for(1, timeout=10)
+        assert main(["campaigns", "set", "autumn", "--postal-address", POSTAL]) == 0
+        enqueue_one(db_url, bare, campaign_id="autumn")
+        assert await smtp_sink.wait_for(2, timeout=10)
+    finally:
+        worker.stop()
+        await task
+    text, _ = parts(smtp_sink.messages[1].content)
+    assert "Oak & Iron Ltd, 12 Mill Lane" in text
+    assert (
+        scalar(db_url, "SELECT string_agg(status, ',' ORDER BY id) FROM mailroom.email_queue") == "sent,sent"
+    )

@@ -269,6 +269,7 @@ class Worker:
             return True
         self._tokens.add(claim.token)
         try:
+            sender = await self.book.with_campaigns(sender, claim.emails)
             unsent = await self._deliver(sender, claim, connections[sender.id], claim_span)
         except BaseException:
             # Cancelled after the grace period, or failed: hand back whatever this claim still holds.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +124,8 @@ class SenderBook:
         self.tokens = TokenCache(store=self._store_refresh_token)
         # Gmail API access tokens (worker.engine.gmail_tokens), made when a Gmail API sender is first used
         self._gmail_tokens: GmailTokens | None = None
+        # Campaigns looked for and not found, and when: not read again before the next reload
+        self._absent_campaigns: dict[str, float] = {}
 
     def forget(self) -> None:
         """Read the senders again at the next pick (one was suspended or changed)."""
@@ -136,6 +138,32 @@ class SenderBook:
     def set_aside(self, sender_id: int) -> None:
         """Use this sender no more until the senders are read again (its circuit opened, its limit reached)."""
         self.exhausted.add(sender_id)
+
+    async def with_campaigns(self, sender: Sender, emails: Sequence[ClaimedEmail]) -> Sender:
+        """`sender` with the campaigns of `emails` as the database has them now.
+
+        The book reads campaigns with the senders, every few seconds; a campaign set up just before
+        its email was enqueued (`mailroom campaigns set ... --postal-address`) would otherwise be
+        missing, and its email fail for want of the address the database holds. One read when a
+        claim brings a campaign the book has not seen; one not in the database is not asked for
+        again before the next reload."""
+        now = time.monotonic()
+        new = {
+            e.campaign_id
+            for e in emails
+            if e.campaign_id
+            and e.campaign_id not in sender.campaigns
+            and now - self._absent_campaigns.get(e.campaign_id, -RELOAD_SECONDS) >= RELOAD_SECONDS
+        }
+        if not new:
+            return sender
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(SELECT_CAMPAIGNS)
+            campaigns = _campaigns(await cur.fetchall())
+        for missing in new - campaigns.keys():
+            self._absent_campaigns[missing] = now
+        self.senders = [replace(s, campaigns=campaigns) for s in self.senders]
+        return replace(sender, campaigns=campaigns)
 
     async def pick(self, index: int, held: int | None) -> Sender | None:
         """The sender a slot should use: the one it holds a connection to, while that is usable,
@@ -203,10 +231,8 @@ class SenderBook:
             await cur.execute(ELIGIBLE_SENDERS)
             rows = await cur.fetchall()
             await cur.execute(SELECT_CAMPAIGNS)
-            campaigns = {
-                c["campaign_id"]: Campaign(c["list_id"], c["postal_address"], c["track_opens"])
-                for c in await cur.fetchall()
-            }
+            campaigns = _campaigns(await cur.fetchall())
+        self._absent_campaigns.clear()
         senders = []
         for row in rows:
             try:
@@ -328,3 +354,8 @@ class SenderBook:
             key = DkimKey(row["dkim_domain"], row["dkim_selector"], pem)
             self._dkim_keys[cache_key] = key
         return key
+
+
+def _campaigns(rows: Sequence[Mapping[str, Any]]) -> dict[str, Campaign]:
+    """The campaigns table as the message builder reads it."""
+    return {c["campaign_id"]: Campaign(c["list_id"], c["postal_address"], c["track_opens"]) for c in rows}
