@@ -108,7 +108,7 @@ def build_docs() -> None:
 
 # Real tools some tests run against, from Debian's packages: command -> package. Installed by the test
 # command when it runs as root where apt-get exists (CI); elsewhere the tests that need one say how.
-SYSTEM_TOOLS = {"spamassassin": "spamassassin", "promtool": "prometheus"}
+SYSTEM_TOOLS = {"spamassassin": "spamassassin", "promtool": "prometheus", "chromium": "chromium"}
 
 
 def ensure_system_tools() -> None:
