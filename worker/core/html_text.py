@@ -10,7 +10,26 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-_BLOCKS = frozenset("p div br tr li h1 h2 h3 h4 h5 h6 table ul ol hr blockquote".split())
+_BLOCKS = frozenset(
+    [
+        "p",
+        "div",
+        "br",
+        "tr",
+        "li",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "table",
+        "ul",
+        "ol",
+        "hr",
+        "blockquote",
+    ]
+)
 _HIDDEN = frozenset({"script", "style", "head", "title"})
 _SPACES = re.compile(r"[ \t\r\f\v]+")
 

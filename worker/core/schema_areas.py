@@ -74,7 +74,9 @@ AREAS: tuple[Area, ...] = (
         ),
         ("enqueue_suppression", "suppression_lists_history", "suppression_note", "suppression_reason"),
     ),
-    Area("tracking", ("tracked_links", "open_events", "click_events", "campaigns"), ("campaign_mail_policy",)),
+    Area(
+        "tracking", ("tracked_links", "open_events", "click_events", "campaigns"), ("campaign_mail_policy",)
+    ),
     Area("DMARC aggregate reports", ("dmarc_reports", "dmarc_records")),
     Area(
         "lifecycle: accounts and tokens",

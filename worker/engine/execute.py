@@ -20,9 +20,7 @@ log = logging.getLogger("mailroom.worker")
 Built = Envelope | Exception
 
 
-async def execute(
-    email: ClaimedEmail, built: Built, upcoming: Built | None, connection: Transport
-) -> Result:
+async def execute(email: ClaimedEmail, built: Built, upcoming: Built | None, connection: Transport) -> Result:
     """Send one built message (announcing the next one); an email that cannot be built, or whose
     sending raised something unexpected (a bug of ours), fails alone with the reason."""
     if isinstance(built, Exception):
