@@ -35,4 +35,4 @@ def test_the_core_dependencies_hold_none_of_the_extras() -> None:
         assert extra not in core
     extras = project["optional-dependencies"]
     assert {"worker", "console", "embedded", "tracking", "all"} <= set(extras)
-    assert extras["all"] == ["mailroom[worker,console,embedded,tracking]"]
+    assert extras["all"] == ["mailroom[worker,console,embedded,tracking,otel]"]

@@ -14,15 +14,16 @@ if TYPE_CHECKING:
     from worker.ops.dns_checks import SenderCheck
 
 CHECK = """\
-Check in DNS whether a sender account's mail can land: for its From domain and its return-path (bounce)
-domain, an SPF record that is valid, within the 10-lookup limit and authorises the relay's addresses;
-the DKIM key published at SELECTOR._domainkey.DOMAIN and matching the stored private key; a DMARC record,
-its policy and whether DKIM or the return path aligns with the From domain; an MX for the return-path
-domain; and whether the relay offers TLS (STARTTLS in its EHLO reply, or TLS at once on an implicit-TLS
-port). Each finding is stored: `mailroom health` warns about it (and fails when DKIM does not verify),
-`senders list` and the console's Senders screen show it. The worker runs the same check at every
-maintenance run. Resolvers: MAILROOM_DNS_SERVERS (the system's when unset); DNS that does not answer
-within MAILROOM_DNS_TIMEOUT_SECONDS is a finding, not an error. Reserved example domains (example.com,
+Check in DNS whether a sender account's mail can land: for its From domain and its return-path
+(bounce) domain, an SPF record that is valid, within the 10-lookup limit and authorises the
+relay's addresses; the DKIM key published at SELECTOR._domainkey.DOMAIN and matching the stored
+private key; a DMARC record, its policy and whether DKIM or the return path aligns with the From
+domain; an MX for the return-path domain; and whether the relay offers TLS (STARTTLS in its EHLO
+reply, or TLS at once on an implicit-TLS port). Each finding is stored: `mailroom health` warns
+about it (and fails when DKIM does not verify), `senders list` and the console's Senders screen
+show it. The worker runs the same check at every maintenance run. Resolvers:
+MAILROOM_DNS_SERVERS (the system's when unset); DNS that does not answer within
+MAILROOM_DNS_TIMEOUT_SECONDS is a finding, not an error. Reserved example domains (example.com,
 .test, ...) are not checked. --no-relay skips the connection to the relay (DNS only).
 Exit status 0 when nothing worse than information was found, 1 when a warning or a problem was (or
 there is no such account).
