@@ -145,6 +145,11 @@ class Settings:
     dmarc_retention_days: int = 400
     dns_servers: tuple[str, ...] = ()  # host[:port] each; empty: the system's resolvers
     dns_timeout_seconds: float = 2.0
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = field(default=None, repr=False)  # a secret: never in a repr or a log
+    oidc_client_secret_file: Path | None = None
+    oidc_required: bool = False
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -422,4 +427,15 @@ DECLARED: tuple[Setting, ...] = (
        "`address[:port]` (IPv6 as `[address]:port`)", _dns_servers, shown="the system's resolvers"),
     _S("MAILROOM_DNS_TIMEOUT_SECONDS", "dns_timeout_seconds",
        "how long a DNS check waits for one answer before it says DNS was unreachable", _number, 0.1),
+    # OpenID Connect login on the signing page (worker.tracking.oidc)
+    _S("MAILROOM_OIDC_ISSUER", "oidc_issuer", "OpenID Connect issuer signers may log in with (its "
+       "`/.well-known/openid-configuration` is read); unset, no login is offered", _optional_url),
+    _S("MAILROOM_OIDC_CLIENT_ID", "oidc_client_id", "the client id registered at the issuer, with the "
+       "redirect URI `MAILROOM_BASE_URL/oidc/callback`", _optional),
+    _S("MAILROOM_OIDC_CLIENT_SECRET", "oidc_client_secret", "the client's secret (never logged); or "
+       "`MAILROOM_OIDC_CLIENT_SECRET_FILE`", _optional),
+    _S("MAILROOM_OIDC_CLIENT_SECRET_FILE", "oidc_client_secret_file",
+       "a file holding the client's secret, read at start (keep it mode 0600)", _path),
+    _S("MAILROOM_OIDC_REQUIRED", "oidc_required", "every signer logs in with the issuer before signing "
+       "(a document may require it on its own)", _flag),
 )  # fmt: skip

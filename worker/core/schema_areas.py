@@ -109,6 +109,7 @@ AREAS: tuple[Area, ...] = (
             "signature_heads",
             "checksum_verifications",
             "reminder_logs",
+            "oauth_sessions",
         ),
         ("signature_link_hash", "signature_maintenance", "signature_maintenance_allows"),
     ),

@@ -23,6 +23,7 @@ from worker.ops.archiving import DELETE_CHUNK, FINAL_STATES, Checkpoint, Progres
 from worker.ops.audit_retention import prune_audit
 from worker.ops.dmarc_retention import purge_dmarc_reports
 from worker.ops.maintenance_report import MaintenanceReport, StateCounts, StepReport
+from worker.ops.oauth_sessions import purge_oauth_sessions
 from worker.ops.quarantine_upkeep import purge_quarantine
 
 __all__ = ["MAINTENANCE_LOCK_KEY", "MaintenanceReport", "StateCounts", "StepReport", "run_maintenance"]
@@ -241,6 +242,7 @@ def run_maintenance(
         record(purge_inbox(conn, settings, now, report))
         record(purge_quarantine(conn, settings, now, report))
         record(purge_dmarc_reports(conn, settings, now, report))
+        record(purge_oauth_sessions(conn, settings, now, report))
         record(prune_audit(conn, settings, now, report))
         record(ensure_partitions(conn, settings, now, report))
         record(drop_partitions(conn, settings, now, report))

@@ -1,0 +1,1 @@
+DROP TABLE mailroom.oauth_sessions;

@@ -1,0 +1,46 @@
+"""Login sessions' clean-up: a maintenance step deleting OIDC sessions unused for 37 days.
+
+A session past that is already refused by the signing page (`worker.tracking.oidc.sessions`); this
+step removes its row, with its encrypted refresh token, in chunks like the other retention steps.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from worker.core.config import Settings
+from worker.ops.maintenance_report import MaintenanceReport, StepReport
+
+IDLE_DAYS = 37  # the session rule of worker.tracking.oidc.sessions
+DELETE_CHUNK = 5000
+
+COUNT_IDLE = "SELECT count(*) FROM mailroom.oauth_sessions WHERE updated_at <= %s"
+DELETE_IDLE = """
+DELETE FROM mailroom.oauth_sessions
+WHERE id IN (SELECT id FROM mailroom.oauth_sessions WHERE updated_at <= %s LIMIT %s)
+"""
+
+
+def purge_oauth_sessions(
+    conn: psycopg.Connection[Any], settings: Settings, now: datetime, report: MaintenanceReport
+) -> StepReport:
+    """Delete login sessions last used `IDLE_DAYS` days or more before `now`."""
+    step = StepReport("purge_oauth_sessions")
+    cutoff = now - timedelta(days=IDLE_DAYS)
+    cur = conn.cursor(row_factory=tuple_row)
+    if report.dry_run:
+        row = cur.execute(COUNT_IDLE, (cutoff,)).fetchone()
+        step.rows = int(row[0]) if row is not None else 0
+    else:
+        while True:
+            with conn.transaction():
+                done = cur.execute(DELETE_IDLE, (cutoff, DELETE_CHUNK)).rowcount
+            step.rows += done
+            if done < DELETE_CHUNK:
+                break
+    step.details.append(f"login sessions unused since {cutoff.isoformat()}: {step.rows}")
+    return step
