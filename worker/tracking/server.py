@@ -380,6 +380,9 @@ def make_app(
     app.router.add_get("/u/{token}", unsubscribe_page)
     app.router.add_post("/u/{token}", unsubscribe)
     app.router.add_get("/healthz", health)
+    from worker.tracking.oidc import add_routes as add_login_routes  # imports this module
+
+    add_login_routes(app, url, settings)
     if bounce_sink is not None:
         from worker.tracking.webhooks import add_routes
 

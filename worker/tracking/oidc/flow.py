@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 
 from worker.core.config import ConfigError, Settings
-from worker.core.crypto import SecretBox, secret_box
+from worker.core.crypto import KeylessBox, SecretBox, secret_box
 from worker.tracking.oidc import sessions
 from worker.tracking.oidc.provider import IssuerError, LoginRefused, LoginStart, Provider
 from worker.tracking.server import POOL, _client
@@ -390,7 +390,9 @@ def add_routes(app: web.Application, url: str, settings: Settings) -> None:
     del url  # the server's pool already reaches it
     secure = settings.base_url.lower().startswith("https://")
     if not configured(settings):
-        app[LOGIN] = Login(settings, secret_box(settings, required=False), secure)
+        app[LOGIN] = Login(
+            settings, KeylessBox(ConfigError("no OpenID Connect issuer is configured")), secure
+        )
         if settings.oidc_required:
             log.error("MAILROOM_OIDC_REQUIRED is set but no issuer is configured: nobody can sign")
     else:
