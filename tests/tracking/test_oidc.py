@@ -475,3 +475,17 @@ async def test_maintenance_deletes_sessions_unused_for_37_days(db_url: str, sett
     assert step.rows == 1
     [left] = _rows(db_url)
     assert left["updated_at"] > now + timedelta(days=19)
+
+
+async def test_a_refresh_token_stored_under_a_rotated_key_ends_the_session(
+    db_url: str, settings: Settings
+) -> None:
+    from worker.core.crypto import SecretBox, generate_key
+
+    async with world(db_url, settings) as w:
+        assert (await log_in(w))[-1].status == 200
+        other = SecretBox(generate_key()).encrypt("a refresh token")
+        _execute(db_url, "UPDATE mailroom.oauth_sessions SET refresh_token_encrypted = %s", (other,))
+        w.clock.offset = timedelta(hours=2)
+        assert (await w.get(f"/s/oidc-test/{SIGNER}")).status == 303
+        assert _rows(db_url) == [] and len(w.idp.token_requests) == 1  # nothing sent to the issuer

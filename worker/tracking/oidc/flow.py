@@ -330,9 +330,15 @@ async def _refresh(login: Login, conn: Any, cookie: str, now: datetime) -> bool:
             )
             return False
         try:
-            tokens = await login.provider.refresh(
-                login.box.decrypt(row.refresh_token_encrypted), row.user_sub
+            refresh_token = login.box.decrypt(row.refresh_token_encrypted)
+        except ConfigError:  # stored under a key since rotated (`mailroom keys rotate` keeps no sessions)
+            await conn.execute(sessions.DELETE, (row.id,))
+            log.warning(
+                "OIDC session %d ended: its refresh token was stored under another secret key", row.id
             )
+            return False
+        try:
+            tokens = await login.provider.refresh(refresh_token, row.user_sub)
         except LoginRefused as exc:
             await conn.execute(sessions.DELETE, (row.id,))
             log.warning("OIDC session %d ended: %s", row.id, exc)
