@@ -68,6 +68,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "docs head": [],
     "docs remove-signatures": ["contract", "--reason", "r", "--yes"],
     "docs remind": ["contract"],
+    "docs links": ["contract"],
     "docs checksum": ["contract", "--file", __file__],
     "enqueue": ["-"],
     "health": [],

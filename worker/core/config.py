@@ -120,6 +120,7 @@ class Settings:
     health_max_complaint_rate: float = 0.003
     signing_key: str | None = None
     reminder_interval_seconds: float = 24 * 3600.0
+    signing_link_days: float = 30.0
     token_ttl_seconds: float = 900.0
     birthday_local_time: str = "09:00"
     lifecycle_base_url: str | None = None  # None: base_url
@@ -372,6 +373,8 @@ DECLARED: tuple[Setting, ...] = (
        shown="none (`$MAILROOM_HOME/signing.key`, created on first signature, mode 0600)"),
     _S("MAILROOM_REMINDER_INTERVAL_SECONDS", "reminder_interval_seconds", "`docs remind` refuses to remind a "
        "signer again sooner (failed or cancelled reminders do not count)", _number),
+    _S("MAILROOM_SIGNING_LINK_DAYS", "signing_link_days", "days a signer's link to the signing page stays "
+       "valid after it is made (each reminder carries a fresh one)", _number, 0.01),
     _S("MAILROOM_TOKEN_TTL_SECONDS", "token_ttl_seconds", "lifetime of activation and recovery tokens",
        _number, 1.0),
     _S("MAILROOM_BIRTHDAY_LOCAL_TIME", "birthday_local_time",

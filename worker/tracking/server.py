@@ -30,6 +30,7 @@ from worker.core.db import connection_kwargs
 from worker.core.links import ONE_CLICK
 from worker.core.masking import mask_address
 from worker.core.return_path import optional_bounce_key
+from worker.core.signing_desk import SigningDesk
 from worker.core.webhook_events import EventSink
 from worker.tracking.listener import listen, request_deadline
 from worker.tracking.unsubscribe import find_target, is_unsubscribed
@@ -333,6 +334,7 @@ def make_app(
     pool_size: int = 10,
     pool_timeout: float = 5.0,
     bounce_sink: EventSink | None = None,
+    signing: SigningDesk | None = None,
 ) -> web.Application:
     """The tracker's application; its connection pool opens with the app and closes with it.
 
@@ -387,16 +389,25 @@ def make_app(
         from worker.tracking.webhooks import add_routes
 
         add_routes(app, url, settings, bounce_sink)
+    if signing is not None:  # the signing page: the command line hands over the signatures domain's desk
+        from worker.tracking import signing as signing_page
+
+        signing_page.add_routes(app, settings, signing)
     return app
 
 
 async def run_tracker(
-    url: str, settings: Settings, host: str, port: int, bounce_sink: EventSink | None = None
+    url: str,
+    settings: Settings,
+    host: str,
+    port: int,
+    bounce_sink: EventSink | None = None,
+    signing: SigningDesk | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT, with the limits of `worker.tracking.listener` (timeouts, connections per client)."""
     import signal
 
-    app = make_app(url, settings, bounce_sink=bounce_sink)
+    app = make_app(url, settings, bounce_sink=bounce_sink, signing=signing)
     listening = await listen(app, settings, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

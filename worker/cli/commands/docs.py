@@ -230,6 +230,44 @@ docs.add_command(head)
 docs.add_command(remove_signatures)
 
 
+LINKS = """\
+Print each expected signer's own link to the signing page (MAILROOM_BASE_URL/s/TOKEN), for sending
+through another channel; reminders carry the same kind of link. A link is valid for
+MAILROOM_SIGNING_LINK_DAYS (30) from now, for the document's current checksum only (a new checksum
+supersedes it), and only for that signer; it needs MAILROOM_SECRET_KEY. Changes nothing.
+Exit status 0, 2 when the document is unknown or no secret key is set.
+
+Examples:
+  mailroom docs links policy-2026
+  mailroom docs links policy-2026 --json | jq -r '.[] | select(.signed_at == null) | .url'"""
+
+
+@docs.command("links", cls=Command, help=LINKS, short_help="print each expected signer's signing link")
+@DOC
+@json_option
+@with_database
+def links(db: Database, doc_id: str, as_json: bool) -> int:
+    """`mailroom docs links DOC`."""
+    from worker.core.db import connect
+    from worker.core.terminal import printable
+    from worker.producers.documents.signing_links import signer_links
+
+    with connect(db.url) as conn:
+        found = signer_links(conn, doc_id, db.settings)
+    if as_json:
+        rows = [
+            {"email": link.email, "name": link.name, "url": link.url, "expires_at": link.expires_at.isoformat(),
+             "signed_at": link.signed_at.isoformat() if link.signed_at else None}
+            for link in found
+        ]  # fmt: skip
+        print(json.dumps(rows, indent=2))
+        return 0
+    for link in found:
+        state = f"signed {when(link.signed_at)}" if link.signed_at else f"valid until {when(link.expires_at)}"
+        print(f"{printable(link.email):<40} {state}\n  {link.url}")  # a signer typed the address
+    return 0
+
+
 @docs.command(
     "remind",
     cls=Command,

@@ -16,7 +16,8 @@ nothing. Emails carry links under MAILROOM_BASE_URL: put the tracker behind that
 address. Bounce and complaint webhooks: POST /webhooks/bounces (MAILROOM_WEBHOOK_SECRET signs it),
 /webhooks/postmark (MAILROOM_POSTMARK_WEBHOOK_USER and _PASSWORD), /webhooks/sendgrid
 (MAILROOM_SENDGRID_WEBHOOK_PUBLIC_KEY) and /webhooks/ses (MAILROOM_SES_TOPIC_ARNS); one that is
-not configured answers 404. A client network (an IPv4 address or IPv6 /64) holding
+not configured answers 404. GET /s/TOKEN is a signer's page (`mailroom docs links`) and POST
+/s/TOKEN signs with their consent. A client network (an IPv4 address or IPv6 /64) holding
 --max-connections-per-client connections is answered 503 at connect (behind a reverse proxy every
 connection comes from the proxy: pass 0 and let the proxy cap them); a connection without a
 complete request for MAILROOM_TRACKER_IDLE_TIMEOUT_SECONDS (15: slow headers, idle keep-alive) is
@@ -61,6 +62,7 @@ def tracker(
 
     from worker.core.return_path import optional_bounce_key
     from worker.producers.bounces.events import event_sink
+    from worker.producers.documents.desk import signing_desk
     from worker.tracking.server import run_tracker
 
     settings = db.settings
@@ -73,7 +75,7 @@ def tracker(
     print(f"tracker on http://{host}:{port}, public base URL {settings.base_url}", flush=True)
     sink = event_sink(optional_bounce_key(settings))
     try:
-        asyncio.run(run_tracker(db.url, settings, host, port, sink))
+        asyncio.run(run_tracker(db.url, settings, host, port, sink, signing_desk(db.url, settings)))
     finally:
         if listener is not None:
             listener.close()

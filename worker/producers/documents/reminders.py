@@ -23,11 +23,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from worker.core.config import Settings
+from worker.core.config import ConfigError, Settings
 from worker.core.masking import ERASED_DOMAIN, mask_address
 from worker.core.outbox import EmailRequest, enqueue
 from worker.core.validation import ValidationError
 from worker.producers.documents.records import REMINDER_TEMPLATE, Document, get_document
+from worker.producers.documents.signing_links import link_for
 
 log = logging.getLogger("mailroom.reminders")
 
@@ -55,7 +56,7 @@ class ReminderResult:
 
 # Expected signers who have not signed, with what would stop a reminder to them now.
 SELECT_UNSIGNED = """
-SELECT e.email, e.name, e.locale, recent.requested_at AS reminded_at, b.bounce_type
+SELECT e.id AS signer_id, e.email, e.name, e.locale, recent.requested_at AS reminded_at, b.bounce_type
 FROM mailroom.expected_signers e
 LEFT JOIN mailroom.signatures s ON s.doc_id = e.doc_id AND s.signer_email = e.email
 LEFT JOIN LATERAL (
@@ -118,14 +119,26 @@ def reminder_candidates(
     return sum(1 for row in _unsigned(conn, doc_id, now, seconds) if _refusal(row, seconds) is None)
 
 
-def _data(document: Document, row: dict[str, Any]) -> dict[str, Any]:
+def _data(document: Document, row: dict[str, Any], settings: Settings) -> dict[str, Any]:
     return {
         "name": row["name"] or row["email"],
         "title": document.title or document.doc_id,
         "doc_id": document.doc_id,
         "url": document.url,
         "description": document.description,
+        "signing_url": _signing_url(document, row, settings),
     }
+
+
+def _signing_url(document: Document, row: dict[str, Any], settings: Settings) -> str:
+    """The signer's own link to the signing page; empty (the email still goes) without a secret key."""
+    try:
+        return link_for(settings, row["signer_id"], document.doc_id, row["email"], document.checksum)
+    except ConfigError:
+        log.warning(
+            "reminder for %s carries no signing link: MAILROOM_SECRET_KEY is not set", document.doc_id
+        )
+        return ""
 
 
 def _queue_reminder(
@@ -148,7 +161,7 @@ def _queue_reminder(
             to_name=row["name"] or None,
             template=REMINDER_TEMPLATE,
             locale=row["locale"],
-            data=_data(document, row),
+            data=_data(document, row, settings),
             idempotency_key=f"{REFERENCE_TYPE}:{log_id}",
             reference_type=REFERENCE_TYPE,
             reference_id=str(log_id),

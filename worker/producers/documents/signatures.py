@@ -25,6 +25,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from worker.core.config import Settings
+from worker.core.signing_desk import Proof
 from worker.core.validation import ValidationError, check_header_text
 from worker.producers.documents.chain import (
     PAYLOAD_VERSION,
@@ -108,9 +109,11 @@ SELECT_EXISTING = "SELECT signed_at FROM mailroom.signatures WHERE doc_id = %s A
 SELECT_EXPECTED_NAME = "SELECT name FROM mailroom.expected_signers WHERE doc_id = %s AND email = %s"
 INSERT_SIGNATURE = """
 INSERT INTO mailroom.signatures
-    (doc_id, signer_email, signer_name, signed_at, nonce, payload, payload_hash, signature, prev_hash, seq)
+    (doc_id, signer_email, signer_name, signed_at, nonce, payload, payload_hash, signature, prev_hash, seq,
+     user_sub, referer, ip_address, user_agent)
 VALUES (%(doc_id)s, %(signer_email)s, %(signer_name)s, %(signed_at)s, %(nonce)s, %(payload)s,
-        %(payload_hash)s, %(signature)s, %(prev_hash)s, %(seq)s)
+        %(payload_hash)s, %(signature)s, %(prev_hash)s, %(seq)s,
+        %(user_sub)s, %(referer)s, %(ip_address)s, %(user_agent)s)
 RETURNING id
 """
 SELECT_CHAIN = """
@@ -182,8 +185,11 @@ def sign_document(
     now: datetime | None = None,
     settings: Settings | None = None,
     key: SigningKey | None = None,
+    proof: Proof | None = None,
 ) -> Signature:
     """Sign `doc_id` for `email` in the caller's transaction (the caller commits) and return the signature.
+
+    `proof` (the signing page's) records the identity the signer proved and where the request came from.
 
     The document row stays locked until the caller's transaction ends, so concurrent signers of
     one document append to one chain in turn. A second signature by the same signer is refused.
@@ -202,7 +208,16 @@ def sign_document(
         head = cur.execute(SELECT_HEAD, (doc_id,)).fetchone()
         assert head is not None
         row = _signed_row(document, address, name, head, now or head["now"], key)
-        inserted = cur.execute(INSERT_SIGNATURE, row).fetchone()
+        provenance: dict[str, str | None] = {
+            "user_sub": None,
+            "referer": None,
+            "ip_address": None,
+            "user_agent": None,
+        }
+        if proof is not None:
+            provenance = {"user_sub": proof.user_sub, "referer": proof.referer,
+                          "ip_address": proof.ip_address, "user_agent": proof.user_agent}  # fmt: skip
+        inserted = cur.execute(INSERT_SIGNATURE, {**row, **provenance}).fetchone()
     assert inserted is not None
     return Signature(id=int(inserted["id"]), **row)
 
