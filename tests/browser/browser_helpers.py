@@ -63,17 +63,25 @@ async def scrolls_sideways(page: Page) -> bool:
 
 
 @asynccontextmanager
-async def tracker_at_its_base_url(db_url: str, settings: Settings) -> AsyncIterator[Settings]:
+async def tracker_at_its_base_url(
+    db_url: str, settings: Settings, *, signing: bool = False, host: str = "127.0.0.1"
+) -> AsyncIterator[Settings]:
     """The tracker served on a free local port, and the settings whose MAILROOM_BASE_URL is that port.
 
     The port is bound before the application is made, so the links the worker writes into emails and
     the addresses the tracker builds for itself (redirects, a login's callback) all name this server.
+    `signing`: with the signing page, as `mailroom tracker` serves it.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    here = replace(settings, base_url=f"http://127.0.0.1:{port}")
-    runner = web.AppRunner(make_app(db_url, here, pool_size=4))
+    here = replace(settings, base_url=f"http://{host}:{port}")
+    desk = None
+    if signing:
+        from worker.producers.documents.desk import signing_desk
+
+        desk = signing_desk(db_url, here)
+    runner = web.AppRunner(make_app(db_url, here, pool_size=4, signing=desk))
     await runner.setup()
     try:
         await web.SockSite(runner, sock).start()

@@ -1,0 +1,110 @@
+"""A signer signs from the reminder email in a real browser: the link the worker delivered, the page
+(title, checksum, signer), consent and signing, the confirmation, the signature row, the console's
+figures moving live, the receipt email; on a phone's screen, without JavaScript, and against a
+forged cross-site form."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import psycopg
+import pytest
+from playwright.async_api import Browser, Page
+
+from tests.browser.browser_helpers import PHONE, press, scrolls_sideways, tracker_at_its_base_url
+from tests.browser.signing_helpers import (
+    CHECKSUM,
+    DOC_ID,
+    DOC_URL,
+    TITLE,
+    ConsoleWatch,
+    add_lease,
+    deliver,
+    deliver_reminders,
+    signatures,
+)
+from tests.tracking.campaign_mail_helpers import parts
+from tests.worker.helpers import add_sender
+from worker.core.config import Settings
+from worker.devtools.sink import RunningSink
+from worker.producers.documents.reminders import send_reminders
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+
+WEBMAIL = "https://mail.example.net/inbox/1"
+
+
+async def read_page(page: Page) -> str:
+    """The page's visible text."""
+    return await page.inner_text("body")
+
+
+async def test_signer_signs_from_the_reminder_on_a_phone_and_the_console_sees_it_live(
+    browser: Browser, db_url: str, settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port, settings=settings)
+    add_lease(db_url, settings)
+    console = ConsoleWatch(db_url)
+    async with tracker_at_its_base_url(db_url, settings, signing=True) as here:
+        links = await deliver_reminders(db_url, here, smtp_sink)
+        assert sorted(links) == ["ada@example.com", "grace@example.com"]
+        assert links["ada@example.com"] != links["grace@example.com"]
+        await console.start()
+        context = await browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+        page = await context.new_page()
+        try:
+            assert await console.completion() == (0, 2)
+            # Opened from the webmail: the page shows the document and the signer, and changes nothing.
+            opened = await page.goto(links["ada@example.com"], referer=WEBMAIL)
+            assert opened is not None and opened.status == 200
+            assert await page.title() == f"Sign “{TITLE}”"
+            text = await read_page(page)
+            assert f"SHA-256: {CHECKSUM}" in text and "Ada Lovelace <ada@example.com>" in text
+            assert await page.get_by_role("link", name=DOC_URL).get_attribute("href") == DOC_URL
+            assert "grace" not in (await page.content()).lower()
+            assert not await scrolls_sideways(page)
+            consent = page.get_by_role("checkbox", name=f"I have read “{TITLE}” and I sign it.")
+            # The browser will not send the form before the box is ticked.
+            assert await consent.evaluate("box => box.validity.valueMissing")
+            assert signatures(db_url) == []
+            await consent.tap()
+            signed = await press(page, page.get_by_role("button", name="Sign"), tap=True)
+            assert signed is not None and signed.status == 200
+            assert await page.title() == f"You signed “{TITLE}”"
+            assert not await scrolls_sideways(page)
+            agent = await page.evaluate("navigator.userAgent")
+            [row] = signatures(db_url)
+            text = await read_page(page)
+            assert f"#{row['id']}" in text and row["payload_hash"] in text
+            # The console hears of it at once (NOTIFY) and its figures move.
+            await console.signed.wait()
+            assert await console.completion() == (1, 2)
+            assert await console.missing() == ["grace@example.com"]
+            # Back to the same link: used up, and it says so with the receipt.
+            again = await page.goto(links["ada@example.com"])
+            assert again is not None and again.status == 200
+            assert await page.title() == "Already signed"
+            assert row["payload_hash"] in await read_page(page)
+            assert await page.get_by_role("button").count() == 0
+        finally:
+            await context.close()
+            await console.stop()
+        assert row["signer_email"] == "ada@example.com"
+        assert (row["user_sub"], row["ip"], row["user_agent"]) == (
+            "email:ada@example.com",
+            "127.0.0.1",
+            agent,
+        )
+        assert row["referer"] == WEBMAIL
+        # The receipt goes through the queue; the next reminder run skips the signer.
+        before = len(smtp_sink.messages)
+        assert await deliver(db_url, here) == 1
+        receipt = smtp_sink.messages[before]
+        assert "ada@example.com" in str(receipt.message["To"])
+        text, _ = parts(receipt.content)
+        assert f"Signature: #{row['id']}" in text and row["payload_hash"] in text
+        with psycopg.connect(db_url) as conn:
+            result = send_reminders(conn, DOC_ID, settings=here, interval=timedelta(0), requested_by="test")
+        assert result.queued == 1 and "ada@example.com" not in result.skipped
+        assert await deliver(db_url, here) == 1
+        assert "grace@example.com" in str(smtp_sink.messages[-1].message["To"])
