@@ -95,3 +95,24 @@ async def press(page: Page, button: Locator, *, tap: bool = False) -> Response |
     async with page.expect_navigation() as navigation:
         await (button.tap() if tap else button.click())
     return await navigation.value
+
+
+@asynccontextmanager
+async def another_site(html_text: str) -> AsyncIterator[str]:
+    """A page on another site (`localhost`, where Mailroom's is `127.0.0.1`): its URL while it is served."""
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=html_text, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.SockSite(runner, sock).start()
+        yield f"http://localhost:{port}/"
+    finally:
+        await runner.cleanup()

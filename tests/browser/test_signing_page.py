@@ -11,7 +11,13 @@ import psycopg
 import pytest
 from playwright.async_api import Browser, Page
 
-from tests.browser.browser_helpers import PHONE, press, scrolls_sideways, tracker_at_its_base_url
+from tests.browser.browser_helpers import (
+    PHONE,
+    another_site,
+    press,
+    scrolls_sideways,
+    tracker_at_its_base_url,
+)
 from tests.browser.signing_helpers import (
     CHECKSUM,
     DOC_ID,
@@ -52,6 +58,11 @@ async def test_signer_signs_from_the_reminder_on_a_phone_and_the_console_sees_it
         await console.start()
         context = await browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
         page = await context.new_page()
+        # Every request the page makes, and what the browser reports (a CSP violation is an error).
+        requested: list[str] = []
+        reported: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
+        page.on("console", lambda message: reported.append(f"{message.type}: {message.text}"))
         try:
             assert await console.completion() == (0, 2)
             # Opened from the webmail: the page shows the document and the signer, and changes nothing.
@@ -89,6 +100,9 @@ async def test_signer_signs_from_the_reminder_on_a_phone_and_the_console_sees_it
         finally:
             await context.close()
             await console.stop()
+        # No third-party asset, no script, nothing the content-security policy had to block.
+        assert requested and all(url.startswith(f"{here.base_url}/s/") for url in requested), requested
+        assert reported == []
         assert row["signer_email"] == "ada@example.com"
         assert (row["user_sub"], row["ip"], row["user_agent"]) == (
             "email:ada@example.com",
@@ -108,3 +122,64 @@ async def test_signer_signs_from_the_reminder_on_a_phone_and_the_console_sees_it
         assert result.queued == 1 and "ada@example.com" not in result.skipped
         assert await deliver(db_url, here) == 1
         assert "grace@example.com" in str(smtp_sink.messages[-1].message["To"])
+
+
+def forged_form(link: str, csrf: str) -> str:
+    """Another site's page whose button posts a ticked consent to the signer's link."""
+    return (
+        f'<!doctype html><form method="post" action="{link}"><input type="hidden" name="csrf" value="{csrf}">'
+        '<input type="hidden" name="consent" value="yes"><button type="submit">Win a prize</button></form>'
+    )
+
+
+async def test_signing_works_without_javascript_and_refuses_what_the_page_did_not_send(
+    browser: Browser, db_url: str, settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port, settings=settings)
+    add_lease(db_url, settings)
+    async with tracker_at_its_base_url(db_url, settings, signing=True) as here:
+        links = await deliver_reminders(db_url, here, smtp_sink)
+        link = links["grace@example.com"]
+        context = await browser.new_context(java_script_enabled=False, viewport=PHONE)
+        page = await context.new_page()
+        try:
+            # A link with one character changed: a page that says so, and no form.
+            tampered = link[:-1] + ("a" if link[-1] != "a" else "b")
+            answer = await page.goto(tampered)
+            assert answer is not None and answer.status == 404
+            assert await page.title() == "This link is not valid"
+            assert await page.get_by_role("button").count() == 0
+            await page.goto(link)
+            assert await page.title() == f"Sign “{TITLE}”"
+            assert "Grace Hopper <grace@example.com>" in await read_page(page)
+            # Another site's form posting to the link from this very browser, even with the CSRF token of
+            # this browser's own page: the page's cookie (SameSite) is not sent across sites, nothing signs.
+            csrf = await page.locator("input[name=csrf]").get_attribute("value")
+            assert csrf
+            async with another_site(forged_form(link, csrf)) as evil:
+                await page.goto(evil)
+                refused = await press(page, page.get_by_role("button", name="Win a prize"))
+            assert refused is not None and refused.status == 403
+            assert await page.title() == "Please reload the page"
+            # The form with the box unticked (its `required` taken off): the server refuses it too.
+            await page.goto(link)
+            await page.get_by_role("checkbox").evaluate("box => box.removeAttribute('required')")
+            unticked = await press(page, page.get_by_role("button", name="Sign"))
+            assert unticked is not None and unticked.status == 400
+            assert await page.title() == "Tick the box to sign"
+            assert signatures(db_url) == []
+            # Ticked, and sent as a plain HTML form: signed.
+            await page.goto(link)
+            await page.get_by_role("checkbox").check()
+            signed = await press(page, page.get_by_role("button", name="Sign"))
+            assert signed is not None and signed.status == 200
+            assert await page.title() == f"You signed “{TITLE}”"
+            assert not await scrolls_sideways(page)
+        finally:
+            await context.close()
+    [row] = signatures(db_url)
+    assert (row["signer_email"], row["user_sub"], row["referer"]) == (
+        "grace@example.com",
+        "email:grace@example.com",
+        None,
+    )
