@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from worker.core.config import Settings
+from worker.core.config import ConfigError, Settings
 from worker.core.return_path import b32_prefix, bounce_key, keyed_digest, optional_bounce_key
 from worker.core.signing_desk import INVALID_LINK, LinkState, LinkView, SignatureReceipt
 
@@ -38,7 +38,10 @@ MAX_TOKEN = 64
 
 def link_key(settings: Settings) -> bytes:
     """The signing-link key: derived from the secret key (a `ConfigError` when none is configured)."""
-    return keyed_digest(bounce_key(settings), _CONTEXT)
+    try:
+        return keyed_digest(bounce_key(settings), _CONTEXT)
+    except ConfigError:
+        raise ConfigError("MAILROOM_SECRET_KEY is not set: signing links are signed with it") from None
 
 
 def optional_link_key(settings: Settings) -> bytes | None:
