@@ -44,3 +44,18 @@ class Enqueued(int):
 def from_row(row: tuple[Any, ...]) -> Enqueued:
     """The answer from a row of (id, suppression reason or NULL)."""
     return Enqueued(int(row[0]), row[1] if len(row) > 1 else None)
+
+
+def _dump_as_bigint() -> None:
+    """Dump an `Enqueued` as the bigint it is, whatever its size.
+
+    psycopg dumps an int subclass in a list with the dumper chosen for the list's last item (an
+    int2 for a small id), so `[Enqueued(1), Enqueued(40000)]` would not fit; ids are bigint."""
+    import psycopg
+    from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
+
+    psycopg.adapters.register_dumper(Enqueued, Int8Dumper)
+    psycopg.adapters.register_dumper(Enqueued, Int8BinaryDumper)
+
+
+_dump_as_bigint()

@@ -42,7 +42,8 @@ STATUS_OF = "SELECT id, status FROM mailroom.email_queue WHERE id = ANY(%s)"
 def _apply(
     conn: psycopg.Connection[Any], statement: str, ids: Sequence[int], action: str, actor: str | None
 ) -> ActionResult:
-    wanted = sorted(set(ids))
+    # Plain ints: `mailroom.enqueue` answers an int subclass, and psycopg refuses a list of mixed types.
+    wanted = sorted({int(i) for i in ids})
     with conn.cursor(row_factory=tuple_row) as cur:
         changed = sorted(int(r[0]) for r in cur.execute(statement, (wanted,)).fetchall())
         rest = [i for i in wanted if i not in set(changed)]
