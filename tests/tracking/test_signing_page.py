@@ -443,3 +443,16 @@ def test_docs_links_prints_each_signers_working_link(
     assert code == 0 and "valid until" in out and out.count("/s/") == 2
     code, _, err = run(capsys, "docs", "links", "nope")
     assert code == 2 and "nope" in err
+
+
+async def test_the_login_path_of_a_document_without_login_goes_back_to_its_page(
+    db_url: str, settings: Settings
+) -> None:
+    make_document(db_url, settings)
+    token = token_for(db_url, settings, "policy", ADA)
+    async with signing_server(db_url, settings) as server, browser() as http:
+        async with http.get(server.make_url(f"/s/{token}/login"), allow_redirects=False) as resp:
+            assert resp.status == 303 and resp.headers["Location"] == f"/s/{token}"
+        bad = token[:-1] + ("y" if token.endswith("x") else "x")
+        async with http.get(server.make_url(f"/s/{bad}/login"), allow_redirects=False) as resp:
+            assert resp.status == 404  # an altered link goes nowhere, to no issuer

@@ -210,9 +210,10 @@ async def login(request: web.Request) -> web.StreamResponse:
         return busy
     token = _token(request)
     view = await asyncio.to_thread(request.app[DESK].view, token)
-    if view.state is not LinkState.VALID or not _login_required(request.app[SETTINGS], view):
-        return _state_page(request, view, posted=False) if view.state is not LinkState.VALID else (
-            web.HTTPSeeOther(location=f"/s/{token}"))  # fmt: skip
+    if view.state is not LinkState.VALID:
+        return _state_page(request, view, posted=False)
+    if not _login_required(request.app[SETTINGS], view):  # nothing to log in for: back to the page
+        raise web.HTTPSeeOther(location=f"/s/{token}", headers=_headers(secrets.token_urlsafe(16)))
     response: web.StreamResponse = _oidc().login_redirect(request, f"/s/{token}", email=view.signer_email)
     return response
 
