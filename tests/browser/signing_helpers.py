@@ -28,12 +28,14 @@ CHECKSUM = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 SIGNERS = {"ada@example.com": "Ada Lovelace", "grace@example.com": "Grace Hopper"}
 
 
-def add_lease(db_url: str, settings: Settings, *, require_login: bool = False) -> None:
-    """The document with its two expected signers, committed."""
+def add_lease(
+    db_url: str, settings: Settings, *, require_login: bool = False, title: str = TITLE, locale: str = "en"
+) -> None:
+    """The document with its two expected signers (in `locale`), committed."""
     with psycopg.connect(db_url) as conn:
-        add_document(conn, DOC_ID, title=TITLE, url=DOC_URL, checksum=CHECKSUM)
+        add_document(conn, DOC_ID, title=title, url=DOC_URL, checksum=CHECKSUM)
         for email, name in SIGNERS.items():
-            expect_signer(conn, DOC_ID, email, name=name, settings=settings)
+            expect_signer(conn, DOC_ID, email, name=name, locale=locale, settings=settings)
         if require_login:
             conn.execute("UPDATE mailroom.documents SET require_login = true WHERE doc_id = %s", (DOC_ID,))
 
