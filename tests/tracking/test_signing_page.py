@@ -416,7 +416,7 @@ async def test_a_document_requiring_login_is_not_signed_by_the_link_alone(
         async with http.get(server.make_url(f"/s/{token}")) as page:
             text = await page.text()
             assert page.status == 200 and "Sign in to sign" in text and 'name="consent"' not in text
-            assert f'href="/s/{token}/login"' in text
+            assert f'href="{token}/login"' in text
         async with http.post(server.make_url(f"/s/{token}"), data={"consent": "yes"}) as post:
             assert post.status == 403
     # Even called directly, the desk refuses a link-only proof for such a document.

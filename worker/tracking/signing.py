@@ -188,10 +188,11 @@ async def signing_page(request: web.Request) -> web.Response:
     if _login_required(settings, view) and await _identity(request, view) is None:
         issuer = getattr(settings, "oidc_issuer", None) or ""
         return _answer(locale, heading, [t["login_intro"].format(issuer=issuer)],
-                       login=f"/s/{token}/login", **_document(view))  # fmt: skip
+                       login=f"{token}/login", **_document(view))  # fmt: skip
     nonce, new = _nonce(request)
     form = {
-        "action": f"/s/{token}",
+        # Relative to the page: right under a MAILROOM_BASE_URL with a path prefix too.
+        "action": token,
         "csrf": csrf_token(request.app[CSRF_KEY], token, nonce),
         "referer": _clean(request.headers.get("Referer"), MAX_REFERER) or "",
     }
@@ -263,7 +264,7 @@ async def sign(request: web.Request) -> web.Response:
         identity = await _identity(request, view)
         if identity is None:
             return _answer(locale, t["login_heading"], [t["login_refused"]], status=403,
-                           login=f"/s/{token}/login")  # fmt: skip
+                           login=f"{token}/login")  # fmt: skip
         user_sub = str(identity.user_sub)
     ip, agent = _client(request)
     referer = _clean(form.get("referer"), MAX_REFERER) or _clean(request.headers.get("Referer"), MAX_REFERER)
