@@ -74,6 +74,14 @@ async def test_signer_signs_from_the_reminder_on_a_phone_and_the_console_sees_it
             assert await page.get_by_role("link", name=DOC_URL).get_attribute("href") == DOC_URL
             assert "grace" not in (await page.content()).lower()
             assert not await scrolls_sideways(page)
+            # The form's cookie is out of the page's reach and never leaves with another site's request.
+            [cookie] = await context.cookies()
+            assert (cookie["name"], cookie["httpOnly"], cookie["sameSite"]) == (
+                "mailroom_sign",
+                True,
+                "Strict",
+            )
+            assert cookie["path"] == "/s/" and await page.evaluate("document.cookie") == ""
             consent = page.get_by_role("checkbox", name=f"I have read “{TITLE}” and I sign it.")
             # The browser will not send the form before the box is ticked.
             assert await consent.evaluate("box => box.validity.valueMissing")
