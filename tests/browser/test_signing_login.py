@@ -64,8 +64,8 @@ async def test_the_expected_signer_logs_in_at_the_issuer_and_signs_with_its_subj
             await log_in(page)
             # Back from the issuer, on the same link, logged in: now the form is there.
             assert page.url == link
-            session = {c["name"]: c for c in await context.cookies()}["mailroom_session"]
-            assert session["httpOnly"] and session["sameSite"] == "Lax"
+            cookie = {c["name"]: c for c in await context.cookies()}["mailroom_session"]
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
             assert await page.evaluate("document.cookie") == ""
             [asked] = idp.authorize_requests
             assert asked["code_challenge_method"] == "S256" and asked["login_hint"] == "ada@example.com"
