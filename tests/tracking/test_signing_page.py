@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -456,3 +457,20 @@ async def test_the_login_path_of_a_document_without_login_goes_back_to_its_page(
         bad = token[:-1] + ("y" if token.endswith("x") else "x")
         async with http.get(server.make_url(f"/s/{bad}/login"), allow_redirects=False) as resp:
             assert resp.status == 404  # an altered link goes nowhere, to no issuer
+
+
+async def test_the_cookie_follows_a_https_base_url_with_a_path_prefix(
+    db_url: str, settings: Settings
+) -> None:
+    behind_proxy = replace(settings, base_url="https://sign.example.org/mail/")
+    make_document(db_url, behind_proxy)
+    token = token_for(db_url, behind_proxy, "policy", ADA)
+    async with (
+        signing_server(db_url, behind_proxy) as server,
+        browser() as http,
+        http.get(server.make_url(f"/s/{token}")) as page,
+    ):
+        cookie = page.headers["Set-Cookie"]
+        text = await page.text()
+    assert "Path=/mail/s/" in cookie and "Secure" in cookie and "SameSite=Strict" in cookie
+    assert f'action="{token}"' in text  # relative: /mail/s/TOKEN as the browser sees it

@@ -23,6 +23,7 @@ import re
 import secrets
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -37,6 +38,7 @@ DESK: web.AppKey[SigningDesk] = web.AppKey("signing_desk")
 CSRF_KEY: web.AppKey[bytes] = web.AppKey("signing_csrf_key")
 SECURE: web.AppKey[bool] = web.AppKey("signing_secure_cookie")
 SETTINGS: web.AppKey[Settings] = web.AppKey("signing_settings")
+COOKIE_PATH: web.AppKey[str] = web.AppKey("signing_cookie_path")
 
 COOKIE = "mailroom_sign"
 MAX_BODY = 8 * 1024
@@ -55,6 +57,8 @@ def add_routes(app: web.Application, settings: Settings, desk: SigningDesk) -> N
     app[CSRF_KEY] = keyed_digest(key, b"mailroom signing csrf v1") if key else secrets.token_bytes(32)
     app[DESK], app[SETTINGS] = desk, settings
     app[SECURE] = settings.base_url.lower().startswith("https://")
+    # The path browsers see: under MAILROOM_BASE_URL's own path when a proxy serves it with a prefix.
+    app[COOKIE_PATH] = urlsplit(settings.base_url).path.rstrip("/") + "/s/"
     app.router.add_get("/s/{token}", signing_page)
     app.router.add_post("/s/{token}", sign)
     app.router.add_get("/s/{token}/login", login)
@@ -199,8 +203,15 @@ async def signing_page(request: web.Request) -> web.Response:
     response = _answer(locale, heading, [t["sign_intro"]], form=form,
                        consent=t["consent"].format(title=view.title), **_document(view))  # fmt: skip
     if new:
-        response.set_cookie(COOKIE, nonce, path="/s/", max_age=24 * 3600, httponly=True, samesite="Strict",
-                            secure=request.app[SECURE])  # fmt: skip
+        response.set_cookie(
+            COOKIE,
+            nonce,
+            path=request.app[COOKIE_PATH],
+            max_age=24 * 3600,
+            httponly=True,
+            samesite="Strict",
+            secure=request.app[SECURE],
+        )
     return response
 
 
