@@ -119,3 +119,47 @@ async def test_someone_logged_in_as_another_person_signs_nothing(
     assert signatures(db_url) == []
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM mailroom.oauth_sessions").fetchone() == (0,)
+
+
+async def test_a_session_cookie_taken_to_another_browser_is_ended_and_proves_nothing(
+    browser: Browser, db_url: str, settings: Settings, smtp_sink: RunningSink
+) -> None:
+    idp = Issuer(sub=ADA_SUB, email="ada@example.com")
+    async with signing_with_login(db_url, settings, smtp_sink, idp) as links:
+        link = links["ada@example.com"]
+        phone = await browser.new_context(viewport=PHONE, user_agent="Mozilla/5.0 (Ada's phone)")
+        thief = await browser.new_context(user_agent="Mozilla/5.0 (Someone else's laptop)")
+        try:
+            page = await phone.new_page()
+            await page.goto(link)
+            await log_in(page)
+            assert await page.get_by_role("checkbox").count() == 1
+            # Ada's session proves Ada, not Grace: Grace's link asks for Grace's login.
+            await page.goto(links["grace@example.com"])
+            assert await page.get_by_role("checkbox").count() == 0
+            # The cookie copied into a browser with another user agent: the theft rule ends the session.
+            taken = await phone.cookies()
+            await thief.add_cookies(
+                [
+                    {"name": c["name"], "value": c["value"], "domain": c["domain"], "path": c["path"]}
+                    for c in taken
+                ]
+            )
+            stolen = await thief.new_page()
+            await stolen.goto(link)
+            assert await stolen.get_by_role("checkbox").count() == 0
+            assert await stolen.get_by_role("link", name="Sign in to sign").count() == 1
+            with psycopg.connect(db_url) as conn:
+                assert conn.execute("SELECT count(*) FROM mailroom.oauth_sessions").fetchone() == (0,)
+            # Ada logs in again on her phone and signs.
+            await page.goto(link)
+            assert await page.get_by_role("checkbox").count() == 0
+            await log_in(page)
+            await page.get_by_role("checkbox").check()
+            signed = await press(page, page.get_by_role("button", name="Sign"))
+            assert signed is not None and signed.status == 200
+        finally:
+            await thief.close()
+            await phone.close()
+    [row] = signatures(db_url)
+    assert (row["user_sub"], row["user_agent"]) == (ADA_SUB, "Mozilla/5.0 (Ada's phone)")
