@@ -8,11 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from playwright.async_api import Browser
+from playwright.async_api import Browser, Route
 
 from tests.browser.browser_helpers import PHONE, press, tracker_at_its_base_url
 from tests.browser.signing_helpers import (
     DOC_ID,
+    DOC_URL,
     TITLE,
     add_lease,
     deliver_reminders,
@@ -150,3 +151,30 @@ async def test_a_french_reader_gets_the_page_in_french(
         finally:
             await context.close()
     assert len(signatures(db_url)) == 1
+
+
+async def test_following_the_document_link_does_not_carry_the_signers_link_away(
+    browser: Browser, db_url: str, settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port, settings=settings)
+    add_lease(db_url, settings)
+    async with tracker_at_its_base_url(db_url, settings, signing=True) as here:
+        link = (await deliver_reminders(db_url, here, smtp_sink))["ada@example.com"]
+        context = await browser.new_context()
+        seen: list[dict[str, str]] = []
+
+        async def documents_host(route: Route) -> None:
+            # Stands in for the host of the document's file, and notes what the browser told it.
+            seen.append(await route.request.all_headers())
+            await route.fulfill(status=200, content_type="text/html", body="<title>Lease</title>")
+
+        await context.route(f"{DOC_URL}*", documents_host)
+        try:
+            page = await context.new_page()
+            await page.goto(link)
+            await press(page, page.get_by_role("link", name=DOC_URL))
+            assert page.url == DOC_URL
+        finally:
+            await context.close()
+    # The signer's token never reaches the other host: no Referer at all, not even this server's origin.
+    assert len(seen) == 1 and "referer" not in seen[0], seen

@@ -86,6 +86,10 @@ async def test_signer_signs_from_the_reminder_on_a_phone_and_the_console_sees_it
             # The browser will not send the form before the box is ticked.
             assert await consent.evaluate("box => box.validity.valueMissing")
             assert signatures(db_url) == []
+            # Big enough for a thumb, and inside the screen.
+            button = await page.get_by_role("button", name="Sign").bounding_box()
+            assert button is not None and button["height"] >= 44
+            assert button["x"] >= 0 and button["x"] + button["width"] <= PHONE["width"]
             await consent.tap()
             signed = await press(page, page.get_by_role("button", name="Sign"), tap=True)
             assert signed is not None and signed.status == 200
