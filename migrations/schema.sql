@@ -1917,7 +1917,8 @@ COMMENT ON VIEW mailroom.suppressions IS 'Every suppressed address, one row per 
 -- functions
 
 CREATE FUNCTION mailroom.enqueue_suppression(status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean) RETURNS text
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT CASE
         WHEN status <> 'pending' THEN NULL
@@ -3157,6 +3158,7 @@ CREATE TABLE mailroom.documents (
     created_by text DEFAULT ''::text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    require_login boolean DEFAULT false NOT NULL,
     CONSTRAINT documents_checksum_algorithm_known CHECK ((checksum_algorithm = ANY (ARRAY['SHA-256'::text, 'SHA-512'::text]))),
     CONSTRAINT documents_checksum_has_algorithm CHECK (((checksum IS NULL) = (checksum_algorithm IS NULL))),
     CONSTRAINT documents_checksum_hex CHECK ((checksum ~ '^[0-9a-f]{64}([0-9a-f]{64})?$'::text)),
@@ -3169,6 +3171,7 @@ COMMENT ON TABLE mailroom.documents IS 'Documents people are asked to acknowledg
 
 COMMENT ON COLUMN mailroom.documents.checksum IS 'Hex digest of the document''s content (length fits checksum_algorithm).';
 COMMENT ON COLUMN mailroom.documents.checksum_algorithm IS 'SHA-256 or SHA-512; set with checksum or not at all.';
+COMMENT ON COLUMN mailroom.documents.require_login IS 'True: the signing page accepts a signature only after an OpenID Connect login whose verified email is the signer''s (the link alone is not enough). MAILROOM_OIDC settings may require it for every document.';
 
 ALTER TABLE ONLY mailroom.documents
     ADD CONSTRAINT documents_pkey PRIMARY KEY (doc_id);
@@ -3251,11 +3254,18 @@ CREATE TABLE mailroom.signatures (
     prev_hash text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     seq integer NOT NULL,
+    user_sub text,
+    referer text,
+    ip_address inet,
+    user_agent text,
     CONSTRAINT signatures_nonce_min_length CHECK ((length(nonce) >= 16)),
     CONSTRAINT signatures_payload_hash_hex CHECK ((payload_hash ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT signatures_prev_hash_hex CHECK ((prev_hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT signatures_referer_format CHECK ((((length(referer) >= 1) AND (length(referer) <= 2048)) AND (referer !~ '[[:cntrl:]]'::text))),
     CONSTRAINT signatures_seq_positive CHECK ((seq >= 1)),
-    CONSTRAINT signatures_signer_email_lowercase CHECK ((signer_email = lower(signer_email)))
+    CONSTRAINT signatures_signer_email_lowercase CHECK ((signer_email = lower(signer_email))),
+    CONSTRAINT signatures_user_agent_format CHECK ((((length(user_agent) >= 1) AND (length(user_agent) <= 1000)) AND (user_agent !~ '[[:cntrl:]]'::text))),
+    CONSTRAINT signatures_user_sub_format CHECK ((((length(user_sub) >= 1) AND (length(user_sub) <= 600)) AND (user_sub !~ '[[:cntrl:]]'::text)))
 );
 
 COMMENT ON TABLE mailroom.signatures IS 'Ed25519 signatures of documents, append-only, each chained to the one before it in its document (prev_hash, seq).';
@@ -3267,6 +3277,10 @@ COMMENT ON COLUMN mailroom.signatures.payload_hash IS 'SHA-256 (hex) of the payl
 COMMENT ON COLUMN mailroom.signatures.signature IS 'The Ed25519 signature of the payload.';
 COMMENT ON COLUMN mailroom.signatures.prev_hash IS 'mailroom.signature_link_hash of the previous signature of the document (NULL for the first).';
 COMMENT ON COLUMN mailroom.signatures.seq IS 'Position in the document''s chain (1 for the first).';
+COMMENT ON COLUMN mailroom.signatures.user_sub IS 'The identity the signer proved on the signing page: email:<address> for a signer''s link, or the OpenID Connect subject when a login was required; NULL for signatures made by an operator (`mailroom docs sign`).';
+COMMENT ON COLUMN mailroom.signatures.referer IS 'The Referer header of the signing page''s POST, as the browser sent it (at most 2048 characters); NULL when absent.';
+COMMENT ON COLUMN mailroom.signatures.ip_address IS 'The address the signing page''s POST came from (the connecting peer as the tracker saw it).';
+COMMENT ON COLUMN mailroom.signatures.user_agent IS 'The User-Agent header of the signing page''s POST, control characters removed (at most 1000 characters).';
 
 ALTER TABLE mailroom.signatures ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.signatures_id_seq
@@ -3473,6 +3487,62 @@ ALTER TABLE ONLY mailroom.reminder_logs
 CREATE INDEX reminder_logs_doc_idx ON mailroom.reminder_logs USING btree (doc_id, recipient_email, requested_at DESC);
 
 CREATE INDEX reminder_logs_email_idx ON mailroom.reminder_logs USING btree (email_id) WHERE (status = 'queued'::text);
+
+-- oauth_sessions
+
+CREATE TABLE mailroom.oauth_sessions (
+    id bigint NOT NULL,
+    session_secret_hash bytea NOT NULL,
+    user_sub text NOT NULL,
+    email text NOT NULL,
+    refresh_token_encrypted bytea,
+    access_token_expires_at timestamp with time zone,
+    last_refreshed_at timestamp with time zone,
+    user_agent text,
+    ip_address inet,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT oauth_sessions_email_format CHECK ((((length(email) >= 3) AND (length(email) <= 254)) AND (email ~ '^[^@\s]+@[^@\s]+$'::text))),
+    CONSTRAINT oauth_sessions_secret_hash_length CHECK ((octet_length(session_secret_hash) = 32)),
+    CONSTRAINT oauth_sessions_user_agent_length CHECK ((length(user_agent) <= 1000)),
+    CONSTRAINT oauth_sessions_user_sub_length CHECK (((length(user_sub) >= 1) AND (length(user_sub) <= 255)))
+);
+
+COMMENT ON TABLE mailroom.oauth_sessions IS 'Login sessions of the signing page''s OpenID Connect login: one per browser that logged in; unused for 37 days, deleted';
+
+COMMENT ON COLUMN mailroom.oauth_sessions.session_secret_hash IS 'SHA-256 of the session cookie''s value (256 random bits): a stolen table gives no usable cookie';
+COMMENT ON COLUMN mailroom.oauth_sessions.user_sub IS 'The issuer''s subject (the ID token''s sub): who logged in';
+COMMENT ON COLUMN mailroom.oauth_sessions.email IS 'The address the issuer verified for the subject at login';
+COMMENT ON COLUMN mailroom.oauth_sessions.refresh_token_encrypted IS 'The latest refresh token (replaced at each rotation), encrypted with the secret key; NULL when the issuer gave none';
+COMMENT ON COLUMN mailroom.oauth_sessions.access_token_expires_at IS 'When the access token expires: the next use after it refreshes the tokens, or ends the session when that is refused';
+COMMENT ON COLUMN mailroom.oauth_sessions.last_refreshed_at IS 'When the tokens were last refreshed; NULL before the first refresh';
+COMMENT ON COLUMN mailroom.oauth_sessions.user_agent IS 'The browser''s User-Agent at login: a request with another one ends the session (the theft rule)';
+COMMENT ON COLUMN mailroom.oauth_sessions.ip_address IS 'The client address at login: a request from another /24 (IPv4) or /48 (IPv6) ends the session (the theft rule)';
+COMMENT ON COLUMN mailroom.oauth_sessions.created_at IS 'When the session started (the login)';
+COMMENT ON COLUMN mailroom.oauth_sessions.updated_at IS 'When the session was last used or refreshed; 37 days after it the session is over and maintenance deletes it';
+
+ALTER TABLE mailroom.oauth_sessions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.oauth_sessions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+ALTER TABLE ONLY mailroom.oauth_sessions
+    ADD CONSTRAINT oauth_sessions_one_per_secret UNIQUE (session_secret_hash);
+
+ALTER TABLE ONLY mailroom.oauth_sessions
+    ADD CONSTRAINT oauth_sessions_pkey PRIMARY KEY (id);
+
+CREATE INDEX oauth_sessions_updated_idx ON mailroom.oauth_sessions USING btree (updated_at);
+
+CREATE INDEX oauth_sessions_user_sub_idx ON mailroom.oauth_sessions USING btree (user_sub);
+
+CREATE TRIGGER oauth_sessions_created_at_fixed BEFORE UPDATE ON mailroom.oauth_sessions FOR EACH ROW EXECUTE FUNCTION mailroom.forbid_created_at_change();
+
+COMMENT ON TRIGGER oauth_sessions_created_at_fixed ON mailroom.oauth_sessions IS 'created_at can never be rewritten; updated_at is set by each use (the session''s clock, not the row''s)';
 
 -- functions
 

@@ -179,3 +179,30 @@ def test_a_read_only_role_granted_before_an_upgrade_reads_the_new_columns_but_no
                 conn.rollback()
     finally:
         _drop_role(db_url, "mr_test_old_reader")
+
+
+def test_a_role_writing_the_queue_before_the_upgrade_still_enqueues_through_the_python_api(
+    db_url: str, settings: Settings
+) -> None:
+    """Revision 0010 has the Python API ask `mailroom.enqueue_suppression` in its INSERT; a role that
+    wrote the queue before it (no function grants) must go on enqueueing after the upgrade."""
+    from mailroom import EmailRequest, enqueue
+    from worker.core import db
+
+    db.downgrade(db_url, "0009")
+    with psycopg.connect(db_url) as conn:
+        conn.execute("CREATE ROLE mr_test_old_writer LOGIN")
+        for grant in (
+            "GRANT USAGE ON SCHEMA mailroom TO mr_test_old_writer",
+            "GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA mailroom TO mr_test_old_writer",
+            "GRANT USAGE ON ALL SEQUENCES IN SCHEMA mailroom TO mr_test_old_writer",
+        ):
+            conn.execute(grant)
+    try:
+        db.upgrade(db_url)
+        with _as(db_url, "mr_test_old_writer") as conn:
+            email_id = enqueue(conn, EmailRequest(to="ada@example.com", subject="Hi", text="x"))
+            conn.commit()
+        assert email_id > 0 and not email_id.suppressed
+    finally:
+        _drop_role(db_url, "mr_test_old_writer")

@@ -45,6 +45,8 @@ def make_role(db_url: str) -> Iterator[Callable[[str, str], str]]:
                     "GRANT USAGE ON SCHEMA mailroom TO {}",
                     "GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA mailroom TO {}",
                     "GRANT USAGE ON ALL SEQUENCES IN SCHEMA mailroom TO {}",
+                    # What the Python API's INSERT ... RETURNING asks: would this email be suppressed?
+                    "GRANT EXECUTE ON FUNCTION mailroom.enqueue_suppression TO {}",
                 ):
                     conn.execute(sql.SQL(grant).format(sql.Identifier(role)))
             else:
@@ -178,6 +180,9 @@ NAMED_LIKE_BUT_PUBLIC = {
     "signatures.payload_hash": "its hash",
     "templates.text_body": "a template: placeholders, no recipient's data",
     "templates.html_body": "a template",
+    "events.delivery_payload": "a birthday's template, locale and the person's names, as `people` shows them",
+    "sender_dns_findings.code": "a DNS finding's kind (spf_missing, dkim_mismatch, ...)",
+    "oauth_sessions.access_token_expires_at": "when a login's access token expires: a time, no token",
 }
 
 

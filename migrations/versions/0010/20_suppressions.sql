@@ -179,9 +179,12 @@ COMMENT ON FUNCTION mailroom.suppression_reason(text, boolean) IS
 
 -- An email is suppressed when every recipient is (as the claim decides); a pending one only: an
 -- unrendered email is checked by the claim after it is rendered.
+-- SECURITY DEFINER: the Python API's INSERT ... RETURNING calls it as the role it connects as, which
+-- may not read the lists. Not open to every role (it would answer for any address without a trace):
+-- roles that write the queue get it below, and a role given INSERT on it later needs it granted.
 CREATE FUNCTION mailroom.enqueue_suppression(
     status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean
-) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
+) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE
         WHEN status <> 'pending' THEN NULL
         WHEN to_extra IS NULL AND cc IS NULL AND bcc IS NULL THEN mailroom.suppression_reason(recipient, transactional)
@@ -191,6 +194,19 @@ CREATE FUNCTION mailroom.enqueue_suppression(
     FROM unnest(ARRAY[recipient] || coalesce(to_extra, '{}') || coalesce(cc, '{}') || coalesce(bcc, '{}')) AS r(a)
 $$;
 REVOKE EXECUTE ON FUNCTION mailroom.enqueue_suppression(text, text, text[], text[], text[], boolean) FROM PUBLIC;
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT grantee FROM information_schema.role_table_grants
+        WHERE table_schema = 'mailroom' AND table_name = 'email_queue' AND privilege_type = 'INSERT'
+          AND grantee <> current_user AND grantee IN (SELECT rolname FROM pg_roles)
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.enqueue_suppression(text, text, text[], text[],'
+                       ' text[], boolean) TO %I', r.grantee);
+    END LOOP;
+END $$;
 COMMENT ON FUNCTION mailroom.enqueue_suppression(text, text, text[], text[], text[], boolean) IS
     'Why a new email is stored suppressed (every recipient suppressed), NULL when it is queued; the Python API returns it with the id.';
 
