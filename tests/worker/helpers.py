@@ -6,6 +6,7 @@ from typing import Any
 
 import psycopg
 
+from tests.fixtures_db import TEST_POSTAL_ADDRESS
 from worker.core.config import Settings
 from worker.core.crypto import SecretBox
 from worker.core.outbox import EmailRequest, enqueue
@@ -50,7 +51,8 @@ def enqueue_many(
     db_url: str, n: int, *, start: int = 0, campaign_id: str | None = None, max_retries: int | None = None
 ) -> list[int]:
     """Enqueue n plain emails to u{start}..u{start+n-1}@example.com, committed."""
-    settings = Settings(database_url=db_url)
+    # Campaign email needs a postal address, as the `settings` fixture's workers have.
+    settings = Settings(database_url=db_url, postal_address=TEST_POSTAL_ADDRESS)
     with psycopg.connect(db_url) as conn:
         return [
             enqueue(

@@ -36,7 +36,8 @@ SQL_MARKS = {
     "session advisory lock": re.compile(r"pg_(try_)?advisory_lock(_shared)?\("),
     "startup option": re.compile(r"^-c "),
 }
-SESSION_SET = re.compile(r"^\s*SET\s+(?!LOCAL\b)", re.IGNORECASE)
+# `SET name = ...` / `SET name TO ...` (not SET LOCAL); a help text beginning "Set the ..." is no SQL.
+SESSION_SET = re.compile(r"^\s*SET\s+(?!LOCAL\b)[a-z_][a-z0-9_.]*\s*(=|\bTO\b)", re.IGNORECASE)
 
 
 def _prepares(node: ast.AST) -> bool:

@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.fixtures_db import TEST_POSTAL_ADDRESS
 from tests.scripted_smtp import ScriptedServer
 from tests.worker.helpers import add_sender, run_until_drained, statuses
 from worker.core.config import Settings
@@ -75,24 +76,27 @@ def enqueue_to(
     max_retries: int | None = None,
     **lists: list[str],
 ) -> int:
-    """Enqueue one email through the API, then give it more recipients with plain SQL (as any writer may)."""
+    """Enqueue one email through the API, then give it its recipients with plain SQL (as any writer may).
+
+    Enqueued to a placeholder first: enqueueing to `to` would store it suppressed at once when `to` is
+    suppressed, before the other recipients are there; the claim is what these tests exercise."""
     with psycopg.connect(db_url) as conn:
         email_id = enqueue(
             conn,
             EmailRequest(
-                to=to,
+                to="placeholder@example.net",
                 to_name=name,
                 subject="Hello all",
                 text="Body",
                 campaign_id=campaign_id,
                 max_retries=max_retries,
             ),
-            settings=Settings(database_url=db_url),
+            settings=Settings(database_url=db_url, postal_address=TEST_POSTAL_ADDRESS),
         )
         conn.execute(
-            "UPDATE mailroom.email_queue SET to_extra = %(to_extra)s, cc = %(cc)s, bcc = %(bcc)s,"
-            " reply_to = %(reply_to)s WHERE id = %(id)s",
-            {"id": email_id, **{k: lists.get(k) for k in ("to_extra", "cc", "bcc", "reply_to")}},
+            "UPDATE mailroom.email_queue SET recipient_email = %(to)s, to_extra = %(to_extra)s, cc = %(cc)s,"
+            " bcc = %(bcc)s, reply_to = %(reply_to)s WHERE id = %(id)s",
+            {"id": email_id, "to": to, **{k: lists.get(k) for k in ("to_extra", "cc", "bcc", "reply_to")}},
         )
     return email_id
 
