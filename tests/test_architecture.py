@@ -90,7 +90,7 @@ def test_no_test_module_imports_another_test_module() -> None:
 ENGINE_UNTYPED = {
     "database.py": 1,  # `Params`: a statement's parameters, as psycopg takes them
     "rows.py": 2,  # an email's headers (a JSON object), and `as_row` for worker.core.message's builder
-    "sender_book.py": 3,  # sender account rows, read once per reload, each turned into a `Sender`
+    "sender_book.py": 4,  # sender account rows, read once per reload, each turned into a `Sender` (and its Gmail key)
 }
 
 

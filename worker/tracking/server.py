@@ -17,7 +17,7 @@ import logging
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -327,28 +327,10 @@ async def _database_errors(request: web.Request, handler: Any) -> web.StreamResp
     return response
 
 
-def make_app(
-    url: str,
-    settings: Settings,
-    *,
-    pool_size: int = 10,
-    pool_timeout: float = 5.0,
-    bounce_sink: EventSink | None = None,
-    signing: SigningDesk | None = None,
-) -> web.Application:
-    """The tracker's application; its connection pool opens with the app and closes with it.
-
-    With a `bounce_sink` (what applies bounces: the command line passes the bounce producers') it
-    also serves the bounce and complaint webhooks of `worker.tracking.webhooks`.
-
-    The tracker starts, and keeps answering, while PostgreSQL is unreachable: pixels are still
-    served (their events wait in memory), and what needs the database is a 503 after at most
-    `pool_timeout` seconds, so a provider's one-click POST is retried instead of hanging.
-    """
-    # Bodies: forms up to 64 KiB here, webhooks read their own up to theirs; each request, its
-    # body included, within the deadline (a body trickled a byte a minute holds nothing for long).
-    deadline = request_deadline(settings.tracker_request_timeout_seconds)
-    app = web.Application(client_max_size=64 * 1024, middlewares=[deadline, _database_errors])
+def _pool_context(
+    url: str, settings: Settings, pool_size: int, pool_timeout: float
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The app's connection pool and event writer: opened with the app, flushed and closed with it."""
 
     async def pool_context(app: web.Application) -> AsyncIterator[None]:
         pool: Pool = AsyncConnectionPool(
@@ -375,7 +357,32 @@ def make_app(
                 log.error("tracking events lost at shutdown: %s", exc)
             await pool.close()
 
-    app.cleanup_ctx.append(pool_context)
+    return pool_context
+
+
+def make_app(
+    url: str,
+    settings: Settings,
+    *,
+    pool_size: int = 10,
+    pool_timeout: float = 5.0,
+    bounce_sink: EventSink | None = None,
+    signing: SigningDesk | None = None,
+) -> web.Application:
+    """The tracker's application; its connection pool opens with the app and closes with it.
+
+    With a `bounce_sink` (what applies bounces: the command line passes the bounce producers') it
+    also serves the bounce and complaint webhooks of `worker.tracking.webhooks`.
+
+    The tracker starts, and keeps answering, while PostgreSQL is unreachable: pixels are still
+    served (their events wait in memory), and what needs the database is a 503 after at most
+    `pool_timeout` seconds, so a provider's one-click POST is retried instead of hanging.
+    """
+    # Bodies: forms up to 64 KiB here, webhooks read their own up to theirs; each request, its
+    # body included, within the deadline (a body trickled a byte a minute holds nothing for long).
+    deadline = request_deadline(settings.tracker_request_timeout_seconds)
+    app = web.Application(client_max_size=64 * 1024, middlewares=[deadline, _database_errors])
+    app.cleanup_ctx.append(_pool_context(url, settings, pool_size, pool_timeout))
     app[KEY] = optional_bounce_key(settings)
     app.router.add_get("/o/{token}.gif", open_pixel)
     app.router.add_get("/c/{token}", click)

@@ -221,7 +221,29 @@ def settings_options(*, adding: bool) -> Decorator:
     ]
     if not adding:
         options.append(click.option("--warmup-stage", type=WARMUP_STAGE, help="warm-up stage 1-5, 0 = none"))
-    options += [
+    options += [*_pacing_options(adding=adding), *_timeout_options()]
+    if not adding:
+        options += [
+            click.option(
+                "--no-login", is_flag=True, help="remove the username and password (the relay needs no login)"
+            ),
+            click.option(
+                "--version",
+                type=int,
+                metavar="N",
+                help="change it only if it is still at version N (from list --json)",
+            ),
+        ]
+    return lambda function: apply(function, options)
+
+
+def _pacing_options(*, adding: bool) -> list[Decorator]:
+    """Warm-up cap, pacing, batch size and connections; `edit` has no defaults."""
+
+    def default(value: object) -> object:
+        return value if adding else None
+
+    return [
         click.option("--warmup-limit", type=int, help="daily cap while warming up"),
         click.option(
             "--send-delay-ms",
@@ -238,21 +260,7 @@ def settings_options(*, adding: bool) -> Decorator:
         click.option(
             "--max-connections", type=int, default=default(4), help="parallel SMTP connections (default 4)"
         ),
-        *_timeout_options(),
     ]
-    if not adding:
-        options += [
-            click.option(
-                "--no-login", is_flag=True, help="remove the username and password (the relay needs no login)"
-            ),
-            click.option(
-                "--version",
-                type=int,
-                metavar="N",
-                help="change it only if it is still at version N (from list --json)",
-            ),
-        ]
-    return lambda function: apply(function, options)
 
 
 def _password_options() -> list[Decorator]:

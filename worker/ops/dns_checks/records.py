@@ -150,6 +150,11 @@ def check_dmarc(
             )
         ]
     tags = {k: str(v.get("value")) for k, v in (found.get("parsed", {}).get("tags") or {}).items()}
+    return _policy(from_domain, found, tags) + _alignment(from_domain, dkim_domain, envelope_domain, tags)
+
+
+def _policy(from_domain: str, found: dict[str, Any], tags: dict[str, str]) -> list[DnsFinding]:
+    """What the DMARC record's p= and pct= say receivers do with mail that fails."""
     where = f"_dmarc.{found.get('location') or from_domain}"
     policy = tags.get("p", "none")
     findings = []
@@ -176,7 +181,7 @@ def check_dmarc(
                 f"DMARC of {from_domain} applies to {tags['pct']}% of failing mail",
             )
         )
-    return findings + _alignment(from_domain, dkim_domain, envelope_domain, tags)
+    return findings
 
 
 def _alignment(
