@@ -43,6 +43,12 @@ TEMPLATE_DATA = {
     "reason": "the item is out of stock",
     "doc_id": "42",
     "title": "Lease agreement",
+    "checksum": "9f2c4e8a1b7d3f6e0c5a2b9d8e7f1a3c4b6d5e2f0a9c8b7d6e5f4a3b2c1d0e9f",
+    "checksum_algorithm": "SHA-256",
+    "signing_url": "https://app.example.com/s/17.1767225600.9f2c4e8a.Zm9vYmFy",
+    "signature_id": "318",
+    "signed_at": "2026-11-26 14:02 UTC",
+    "payload_hash": "4b1e7c9d2a6f8e3b5c0d1a7f9e2b4c6d8a0f3e5b7c9d1e2f4a6b8c0d2e4f6a8b",
 }
 
 
