@@ -32,6 +32,7 @@ STEPS = [
     "purge_inbox",
     "purge_quarantine",
     "purge_dmarc_reports",
+    "purge_oauth_sessions",
     "prune_audit",
     "create_partitions",
     "drop_partitions",
