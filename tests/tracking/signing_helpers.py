@@ -14,7 +14,7 @@ import psycopg
 from aiohttp.test_utils import TestServer
 
 from worker.core.config import Settings
-from worker.producers.bounces.rate_limit import RateLimiter
+from worker.core.rate_limit import RateLimiter
 from worker.producers.documents.desk import DocumentDesk
 from worker.producers.documents.records import add_document, expect_signer
 from worker.producers.documents.signing_links import link_key, make_token

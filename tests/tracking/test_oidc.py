@@ -489,3 +489,22 @@ async def test_a_refresh_token_stored_under_a_rotated_key_ends_the_session(
         w.clock.offset = timedelta(hours=2)
         assert (await w.get(f"/s/oidc-test/{SIGNER}")).status == 303
         assert _rows(db_url) == [] and len(w.idp.token_requests) == 1  # nothing sent to the issuer
+
+
+async def test_a_client_starting_logins_without_end_is_held_back_before_the_issuer_is_asked(
+    db_url: str, settings: Settings
+) -> None:
+    # Each login start is a request to the issuer: one client network has a budget (burst 10).
+    async with world(db_url, settings) as w:
+        answers = []
+        for _ in range(14):
+            resp = await w.http.get(
+                w.url("/oidc/login"),
+                params={"return_to": "/s/oidc-test/a@example.com"},
+                allow_redirects=False,
+            )
+            answers.append(resp.status)
+        assert answers[:10] == [302] * 10
+        assert set(answers[10:]) == {429}
+        assert resp.headers["Retry-After"] == "60"
+        assert len(w.idp.authorize_requests) == 0  # the browser was never sent on: the issuer saw nothing yet

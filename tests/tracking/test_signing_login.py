@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from tests.tracking.oidc_server import CLIENT_ID, CLIENT_SECRET, Issuer, running_issuer
 from tests.tracking.signing_helpers import form_fields, make_document, signature_rows, token_for
 from worker.core.config import Settings
-from worker.producers.bounces.rate_limit import RateLimiter
+from worker.core.rate_limit import RateLimiter
 from worker.producers.documents.desk import DocumentDesk
 from worker.tracking.server import make_app
 

@@ -26,7 +26,7 @@ from worker.core.config import Settings
 from worker.core.connection_gate import ConnectionGate, client_key
 from worker.core.masking import mask_address, mask_addresses
 from worker.producers.bounces.intake import Outcome
-from worker.producers.bounces.rate_limit import RateLimiter as RateLimiter  # where callers found it
+from worker.core.rate_limit import RateLimiter as RateLimiter  # where callers found it
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from worker.core.config import ConfigError, Settings
 from worker.core.crypto import KeylessBox, SecretBox, secret_box
+from worker.core.rate_limit import RateLimiter
 from worker.tracking.oidc import sessions
 from worker.tracking.oidc.provider import IssuerError, LoginRefused, LoginStart, Provider
 from worker.tracking.server import POOL, _client
@@ -65,6 +66,9 @@ class Login:
     secure: bool
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     provider: Provider | None = None
+    # Each login and callback makes this server call the issuer: a budget per client network, so
+    # nobody turns it into a way to hammer the issuer (or to wear out its rate limit for everyone).
+    limiter: RateLimiter = field(default_factory=lambda: RateLimiter(per_minute=20, burst=10))
 
     @property
     def session_cookie(self) -> str:
@@ -174,11 +178,24 @@ def login_redirect(request: web.Request, return_to: str, *, email: str | None = 
     return response
 
 
+def _over_budget(login: Login, request: web.Request) -> web.Response | None:
+    """A 429 page when this client's network has used up its logins for now, else None."""
+    if login.limiter.allow(request.remote or ""):
+        return None
+    response = page(
+        "Too many attempts", "<p>Please wait a minute, then open your signing link again.</p>", status=429
+    )
+    response.headers["Retry-After"] = "60"
+    return response
+
+
 async def login_start(request: web.Request) -> web.StreamResponse:
     """GET /oidc/login: begin the authorization request (PKCE S256, state, nonce) and send the browser to the issuer."""
     login = request.app[LOGIN]
     if login.provider is None:
         return _not_configured()
+    if (busy := _over_budget(login, request)) is not None:
+        return busy
     pending = _unseal(login, request)
     asked = request.query.get("return_to")
     if asked is not None and (pending is None or pending["r"] != asked):
@@ -226,6 +243,8 @@ async def callback(request: web.Request) -> web.StreamResponse:
     login = request.app[LOGIN]
     if login.provider is None:
         return _not_configured()
+    if (busy := _over_budget(login, request)) is not None:
+        return busy
     pending = _unseal(login, request)
     if pending is None or not isinstance(pending.get("s"), str):
         return page("Login expired", "<p>Open your signing link again to log in.</p>", status=400)

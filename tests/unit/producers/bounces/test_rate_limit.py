@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worker.core.connection_gate import ConnectionGate, client_key
-from worker.producers.bounces.rate_limit import DEFAULT_CLIENTS, RateLimiter
+from worker.core.rate_limit import DEFAULT_CLIENTS, RateLimiter
 
 
 class Clock:

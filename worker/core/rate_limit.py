@@ -1,4 +1,4 @@
-"""The bounce receiver's rate limit: a token bucket per client network, in bounded memory that a flood cannot wipe.
+"""A rate limit for the doors strangers knock on (the bounce receiver, the signing page, the login): a token bucket per client network, in bounded memory that a flood cannot wipe.
 
 A bucket that has refilled to `burst` holds no information (a new bucket is the same), so only
 such buckets are forgotten to make room. When every remembered bucket is still refilling (more
