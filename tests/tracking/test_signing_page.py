@@ -28,8 +28,8 @@ from tests.tracking.signing_helpers import (
     token_for,
 )
 from worker.core.config import Settings
-from worker.core.signing_desk import LinkState, Proof
 from worker.core.rate_limit import RateLimiter
+from worker.core.signing_desk import LinkState, Proof
 from worker.producers.documents.desk import DocumentDesk
 from worker.producers.documents.reminders import send_reminders
 from worker.producers.documents.signatures import verify_chain

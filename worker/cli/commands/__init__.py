@@ -34,7 +34,9 @@ ENTRIES: dict[str, Entry] = {
     "health": Entry(
         _M + "health:health", "check the queue; exit 1 with the reasons when it is unhealthy", STEER
     ),
-    "campaigns": Entry(_M + "campaigns:campaigns", "campaign statistics, List-Id, postal address and open tracking", STEER),
+    "campaigns": Entry(
+        _M + "campaigns:campaigns", "campaign statistics, List-Id, postal address and open tracking", STEER
+    ),
     "senders": Entry(_M + "senders:senders", "manage sender accounts", SENDERS),
     "bounces": Entry(
         _M + "bounces:bounces", "take in bounces and complaints sent to VERP return paths", SENDERS

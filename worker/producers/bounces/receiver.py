@@ -25,8 +25,8 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from worker.core.config import Settings
 from worker.core.connection_gate import ConnectionGate, client_key
 from worker.core.masking import mask_address, mask_addresses
-from worker.producers.bounces.intake import Outcome
 from worker.core.rate_limit import RateLimiter as RateLimiter  # where callers found it
+from worker.producers.bounces.intake import Outcome
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from worker.core.config import Settings
 from worker.core.db import connection_kwargs
 from worker.core.masking import mask_address
 from worker.core.outbox import EmailRequest, enqueue
+from worker.core.rate_limit import RateLimiter
 from worker.core.signing_desk import LinkState, LinkView, Proof, SignatureReceipt, SignOutcome
 from worker.core.validation import ValidationError
-from worker.core.rate_limit import RateLimiter
 from worker.producers.documents.chain import utc_text
 from worker.producers.documents.records import get_document
 from worker.producers.documents.signatures import sign_document
