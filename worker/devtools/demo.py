@@ -35,13 +35,24 @@ from worker.ops.senders import SenderSpec, add_sender
 log = logging.getLogger("mailroom.demo")
 
 LOW_LIMIT = 40
+# The primary takes at most this many emails a claim (its own batch size): the low-limit account's
+# slot takes the rest, so it reaches its limit while you watch instead of sharing by chance.
+PRIMARY_BATCH = 2
 
 
 def _ensure_senders(conn: psycopg.Connection[Any], box: SecretBox, port: int) -> None:
     existing = {str(r["name"]) for r in conn.execute("SELECT name FROM mailroom.sender_accounts").fetchall()}
     demo = [
         SenderSpec(
-            "demo-primary", "noreply@demo.example.com", "127.0.0.1", port, "Mailroom Demo", "none", None, 5000
+            "demo-primary",
+            "noreply@demo.example.com",
+            "127.0.0.1",
+            port,
+            "Mailroom Demo",
+            "none",
+            None,
+            5000,
+            batch_size=PRIMARY_BATCH,
         ),
         SenderSpec(
             "demo-low-limit",
@@ -60,7 +71,8 @@ def _ensure_senders(conn: psycopg.Connection[Any], box: SecretBox, port: int) ->
         else:
             # The local SMTP server listens on a new port each run.
             conn.execute(
-                "UPDATE mailroom.sender_accounts SET smtp_port = %s WHERE name = %s", (port, spec.name)
+                "UPDATE mailroom.sender_accounts SET smtp_port = %s, batch_size = %s WHERE name = %s",
+                (port, spec.batch_size, spec.name),
             )
 
 
