@@ -474,3 +474,20 @@ async def test_the_cookie_follows_a_https_base_url_with_a_path_prefix(
         text = await page.text()
     assert "Path=/mail/s/" in cookie and "Secure" in cookie and "SameSite=Strict" in cookie
     assert f'action="{token}"' in text  # relative: /mail/s/TOKEN as the browser sees it
+
+
+async def test_docs_add_require_login_makes_the_link_alone_not_enough(
+    db_url: str, settings: Settings, cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "docs", "add", "minutes", "--checksum", CHECKSUM, "--require-login")
+    assert code == 0 and out.strip().endswith("; signers must log in to sign")
+    assert run(capsys, "docs", "expect", "minutes", ADA)[0] == 0
+    assert scalar(db_url, "SELECT require_login FROM mailroom.documents WHERE doc_id = 'minutes'") is True
+    token = token_for(db_url, settings, "minutes", ADA)
+    async with signing_server(db_url, settings) as server, browser() as http:
+        async with http.get(server.make_url(f"/s/{token}")) as page:
+            text = await page.text()
+            assert "Sign in to sign" in text and 'name="consent"' not in text
+        async with http.post(server.make_url(f"/s/{token}"), data={"consent": "yes"}) as post:
+            assert post.status == 403
+    assert signature_rows(db_url) == []

@@ -29,11 +29,14 @@ Examples:
 
 ADD = """\
 Add a document. Give its checksum as hex (--checksum) or let Mailroom compute it (--file); the file
-itself is not stored. A document that exists already is refused and left alone.
+itself is not stored. A document that exists already is refused and left alone. With
+--require-login its signing page takes a signature only after an OpenID Connect login whose
+verified email is the signer's (MAILROOM_OIDC_*); the link alone is not enough.
 Exit status 0, 2 when the id, link or checksum is invalid or the document exists.
 
 Examples:
   mailroom docs add policy-2026 --title "Security policy" --file policy.pdf
+  mailroom docs add board-minutes --file minutes.pdf --require-login
   mailroom docs add nda-7 --checksum 9f86d081884c7d65... --url https://intra.example.com/nda-7"""
 
 EXPECT = """\
@@ -87,6 +90,7 @@ def docs() -> None:
 @click.option(
     "--algorithm", type=click.Choice(("SHA-256", "SHA-512")), help="checksum algorithm (default SHA-256)"
 )
+@click.option("--require-login", is_flag=True, help="signers must log in with OpenID Connect to sign")
 @by_option("adds it")
 @with_database
 def add(
@@ -98,6 +102,7 @@ def add(
     checksum: str | None,
     file_name: str | None,
     algorithm: str | None,
+    require_login: bool,
     by: str,
 ) -> int:
     """`mailroom docs add DOC [--checksum HEX | --file FILE]`."""
@@ -120,9 +125,11 @@ def add(
             checksum_algorithm=(algorithm or "SHA-256") if checksum else algorithm,
             description=description,
             created_by=by,
+            require_login=require_login,
         )
     checksum_text = f", {doc.checksum_algorithm} {doc.checksum}" if doc.checksum else ""
-    print(f"added document {doc.doc_id}{checksum_text}")
+    login_text = "; signers must log in to sign" if require_login else ""
+    print(f"added document {doc.doc_id}{checksum_text}{login_text}")
     return 0
 
 

@@ -61,8 +61,10 @@ class ChecksumResult:
 
 
 INSERT_DOCUMENT = """
-INSERT INTO mailroom.documents (doc_id, title, url, checksum, checksum_algorithm, description, created_by)
-VALUES (%(doc_id)s, %(title)s, %(url)s, %(checksum)s, %(algorithm)s, %(description)s, %(created_by)s)
+INSERT INTO mailroom.documents (doc_id, title, url, checksum, checksum_algorithm, description, created_by,
+                                require_login)
+VALUES (%(doc_id)s, %(title)s, %(url)s, %(checksum)s, %(algorithm)s, %(description)s, %(created_by)s,
+        %(require_login)s)
 ON CONFLICT (doc_id) DO NOTHING
 RETURNING doc_id
 """
@@ -144,8 +146,12 @@ def add_document(
     checksum_algorithm: str | None = None,
     description: str = "",
     created_by: str = "",
+    require_login: bool = False,
 ) -> Document:
-    """Store a new document; an existing id, a malformed URL or checksum is a `ValidationError`."""
+    """Store a new document; an existing id, a malformed URL or checksum is a `ValidationError`.
+
+    `require_login`: its signing page takes a signature only after an OpenID Connect login whose
+    verified email is the signer's (the link alone is not enough)."""
     check_doc_id(doc_id)
     check_header_text("title", title)  # the title becomes part of a reminder's subject
     if len(title) > 200:
@@ -169,6 +175,7 @@ def add_document(
         "algorithm": checksum_algorithm,
         "description": description,
         "created_by": created_by,
+        "require_login": require_login,
     }
     with conn.cursor(row_factory=tuple_row) as cur:
         if cur.execute(INSERT_DOCUMENT, params).fetchone() is None:
