@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import io
 import socket
 import tracemalloc
+import zipfile
 from typing import Any
 
 import pytest
@@ -111,8 +113,39 @@ def test_a_zip_bomb_is_refused_having_inflated_no_more_than_the_cap() -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert "zip entry inflates past the 1048576-byte cap" in reason
+    # Its header says how much it holds: refused on that, before anything is inflated.
+    assert "past the 1048576-byte cap" in reason
     assert peak < 8 << 20
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+def test_a_bzip2_or_lzma_zip_bomb_is_refused_before_anything_is_inflated(method: int) -> None:
+    # zipfile inflates a bzip2 or LZMA entry whole before the size is looked at: only deflate stops.
+    body = io.BytesIO()
+    with zipfile.ZipFile(body, "w", compression=method) as archive:
+        archive.writestr("report.xml", b"\0" * (16 << 20))
+    # The headers lie: they say 100 bytes (local header at +22, central directory at +24).
+    bomb = bytearray(body.getvalue())
+    for signature, offset in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        at = bomb.index(signature) + offset
+        bomb[at : at + 4] = (100).to_bytes(4, "little")
+    bomb = bytes(bomb)
+    assert len(bomb) < 100_000
+    tracemalloc.start()
+    try:
+        reason = refused(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert f"zip compression method {method} is refused" in reason
+    assert peak < 2 << 20
+
+
+def test_a_zip_entry_announcing_more_than_the_cap_is_refused_unread() -> None:
+    body = io.BytesIO()
+    with zipfile.ZipFile(body, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("report.xml", b"\0" * (2 << 20))
+    assert "past the 1048576-byte cap" in refused(body.getvalue())
 
 
 def test_input_over_its_cap_is_refused_before_anything_is_inflated() -> None:

@@ -107,6 +107,16 @@ def _unzip(data: bytes, limits: Limits) -> bytes:
                 raise ReportRefused("encrypted zip entries are refused")
             if entry.filename.lower().endswith((".zip", ".gz", ".tgz", ".7z", ".rar", ".bz2", ".xz")):
                 raise ReportRefused(f"an archive inside the zip archive is refused: {entry.filename!r}")
+            # Only deflate stops inflating at the cap: zipfile reads a bzip2 or LZMA entry whole and
+            # inflates all of it first (185 bytes of bzip2 became 8 MiB). Reporters use deflate.
+            if entry.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise ReportRefused(
+                    f"zip compression method {entry.compress_type} is refused (stored or deflate only)"
+                )
+            if entry.file_size > limits.xml_bytes:
+                raise ReportRefused(
+                    f"zip entry says it holds {entry.file_size} bytes, past the {limits.xml_bytes}-byte cap"
+                )
             with archive.open(entry) as member:
                 xml = member.read(limits.xml_bytes + 1)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, zlib.error) as exc:
