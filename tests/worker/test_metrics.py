@@ -153,6 +153,8 @@ def test_a_database_down_fails_both_probes_and_the_scrape_says_so(
         status, body = probe(base + path)
         assert status == 503 and body["ok"] is False
         assert body["reasons"][0].startswith("database unreachable")
+        # Whoever reaches this port learns nothing of the database's address or role.
+        assert "127.0.0.1" not in str(body) and "mailroom@" not in str(body) and "port" not in str(body)
     status, _, text = get(f"{base}/metrics")
     assert status == 200  # the scrape still answers: the figure says the database is gone
     assert value(text, "mailroom_database_up") == 0
@@ -387,3 +389,46 @@ def test_a_status_count_is_exact_below_the_cap_and_the_estimate_above() -> None:
     assert capped(EXACT_UP_TO, 1_000_000.0) == 1_000_000
     assert capped(EXACT_UP_TO, -1.0) == EXACT_UP_TO  # never analysed: the cap, not a negative estimate
     assert capped(EXACT_UP_TO, None) == EXACT_UP_TO
+
+
+def test_idle_connections_hold_at_most_max_requests_threads_and_the_next_is_closed(
+    db_url: str, settings: Settings, listeners: list[MetricsServer]
+) -> None:
+    import time
+
+    from worker.ops.metrics_server import MAX_REQUESTS
+
+    base = _serve(listeners, db_url, settings, TRACKER)
+    port = int(base.rsplit(":", 1)[1])
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_REQUESTS)]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as late:
+            assert late.recv(1) == b""  # closed at once, not queued behind the idle ones
+    finally:
+        for sock in idle:
+            sock.close()
+    # Their threads see the close and give their slots back: a probe is served again.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert probe(f"{base}/healthz")[0] == 200
+            break
+        except (OSError, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+
+
+def test_liveness_is_read_from_the_database_once_per_cache_period(db_url: str, settings: Settings) -> None:
+    from worker.ops.metrics_server import Probes
+
+    probes = Probes(db_url, settings, TRACKER, cache_seconds=3600)
+    checks: list[int] = []
+    real = probes._check_alive
+
+    def counted() -> tuple[bool, dict[str, object]]:
+        checks.append(1)
+        return real()
+
+    probes._check_alive = counted  # type: ignore[method-assign]
+    assert all(probes.alive()[0] for _ in range(20))
+    assert checks == [1]

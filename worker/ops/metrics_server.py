@@ -12,6 +12,7 @@ commands refuse a metrics address that is their public one.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -29,8 +30,13 @@ from worker.core.config import Settings
 from worker.core.db import head_revision
 from worker.ops.metrics import DatabaseGauges
 
+log = logging.getLogger(__name__)
+
 # Probes come every few seconds; the health figures are read at most this often.
 READY_CACHE_SECONDS = 5.0
+# Requests served at once, and how long one may take: Prometheus and an orchestrator need a few.
+MAX_REQUESTS = 8
+REQUEST_TIMEOUT = 10.0
 PROBE_CONNECT_TIMEOUT = 3
 
 WORKER, TRACKER, RECEIVER = "worker", "tracker", "bounce-receiver"
@@ -49,9 +55,18 @@ class Probes:
     _head: str = field(default_factory=head_revision)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ready: tuple[float, Verdict] | None = None
+    _alive: tuple[float, Verdict] | None = None
 
     def alive(self) -> Verdict:
-        """The process answers and reaches the database."""
+        """The process answers and reaches the database (cached like `ready`: a flood of probes must not
+        become a flood of database connections)."""
+        with self._lock:
+            now = time.monotonic()
+            if self._alive is None or now - self._alive[0] >= self.cache_seconds:
+                self._alive = (now, self._check_alive())
+            return self._alive[1]
+
+    def _check_alive(self) -> Verdict:
         try:
             with psycopg.connect(self.url, autocommit=True, connect_timeout=PROBE_CONNECT_TIMEOUT) as conn:
                 conn.execute("SELECT 1")
@@ -96,8 +111,11 @@ class Probes:
 
 
 def _unreachable(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"database unreachable: {text.splitlines()[0] if text else type(exc).__name__}"
+    # Not psycopg's words: they name the database's host, port and role to whoever reaches this port.
+    log.warning(
+        "metrics probe: database unreachable: %s", str(exc).strip().splitlines()[0] if str(exc) else exc
+    )
+    return f"database unreachable ({type(exc).__name__}; the process's log says more)"
 
 
 class Identity(Collector):
@@ -124,6 +142,7 @@ def _handler(registry: CollectorRegistry, probes: Probes) -> type[BaseHTTPReques
     class Handler(BaseHTTPRequestHandler):
         server_version = "mailroom-metrics"
         sys_version = ""
+        timeout = REQUEST_TIMEOUT  # an idle or trickling client does not hold its thread for ever
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -150,14 +169,30 @@ def _handler(registry: CollectorRegistry, probes: Probes) -> type[BaseHTTPReques
 
 
 class _Server(ThreadingHTTPServer):
-    """A threading HTTP server for IPv4 or IPv6 (a host with a colon), with daemon request threads."""
+    """A threading HTTP server for IPv4 or IPv6 (a host with a colon), with daemon request threads,
+    at most MAX_REQUESTS at once (a connection past them is closed at once)."""
 
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        self._slots = threading.BoundedSemaphore(MAX_REQUESTS)
         super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve on a thread of its own, or close the connection when every slot is taken."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """The request, then its slot back."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 @dataclass
