@@ -508,3 +508,11 @@ async def test_a_client_starting_logins_without_end_is_held_back_before_the_issu
         assert set(answers[10:]) == {429}
         assert resp.headers["Retry-After"] == "60"
         assert len(w.idp.authorize_requests) == 0  # the browser was never sent on: the issuer saw nothing yet
+
+
+def test_addresses_match_by_letter_case_only_never_by_unicode_folding() -> None:
+    from worker.tracking.oidc.flow import same_address
+
+    assert same_address("Ada@Example.COM", "ada@example.com")
+    assert not same_address("strasse@example.com", "straße@example.com")
+    assert not same_address("\u212aate@example.com", "kate@example.com")  # a Kelvin sign is not a k

@@ -84,6 +84,15 @@ class Login:
 LOGIN = web.AppKey("oidc_login", Login)
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def same_address(a: str, b: str) -> bool:
+    """Two addresses are one when they differ only in the case of ASCII letters: Unicode folding
+    (`casefold()`, even `lower()`) makes "straße@" and "strasse@", or a Kelvin sign and "k", one."""
+    return a.translate(_ASCII_LOWER) == b.translate(_ASCII_LOWER)
+
+
 def configured(settings: Settings) -> bool:
     """Whether an issuer and a client are set, so signers can log in."""
     return bool(settings.oidc_issuer and settings.oidc_client_id)
@@ -263,7 +272,7 @@ async def callback(request: web.Request) -> web.StreamResponse:
         log.error("OIDC login cannot finish: %s", exc)
         return _unavailable()
     expected = pending.get("e")
-    if isinstance(expected, str) and tokens.email.casefold() != expected.casefold():
+    if isinstance(expected, str) and not same_address(tokens.email, expected):
         log.warning("OIDC login refused: the verified address is not the link's")
         response = page(
             "Another account",
@@ -323,7 +332,7 @@ async def current_identity(request: web.Request, link_email: str) -> Identity | 
             await conn.execute(sessions.DELETE, (row.id,))
             log.warning("OIDC session %d ended: %s", row.id, reason)
             return None
-        if row.email.casefold() != link_email.casefold():
+        if not same_address(row.email, link_email):
             return None
         if row.access_token_expires_at is not None and row.access_token_expires_at <= now:
             if not await _refresh(login, conn, cookie, now):
