@@ -87,6 +87,25 @@ def test_a_report_for_a_domain_no_sender_uses_is_refused_and_nothing_stored(
     assert count(db_url, "dmarc_reports") == 0
 
 
+@pytest.mark.parametrize("policy", ["com", "co.uk"])
+def test_a_report_for_a_public_suffix_or_naming_our_domain_only_in_a_record_is_refused(
+    db_url: str, cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path, policy: str
+) -> None:
+    # Our sending domains are public: a stranger's report for "com", whose records name our From
+    # domain, must not be kept (it would let anyone fill the table, or squat a reporter's report id).
+    add_sender(db_url, "news@example.co.uk" if policy == "co.uk" else "news@example.com")
+    ours = "example.co.uk" if policy == "co.uk" else "example.com"
+    forged = (
+        load(RFC_EXAMPLE).decode().replace("<domain>example.com</domain>", f"<domain>{policy}</domain>", 1)
+    )
+    forged = forged.replace("<header_from>example.com</header_from>", f"<header_from>{ours}</header_from>")
+    path = tmp_path / "forged.xml"
+    path.write_text(forged)
+    code, _, err = run(capsys, "dmarc", "ingest", str(path))
+    assert code == 1 and f"the report is for {policy}" in err
+    assert count(db_url, "dmarc_reports") == 0
+
+
 def test_a_bomb_or_an_entity_through_the_cli_exits_1_and_stores_nothing(
     db_url: str, cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -2,20 +2,26 @@
 
 A report about a domain no sender account sends from is refused, not kept flagged: anyone can mail a
 report about any domain to the dmarc@ address, and keeping them would let strangers fill the table.
-The policy domain counts as ours when it is a sender's From domain or a parent of one (a policy
-published at example.com covers mail from news.example.com), or when a record's From domain is one.
+The policy domain counts as ours when it is a sender's From domain or a parent of one that is not a
+public suffix (a policy published at example.com covers mail from news.example.com; "com" or "co.uk"
+cover nothing). A record's own From domain does not make a report ours: our domains are public, so
+that would let anyone who names one store a report.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from worker.producers.dmarc.limits import ReportRefused
 from worker.producers.dmarc.parse import AggregateReport, AuthResult
+
+if TYPE_CHECKING:
+    from publicsuffixlist import PublicSuffixList
 
 ArrivedBy = Literal["cli", "receiver", "mailbox"]
 
@@ -66,9 +72,22 @@ def _first(row: Any) -> Any:
 def is_ours(report: AggregateReport, domains: frozenset[str]) -> bool:
     """Whether the report is about mail in the name of one of `domains` (see the module's rule)."""
     policy = report.domain
-    if policy in domains or any(d.endswith("." + policy) for d in domains):
+    if policy in domains:
         return True
-    return any(r.header_from in domains for r in report.records if r.header_from)
+    return any(d.endswith("." + policy) for d in domains) and not _public_suffix(policy)
+
+
+def _public_suffix(domain: str) -> bool:
+    """Whether `domain` is one under which anyone may register (com, co.uk, github.io, ...)."""
+    return bool(_suffixes().is_public(domain))
+
+
+@functools.cache
+def _suffixes() -> PublicSuffixList:
+    """The public suffix list (it comes with checkdmarc and parsedmarc), read once a process."""
+    from publicsuffixlist import PublicSuffixList
+
+    return PublicSuffixList()
 
 
 def store_report(conn: psycopg.Connection[Any], report: AggregateReport, arrived_by: ArrivedBy) -> Stored:
