@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from worker.core.config import Settings
@@ -34,42 +35,32 @@ CIRCUIT_STATES = ("closed", "half_open", "open")
 USABLE = ("active", "warming_up")
 ALIVE_SECONDS = 60.0
 
+# Each status and the partial index that holds its rows.
+STATUS_INDEXES = (
+    ("unrendered", "email_queue_unrendered_idx"),
+    ("pending", "email_queue_due_idx"),
+    ("assigned", "email_queue_lease_idx"),
+    ("sent", "email_queue_sent_idx"),
+    ("bounced", "email_queue_bounced_idx"),
+    ("failed", "email_queue_failed_idx"),
+    ("cancelled", "email_queue_cancelled_idx"),
+    ("suppressed", "email_queue_suppressed_idx"),
+)
 # Each status counted through its own partial index (the literal status lets the planner pick it),
-# with that index's row estimate beside it.
-QUEUE = """
-SELECT 'unrendered' AS status,
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'unrendered'
-                              LIMIT %(cap)s) c) AS exact,
-       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_unrendered_idx')) AS estimate
-UNION ALL
-SELECT 'pending',
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'pending' LIMIT %(cap)s) c),
-       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_due_idx'))
-UNION ALL
-SELECT 'assigned',
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'assigned' LIMIT %(cap)s) c),
-       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_lease_idx'))
-UNION ALL
-SELECT 'sent',
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'sent' LIMIT %(cap)s) c),
-       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_sent_idx'))
-UNION ALL
-SELECT 'bounced',
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'bounced' LIMIT %(cap)s) c),
-       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_bounced_idx'))
-UNION ALL
-SELECT 'failed',
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'failed' LIMIT %(cap)s) c),
-       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_failed_idx'))
-UNION ALL
-SELECT 'cancelled',
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'cancelled' LIMIT %(cap)s) c),
-       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_cancelled_idx'))
-UNION ALL
-SELECT 'suppressed',
-       (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = 'suppressed' LIMIT %(cap)s) c),
-       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('mailroom.email_queue_suppressed_idx'))
-"""
+# with that index's row estimate beside it; composed once into plain text.
+QUEUE = (
+    sql.SQL("\nUNION ALL\n")
+    .join(
+        sql.SQL(
+            "SELECT {status} AS status,"
+            " (SELECT count(*) FROM (SELECT 1 FROM mailroom.email_queue WHERE status = {status}"
+            " LIMIT %(cap)s) c) AS exact,"
+            " (SELECT reltuples FROM pg_class WHERE oid = to_regclass({index})) AS estimate"
+        ).format(status=sql.Literal(status), index=sql.Literal(f"mailroom.{index}"))
+        for status, index in STATUS_INDEXES
+    )
+    .as_string(None)
+)
 
 # Due email (capped like the rest), the oldest due one's age, the last send, the live workers.
 FIGURES = """
