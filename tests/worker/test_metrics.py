@@ -351,16 +351,22 @@ async def test_lease_rescues_claims_and_expiry_are_counted(db_url: str, counting
     assert value(text, "mailroom_emails_total", outcome="expired", fault="sender") == 1
 
 
-def test_a_metrics_address_in_use_is_a_usage_error(
-    cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "command",
+    [["worker", "--drain"], ["worker", "--drain", "--processes", "2"], ["tracker", "--port", "0"]],
+)
+def test_a_metrics_address_in_use_is_a_usage_error_naming_metrics_listen(
+    command: list[str], cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         taken = busy.getsockname()[1]
-        code, _, err = run(capsys, "worker", "--drain", "--metrics-listen", f"127.0.0.1:{taken}")
+        code, _, err = run(capsys, *command, "--metrics-listen", f"127.0.0.1:{taken}")
     assert code == 2
-    assert "already in use" in err
+    # The option to change is the one that named the address (the worker has no --port at all).
+    assert f"'--metrics-listen': 127.0.0.1:{taken} is already in use" in err, err
+    assert "--port" not in err
 
 
 # -- figures without a database -------------------------------------------------------------------

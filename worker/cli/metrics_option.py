@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -24,6 +26,20 @@ def refuse_public_port(metrics: tuple[str, int], host: str, port: int) -> None:
         )
 
 
+def start_listener(listen: tuple[str, int], serve: Callable[[str, int], MetricsServer]) -> MetricsServer:
+    """`serve(host, port)`; an address in use is a usage error (exit 2) naming --metrics-listen, whose it is."""
+    try:
+        return serve(*listen)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        host, port = listen
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise click.BadParameter(
+            f"{where} is already in use; choose another address", param_hint="'--metrics-listen'"
+        ) from None
+
+
 def serve_metrics(
     listen: tuple[str, int] | None,
     public: tuple[str, int],
@@ -37,6 +53,6 @@ def serve_metrics(
     refuse_public_port(listen, *public)
     from worker.ops.metrics_server import serve_here
 
-    server = serve_here(*listen, url, settings, role)
+    server = start_listener(listen, lambda host, port: serve_here(host, port, url, settings, role))
     print(f"{role}: metrics on {listen[0]}:{server.port}", flush=True)
     return server

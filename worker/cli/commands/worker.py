@@ -86,9 +86,10 @@ def worker(
         enable_for_supervisor(metrics_dir)
     listener = None
     if metrics_listen:
+        from worker.cli.metrics_option import start_listener
         from worker.ops.metrics_server import WORKER, serve_here
 
-        listener = serve_here(*metrics_listen, db.url, db.settings, WORKER)
+        listener = start_listener(metrics_listen, lambda h, p: serve_here(h, p, db.url, db.settings, WORKER))
         print(f"worker: metrics on {_address(metrics_listen[0], listener.port)}", file=sys.stderr, flush=True)
     import asyncio
 
@@ -162,9 +163,12 @@ def _supervise(
     listener = None
     try:
         if metrics_listen and directory:
+            from worker.cli.metrics_option import start_listener
             from worker.ops.metrics_server import serve_children
 
-            listener = serve_children(*metrics_listen, db.url, db.settings, directory)
+            listener = start_listener(
+                metrics_listen, lambda h, p: serve_children(h, p, db.url, db.settings, directory)
+            )
             where = _address(metrics_listen[0], listener.port)
             print(f"worker: metrics on {where}", file=sys.stderr, flush=True)
         code = Supervisor(processes, argv, env, drain=drain).run()
