@@ -415,8 +415,8 @@ BEGIN
         RETURN NULL;  -- nothing suppressed: nothing to look up
     END IF;
     UPDATE mailroom.email_queue q SET status = 'suppressed', suppression_reason = s.reason
-    FROM (SELECT n.id, mailroom.enqueue_suppression(n.status, n.recipient_email, n.to_extra, n.cc, n.bcc,
-                                                    n.transactional) AS reason
+    FROM (SELECT n.id, mailroom.email_suppression(n.status, n.recipient_email, n.to_extra, n.cc, n.bcc,
+                                                  n.transactional) AS reason
           FROM new_rows n WHERE n.status = 'pending') s
     WHERE q.id = s.id AND s.reason IS NOT NULL;
     RETURN NULL;
@@ -1916,9 +1916,8 @@ COMMENT ON VIEW mailroom.suppressions IS 'Every suppressed address, one row per 
 
 -- functions
 
-CREATE FUNCTION mailroom.enqueue_suppression(status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean) RETURNS text
-    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
-    SET search_path TO 'pg_catalog', 'pg_temp'
+CREATE FUNCTION mailroom.email_suppression(status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT CASE
         WHEN status <> 'pending' THEN NULL
@@ -1929,7 +1928,18 @@ CREATE FUNCTION mailroom.enqueue_suppression(status text, recipient text, to_ext
     FROM unnest(ARRAY[recipient] || coalesce(to_extra, '{}') || coalesce(cc, '{}') || coalesce(bcc, '{}')) AS r(a)
 $$;
 
-COMMENT ON FUNCTION mailroom.enqueue_suppression(status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean) IS 'Why a new email is stored suppressed (every recipient suppressed), NULL when it is queued; the Python API returns it with the id.';
+COMMENT ON FUNCTION mailroom.email_suppression(status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean) IS 'Why a new email is stored suppressed (every recipient suppressed), NULL when it is queued: the reason mailroom.email_queue_suppress_listed stores. Granted to no one.';
+
+REVOKE ALL ON FUNCTION mailroom.email_suppression(status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean) FROM PUBLIC;
+
+CREATE FUNCTION mailroom.enqueue_suppression(status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT mailroom.suppression_told(mailroom.email_suppression(status, recipient, to_extra, cc, bcc, transactional))
+$$;
+
+COMMENT ON FUNCTION mailroom.enqueue_suppression(status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean) IS 'Whether a new email is stored suppressed, as its caller is told (mailroom.suppression_told), NULL when it is queued; the Python API returns it with the id.';
 
 REVOKE ALL ON FUNCTION mailroom.enqueue_suppression(status text, recipient text, to_extra text[], cc text[], bcc text[], transactional boolean) FROM PUBLIC;
 
@@ -1990,8 +2000,8 @@ CREATE FUNCTION mailroom.suppression_reason(address text, transactional boolean)
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT coalesce(
-        (SELECT CASE WHEN b.bounce_type IN ('hard', 'complaint', 'manual')
-                         THEN 'on the bounce list (' || b.bounce_type || ')'
+        (SELECT CASE WHEN b.bounce_type = 'manual' THEN 'suppressed by an operator (manual)'
+                     WHEN b.bounce_type IN ('hard', 'complaint') THEN 'on the bounce list (' || b.bounce_type || ')'
                      WHEN b.bounce_count >= 3 THEN 'on the bounce list (soft, ' || b.bounce_count || ' times)'
                 END
          FROM mailroom.bounce_list b WHERE b.email = lower(address)),
@@ -1999,9 +2009,20 @@ CREATE FUNCTION mailroom.suppression_reason(address text, transactional boolean)
          WHERE u.email = lower(address) AND NOT transactional))
 $$;
 
-COMMENT ON FUNCTION mailroom.suppression_reason(address text, transactional boolean) IS 'Why email to this address is not sent (hard bounce, complaint, manual, soft three times, or unsubscribed for non-transactional email), NULL when it may be sent.';
+COMMENT ON FUNCTION mailroom.suppression_reason(address text, transactional boolean) IS 'Why email to this address is not sent (hard bounce, complaint, an operator''s suppression, soft three times, or unsubscribed for non-transactional email), NULL when it may be sent.';
 
 REVOKE ALL ON FUNCTION mailroom.suppression_reason(address text, transactional boolean) FROM PUBLIC;
+
+CREATE FUNCTION mailroom.suppression_told(reason text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN reason IS NULL THEN NULL
+                WHEN has_table_privilege(session_user, 'mailroom.bounce_list'::regclass, 'SELECT') THEN reason
+                ELSE 'suppressed: the address is on the suppression list (an operator can say why)'
+           END
+$$;
+
+COMMENT ON FUNCTION mailroom.suppression_told(reason text) IS 'What the connected role is told of a suppression: the reason when it may read the suppression list (SELECT on mailroom.bounce_list), else only that the address is on it. Used by every answer an application gets: enqueue_outcome, my_emails, enqueue_suppression.';
 
 -- == tracking ==
 
@@ -3676,6 +3697,10 @@ CREATE FUNCTION mailroom.audit_log_chain() RETURNS trigger
 DECLARE
     head record;
 BEGIN
+    IF coalesce(current_setting('mailroom.audit_linking', true), '') <> 'on' THEN
+        PERFORM mailroom.audit_take_head();
+        PERFORM mailroom.audit_link_pending();
+    END IF;
     SELECT c.seq, c.last_hash INTO head FROM mailroom.audit_chain c WHERE c.only_row FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the audit chain has no head row (mailroom.audit_chain was emptied)'
@@ -3691,7 +3716,7 @@ BEGIN
     RETURN NEW;
 END $$;
 
-COMMENT ON FUNCTION mailroom.audit_log_chain() IS 'Chains each new audit row (seq, prev_hash, row_hash) and moves mailroom.audit_chain, under its row lock';
+COMMENT ON FUNCTION mailroom.audit_log_chain() IS 'Chains each new audit row (seq, prev_hash, row_hash) and moves mailroom.audit_chain, under its row lock (waited for 5 s at most), after the applications'' rows waiting in mailroom.audit_pending';
 
 CREATE TRIGGER audit_log_append_only BEFORE DELETE OR UPDATE ON mailroom.audit_log FOR EACH ROW EXECUTE FUNCTION mailroom.audit_log_append_only();
 
@@ -3762,6 +3787,36 @@ CREATE TRIGGER audit_chain_no_truncate BEFORE TRUNCATE ON mailroom.audit_chain F
 
 COMMENT ON TRIGGER audit_chain_no_truncate ON mailroom.audit_chain IS 'No TRUNCATE.';
 
+-- audit_pending
+
+CREATE TABLE mailroom.audit_pending (
+    id bigint DEFAULT nextval('mailroom.audit_log_id_seq'::regclass) NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    db_role text DEFAULT SESSION_USER NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    target text,
+    affected bigint DEFAULT 0 NOT NULL,
+    detail jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT audit_pending_action_app CHECK ((action ~ '^app\.[a-z0-9_.]{0,60}$'::text)),
+    CONSTRAINT audit_pending_actor_length CHECK (((length(actor) >= 1) AND (length(actor) <= 200))),
+    CONSTRAINT audit_pending_affected_positive CHECK ((affected >= 0)),
+    CONSTRAINT audit_pending_detail_object CHECK ((jsonb_typeof(detail) = 'object'::text)),
+    CONSTRAINT audit_pending_target_length CHECK ((length(target) <= 500))
+);
+
+COMMENT ON TABLE mailroom.audit_pending IS 'Applications'' audit rows (mailroom.app_audit) waiting to be chained into mailroom.audit_log: moved there, with their id and time, by mailroom.audit_link_pending under the chain head''s lock (the next audit row anyone else writes, and maintenance). No role writes it directly.';
+
+COMMENT ON COLUMN mailroom.audit_pending.id IS 'The audit row''s id, drawn from mailroom.audit_log''s own sequence: the id app_audit returned and the chained row keeps.';
+COMMENT ON COLUMN mailroom.audit_pending.at IS 'When the application wrote it (kept when it is chained).';
+COMMENT ON COLUMN mailroom.audit_pending.db_role IS 'The application''s database role (session_user).';
+COMMENT ON COLUMN mailroom.audit_pending.actor IS 'Who the application says acted.';
+COMMENT ON COLUMN mailroom.audit_pending.action IS 'app.* : an application''s own action.';
+COMMENT ON COLUMN mailroom.audit_pending.detail IS 'The application''s detail (at most 16 KiB of JSON).';
+
+ALTER TABLE ONLY mailroom.audit_pending
+    ADD CONSTRAINT audit_pending_pkey PRIMARY KEY (id);
+
 -- functions
 
 CREATE FUNCTION mailroom.audit(action text, actor text, target text DEFAULT NULL::text, affected bigint DEFAULT 0, detail jsonb DEFAULT '{}'::jsonb) RETURNS bigint
@@ -3783,6 +3838,56 @@ CREATE FUNCTION mailroom.audit_field(value text) RETURNS text
 $$;
 
 COMMENT ON FUNCTION mailroom.audit_field(value text) IS 'One field of an audit row''s canonical encoding: <UTF-8 byte length>:<text>, and NULL as -,';
+
+CREATE FUNCTION mailroom.audit_head_holders() RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT string_agg(format('pid %s (role %s, application %s, %s, in a transaction for %s)', a.pid,
+                             coalesce(a.usename::text, '?'), coalesce(nullif(a.application_name, ''), '-'),
+                             coalesce(a.state, 'state hidden'),
+                             coalesce(date_trunc('second', clock_timestamp() - a.xact_start)::text, '?')),
+                      '; ' ORDER BY a.xact_start NULLS LAST, a.pid)
+    FROM pg_stat_activity a
+    WHERE a.pid <> pg_backend_pid() AND a.wait_event_type IS DISTINCT FROM 'Lock'
+      AND a.pid IN (SELECT l.pid FROM pg_locks l
+                    WHERE l.locktype = 'relation' AND l.relation = 'mailroom.audit_chain'::regclass
+                      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND l.granted AND l.mode IN ('RowShareLock', 'RowExclusiveLock'))
+$$;
+
+COMMENT ON FUNCTION mailroom.audit_head_holders() IS 'The sessions holding the audit chain head (pid, role, application_name, state, how long in their transaction), from pg_locks and pg_stat_activity; NULL when none.';
+
+REVOKE ALL ON FUNCTION mailroom.audit_head_holders() FROM PUBLIC;
+
+CREATE FUNCTION mailroom.audit_link_pending(max_rows integer DEFAULT 1000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    linked integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM mailroom.audit_pending) THEN
+        RETURN 0;
+    END IF;
+    PERFORM mailroom.audit_take_head();
+    -- The rows inserted here are chained by audit_log_chain, which must not link again for each.
+    PERFORM set_config('mailroom.audit_linking', 'on', true);
+    WITH moved AS (
+        DELETE FROM mailroom.audit_pending p
+        WHERE p.id IN (SELECT w.id FROM mailroom.audit_pending w ORDER BY w.id LIMIT max_rows)
+        RETURNING p.*
+    )
+    INSERT INTO mailroom.audit_log (id, at, db_role, actor, action, target, affected, detail)
+    OVERRIDING SYSTEM VALUE
+    SELECT m.id, m.at, m.db_role, m.actor, m.action, m.target, m.affected, m.detail FROM moved m ORDER BY m.id;
+    GET DIAGNOSTICS linked = ROW_COUNT;
+    PERFORM set_config('mailroom.audit_linking', '', true);
+    RETURN linked;
+END $$;
+
+COMMENT ON FUNCTION mailroom.audit_link_pending(max_rows integer) IS 'Chain up to max_rows of the oldest applications'' audit rows waiting in mailroom.audit_pending (under the head''s lock, held to the end of the transaction); how many. Run by every audit write and by maintenance.';
+
+REVOKE ALL ON FUNCTION mailroom.audit_link_pending(max_rows integer) FROM PUBLIC;
 
 CREATE FUNCTION mailroom.audit_prune(before timestamp with time zone, reason text, actor text) RETURNS bigint
     LANGUAGE plpgsql
@@ -3851,6 +3956,31 @@ $$;
 
 COMMENT ON FUNCTION mailroom.audit_row_hash(seq bigint, id bigint, at timestamp with time zone, db_role text, actor text, action text, target text, affected bigint, detail jsonb, prev_hash text) IS 'SHA-256 (hex) of an audit row''s canonical encoding: its row_hash';
 
+CREATE FUNCTION mailroom.audit_take_head() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    saved text := current_setting('lock_timeout');
+    wait_ms bigint := (SELECT s.setting::bigint FROM pg_settings s WHERE s.name = 'lock_timeout');
+BEGIN
+    IF wait_ms = 0 OR wait_ms > 5000 THEN
+        PERFORM set_config('lock_timeout', '5s', true);
+    END IF;
+    BEGIN
+        PERFORM FROM mailroom.audit_chain c WHERE c.only_row FOR UPDATE;
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'the audit trail is held by another session''s open transaction: %',
+                        coalesce(mailroom.audit_head_holders(), 'it has just ended')
+            USING ERRCODE = 'lock_not_available',
+                  HINT = 'end that transaction (or SELECT pg_terminate_backend(pid)), then run the command again';
+    END;
+    PERFORM set_config('lock_timeout', saved, true);
+END $$;
+
+COMMENT ON FUNCTION mailroom.audit_take_head() IS 'Lock the audit chain head for this transaction, waiting at most 5 s (or a shorter lock_timeout), else 55P03 naming the sessions that hold it.';
+
+REVOKE ALL ON FUNCTION mailroom.audit_take_head() FROM PUBLIC;
+
 -- == roles and API functions ==
 
 -- my_emails
@@ -3872,19 +4002,22 @@ CREATE VIEW mailroom.my_emails WITH (security_barrier='true') AS
     max_retries,
     next_retry_at,
     last_error,
-    suppression_reason
+    mailroom.suppression_told(suppression_reason) AS suppression_reason
    FROM mailroom.email_queue
   WHERE (enqueued_by = SESSION_USER);
 
 COMMENT ON VIEW mailroom.my_emails IS 'The email the current role enqueued (enqueued_by = session_user): status and outcome, for applications.';
+
+COMMENT ON COLUMN mailroom.my_emails.suppression_reason IS 'Why the email is suppressed, as far as the reading role may know (mailroom.suppression_told).';
 
 -- functions
 
 CREATE FUNCTION mailroom.app_audit(action text, actor text, target text DEFAULT NULL::text, affected bigint DEFAULT 0, detail jsonb DEFAULT '{}'::jsonb) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET lock_timeout TO '5s'
     AS $$
+DECLARE
+    row_id bigint;
 BEGIN
     IF action IS NULL OR NOT starts_with(action, 'app.') THEN
         RAISE EXCEPTION 'action: an application''s audit action starts with app. (app.refund, say)'
@@ -3895,10 +4028,14 @@ BEGIN
         RAISE EXCEPTION 'an application''s audit row is at most 100 characters of action, 200 of actor, 500 of target and 16 KiB of detail'
             USING ERRCODE = 'string_data_right_truncation';
     END IF;
-    RETURN mailroom.audit(action, actor, target, affected, detail);
+    INSERT INTO mailroom.audit_pending (actor, action, target, affected, detail)
+    VALUES (coalesce(nullif(actor, ''), session_user), action, target, coalesce(affected, 0),
+            coalesce(detail, '{}'))
+    RETURNING id INTO row_id;
+    RETURN row_id;
 END $$;
 
-COMMENT ON FUNCTION mailroom.app_audit(action text, actor text, target text, affected bigint, detail jsonb) IS 'Record an application''s own audit row (action app.*); granted to application roles by mailroom.grant_app_role.';
+COMMENT ON FUNCTION mailroom.app_audit(action text, actor text, target text, affected bigint, detail jsonb) IS 'Record an application''s own audit row (action app.*): it waits in mailroom.audit_pending, taking no lock, and is chained by the next audit write or maintenance; its id. Granted to application roles by mailroom.grant_app_role.';
 
 REVOKE ALL ON FUNCTION mailroom.app_audit(action text, actor text, target text, affected bigint, detail jsonb) FROM PUBLIC;
 
@@ -3962,12 +4099,12 @@ CREATE FUNCTION mailroom.enqueue_outcome(email_id bigint) RETURNS TABLE(id bigin
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT e.id, e.status, e.status = 'suppressed', e.suppression_reason
+    SELECT e.id, e.status, e.status = 'suppressed', mailroom.suppression_told(e.suppression_reason)
     FROM mailroom.email_queue e
     WHERE e.id = enqueue_outcome.email_id AND e.enqueued_by = session_user
 $$;
 
-COMMENT ON FUNCTION mailroom.enqueue_outcome(email_id bigint) IS 'The state of an email the calling role enqueued: whether it was stored suppressed and why. Granted to application roles by mailroom.grant_app_role.';
+COMMENT ON FUNCTION mailroom.enqueue_outcome(email_id bigint) IS 'The state of an email the calling role enqueued: whether it was stored suppressed, and why as far as it may know (mailroom.suppression_told). Granted to application roles by mailroom.grant_app_role.';
 
 REVOKE ALL ON FUNCTION mailroom.enqueue_outcome(email_id bigint) FROM PUBLIC;
 

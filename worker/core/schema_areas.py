@@ -72,7 +72,14 @@ AREAS: tuple[Area, ...] = (
             "suppression_events",
             "suppressions",
         ),
-        ("enqueue_suppression", "suppression_lists_history", "suppression_note", "suppression_reason"),
+        (
+            "email_suppression",
+            "enqueue_suppression",
+            "suppression_lists_history",
+            "suppression_note",
+            "suppression_reason",
+            "suppression_told",
+        ),
     ),
     Area(
         "tracking", ("tracked_links", "open_events", "click_events", "campaigns"), ("campaign_mail_policy",)
@@ -115,8 +122,17 @@ AREAS: tuple[Area, ...] = (
     ),
     Area(
         "audit",
-        ("audit_log", "audit_chain"),
-        ("audit", "audit_field", "audit_prune", "audit_prune_allows", "audit_row_hash"),
+        ("audit_log", "audit_chain", "audit_pending"),
+        (
+            "audit",
+            "audit_field",
+            "audit_head_holders",
+            "audit_link_pending",
+            "audit_prune",
+            "audit_prune_allows",
+            "audit_row_hash",
+            "audit_take_head",
+        ),
     ),
     Area(
         "roles and API functions",
