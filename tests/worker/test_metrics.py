@@ -397,33 +397,6 @@ def test_a_status_count_is_exact_below_the_cap_and_the_estimate_above() -> None:
     assert capped(EXACT_UP_TO, None) == EXACT_UP_TO
 
 
-def test_idle_connections_hold_at_most_max_requests_threads_and_the_next_is_closed(
-    db_url: str, settings: Settings, listeners: list[MetricsServer]
-) -> None:
-    import time
-
-    from worker.ops.metrics_server import MAX_REQUESTS
-
-    base = _serve(listeners, db_url, settings, TRACKER)
-    port = int(base.rsplit(":", 1)[1])
-    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_REQUESTS)]
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as late:
-            assert late.recv(1) == b""  # closed at once, not queued behind the idle ones
-    finally:
-        for sock in idle:
-            sock.close()
-    # Their threads see the close and give their slots back: a probe is served again.
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            assert probe(f"{base}/healthz")[0] == 200
-            break
-        except (OSError, AssertionError):
-            if time.monotonic() > deadline:
-                raise
-
-
 def test_liveness_is_read_from_the_database_once_per_cache_period(db_url: str, settings: Settings) -> None:
     from worker.ops.metrics_server import Probes
 

@@ -6,7 +6,9 @@ receiver), so a busy or stuck loop does not blind the scrape, and a scrape never
 the database at this version's schema and, for a worker, none of the problems `mailroom health`
 finds (no usable sender with email due, nothing sent while email waits, ...). Both answer JSON with
 the reasons, 200 when fine and 503 when not. Nothing here is ever served on a public port: the
-commands refuse a metrics address that is their public one.
+commands refuse a metrics address that is their public one. How the port is listened on (a
+deadline for each request head, caps per client and in all, threads kept for the probes) is
+`worker.ops.metrics_listener`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import psycopg
@@ -29,14 +31,14 @@ from prometheus_client.registry import Collector
 from worker.core.config import Settings
 from worker.core.db import head_revision
 from worker.ops.metrics import DatabaseGauges
+from worker.ops.metrics_listener import Limits, Listener, bind, responder
 
 log = logging.getLogger(__name__)
 
 # Probes come every few seconds; the health figures are read at most this often.
 READY_CACHE_SECONDS = 5.0
-# Requests served at once, and how long one may take: Prometheus and an orchestrator need a few.
-MAX_REQUESTS = 8
-REQUEST_TIMEOUT = 10.0
+# Answered on threads of their own: a scrape never queues an orchestrator's probe.
+PROBE_PATHS = frozenset({b"/healthz", b"/readyz"})
 PROBE_CONNECT_TIMEOUT = 3
 
 WORKER, TRACKER, RECEIVER = "worker", "tracker", "bounce-receiver"
@@ -140,9 +142,17 @@ def _handler(registry: CollectorRegistry, probes: Probes) -> type[BaseHTTPReques
     routes: dict[str, Callable[[], Verdict]] = {"/healthz": probes.alive, "/readyz": probes.ready}
 
     class Handler(BaseHTTPRequestHandler):
+        """The standard library's parsing of one request head (given whole), and the answer in bytes."""
+
         server_version = "mailroom-metrics"
         sys_version = ""
-        timeout = REQUEST_TIMEOUT  # an idle or trickling client does not hold its thread for ever
+
+        def setup(self) -> None:
+            """Read the head the listener collected, write into its buffer (never a socket)."""
+            self.rfile, self.wfile = self.request.head, self.request.answer
+
+        def finish(self) -> None:
+            """Nothing to close: the listener sends the answer and closes the connection."""
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -168,50 +178,26 @@ def _handler(registry: CollectorRegistry, probes: Probes) -> type[BaseHTTPReques
     return Handler
 
 
-class _Server(ThreadingHTTPServer):
-    """A threading HTTP server for IPv4 or IPv6 (a host with a colon), with daemon request threads,
-    at most MAX_REQUESTS at once (a connection past them is closed at once)."""
-
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        self._slots = threading.BoundedSemaphore(MAX_REQUESTS)
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve on a thread of its own, or close the connection when every slot is taken."""
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        """The request, then its slot back."""
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
 @dataclass
 class MetricsServer:
-    """The listener, running in a daemon thread until `close`."""
+    """The listener, serving from a thread of its own until `close`."""
 
-    server: ThreadingHTTPServer
-    thread: threading.Thread
+    listener: Listener
     gauges: DatabaseGauges
 
     @property
     def port(self) -> int:
         """The port bound (the one asked for, or the one the system chose for port 0)."""
-        return int(self.server.server_address[1])
+        return self.listener.port
+
+    @property
+    def evicted(self) -> int:
+        """Slow connections closed so far to make room for others."""
+        return self.listener.connections.evicted
 
     def close(self) -> None:
         """Stop serving and close the database connection."""
-        self.server.shutdown()
-        self.server.server_close()
+        self.listener.close()
         self.gauges.close()
 
 
@@ -222,24 +208,32 @@ def start(
     url: str,
     settings: Settings,
     role: str,
+    limits: Limits | None = None,
 ) -> MetricsServer:
     """Serve `registry` plus the database's gauges, the exporter's identity and the probes on HOST:PORT."""
-    gauges = DatabaseGauges(url, settings)
-    registry.register(gauges)
-    registry.register(Identity(role))
-    server = _Server((host, port), _handler(registry, Probes(url, settings, role)))
-    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-    thread.start()
-    return MetricsServer(server, thread, gauges)
+    sock = bind(host, port)  # first: an address in use fails before anything is registered
+    try:
+        gauges = DatabaseGauges(url, settings)
+        registry.register(gauges)
+        registry.register(Identity(role))
+        respond = responder(_handler(registry, Probes(url, settings, role)))
+        listener = Listener(sock, respond, limits or Limits(), PROBE_PATHS)
+        listener.start()
+    except BaseException:
+        sock.close()
+        raise
+    return MetricsServer(listener, gauges)
 
 
-def serve_here(host: str, port: int, url: str, settings: Settings, role: str) -> MetricsServer:
+def serve_here(
+    host: str, port: int, url: str, settings: Settings, role: str, limits: Limits | None = None
+) -> MetricsServer:
     """Count in this process and serve its metrics (a single worker, the tracker, the bounce receiver)."""
     from worker.core import metrics
 
     registry = CollectorRegistry(auto_describe=False)
     metrics.enable(registry)
-    return start(host, port, registry, url, settings, role)
+    return start(host, port, registry, url, settings, role, limits)
 
 
 def serve_children(host: str, port: int, url: str, settings: Settings, directory: str) -> MetricsServer:
