@@ -1,4 +1,9 @@
-"""DMARC reports: pass and fail by From domain and source address over the last 30 days (what `mailroom dmarc report` shows)."""
+"""DMARC reports: pass and fail by From domain and source address over the last 30 days (what `mailroom dmarc report` shows).
+
+The reports are unauthenticated claims (anyone can mail one in any reporter's name): the table's title
+says so, and a source whose reports another report with the same organisation and id contradicted is
+marked DISPUTED.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ DAYS = 30
 
 
 class DmarcScreen(DataScreen):
-    """Sources sending in our domains' names, most failed messages first; failing ones for a sender's domain flagged."""
+    """Sources sending in our domains' names, most failed messages first; failing ones for a sender's domain
+    flagged, and those of disputed reports marked."""
 
     MODE = "dmarc"
     TITLE = "DMARC reports"
@@ -51,7 +57,10 @@ class DmarcScreen(DataScreen):
         table = self.query_one("#dmarc", DataTable)
         rows, ours = data["rows"], data["ours"]
         flagged = sum(1 for r in rows if self._flagged(r, ours))
-        title = f"DMARC reports, last {DAYS} days: {len(rows)} sources, {flagged} failing for our domains"
+        title = (
+            f"DMARC reports (unauthenticated claims), last {DAYS} days: {len(rows)} sources,"
+            f" {flagged} failing for our domains"
+        )
         table.border_title = self.subtitle(title)
         self.remember("dmarc", {f"{r['domain']} {r['source']}": r for r in rows})
         fill_table(table, ((f"{r['domain']} {r['source']}", self._cells(r, ours)) for r in rows))
@@ -66,7 +75,10 @@ class DmarcScreen(DataScreen):
         def number(value: int) -> Text:
             return Text(f"{value:,}", justify="right")
 
-        flag = Text("FAILING", style="bold red") if self._flagged(row, ours) else Text("")
+        flag = Text("FAILING ", style="bold red") if self._flagged(row, ours) else Text("")
+        if int(row["disputed"]):
+            flag.append("DISPUTED", style="bold yellow")
+        flag.rstrip()
         return (
             one_line(row["domain"], 30),
             one_line(row["source"], 39),

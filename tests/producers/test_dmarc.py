@@ -147,12 +147,14 @@ def test_the_report_flags_the_source_failing_alignment_for_a_senders_domain(
         "reporters": "google.com, outlook.com",
         "last_seen": None,
         "flagged": True,
+        "disputed": 0,
     }
     assert (rows[RELAY]["messages"], rows[RELAY]["passed"], rows[RELAY]["flagged"]) == (2122, 2122, False)
     assert rows["2001:db8::25"]["dkim_aligned"] == 3 and not rows["2001:db8::25"]["flagged"]
     assert next(iter(rows)) == SPOOFER  # most failed first
     code, out, _ = run(capsys, "dmarc", "report", "--since", "2025-12-31", "--domain", "example.com")
     assert code == 0
+    assert out.startswith("DMARC reports are unauthenticated claims: ")
     spoofer_line = next(line for line in out.splitlines() if SPOOFER in line)
     assert "FAILING" in spoofer_line
     assert "1 source(s) failing DMARC alignment" in out

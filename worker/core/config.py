@@ -144,6 +144,8 @@ class Settings:
     quarantine_client_daily_max: int = 200
     quarantine_retention_days: int = 30
     dmarc_retention_days: int = 400
+    dmarc_max_records: int = 1_000_000
+    dmarc_org_daily_max: int = 50
     dns_servers: tuple[str, ...] = ()  # host[:port] each; empty: the system's resolvers
     dns_timeout_seconds: float = 2.0
     oidc_issuer: str | None = None
@@ -425,6 +427,10 @@ DECLARED: tuple[Setting, ...] = (
        "maintenance deletes quarantined messages older than this", _whole, 1),
     _S("MAILROOM_DMARC_RETENTION_DAYS", "dmarc_retention_days", "maintenance deletes DMARC aggregate "
        "reports (and their records) stored longer ago than this", _whole, 1),
+    _S("MAILROOM_DMARC_MAX_RECORDS", "dmarc_max_records", "records the stored DMARC reports hold in all; past "
+       "it a report is refused", _whole, 1),
+    _S("MAILROOM_DMARC_ORG_DAILY_MAX", "dmarc_org_daily_max", "DMARC reports stored per reporting "
+       "organisation (as the report names it) per UTC day; past it a report is refused", _whole, 1),
     # DNS checks of sender domains (`mailroom senders check`)
     _S("MAILROOM_DNS_SERVERS", "dns_servers", "resolvers the DNS checks of sender domains ask, comma-separated "
        "`address[:port]` (IPv6 as `[address]:port`)", _dns_servers, shown="the system's resolvers"),

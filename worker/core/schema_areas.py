@@ -84,7 +84,7 @@ AREAS: tuple[Area, ...] = (
     Area(
         "tracking", ("tracked_links", "open_events", "click_events", "campaigns"), ("campaign_mail_policy",)
     ),
-    Area("DMARC aggregate reports", ("dmarc_reports", "dmarc_records")),
+    Area("DMARC aggregate reports", ("dmarc_reports", "dmarc_records", "dmarc_size", "dmarc_refusals")),
     Area(
         "lifecycle: accounts and tokens",
         ("accounts", "tokens", "jobs"),

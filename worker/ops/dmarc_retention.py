@@ -1,12 +1,13 @@
 """DMARC reports' retention: a maintenance step deleting reports stored more than `dmarc_retention_days` ago.
 
 Records go with their report (ON DELETE CASCADE); reports are deleted in chunks, each in a
-transaction of its own, like the other logs' retention.
+transaction of its own, like the other logs' retention. The days of refusals health reads
+(`mailroom.dmarc_refusals`) go with the same cutoff.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -19,6 +20,7 @@ from worker.ops.maintenance_report import MaintenanceReport, StepReport
 DELETE_CHUNK = 500
 
 COUNT_OLD = "SELECT count(*) FROM mailroom.dmarc_reports WHERE received_at < %s"
+DELETE_OLD_REFUSALS = "DELETE FROM mailroom.dmarc_refusals WHERE day < %s"
 DELETE_OLD = """
 DELETE FROM mailroom.dmarc_reports
 WHERE id IN (SELECT id FROM mailroom.dmarc_reports WHERE received_at < %s LIMIT %s)
@@ -42,5 +44,7 @@ def purge_dmarc_reports(
             step.rows += done
             if done < DELETE_CHUNK:
                 break
+        with conn.transaction():
+            cur.execute(DELETE_OLD_REFUSALS, (cutoff.astimezone(UTC).date(),))
     step.details.append(f"DMARC reports received before {cutoff.isoformat()}: {step.rows}")
     return step

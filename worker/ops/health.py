@@ -30,6 +30,7 @@ from psycopg.rows import dict_row
 
 from worker.core.config import Settings
 from worker.core.reputation import Reputation, sender_reputations
+from worker.ops.dmarc_report import dmarc_findings
 from worker.ops.quarantine_upkeep import QuarantineUsage, quarantine_usage
 
 _FIGURES = """
@@ -85,7 +86,8 @@ class Finding:
 
     `kind` is one of: backlog, oldest_pending, idle, no_sender, sender_unreachable, sender_suspended,
     no_worker, attempt_failures, bounce_rate, complaint_rate, quarantine_full, quarantine_dropped,
-    sender_dns (the latest DNS check of a sender: a problem when DKIM does not verify).
+    sender_dns (the latest DNS check of a sender: a problem when DKIM does not verify), dmarc_full,
+    dmarc_refused, dmarc_disputed (warnings: see worker.ops.dmarc_report.dmarc_findings).
     `advice` is what to run about it.
     """
 
@@ -202,6 +204,8 @@ def check_health(
     report.quarantine = quarantine_usage(conn)
     _check_quarantine(report, report.quarantine, settings)
     _check_dns(report, conn)
+    for f in dmarc_findings(conn, settings.dmarc_max_records):
+        report.add(f.kind, f.text, f.advice, severity=WARNING)
     return report
 
 

@@ -34,9 +34,13 @@ Read one DMARC aggregate report from FILE, or from standard input when FILE is -
 XML, the XML gzipped (.xml.gz) or zipped (.zip), or the whole email a provider sent with such an
 attachment. The report is parsed offline (nothing is looked up in DNS or fetched) and stored once
 per reporting organisation and report id: the same report again changes nothing. A report whose
-domain is not the From domain of a sender account (or a parent of one) is refused, as is one that
-is malformed, over a size cap (10 MiB in, 32 MiB of XML, one file per zip, no archive inside an
-archive) or carries a DOCTYPE or ENTITY declaration: the reason is printed and nothing is stored.
+domain is not the From domain of a sender account (or a parent of one) is refused on its header,
+before its records are read, as is one that is malformed, over a size cap (10 MiB in, 32 MiB of
+XML, 50,000 records, one file per zip, no archive inside an archive) or carries a DOCTYPE or ENTITY
+declaration; so is one past the bounds on what is stored (MAILROOM_DMARC_MAX_RECORDS in all,
+MAILROOM_DMARC_ORG_DAILY_MAX per reporting organisation a day), and one with the organisation and
+id of a stored report but other content (the stored one is then marked disputed). The reason is
+printed and nothing is stored.
 
 Exit status: 0 stored, or seen before; 1 refused (nothing stored); 2 bad usage (no such FILE); 4
 the database's schema is not this Mailroom's; 75 (EX_TEMPFAIL) the database cannot be reached.
@@ -53,8 +57,10 @@ and source address: messages, how many passed DMARC, how many had DKIM and SPF a
 the providers quarantined or rejected, and who reported them. Sources with the most failed
 messages come first. A source is flagged FAILING when mail in the name of a sender account's From
 domain came from it and failed alignment: an unknown service sending as you, or one of yours
-missing a DKIM key or an SPF include. Text from the reports is printed with control characters
-escaped.
+missing a DKIM key or an SPF include. Reports are unauthenticated claims (anyone can mail one in
+any reporter's name): a source is marked DISPUTED when one of its reports was contradicted by
+another with the same organisation and id. Text from the reports is printed with control
+characters escaped.
 
 Exit status: 0 shown (an empty report too).
 
@@ -79,8 +85,9 @@ def ingest(settings: Settings, file: str) -> int:
 
     from worker.core.db import checked_url
     from worker.core.terminal import printable
-    from worker.producers.dmarc import DEFAULT_LIMITS, ReportRefused, parse_report
-    from worker.producers.dmarc.store import store_report
+    from worker.producers.dmarc import DEFAULT_LIMITS, ReportRefused
+    from worker.producers.dmarc.intake import take_report
+    from worker.producers.dmarc.store import Bounds
 
     # The schema first (exit 4), but not by @with_database: an unreachable database exits 75.
     try:
@@ -89,9 +96,8 @@ def ingest(settings: Settings, file: str) -> int:
         return _unreachable(exc)
     data = _read(file, DEFAULT_LIMITS.input_bytes)
     try:
-        report = parse_report(data)
         with psycopg.connect(url, autocommit=True) as conn:
-            stored = store_report(conn, report, "cli")
+            stored = take_report(conn, data, "cli", Bounds.from_settings(settings))
     except ReportRefused as exc:
         print(printable(f"error: report refused, nothing stored: {exc}"), file=sys.stderr)
         return 1
@@ -127,7 +133,7 @@ def report(db: Database, since: datetime | None, domain: str | None, limit: int,
     """Print the pass/fail summary by domain and source."""
     from worker.cli.table import table
     from worker.core.db import connect
-    from worker.ops.dmarc_report import summarise
+    from worker.ops.dmarc_report import CLAIMS, summarise
 
     start = since.replace(tzinfo=UTC) if since else datetime.now(UTC) - timedelta(days=30)
     with connect(db.url) as conn:
@@ -148,15 +154,19 @@ def report(db: Database, since: datetime | None, domain: str | None, limit: int,
             f"{r.dkim_aligned:,}",
             f"{r.spf_aligned:,}",
             f"{r.quarantined_or_rejected:,}",
-            "FAILING" if r.flagged else "",
+            " ".join(f for f, on in (("FAILING", r.flagged), ("DISPUTED", r.disputed)) if on),
             r.reporters,
         )
         for r in rows
     ]
+    print(CLAIMS)
     print("\n".join(table(HEADERS, cells, right=frozenset({2, 3, 4, 5, 6, 7}))))
     flagged = sum(r.flagged for r in rows)
     if flagged:
         print(f"{flagged} source(s) failing DMARC alignment for a sender's From domain")
+    disputed = sum(bool(r.disputed) for r in rows)
+    if disputed:
+        print(f"{disputed} source(s) from disputed reports: another report claimed their organisation and id")
     return 0
 
 

@@ -5,6 +5,10 @@ A report is mail addressed to the `dmarc` local part of any domain the bounce in
 else Delivered-To, X-Original-To or To of a message fetched from the bounce mailbox. Such a message
 is never read as a bounce. It ends like every input: stored, seen before, or refused and kept in the
 bounce quarantine with the reason (bounded and retained like the quarantine's other messages).
+
+`take_report` is the one way in, for mail and for `mailroom dmarc ingest` alike: the report's header
+is judged (ours? within the bounds?) before any record is read, so a stranger's report costs its
+header; a report that came by mail is held to `MAILED_LIMITS`.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ from typing import Any
 
 import psycopg
 
+from worker.core.config import Settings
 from worker.producers.bounces.effects import quarantine
 from worker.producers.bounces.intake import Outcome
-from worker.producers.dmarc.limits import ReportRefused
-from worker.producers.dmarc.parse import parse_report
-from worker.producers.dmarc.store import ArrivedBy, store_report
+from worker.producers.dmarc.limits import DEFAULT_LIMITS, MAILED_LIMITS, ReportRefused
+from worker.producers.dmarc.parse import ReportHeader, parse_report
+from worker.producers.dmarc.store import ArrivedBy, Bounds, Stored, admit, sender_domains, store_report
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,21 @@ def addressed_to_dmarc(raw: bytes, envelope_recipients: Sequence[str] = ()) -> b
     return any(is_report_address(address) for _name, address in getaddresses(values)[:50])
 
 
+def take_report(
+    conn: psycopg.Connection[Any], data: bytes, arrived_by: ArrivedBy, bounds: Bounds | None = None
+) -> Stored:
+    """Read the report in `data` and store it, or `ReportRefused`: judged on its header first (not our
+    domain, or past a bound, it is refused before its records are read), then whole."""
+    bounds = bounds or Bounds.from_settings(Settings.from_env())
+    domains = sender_domains(conn)
+    limits = DEFAULT_LIMITS if arrived_by == "cli" else MAILED_LIMITS
+
+    def decide(header: ReportHeader) -> None:
+        admit(conn, header, domains, bounds)
+
+    return store_report(conn, parse_report(data, limits, decide=decide), arrived_by, bounds)
+
+
 def ingest_report(
     conn: psycopg.Connection[Any],
     raw: bytes,
@@ -56,11 +76,12 @@ def ingest_report(
 ) -> Outcome:
     """Store the report a message carries: recorded, duplicate, or quarantined with the reason.
 
-    A refusal is permanent (malformed, over a cap, not our domain): quarantined, never retried. A
-    database that cannot be reached raises, so the receiver answers 451 and the mailbox keeps it."""
+    A refusal is permanent (malformed, over a cap or a bound, not our domain, disputing a stored
+    report): quarantined, never retried. A database that cannot be reached raises, so the receiver
+    answers 451 and the mailbox keeps it."""
     envelope = envelope_recipients[0] if envelope_recipients else None
     try:
-        stored = store_report(conn, parse_report(raw), arrived_by)
+        stored = take_report(conn, raw, arrived_by)
     except ReportRefused as exc:
         return _refused(conn, raw, f"DMARC report refused: {exc}", envelope, client)
     except (psycopg.OperationalError, psycopg.InterfaceError):

@@ -1,8 +1,10 @@
 """What reading one DMARC report may cost, and the one error every refusal raises.
 
 A report is untrusted input from anyone who can send mail: each cap is checked before the work it
-bounds (the compressed size before decompressing, the decompressed bytes while streaming, the XML's
-shape before parsedmarc builds its dictionaries).
+bounds (the compressed size before decompressing, the decompressed bytes while streaming, records,
+elements and depth as each starts). A report that came by mail (the bounce receiver, the mailbox
+poll) is held to `MAILED_LIMITS`, far lower than a file an operator hands to `mailroom dmarc ingest`:
+anyone can mail one, and the receiver reads it beside the bounces.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+# A domain's day at a large provider is a few hundred records (one per source address and result);
+# 5,000 records are 3 MiB of XML and a fraction of a second to read.
+MAILED_LIMITS = Limits(xml_bytes=8 << 20, records=5_000, elements=250_000)
 
 
 class ReportRefused(Exception):
