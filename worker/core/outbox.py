@@ -40,7 +40,7 @@ class EmailRequest:
     scheduled_for: datetime | None = None
     idempotency_key: str | None = None
     campaign_id: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] | None = field(default_factory=dict)  # None, like {}, means none
     max_retries: int | None = None
     transactional: bool | None = None
     reference_type: str | None = None
@@ -185,7 +185,7 @@ def _prepare_fields(
     scheduled_for: datetime | None,
     idempotency_key: str | None,
     campaign_id: str | None,
-    headers: Mapping[str, str],
+    headers: Mapping[str, str] | None,
     max_retries: int | None,
     transactional: bool | None,
     reference_type: str | None,
@@ -199,6 +199,8 @@ def _prepare_fields(
     created_by: str | None,
     book: CampaignBook | None = None,
 ) -> tuple[Any, ...]:
+    if headers is None:  # no headers: from Python (EmailRequest) as from a JSON line's "headers": null
+        headers = {}
     recipient, more = _addressing(to, to_name, headers, cc, bcc, reply_to, settings)
     given_locale = locale
     if template is not None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
 
-from worker.core.json_lines import parse_line
+from worker.core.config import Settings
+from worker.core.json_lines import decode_line, parse_line
 from worker.core.message import build_message
+from worker.core.outbox import COLUMNS, EmailRequest, prepare, prepare_json
 from worker.core.validation import ValidationError
 
 
@@ -50,3 +53,15 @@ def test_message_id_is_stable_for_one_email() -> None:
     first = build_message(row, "noreply@example.org")
     second = build_message(row, "noreply@example.org")
     assert first.message_id == second.message_id == "<42.660be0ab5c000@example.org>"
+
+
+def test_headers_none_means_no_headers_from_python_as_from_a_json_line() -> None:
+    fields = {"to": "ada@example.com", "subject": "Hello", "text": "Hi"}
+    line = json.dumps({**fields, "headers": None})
+    settings = Settings()
+    without = prepare(EmailRequest(**fields), None, settings)
+    assert without[COLUMNS.index("headers")] == "{}"
+    # Python's door, and the command line's two (one line through a request, the bulk path without one).
+    assert prepare(EmailRequest(**fields, headers=None), None, settings) == without
+    assert prepare(parse_line(line), None, settings) == without
+    assert prepare_json(decode_line(line), None, settings) == without
