@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -95,6 +96,23 @@ async def test_a_permanent_refusal_fails_the_event_with_the_relays_words(
     assert await run_until_drained(db_url, settings) == 1
     completed = _events(conn, person)[0]
     assert completed["status"] == "completed" and completed["executed_at"] is not None
+
+
+async def test_a_birthday_email_goes_out_with_no_postal_address_configured(
+    db_url: str, conn: Conn, settings: Settings, smtp_sink: RunningSink
+) -> None:
+    # A greeting is not commercial email: no campaign, so no postal address is required (CAN-SPAM's
+    # is for a campaign's email). It was refused at enqueue, retried three times, and failed.
+    bare = replace(settings, postal_address=None)
+    add_sender(db_url, smtp_sink.port)
+    person = await _queue_birthday(db_url, conn, bare)
+
+    assert await run_until_drained(db_url, bare) == 1
+
+    [received] = smtp_sink.messages
+    assert received.rcpt_tos == ("ada@example.com",) and received.message["List-Id"] is None
+    assert received.message["List-Unsubscribe"] is not None  # not transactional: it can be unsubscribed
+    assert _events(conn, person)[0]["status"] == "completed"
 
 
 async def test_a_recipient_suppressed_before_or_after_the_handover_fails_the_event(

@@ -167,6 +167,21 @@ def test_campaign_email_without_any_postal_address_is_refused(
     assert POSTAL in parts(sent_bytes(stored(db_url, email_id), bare, sender_postal_address=POSTAL))[0]
 
 
+def test_only_a_campaigns_email_needs_a_postal_address_and_its_refusal_names_the_campaign(
+    db_url: str, settings: Settings
+) -> None:
+    bare = replace(settings, postal_address=None)
+    # Not transactional but of no campaign (a greeting): taken, built with its footer, no address in it.
+    greeting = stored(db_url, enqueue_one(db_url, bare, campaign_id=None, transactional=False))
+    text, _ = parts(sent_bytes(greeting, bare))
+    assert "Unsubscribe: " in text and POSTAL not in text
+    with pytest.raises(ValidationError) as refused:
+        enqueue_one(db_url, bare, campaign_id="spring sale")
+    said = str(refused.value)
+    assert "mailroom campaigns set 'spring sale' --postal-address" in said, said
+    assert "mailroom campaigns sender-address NAME" in said and "MAILROOM_POSTAL_ADDRESS" in said
+
+
 def test_open_tracking_is_switched_per_campaign(
     db_url: str, settings: Settings, cli_env: dict[str, str]
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import html as html_lib
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +32,10 @@ _BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
 
 POSTAL_MIN, POSTAL_MAX = 5, 300
 MISSING_POSTAL = (
-    "campaign email needs a physical postal address (CAN-SPAM) and none is set: "
+    "the email of campaign {campaign} needs a physical postal address (CAN-SPAM) and none is set: "
     "mailroom campaigns set {campaign} --postal-address '...', "
-    "or a postal address on every sender account, or MAILROOM_POSTAL_ADDRESS"
+    "or one on every sender account (mailroom campaigns sender-address NAME '...'), "
+    "or MAILROOM_POSTAL_ADDRESS"
 )
 
 
@@ -121,6 +123,19 @@ def is_marketing(row: Mapping[str, Any]) -> bool:
     return not transactional
 
 
+def needs_postal_address(campaign_id: str | None, marketing: bool) -> bool:
+    """Whether an email may not leave without a physical postal address (CAN-SPAM): commercial email,
+    which is a campaign's email that is not transactional. Other non-transactional email (a birthday
+    greeting has no campaign) shows the address in its footer when one is known, and is never refused
+    for want of one."""
+    return marketing and bool(campaign_id)
+
+
+def missing_postal_address(field: str, campaign_id: str) -> ValidationError:
+    """The refusal of a campaign's email without a postal address, saying how to give it one."""
+    return ValidationError(field, MISSING_POSTAL.format(campaign=shlex.quote(campaign_id)))
+
+
 def dress_for(
     row: Mapping[str, Any],
     *,
@@ -133,9 +148,9 @@ def dress_for(
 ) -> Dress:
     """Headers and footer for one stored email sent by one sender account.
 
-    Raises `ValidationError` for marketing email without any postal address (the campaign's, the
+    Raises `ValidationError` for a campaign's email without any postal address (the campaign's, the
     sender account's, MAILROOM_POSTAL_ADDRESS as `default_postal_address`): it must not leave
-    without one. `footer_transactional` is MAILROOM_POSTAL_FOOTER_TRANSACTIONAL.
+    without one (`needs_postal_address`). `footer_transactional` is MAILROOM_POSTAL_FOOTER_TRANSACTIONAL.
     """
     campaign_id = row.get("campaign_id")
     campaign = campaigns.get(campaign_id) if campaign_id else None
@@ -148,8 +163,8 @@ def dress_for(
         headers["List-Id"] = list_id(campaign_id, campaign.list_id if campaign else None, from_email)
     kind = campaign_id if campaign_id else email_kind(row)
     headers["Feedback-ID"] = feedback_id(kind, sender, from_email)
-    if marketing and postal is None:
-        raise ValidationError("postal_address", MISSING_POSTAL.format(campaign=campaign_id or "CAMPAIGN"))
+    if postal is None and needs_postal_address(campaign_id, marketing):
+        raise missing_postal_address("postal_address", str(campaign_id))
     footer = marketing or (footer_transactional and postal is not None)
     return Dress(headers, footer, postal if footer else None)
 
@@ -211,11 +226,15 @@ class CampaignBook:
         """Whether this campaign's email gets an open pixel (when it is tracked at all)."""
         return self.track_opens.get(campaign_id, True) if campaign_id else True
 
-    def require_postal_address(self, campaign_id: str | None, default: str | None) -> None:
-        """Refuse marketing email that could only leave without a postal address."""
+    def require_postal_address(
+        self, campaign_id: str | None, transactional: bool, default: str | None
+    ) -> None:
+        """Refuse a campaign's email that could only leave without a postal address (`needs_postal_address`)."""
+        if not needs_postal_address(campaign_id, not transactional):
+            return
         if default or self.senders_have_postal_address or campaign_id in self.has_postal_address:
             return
-        raise ValidationError("campaign_id", MISSING_POSTAL.format(campaign=campaign_id or "CAMPAIGN"))
+        raise missing_postal_address("campaign_id", str(campaign_id))
 
 
 BOOK = """

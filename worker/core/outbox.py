@@ -213,8 +213,8 @@ def _prepare_fields(
     tracked: tracking.Tracking | None = None
     # The one check the common bulk case pays: transactional email without tracking adds nothing.
     if track or not transactional:
-        if not transactional and book is not None:  # campaign mail: a postal address must be known
-            book.require_postal_address(campaign_id, settings.postal_address)
+        if book is not None:  # a campaign's email: a postal address must be known
+            book.require_postal_address(campaign_id, transactional, settings.postal_address)
         opens = book.opens(campaign_id) if book is not None else True
         tracked = _tracked(html, headers, track, transactional, campaign_id, settings, opens)
         html, headers = tracked.html, tracked.headers
