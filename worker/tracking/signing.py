@@ -231,13 +231,16 @@ async def login(request: web.Request) -> web.StreamResponse:
 
 
 async def _form(request: web.Request) -> dict[str, str] | None:
-    """The posted form (small, url-encoded or multipart), or None when it is not one."""
+    """The posted form (small, url-encoded or multipart), or None when it is not one; 413 past MAX_BODY."""
     if request.content_length is not None and request.content_length > MAX_BODY:
         raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=request.content_length)
     if request.content_type not in ("application/x-www-form-urlencoded", "multipart/form-data"):
         return None
+    # The cap on the bytes read, whatever the request announced: a chunked body has no length to
+    # check first, and the application's own cap is for the other pages. aiohttp raises 413 past it.
+    capped = request.clone(client_max_size=MAX_BODY)
     try:
-        posted = await request.post()
+        posted = await capped.post()
     except (ValueError, UnicodeDecodeError):
         return None
     return {k: v for k, v in posted.items() if isinstance(v, str)}
