@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import smtplib
+import sys
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 
 from tests.fixtures_smtp import SinkFactory
 from worker.devtools.sink import Drop, RefuseShare, Reply, RunningSink, Stall, serve_forever, start_sink
+from worker.devtools.sink_handler import SinkHandler
 
 SENDER = "noreply@mailroom.test"
 
@@ -397,6 +401,44 @@ async def test_auth_is_not_offered_when_no_credentials_are_configured(smtp_sink:
     async with client(smtp_sink) as smtp:
         await smtp.ehlo()
         assert not smtp.supports_extension("auth")
+
+
+@pytest.mark.e2e
+async def test_mailroom_sink_takes_any_login_so_an_account_with_a_username_can_send(tmp_path: Path) -> None:
+    # A sender account with --username logs in first: the sink offered no AUTH, and the worker
+    # suspended the account on its first send.
+    script = Path(sys.executable).with_name("mailroom")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
+    sink = await asyncio.create_subprocess_exec(
+        str(script), "sink", "--port", "0", env={**env, "MAILROOM_HOME": str(tmp_path)},
+        stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert sink.stderr is not None
+    try:
+        started = (await asyncio.wait_for(sink.stderr.readline(), 30)).decode()
+        assert started.rstrip().endswith(", any login accepted (AUTH PLAIN, LOGIN)"), started
+        port = int(started.split("sink listening on 127.0.0.1:")[1].split(",")[0])
+        for mechanism in ("auth_plain", "auth_login"):
+            smtp = client(port)
+            greeting = await smtp.connect()
+            assert "any login accepted" in greeting.message
+            await smtp.ehlo()
+            assert smtp.supports_extension("auth")
+            await getattr(smtp, mechanism)("mailer", "whatever-password")
+            await smtp.send_message(make_message("alice@example.com"))
+            await smtp.quit()
+    finally:
+        sink.send_signal(signal.SIGINT)
+        rest = (await asyncio.wait_for(sink.stderr.read(), 30)).decode()
+        assert await sink.wait() == 0
+    assert rest.count("sink received ") == 2, rest
+
+
+def test_a_sink_taking_any_login_off_the_loopback_interface_keeps_auth_for_tls() -> None:
+    # It has no TLS: there, a login would cross the network readable by anyone on the path.
+    handler = SinkHandler(any_login=True)
+    assert handler._smtp_kwargs(loopback=True)["auth_require_tls"] is False
+    assert handler._smtp_kwargs(loopback=False)["auth_require_tls"] is True
 
 
 # ---- refuse_share ----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from aiosmtpd.smtp import SMTP
 
+from worker.core.plaintext import LOOPBACK_HOSTS
 from worker.devtools.sink_handler import (
     ReceivedMessage,
     SinkHandler,
@@ -109,7 +110,7 @@ class _Listener:
     async def start(self) -> int:
         loop = asyncio.get_running_loop()
         connections = self._connections = _Connections()
-        kwargs = self.handler._smtp_kwargs()
+        kwargs = self.handler._smtp_kwargs(loopback=self.host in LOOPBACK_HOSTS)
 
         def make_protocol() -> _SinkSMTP:
             return _SinkSMTP(self.handler, connections, loop=loop, **kwargs)
@@ -246,12 +247,26 @@ def _make_handler(
     auth: tuple[str, str] | None,
     refuse_share: RefuseShare | None,
     keep: int | None,
+    any_login: bool = False,
 ) -> SinkHandler:
     if handler is None:
-        return SinkHandler(maildir=maildir, auth=auth, refuse_share=refuse_share, keep=keep)
-    if maildir is not None or auth is not None or refuse_share is not None:
-        raise ValueError("pass either a handler or maildir/auth/refuse_share, not both")
+        return SinkHandler(
+            maildir=maildir, auth=auth, refuse_share=refuse_share, keep=keep, any_login=any_login
+        )
+    if maildir is not None or auth is not None or refuse_share is not None or any_login:
+        raise ValueError("pass either a handler or maildir/auth/refuse_share/any_login, not both")
     return handler
+
+
+def _logins(handler: SinkHandler, host: str) -> str:
+    """What the startup line says of logins."""
+    if handler.requires_auth:
+        return ", AUTH required"
+    if not handler.any_login:
+        return ""
+    if host in LOOPBACK_HOSTS:
+        return ", any login accepted (AUTH PLAIN, LOGIN)"
+    return ", AUTH not offered (no TLS here, and off the loopback interface a login would cross the network)"
 
 
 def start_sink(
@@ -281,9 +296,10 @@ async def serve_forever(
     handler: SinkHandler | None = None,
     keep: int | None = CLI_KEEP,
     on_ready: Callable[[int], None] | None = None,
+    any_login: bool = False,
 ) -> None:
     """Serve on the current event loop until cancelled, logging one masked line per received message."""
-    listener = _Listener(_make_handler(handler, maildir, auth, refuse_share, keep), host, port)
+    listener = _Listener(_make_handler(handler, maildir, auth, refuse_share, keep, any_login), host, port)
     aiosmtpd_log = logging.getLogger("mail.log")
     quieten = aiosmtpd_log.level == logging.NOTSET
     if quieten:
@@ -295,7 +311,7 @@ async def serve_forever(
         host,
         bound,
         f", saving to Maildir {maildir}" if maildir is not None else "",
-        ", AUTH required" if auth is not None else "",
+        _logins(listener.handler, host),
     )
     if on_ready is not None:
         on_ready(bound)

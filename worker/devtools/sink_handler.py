@@ -73,8 +73,13 @@ class SinkHandler:
         script: Script | None = None,
         keep: int | None = None,
         pipelining: bool = True,
+        any_login: bool = False,
     ) -> None:
         """``keep`` bounds the messages held in memory (None: all); wait_for() counts every message.
+
+        ``auth`` is the one login accepted, and then required; ``any_login`` offers AUTH (PLAIN, LOGIN)
+        and takes whatever login a client gives, without requiring one (``mailroom sink``: a sender
+        account with a username works against it as it would against its relay).
 
         ``pipelining`` advertises PIPELINING (RFC 2920) in the EHLO reply; aiosmtpd reads commands one
         line at a time, so it answers pipelined commands in order either way.
@@ -83,7 +88,10 @@ class SinkHandler:
             raise ValueError(f"keep must be at least 1, got {keep}")
         self.script = script if script is not None else Script()
         self.refuse_share = refuse_share
+        if auth is not None and any_login:
+            raise ValueError("pass either auth (one login) or any_login, not both")
         self._credentials = auth
+        self.any_login = any_login
         self._maildir: mailbox.Maildir | None = None
         if maildir is not None:
             # Maildir(create=True) makes tmp/new/cur only when the folder itself is missing: an existing
@@ -247,7 +255,13 @@ class SinkHandler:
         self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
     ) -> AuthResult:
         """aiosmtpd ``authenticator`` for LOGIN and PLAIN; wrong credentials get ``535 5.7.8``."""
-        if self._credentials is None or not isinstance(auth_data, LoginPassword):
+        if not isinstance(auth_data, LoginPassword):
+            return AuthResult(success=False, handled=False)
+        if self.any_login:
+            return AuthResult(
+                success=True, handled=False, auth_data=auth_data.login.decode("utf-8", "replace")
+            )
+        if self._credentials is None:
             return AuthResult(success=False, handled=False)
         username, password = self._credentials
         user_ok = hmac.compare_digest(auth_data.login, username.encode())
@@ -296,15 +310,18 @@ class SinkHandler:
             with contextlib.suppress(RuntimeError):  # that loop has closed: nobody is waiting any more
                 loop.call_soon_threadsafe(event.set)
 
-    def _smtp_kwargs(self) -> dict[str, Any]:
+    def _smtp_kwargs(self, *, loopback: bool = True) -> dict[str, Any]:
+        """aiosmtpd's SMTP settings. The sink has no TLS: taking any login, it takes AUTH in clear on the
+        loopback interface only, where a login never crosses a network (`worker.core.plaintext`); with
+        its one login (`auth`, a test's scripted server) it takes it wherever it listens."""
         kwargs: dict[str, Any] = {
             "hostname": SERVER_HOSTNAME,
-            "ident": "Mailroom sink",
+            "ident": "Mailroom sink, any login accepted" if self.any_login else "Mailroom sink",
             "enable_SMTPUTF8": True,
         }
-        if self._credentials is not None:
+        if self._credentials is not None or self.any_login:
             # Enforced in handle_MAIL rather than with auth_required=True, which warns without TLS.
-            kwargs.update(authenticator=self.authenticate, auth_require_tls=False)
+            kwargs.update(authenticator=self.authenticate, auth_require_tls=self.any_login and not loopback)
             logging.getLogger("mail.log").addFilter(_quiet_login_data_deprecation)
         return kwargs
 

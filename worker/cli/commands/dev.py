@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 SINK = """\
 A local SMTP server that accepts every message and logs it (recipients masked), like MailPit:
 point a sender account at it while developing. With --maildir each message is also kept as a file.
-It never relays anything. Runs until Ctrl-C; exit status 0 then, 2 when the port is in use.
+It never relays anything. Any login is accepted (AUTH PLAIN and LOGIN, without TLS, which it does
+not have: on the loopback interface only), so an account with --username works against it as
+against its relay. Runs until Ctrl-C; exit status 0 then, 2 when the port is in use.
 
 Examples:
   mailroom sink --port 2525 --maildir ./mail
@@ -72,5 +74,5 @@ def sink(settings: Settings, host: str, port: int, maildir: str | None) -> int:
     from worker.devtools.sink import serve_forever
 
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(host=host, port=port, maildir=maildir))
+        asyncio.run(serve_forever(host=host, port=port, maildir=maildir, any_login=True))
     return 0
