@@ -209,6 +209,34 @@ def test_edit_replaces_the_password_without_auditing_it_and_warns_of_doubtful_ch
     assert row["smtp_username"] is None and row["smtp_password_encrypted"] is None
 
 
+def _listed_auth(capsys: pytest.CaptureFixture[str]) -> str:
+    """The AUTH column of the relay's line in `senders list`."""
+    code, out, _ = run(capsys, "senders", "list")
+    [header, line] = [row for row in out.splitlines() if row.startswith(("NAME", "relay "))]
+    assert code == 0 and header.split()[-1] == "AUTH"
+    return line.split()[-1]
+
+
+def test_an_empty_username_removes_the_login_and_the_list_shows_no_auth(
+    cli_env: dict[str, str],
+    conn: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SMTP_PASSWORD", "relay-secret")
+    _add_relay(
+        capsys, monkeypatch, "--username", "mailer", "--password-env", "SMTP_PASSWORD", "--no-dns-check"
+    )
+    assert _listed_auth(capsys) == "password"
+
+    code, _, err = run(capsys, "senders", "edit", "relay", "--username", "")
+
+    assert code == 0, err
+    row = sender(conn)
+    assert row["smtp_username"] is None and row["smtp_password_encrypted"] is None
+    assert _listed_auth(capsys) == "none"
+
+
 # --- senders remove --------------------------------------------------------------------------
 
 

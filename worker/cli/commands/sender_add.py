@@ -207,7 +207,7 @@ def _spec(given: Given) -> SenderSpec:
         smtp_host=given.host,
         smtp_port=given.port,
         smtp_security=given.security,
-        smtp_username=given.username,
+        smtp_username=given.username or None,  # --username '': no login
         daily_limit=given.daily_limit,
         warmup_stage=given.warmup_stage,
         warmup_limit=given.warmup_limit,

@@ -10,6 +10,7 @@ import click
 
 from worker.cli.commands.sender_input import (
     Given,
+    clears_login,
     doubtful_choices,
     interactive,
     password_from,
@@ -72,13 +73,16 @@ def edit(db: Database, /, **options: Any) -> int:
     from worker.ops.senders import edit_sender
 
     given = Given(**options)
-    if given.no_login and (given.username or password_given(given)):
-        raise ConfigError("--no-login removes the username and password: give it alone, without them")
+    no_login = clears_login(given)
+    if no_login and (given.username or password_given(given)):
+        raise ConfigError(
+            "--no-login (or --username '') removes the username and password: give it alone, without them"
+        )
     changes = {**settings_changes(given), **auth_changes(given)}
     password = _password(db, given)
     secrets = oauth_secrets_from(given, ask=False)
     oauth = OAuthSecrets(*secrets) if secrets != (None, None) else None
-    if not changes and password is None and oauth is None and not given.no_login:
+    if not changes and password is None and oauth is None and not no_login:
         raise ConfigError("nothing to change: give at least one option (see `mailroom senders edit --help`)")
     box = secret_box(db.settings) if password is not None or oauth is not None else None
     with connect(db.url) as conn:
@@ -89,7 +93,7 @@ def edit(db: Database, /, **options: Any) -> int:
                 changes,
                 box,
                 password=password,
-                drop_password=given.no_login,
+                drop_password=no_login,
                 oauth=oauth,
                 expected_version=given.version,
             )

@@ -166,6 +166,13 @@ def plaintext_login_warning(host: str, security: str, username: str | None, allo
     return []
 
 
+def clears_login(given: Given) -> bool:
+    """Whether `senders edit` removes the account's login (username and password): --no-login, or an
+    empty --username (an account with an empty username would keep its password and still look like
+    one with a login)."""
+    return bool(getattr(given, "no_login", False)) or given.username == ""
+
+
 def settings_changes(given: Given) -> dict[str, Any]:
     """The sender account settings the options given change (`senders edit`)."""
     changes = {
@@ -173,7 +180,7 @@ def settings_changes(given: Given) -> dict[str, Any]:
         for dest, setting in SETTINGS.items()
         if getattr(given, dest) is not None
     }
-    if given.no_login:
+    if clears_login(given):
         changes["smtp_username"] = None
     if changes.get("batch_size") == 0:
         changes["batch_size"] = None  # back to the worker's --batch-size
@@ -225,7 +232,9 @@ def settings_options(*, adding: bool) -> Decorator:
     if not adding:
         options += [
             click.option(
-                "--no-login", is_flag=True, help="remove the username and password (the relay needs no login)"
+                "--no-login",
+                is_flag=True,
+                help="remove the username and password (the relay needs no login); --username '' does too",
             ),
             click.option(
                 "--version",

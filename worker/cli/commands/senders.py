@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -114,7 +115,7 @@ def list_senders(db: Database, as_json: bool) -> int:
         warmup = f"stage {r['warmup_stage']}/5 {r['warmup_limit']}/day" if r["warmup_stage"] else "-"
         host = f"{r['smtp_host']}:{r['smtp_port']}"
         usage = f"{r['sent_today']}/{r['effective_limit']}"
-        cells.append([r["name"], r["status"], usage, warmup, r["from_email"], host, r["auth_type"]])
+        cells.append([r["name"], r["status"], usage, warmup, r["from_email"], host, _auth(r)])
     header = ("NAME", "STATUS", "TODAY", "WARM-UP", "FROM", "HOST", "AUTH")
     lines = table(header, cells, right=frozenset({2}))
     print(lines[0])
@@ -133,6 +134,13 @@ def list_senders(db: Database, as_json: bool) -> int:
         if r["dns"] and r["dns"] != "ok":
             print(f"  DNS {r['dns']} (mailroom senders check {r['name']})")
     return 0
+
+
+def _auth(row: dict[str, Any]) -> str:
+    """How the account logs in, as the AUTH column says it: none for a relay without a login."""
+    if row["auth_type"] == "password" and not row["smtp_username"]:
+        return "none"
+    return str(row["auth_type"])
 
 
 REASON = click.option("--reason", help="why, shown to other operators")
