@@ -194,6 +194,23 @@ async def test_forged_altered_and_borrowed_tokens_change_nothing(db_url: str, se
     assert _unsubscribed(db_url) == []
 
 
+async def test_a_token_with_a_trailing_newline_is_no_token(db_url: str, settings: Settings) -> None:
+    # `/u/TOKEN%0A` reaches the handler as 'TOKEN\n', which a pattern ending in `$` took for TOKEN.
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    click = CLICK.findall(row["html_body"])[0]
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        for tail in ("%0A", "%0a"):
+            unsubscribe = server.make_url(f"/u/{row['unsubscribe_token']}{tail}")
+            async with http.post(unsubscribe, data={"List-Unsubscribe": "One-Click"}) as resp:
+                assert resp.status == 404
+            async with http.get(unsubscribe) as resp:
+                assert resp.status == 404
+            async with http.get(server.make_url(f"{click}{tail}"), allow_redirects=False) as resp:
+                assert resp.status == 404 and "Location" not in resp.headers
+    assert _unsubscribed(db_url) == []
+    assert scalar(db_url, "SELECT count(*) FROM mailroom.click_events") == 0
+
+
 async def _flood(server: TestServer, paths: list[str], concurrency: int = 64) -> list[int]:
     statuses: list[int] = []
     connector = aiohttp.TCPConnector(limit=concurrency)

@@ -20,10 +20,11 @@ import uuid
 from worker.core.return_path import b32_prefix, keyed_digest, recipient_hash
 
 _MAC_CHARS = 16  # 80 bits
-# Bounded repetitions only: a reported Message-ID is untrusted text.
-_MESSAGE_ID = re.compile(r"^<?(\d{1,19})\.([a-z2-7]{8})\.([a-z2-7]{16})@[^<>\s@]{1,255}>?$")
+# Bounded repetitions only: a reported Message-ID is untrusted text. Both are matched whole
+# (fullmatch): a `$` would also match before a final newline (`/u/TOKEN%0A`).
+_MESSAGE_ID = re.compile(r"<?(\d{1,19})\.([a-z2-7]{8})\.([a-z2-7]{16})@[^<>\s@]{1,255}>?")
 _UNSUBSCRIBE = re.compile(
-    r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:\.([a-z2-7]{16}))?$"
+    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:\.([a-z2-7]{16}))?"
 )
 
 
@@ -39,7 +40,7 @@ def message_id(email_id: int, recipient: str, domain: str, key: bytes) -> str:
 
 def parse_message_id(value: str, key: bytes) -> tuple[int, str] | None:
     """(email id, recipient hash) of an authentic Mailroom Message-ID; None for anything else."""
-    match = _MESSAGE_ID.match(value.strip().lower())
+    match = _MESSAGE_ID.fullmatch(value.strip().lower())
     if match is None:
         return None
     body = f"{match.group(1)}.{match.group(2)}"
@@ -57,7 +58,7 @@ def unsubscribe_token(token: uuid.UUID | str, recipient: str, key: bytes) -> str
 
 def parse_unsubscribe_token(value: str) -> tuple[uuid.UUID, str | None] | None:
     """The email's unsubscribe token and the recipient's mac (None for the plain token); None if malformed."""
-    match = _UNSUBSCRIBE.match(value.lower())
+    match = _UNSUBSCRIBE.fullmatch(value.lower())
     if match is None:
         return None
     return uuid.UUID(match.group(1)), match.group(2)

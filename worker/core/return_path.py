@@ -22,8 +22,9 @@ MAX_LOCAL_PART = 64
 _RCPT_CHARS = 8  # 40 bits: tells the recipients of one email apart, never reveals the address
 _MAC_CHARS = 16  # 80 bits of HMAC-SHA256: forging one is out of reach
 _KEY_CONTEXT = b"mailroom return path v1"
-_TOKEN = re.compile(r"^([0-9a-z]{1,13})-([a-z2-7]{8})-([a-z2-7]{16})$")
-_PREFIX = re.compile(r"^[a-z0-9][a-z0-9._-]{0,30}$")
+# Matched whole (fullmatch): a `$` would also match before a final newline.
+_TOKEN = re.compile(r"([0-9a-z]{1,13})-([a-z2-7]{8})-([a-z2-7]{16})")
+_PREFIX = re.compile(r"[a-z0-9][a-z0-9._-]{0,30}")
 
 
 def derive_key(secret: str) -> bytes:
@@ -91,7 +92,7 @@ def return_path(email_id: int, recipient: str, bounce_domain: str, local_prefix:
     if email_id < 0:
         raise ValueError("an email id is never negative")
     prefix = local_prefix.lower()
-    if not _PREFIX.match(prefix):
+    if not _PREFIX.fullmatch(prefix):
         raise ValueError(f"return-path prefix {local_prefix!r} must be letters, digits, '.', '_' or '-'")
     body = f"{_base36(email_id)}-{recipient_hash(recipient, key)}"
     local = f"{prefix}+{body}-{_mac(body, key)}"
@@ -107,7 +108,7 @@ def parse_return_path(address: str, key: bytes) -> tuple[int, str] | None:
     if not at:
         return None
     _prefix, plus, token = local.rpartition("+")
-    match = _TOKEN.match(token) if plus else None
+    match = _TOKEN.fullmatch(token) if plus else None
     if match is None:
         return None
     body = f"{match.group(1)}-{match.group(2)}"
@@ -121,7 +122,7 @@ def looks_like_return_path(address: str) -> bool:
     """Whether an address has the shape of a return path (authentic or not): a forged one is not ignored silently."""
     local = address.strip().strip("<>").strip().lower().rpartition("@")[0]
     _prefix, plus, token = local.rpartition("+")
-    return bool(plus) and _TOKEN.match(token) is not None
+    return bool(plus) and _TOKEN.fullmatch(token) is not None
 
 
 @lru_cache(maxsize=8)

@@ -45,8 +45,9 @@ MAX_BODY = 8 * 1024
 MAX_TOKEN = 64
 MAX_REFERER = 2048
 MAX_USER_AGENT = 1000
-_NONCE = re.compile(r"^[A-Za-z0-9_-]{32}$")
-_CSRF = re.compile(r"^[a-z2-7]{26}$")
+# Matched whole (fullmatch), never with `$`, which also matches before a final newline.
+_NONCE = re.compile(r"[A-Za-z0-9_-]{32}")
+_CSRF = re.compile(r"[a-z2-7]{26}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -109,7 +110,7 @@ def csrf_token(key: bytes, token: str, nonce: str) -> str:
 def _nonce(request: web.Request) -> tuple[str, bool]:
     """(this browser's nonce, whether it is new): an existing well-formed cookie is kept (two open tabs)."""
     existing = request.cookies.get(COOKIE, "")
-    if _NONCE.match(existing):
+    if _NONCE.fullmatch(existing):
         return existing, False
     return secrets.token_urlsafe(24), True
 
@@ -257,8 +258,8 @@ async def sign(request: web.Request) -> web.Response:
     posted_csrf = (form or {}).get("csrf", "")
     csrf_ok = bool(
         form is not None
-        and _NONCE.match(nonce)
-        and _CSRF.match(posted_csrf)
+        and _NONCE.fullmatch(nonce)
+        and _CSRF.fullmatch(posted_csrf)
         and token
         and hmac.compare_digest(csrf_token(request.app[CSRF_KEY], token, nonce), posted_csrf)
     )

@@ -239,9 +239,7 @@ MESSAGES: dict[str, dict[str, str]] = {
 }  # fmt: skip
 
 # A language tag and its quality; the header is cut to a bounded length before this runs.
-_LANGUAGE = re.compile(
-    r"^\s*([A-Za-z]{1,8})(?:-[A-Za-z0-9]{1,8})*\s*(?:;\s*q\s*=\s*([01](?:\.\d{0,3})?))?\s*$"
-)
+_LANGUAGE = re.compile(r"\s*([A-Za-z]{1,8})(?:-[A-Za-z0-9]{1,8})*\s*(?:;\s*q\s*=\s*([01](?:\.\d{0,3})?))?\s*")
 MAX_ACCEPT_LANGUAGE = 500
 
 
@@ -249,7 +247,7 @@ def choose_locale(accept_language: str | None, signer_locale: str | None) -> str
     """The page's locale: the browser's best supported language, else the signer's, else English."""
     best: tuple[float, str] | None = None
     for part in (accept_language or "")[:MAX_ACCEPT_LANGUAGE].split(",")[:20]:
-        match = _LANGUAGE.match(part)
+        match = _LANGUAGE.fullmatch(part)
         if match is None:
             continue
         language = match.group(1).lower()

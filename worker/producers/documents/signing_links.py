@@ -31,8 +31,9 @@ PATH_PREFIX = "/s/"
 _CONTEXT = b"mailroom signing link v1"
 _TAG_CHARS = 8
 _MAC_CHARS = 26  # 130 bits
-# Bounded repetitions only: the token comes from anyone's browser.
-_TOKEN = re.compile(r"^([0-9a-z]{1,13})\.([0-9a-z]{1,10})\.([a-z2-7]{8})\.([a-z2-7]{26})$")
+# Bounded repetitions only: the token comes from anyone's browser. Matched whole (fullmatch): a `$`
+# would also match before a final newline, and `/s/TOKEN%0A` would be the link.
+_TOKEN = re.compile(r"([0-9a-z]{1,13})\.([0-9a-z]{1,10})\.([a-z2-7]{8})\.([a-z2-7]{26})")
 MAX_TOKEN = 64
 
 
@@ -95,7 +96,7 @@ def parse_token(token: str) -> ParsedToken | None:
     """The parts of a well-formed token; None for anything else (never raises)."""
     if len(token) > MAX_TOKEN:
         return None
-    match = _TOKEN.match(token)
+    match = _TOKEN.fullmatch(token)
     if match is None:
         return None
     signer_id, expires = int(match.group(1), 36), int(match.group(2), 36)
