@@ -423,13 +423,21 @@ def test_application_and_read_only_roles_are_chained_and_can_neither_change_nor_
                     "DELETE FROM mailroom.audit_log",
                     "UPDATE mailroom.audit_chain SET seq = 0",
                     "SELECT mailroom.audit_prune(now(), 'cover tracks', 'mallory')",
+                    "DELETE FROM mailroom.audit_pending",
+                    # it would hold the head until this transaction ends
+                    "SELECT mailroom.audit_link_pending()",
                 ):
                     with pytest.raises(psycopg.errors.InsufficientPrivilege):
                         c.execute(statement)
                     c.rollback()
         with psycopg.connect(make_conninfo(db_url, user="mr_test_chain_reader")) as reader:
             report = audit_chain.verify_chain(reader)
-        assert report.ok and report.checked == 3  # two grants and the application's row
+            assert report.ok and report.checked == 2 and report.pending == 1  # the application's row waits
+            with psycopg.connect(db_url, autocommit=True) as c:
+                assert audit_chain.link_pending(c) == 1
+            report = audit_chain.verify_chain(reader)
+        # two grants and the application's row
+        assert report.ok and report.checked == 3 and report.pending == 0
         code, out, _ = verify(capsys)
         assert code == 0, out
     finally:

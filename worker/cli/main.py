@@ -124,6 +124,14 @@ def explain(exc: BaseException, command: str) -> tuple[int, str]:
             EXIT_SCHEMA,
             f"{_first_line(exc)}: the Mailroom schema is missing or old; run: mailroom db upgrade",
         )
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        # An OperationalError, but the database answered: a lock waited for too long. The message may
+        # name the session holding it (mailroom.audit_take_head): its role and application name are
+        # another party's text, so escaped.
+        from worker.core.terminal import printable
+
+        text, hint = exc.diag.message_primary or _first_line(exc), exc.diag.message_hint
+        return EXIT_FAILED, printable(text + (f" ({hint})" if hint else ""))
     if isinstance(exc, psycopg.OperationalError):
         return EXIT_DATABASE, (
             f"cannot reach the database ({_first_line(exc)}); check MAILROOM_DATABASE_URL and that PostgreSQL is up"

@@ -17,10 +17,13 @@ RECORD = "SELECT mailroom.audit(%(action)s, %(actor)s, %(target)s, %(affected)s,
 
 # Newest first, through audit_log_at_idx. `--action sender` matches sender.add, sender.suspend, ...
 # (a whole dotted prefix, compared with left(): action names may hold `_`, a LIKE wildcard). The
-# console's filter is an ILIKE pattern over who, what and on what.
+# console's filter is an ILIKE pattern over who, what and on what. Applications' rows waiting to be
+# chained (mailroom.audit_pending, a handful) are in the trail already: the plan merges them in.
 RECENT = """
 SELECT id, at, db_role, actor, action, target, affected, detail
-FROM mailroom.audit_log
+FROM (SELECT id, at, db_role, actor, action, target, affected, detail FROM mailroom.audit_log
+      UNION ALL
+      SELECT id, at, db_role, actor, action, target, affected, detail FROM mailroom.audit_pending) AS trail
 WHERE (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)
   AND (%(action)s::text IS NULL OR action = %(action)s::text
        OR left(action, length(%(action)s::text) + 1) = %(action)s::text || '.')

@@ -20,7 +20,7 @@ from psycopg.rows import tuple_row
 from worker.core.config import Settings
 from worker.core.logs import event
 from worker.ops.archiving import DELETE_CHUNK, FINAL_STATES, Checkpoint, Progress, archive_state, day_start
-from worker.ops.audit_retention import prune_audit
+from worker.ops.audit_retention import link_audit, prune_audit
 from worker.ops.dmarc_retention import purge_dmarc_reports
 from worker.ops.maintenance_report import MaintenanceReport, StateCounts, StepReport
 from worker.ops.oauth_sessions import purge_oauth_sessions
@@ -243,6 +243,7 @@ def run_maintenance(
         record(purge_quarantine(conn, settings, now, report))
         record(purge_dmarc_reports(conn, settings, now, report))
         record(purge_oauth_sessions(conn, settings, now, report))
+        record(link_audit(conn, settings, now, report))
         record(prune_audit(conn, settings, now, report))
         record(ensure_partitions(conn, settings, now, report))
         record(drop_partitions(conn, settings, now, report))

@@ -31,7 +31,9 @@ The trail is append-only: the database refuses to change or delete its rows. A r
 the same transaction as the change it records, so an operation that failed left none. Every row is
 hash-chained to the one before it: `mailroom audit verify` finds a row edited or removed behind the
 database's back (as a superuser could), `mailroom audit head` exports the chain's head to keep
-elsewhere, and `mailroom audit prune` is the one audited way old rows leave.
+elsewhere, and `mailroom audit prune` is the one audited way old rows leave. An application's own
+rows (mailroom.app_audit, actions app.*) are listed at once and chained a little later: by the next
+audit row anyone else writes, or the worker's maintenance.
 
 --action takes a whole action (sender.suspend) or its first part (sender: every sender action).
 Reading the trail changes nothing. Exit status 0, 2 when --since is not a date or time.
@@ -59,7 +61,8 @@ edited row), its link to the row before it (a row inserted out of chain), its po
 removed row), and that the chain ends at the head the database keeps. With --head FILE, also
 check against a head exported earlier by `mailroom audit head`: rows removed from the end (the
 head is ahead of the database) or a chain rewritten since. Rows removed by retention (`mailroom
-audit prune`) are not a break: the chain starts at the anchor that pruning recorded. Reads
+audit prune`) are not a break: the chain starts at the anchor that pruning recorded; nor are an
+application's rows still waiting to be chained (counted in the summary). Reads
 through a cursor (bounded memory); progress goes to standard error on long trails. Changes
 nothing.
 
@@ -247,7 +250,12 @@ def _summary(report: Any, exported_at: datetime | None, with_export: bool) -> st
     if with_export:
         when = f" of {exported_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z" if exported_at else ""
         against = f"; matches the exported head{when}"
-    return f"audit chain: intact, {report.checked} row(s) checked ({span}{pruned}){against}"
+    waiting = (
+        f"; {report.pending} application row(s) waiting to be chained (by the next audit write or maintenance)"
+        if report.pending
+        else ""
+    )
+    return f"audit chain: intact, {report.checked} row(s) checked ({span}{pruned}){against}{waiting}"
 
 
 def _report_json(report: Any, with_export: bool) -> dict[str, Any]:
@@ -268,6 +276,7 @@ def _report_json(report: Any, with_export: bool) -> dict[str, Any]:
         "checked_against_export": with_export,
         "problems": [{"seq": p.seq, "id": p.id, "kind": p.kind, "text": p.text} for p in report.problems],
         "more_problems": report.more_problems,
+        "pending": report.pending,
     }
 
 
