@@ -27,7 +27,8 @@ def enqueue(conn: psycopg.Connection[Any], request: EmailRequest) -> Enqueued:
 
     The id is an `Enqueued`, an `int` that also says whether the email will be sent: when every
     recipient is on the suppression list it is stored `suppressed` at once, `.suppressed` is True
-    and `.suppression_reason` says why (`on the bounce list (hard)`, `unsubscribed`, ...).
+    and `.suppression_reason` says so: why (`on the bounce list (hard)`, `unsubscribed`, ...) to a
+    role that may read the suppression list, only that the address is on it to any other.
 
     The email is written with the caller's connection and is not committed here: it exists
     exactly when the caller's transaction commits, and vanishes if it rolls back (on an

@@ -20,6 +20,7 @@ import mailroom
 from mailroom import EmailRequest
 from tests.cli import run
 from tests.ops.suppression_helpers import list_bounce, listed
+from worker.core.config import Settings
 from worker.ops import roles
 
 
@@ -115,7 +116,7 @@ async def test_the_async_api_tells_the_same(db_url: str) -> None:
     async with await psycopg.AsyncConnection.connect(db_url) as conn:
         one = await mailroom.enqueue_async(conn, _email())
         [two] = await mailroom.enqueue_many_async(conn, [_email("ADA@example.COM")])
-    assert one.suppression_reason == two.suppression_reason == "on the bounce list (manual)"
+    assert one.suppression_reason == two.suppression_reason == "suppressed by an operator (manual)"
 
 
 def test_sql_enqueue_is_suppressed_at_once_and_enqueue_outcome_says_so(db_url: str) -> None:
@@ -261,6 +262,94 @@ def test_the_read_only_role_reads_the_list_and_history_and_changes_nothing(
     ):
         with _as(db_url, reader) as conn, pytest.raises(errors.InsufficientPrivilege):
             conn.execute(statement)
+
+
+# Three addresses another tenant's mail (or an operator) listed, each of another kind.
+LISTED = {"c@example.com": "complaint", "h@example.com": "hard", "m@example.com": "manual"}
+TOLD = "suppressed: the address is on the suppression list (an operator can say why)"
+
+
+def _list_all(db_url: str) -> None:
+    for address, kind in LISTED.items():
+        list_bounce(db_url, address, kind=kind)
+
+
+def test_an_application_is_told_its_email_will_not_be_sent_never_why(
+    db_url: str, tenants: tuple[str, str, str], capsys: pytest.CaptureFixture[str], cli_env: dict[str, str]
+) -> None:
+    shop, _, _ = tenants
+    _list_all(db_url)
+    enqueue = (
+        "SELECT * FROM mailroom.enqueue_outcome(mailroom.enqueue(recipients => ARRAY[%s], subject => 's',"
+        " text_body => 'b'))"
+    )
+    told: list[tuple[Any, ...]] = []
+    with _as(db_url, shop) as conn:
+        for address in LISTED:  # the probe: enqueue, ask, roll back
+            told.append(tuple(conn.execute(enqueue, (address,)).fetchone() or ()))
+            conn.rollback()
+        kept = conn.execute(enqueue, ("h@example.com",)).fetchone()
+        conn.commit()
+        mine = conn.execute("SELECT suppression_reason, last_error FROM mailroom.my_emails").fetchall()
+    assert [t[1:] for t in told] == [("suppressed", True, TOLD)] * len(LISTED)
+    assert kept is not None and kept[3] == TOLD and mine == [(TOLD, None)]
+    # The queue keeps the reason for operators, who read it wherever they look.
+    assert _state(db_url, kept[0])[:2] == ("suppressed", "on the bounce list (hard)")
+    code, out, _ = run(capsys, "suppressions", "list")
+    assert code == 0 and all(kind in out for kind in LISTED.values()), out
+
+
+def test_a_role_writing_the_queue_through_the_python_api_learns_no_kind(
+    db_url: str, settings: Settings
+) -> None:
+    """The Python API's privileges without the list's: INSERT ... RETURNING, the lookup by key, the batch."""
+    _list_all(db_url)
+    with psycopg.connect(db_url) as conn:
+        conn.execute("CREATE ROLE mr_sup_writer LOGIN")
+        for grant in (
+            "GRANT USAGE ON SCHEMA mailroom TO mr_sup_writer",
+            "GRANT SELECT, INSERT ON mailroom.email_queue, mailroom.tracked_links TO mr_sup_writer",
+            "GRANT USAGE ON ALL SEQUENCES IN SCHEMA mailroom TO mr_sup_writer",
+            "GRANT EXECUTE ON FUNCTION mailroom.enqueue_suppression TO mr_sup_writer",
+            # what the batch path reads first: templates and the campaigns' settings
+            "GRANT SELECT ON mailroom.templates, mailroom.campaigns TO mr_sup_writer",
+            "GRANT SELECT (postal_address) ON mailroom.sender_accounts TO mr_sup_writer",
+        ):
+            conn.execute(grant)
+    try:
+        with _as(db_url, "mr_sup_writer") as conn:
+            one = [mailroom.enqueue(conn, _email(a, idempotency_key=a)) for a in LISTED]
+            again = mailroom.enqueue_many(conn, [_email(a, idempotency_key=a) for a in LISTED])
+            many = mailroom.enqueue_many(conn, [_email(a) for a in LISTED])
+        lines = _bulk_as_writer(db_url, settings)
+        for email in (*one, *again, *many):
+            assert email.suppressed and email.suppression_reason == TOLD, repr(email)
+        assert again == one  # the lookup by key answered
+        assert lines and all(line.get("suppressed") == TOLD for line in lines), lines
+        with psycopg.connect(db_url) as conn:  # an operator's own enqueue is told why
+            assert mailroom.enqueue(conn, _email("m@example.com")).suppression_reason == (
+                "suppressed by an operator (manual)"
+            )
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("DROP OWNED BY mr_sup_writer")
+            conn.execute("DROP ROLE mr_sup_writer")
+
+
+def _bulk_as_writer(db_url: str, settings: Settings) -> list[dict[str, Any]]:
+    """`mailroom enqueue`'s batch path (worker.core.bulk) as the writer: each result line, decoded."""
+    from worker.core import bulk
+
+    results: list[str] = []
+    lines = [(n, json.dumps({"to": a, "subject": "s", "text": "t"})) for n, a in enumerate(LISTED, 1)]
+    bulk.enqueue_lines(
+        make_conninfo(db_url, user="mr_sup_writer"),
+        lines,
+        settings,
+        lambda done: results.extend(text for _, text in done),
+        jobs=1,
+    )
+    return [json.loads(text) for text in results]
 
 
 @pytest.mark.parametrize("binary", [False, True])

@@ -191,5 +191,5 @@ async def test_an_address_suppressed_after_enqueue_is_still_dropped_at_claim(
         row = conn.execute(
             "SELECT status, suppression_reason FROM mailroom.email_queue WHERE id = %s", (email_id,)
         ).fetchone()
-    assert row == ("suppressed", "on the bounce list (manual)")
+    assert row == ("suppressed", "suppressed by an operator (manual)")
     assert smtp_sink.messages == []

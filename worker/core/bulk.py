@@ -268,9 +268,11 @@ class _BulkRun:
         turns.committed(index)
 
 
-# The emails of a batch the enqueue-time check stored suppressed (mailroom.email_queue_suppress_listed).
+# The emails of a batch the enqueue-time check stored suppressed (mailroom.email_queue_suppress_listed),
+# and why as far as the connected role may be told (mailroom.suppression_told).
 SUPPRESSED = (
-    "SELECT id, suppression_reason FROM mailroom.email_queue WHERE id = ANY(%s) AND status = 'suppressed'"
+    "SELECT id, mailroom.suppression_told(suppression_reason) FROM mailroom.email_queue"
+    " WHERE id = ANY(%s) AND status = 'suppressed'"
 )
 
 

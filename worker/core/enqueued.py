@@ -11,7 +11,10 @@ class Enqueued(int):
     An email whose every recipient is on the suppression list (a hard bounce, a complaint, an
     operator's suppression, three soft bounces, or an unsubscribe for non-transactional email) is
     stored with status `suppressed` at once: `suppressed` is then True and `suppression_reason`
-    says why. For a repeated idempotency key it describes the first email as it is now.
+    says why to a role that may read the suppression list (SELECT on mailroom.bounce_list), and to
+    any other only that the address is on it (mailroom.suppression_told): one tenant never learns
+    how another's mail listed an address. For a repeated idempotency key it describes the first
+    email as it is now.
     """
 
     __module__ = "mailroom"

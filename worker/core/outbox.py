@@ -90,7 +90,8 @@ INSERT_ONE = (
         "INSERT INTO mailroom.email_queue ({columns}) VALUES ({values})"
         " ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
         # The enqueue-time check's verdict, computed here as the statement trigger computes it (RETURNING
-        # runs before that trigger stores the email suppressed): the caller is told at once.
+        # runs before that trigger stores the email suppressed): the caller is told at once, the reason
+        # only if it may read the suppression list (mailroom.suppression_told).
         " RETURNING id, mailroom.enqueue_suppression(status, recipient_email, to_extra, cc, bcc, transactional)"
     )
     .format(columns=_COLUMN_LIST, values=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS))
@@ -98,8 +99,9 @@ INSERT_ONE = (
 )
 # An idempotency key belongs to the role that enqueued (`enqueued_by`, session_user by default): the
 # same key from another role is another email, and the lookup never answers with another role's id.
+# Why it is suppressed as the caller may be told it (mailroom.suppression_told), as INSERT_ONE's answer.
 SELECT_BY_KEY = (
-    "SELECT id, CASE WHEN status = 'suppressed' THEN suppression_reason END"
+    "SELECT id, mailroom.suppression_told(CASE WHEN status = 'suppressed' THEN suppression_reason END)"
     " FROM mailroom.email_queue WHERE enqueued_by = session_user AND idempotency_key = %s"
 )
 INSERT_LINKS = """

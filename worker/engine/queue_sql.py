@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 # Claim due email in priority order, skipping rows another worker holds. Suppression is decided
-# here, at claim time: an address that hard-bounced, complained or (for non-transactional mail)
-# unsubscribed a second ago is marked suppressed instead of being handed out.
+# here, at claim time: an address that hard-bounced, complained, was suppressed by an operator or
+# (for non-transactional mail) unsubscribed a second ago is marked suppressed instead of being handed
+# out. The reasons are worded as mailroom.suppression_reason words them (schema.sql).
 #
 # The soft-bounce policy too: an address whose last soft bounce is less than a day old is not mailed
 # before that day is over (the email stays pending, rescheduled, no attempt charged), and one that
@@ -29,7 +30,8 @@ WITH due AS (
 ), verdict AS MATERIALIZED (
     SELECT d.id,
            q.created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s) AS expired,
-           CASE WHEN b.bounce_type IN ('hard', 'complaint', 'manual') THEN 'on the bounce list (' || b.bounce_type || ')'
+           CASE WHEN b.bounce_type = 'manual' THEN 'suppressed by an operator (manual)'
+                WHEN b.bounce_type IN ('hard', 'complaint') THEN 'on the bounce list (' || b.bounce_type || ')'
                 WHEN b.bounce_count >= 3 THEN 'on the bounce list (soft, ' || b.bounce_count || ' times)'
                 WHEN u.email IS NOT NULL THEN 'unsubscribed'
            END AS reason,
@@ -44,7 +46,8 @@ WITH due AS (
                                               '{}'::jsonb))
                FROM (
                    SELECT lower(e.address) AS address,
-                          CASE WHEN rb.bounce_type IN ('hard', 'complaint', 'manual')
+                          CASE WHEN rb.bounce_type = 'manual' THEN 'suppressed by an operator (manual)'
+                               WHEN rb.bounce_type IN ('hard', 'complaint')
                                     THEN 'on the bounce list (' || rb.bounce_type || ')'
                                WHEN rb.bounce_count >= 3 THEN 'on the bounce list (soft, ' || rb.bounce_count || ' times)'
                                WHEN ru.email IS NOT NULL THEN 'unsubscribed'

@@ -85,6 +85,8 @@ def _interval(settings: Settings, interval: timedelta | None) -> float:
 def _refusal(row: dict[str, Any], interval_seconds: float) -> str | None:
     if row["email"].endswith("@" + ERASED_DOMAIN):
         return "the address was erased by a privacy request"
+    if row["bounce_type"] == "manual":  # worded as mailroom.suppression_reason words it
+        return "address was suppressed by an operator (manual)"
     if row["bounce_type"] is not None:
         return f"address is on the bounce list ({row['bounce_type']})"
     if row["reminded_at"] is not None:
