@@ -95,3 +95,53 @@ def as_email(attachment: bytes, filename: str, content_type: str = "application/
     maintype, subtype = content_type.split("/")
     msg.add_attachment(attachment, maintype=maintype, subtype=subtype, filename=filename)
     return msg.as_bytes()
+
+
+def big_report(
+    records: int,
+    *,
+    domain: str = "example.com",
+    org: str = "google.com",
+    report_id: str = "1",
+    messages: int = 1,
+    distinct: bool = False,
+) -> bytes:
+    """A report (XML) of `records` records about `domain` in `org`'s name: each a source failing DKIM and
+    SPF for `messages` messages, every one the same, or each from its own address when `distinct`."""
+    head = (
+        '<?xml version="1.0" encoding="UTF-8" ?>\n<feedback>\n  <report_metadata>\n'
+        f"    <org_name>{org}</org_name>\n    <email>noreply-dmarc-support@{org}</email>\n"
+        f"    <report_id>{report_id}</report_id>\n"
+        "    <date_range><begin>1767225600</begin><end>1767311999</end></date_range>\n"
+        "  </report_metadata>\n  <policy_published>\n"
+        f"    <domain>{domain}</domain><adkim>r</adkim><aspf>r</aspf><p>none</p><sp>none</sp><pct>100</pct>\n"
+        "  </policy_published>\n"
+    )
+    record = (
+        "  <record>\n    <row>\n      <source_ip>{ip}</source_ip>\n      <count>{messages}</count>\n"
+        "      <policy_evaluated><disposition>none</disposition><dkim>fail</dkim><spf>fail</spf>"
+        "</policy_evaluated>\n    </row>\n"
+        f"    <identifiers><header_from>{domain}</header_from></identifiers>\n"
+        "    <auth_results><spf><domain>mail.spoofer.test</domain><result>fail</result></spf></auth_results>\n"
+        "  </record>\n"
+    )
+    body = (
+        "".join(
+            record.format(ip=f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}", messages=messages)
+            for i in range(records)
+        )
+        if distinct
+        else record.format(ip=SPOOFER, messages=messages) * records
+    )
+    return (head + body + "</feedback>\n").encode()
+
+
+def gzipped(data: bytes) -> bytes:
+    """`data` gzipped, as Microsoft sends a report."""
+    return gzip.compress(data, mtime=0)
+
+
+def mailed(xml: bytes, report_id: str = "1") -> bytes:
+    """An email to dmarc@ carrying the report `xml` gzipped, as a provider mails it."""
+    raw = as_email(gzipped(xml), f"google.com!example.com!{report_id}.xml.gz", "application/gzip")
+    return raw.replace(b"Report-ID: 1", f"Report-ID: {report_id}".encode())

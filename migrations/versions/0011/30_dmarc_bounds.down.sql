@@ -1,4 +1,5 @@
 DROP TABLE mailroom.dmarc_refusals;
+DROP TRIGGER dmarc_reports_count_truncates ON mailroom.dmarc_reports;
 DROP TRIGGER dmarc_reports_count_deletes ON mailroom.dmarc_reports;
 DROP TRIGGER dmarc_reports_count_inserts ON mailroom.dmarc_reports;
 DROP FUNCTION mailroom.dmarc_reports_count();

@@ -25,8 +25,8 @@ COMMENT ON COLUMN mailroom.dmarc_reports.disputed_at IS 'When the last disputing
 -- The bound per organisation counts its reports received today.
 CREATE INDEX dmarc_reports_org_received_idx ON mailroom.dmarc_reports (org_name, received_at);
 
--- What the reports hold, kept exact by statement triggers (whoever inserts or deletes: intake,
--- retention, an operator), so the bound in all is checked for each report, and health reads it, in
+-- What the reports hold, kept exact by statement triggers (whoever inserts, deletes or truncates:
+-- intake, retention, an operator), so the bound in all is checked for each report, and health reads it, in
 -- one row instead of a count over every record.
 CREATE TABLE mailroom.dmarc_size (
     one boolean PRIMARY KEY DEFAULT true CONSTRAINT dmarc_size_one_row CHECK (one),
@@ -43,7 +43,9 @@ SELECT count(*), coalesce(sum(records), 0) FROM mailroom.dmarc_reports;
 
 CREATE FUNCTION mailroom.dmarc_reports_count() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
+    IF TG_OP = 'TRUNCATE' THEN
+        UPDATE mailroom.dmarc_size SET reports = 0, records = 0;
+    ELSIF TG_OP = 'INSERT' THEN
         UPDATE mailroom.dmarc_size SET reports = reports + c.n, records = records + c.r
         FROM (SELECT count(*) AS n, coalesce(sum(records), 0) AS r FROM new_rows) c;
     ELSE
@@ -54,11 +56,13 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION mailroom.dmarc_reports_count() IS
-    'Keeps mailroom.dmarc_size equal to what dmarc_reports holds, for inserts and deletes';
+    'Keeps mailroom.dmarc_size equal to what dmarc_reports holds, for inserts, deletes and truncation';
 CREATE TRIGGER dmarc_reports_count_inserts AFTER INSERT ON mailroom.dmarc_reports
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
 CREATE TRIGGER dmarc_reports_count_deletes AFTER DELETE ON mailroom.dmarc_reports
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
+CREATE TRIGGER dmarc_reports_count_truncates AFTER TRUNCATE ON mailroom.dmarc_reports
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
 
 -- Reports refused by a bound or as a dispute, per UTC day and reason: what health warns of. At most
 -- three rows a day, whoever sends; maintenance deletes them with the reports' retention.

@@ -9,6 +9,11 @@ reply must not tell a prober which address or token is real), and 451 (try again
 database cannot take it, so the sending MTA keeps it. No input and no failure of the database stops
 the server; a client cannot hold it either (`ReceiverLimits`: connections per client network, an
 idle timeout, few non-mail commands and a bounded number of messages per session).
+
+Mail to dmarc@ (DMARC aggregate reports, which anyone can send and which cost more to read than a
+bounce) goes through a lane of its own (`ReportLane`): one report read at a time on a thread of its
+own, a few waiting, and past that 451 (the reporter's MTA tries later). Bounces and complaints go on
+the default executor, so they never queue behind reports.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +33,7 @@ from worker.core.connection_gate import ConnectionGate, client_key
 from worker.core.masking import mask_address, mask_addresses
 from worker.core.rate_limit import RateLimiter as RateLimiter  # where callers found it
 from worker.producers.bounces.intake import Outcome
+from worker.producers.dmarc.intake import is_report_address
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +46,7 @@ DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 MAX_RECIPIENTS = 20  # a DSN has one envelope recipient; more is somebody probing
 # The one reply to every message taken into intake: the outcome is logged, never told to the sender.
 ACCEPTED = "250 2.0.0 OK: message accepted"
+REPORTS_BUSY = "451 4.3.2 Too many DMARC reports at once, try again later"
 REFUSED_CONNECTION = b"421 4.7.0 Too many connections from your network, try again later\r\n"
 # Commands that move no mail; a session needs a handful at most (EHLO, perhaps a RSET between
 # messages). aiosmtpd answers the one past its budget `421 4.7.0` and closes the connection.
@@ -115,6 +123,36 @@ def database_sender_domains(url: str) -> Callable[[], frozenset[str]]:
     return read
 
 
+class ReportLane:
+    """Where messages to dmarc@ are processed: one at a time on a thread of their own, `waiting` more
+    held; past that `run` answers None (the receiver says 451). What a report costs is then one
+    report's time and memory, whatever the flood, and never a bounce's wait."""
+
+    def __init__(self, waiting: int = 4) -> None:
+        self.waiting = waiting
+        self.held = 0  # reports running or waiting
+        self.executor: ThreadPoolExecutor | None = None
+
+    async def run(self, process: Processor, raw: bytes, recipients: list[str], client: str) -> Outcome | None:
+        """`process` the message on the lane's thread, or None when the lane is full."""
+        if self.held > self.waiting:
+            return None
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix="dmarc-reports")
+        self.held += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.executor, process, raw, recipients, client)
+        finally:
+            self.held -= 1
+
+    def close(self) -> None:
+        """Let the lane's thread end once the report it reads is done."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor = None
+
+
 @dataclass
 class BounceHandler:
     """aiosmtpd hooks: refuse other domains and floods, hand each message to `process` off the loop."""
@@ -123,6 +161,7 @@ class BounceHandler:
     domains: frozenset[str]
     limiter: RateLimiter
     sender_domains: SenderDomains | None = None
+    reports: ReportLane = field(default_factory=ReportLane)
     received: int = 0
     outcomes: list[str] = field(default_factory=list)
 
@@ -168,7 +207,15 @@ class BounceHandler:
             raw = envelope.content
         recipients = [str(r) for r in envelope.rcpt_tos]
         try:
-            outcome = await asyncio.to_thread(self.process, bytes(raw), recipients, _client(session))
+            if any(is_report_address(r) for r in recipients):
+                outcome = await self.reports.run(self.process, bytes(raw), recipients, _client(session))
+                if outcome is None:
+                    log.warning(
+                        "bounce receiver: DMARC report from %s put off, the lane is full", _client(session)
+                    )
+                    return REPORTS_BUSY
+            else:
+                outcome = await asyncio.to_thread(self.process, bytes(raw), recipients, _client(session))
         except Exception:  # a database outage or a bug: the sending MTA retries later
             log.exception("bounce receiver: message to %s not stored", mask_addresses(recipients))
             return "451 4.3.0 Temporary failure, try again later"
@@ -239,6 +286,7 @@ class BounceServer:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        self.handler.reports.close()
 
 
 def database_processor(url: str, key: bytes, bounce_domain: str | None = None) -> Processor:
