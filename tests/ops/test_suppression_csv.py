@@ -55,6 +55,48 @@ def test_export_escapes_formulas_in_addresses_and_reasons_and_import_reads_them_
     assert listed(db_url) == {"=cmd@example.com": "hard", "+x@example.com": "complaint"}
 
 
+# What a spreadsheet may split a line on (its separator setting), and what must not begin a cell.
+SEPARATORS = (",", ";", "\t", "|")
+RISKY = ("=", "+", "-", "@", "\t", "\r")
+OUTSIDERS_REASONS = {
+    "semicolon@example.com": 'user unknown;=HYPERLINK("http://evil.example","click")',
+    "comma@example.com": "mailbox full, -2+3",
+    "pipe@example.com": "relay said|@SUM(1+1)",
+    "tab@example.com": "see below\t+cmd",
+    "quoted@example.com": 'over quota; "=1+1"',
+    "spaced@example.com": "550;   =1+1",
+    "x|=cmd@example.com": "plain",
+}
+
+
+def _cells_a_spreadsheet_may_make(text: str) -> list[str]:
+    """Every cell a spreadsheet splitting on any one separator could start (quotes not honoured),
+    with the spaces and quotes an import may trim taken off the front."""
+    return [piece.lstrip(' "') for sep in SEPARATORS for piece in text.split(sep)]
+
+
+def test_export_neutralises_a_formula_after_any_separator_inside_a_field(
+    capsys: pytest.CaptureFixture[str], db_url: str
+) -> None:
+    # A reason reaches the list from anyone's DSN: a spreadsheet splitting on ';' started a cell at
+    # '=HYPERLINK(...)' in the middle of the reason and ran it.
+    for address, reason in OUTSIDERS_REASONS.items():
+        list_bounce(db_url, address, reason=reason)
+    code, out, _ = run(capsys, "suppressions", "export")
+    assert code == 0
+    assert [c for c in _cells_a_spreadsheet_may_make(out) if c.startswith(RISKY)] == []
+    rows = list(csv.reader(io.StringIO(out)))[1:]
+    assert {unescape_cell(r[0]): unescape_cell(r[2]) for r in rows} == OUTSIDERS_REASONS
+
+
+def test_within_a_field_every_place_a_cell_could_start_is_escaped_and_comes_back() -> None:
+    texts = ["a;=b", "a,-b", "a|@b", "a\t+b", 'a; "=b', "\t\t=", "a;'=b", "a,'b", "''", "a;\r=b", " =x"]
+    for text in texts:
+        escaped = safe_cell(text)
+        assert [c for c in _cells_a_spreadsheet_may_make(escaped) if c.startswith(RISKY)] == [], text
+        assert unescape_cell(escaped) == text
+
+
 def test_export_to_standard_output_and_of_one_kind(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
     list_bounce(db_url, "a@example.com")
     list_bounce(db_url, "b@example.com", kind="manual")

@@ -1,8 +1,13 @@
 """The suppression list as CSV: export it, and import one (from another provider, say) whole or not at all.
 
-Export writes `address,kind,reason,since`; a cell a spreadsheet would run as a formula (starting with
-= + - @, a tab or a carriage return) is written with a leading apostrophe, and so is one that starts
-with an apostrophe, so import takes exactly one off and gets the text back.
+Export writes `address,kind,reason,since`. Addresses and reasons are outsiders' text (a reason
+quotes whatever a relay or a DSN said), so no spreadsheet may run any of it as a formula, however it
+splits the file: a spreadsheet set to another separator (`;` in much of Europe, tab, `|`) starts
+cells in the middle of a field. So wherever a cell could start — the field's start, or just after
+a `,` `;` `|` tab or line break inside it, spaces and double quotes after either skipped — an
+apostrophe goes before a character that would begin a formula (= + - @, a tab or a carriage
+return) or before an apostrophe already there (`safe_cell`). Import takes exactly those apostrophes
+off and gets the text back (`unescape_cell`).
 
 Import reads a header line, then one address a line. It finds the address column by name (address,
 email, email address, recipient), takes kind and reason when present (other columns are ignored, as
@@ -13,6 +18,7 @@ naming each by its line number. Importing the same file again changes nothing.
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -29,6 +35,13 @@ from worker.ops.suppressions import MAX_REASON, check_reason, normalise, note
 EXPORT_COLUMNS = ("address", "kind", "reason", "since")
 # Cells a spreadsheet treats as a formula (OWASP, CSV injection), and the escape itself.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
+# Where a spreadsheet may start a cell: at the field's start, or after a character some spreadsheet
+# splits on; spaces (an import that trims them) and double quotes (a quoted cell) are skipped.
+# `_ESCAPE` finds such a place before a risky character; `_ESCAPED` one with our apostrophe after it.
+_CELL_START = r'(?:\A|[,;|\t\r\n])[ "]*'
+_RISKY = "[" + re.escape("".join(FORMULA_STARTS)) + "]"
+_ESCAPE = re.compile(f"{_CELL_START}(?={_RISKY})")
+_ESCAPED = re.compile(f"({_CELL_START})'(?={_RISKY})")
 # The longest cell taken: a line is one address and a short reason. Longer cells up to the reader's
 # limit are bad lines like any other; past it (or past MAX_LINE bytes) the file is not read further.
 MAX_CELL = 4096
@@ -107,17 +120,16 @@ class ImportResult:
 
 
 def safe_cell(text: str | None) -> str:
-    """A cell no spreadsheet runs as a formula: a risky first character gets an apostrophe before it."""
+    """A field no spreadsheet runs as a formula, however it splits it into cells: wherever a cell
+    could start (see the module's docstring), a risky character gets an apostrophe before it."""
     if not text:
         return ""
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
+    return _ESCAPE.sub(lambda found: found.group() + "'", text)
 
 
 def unescape_cell(text: str) -> str:
-    """What `safe_cell` was given: one leading apostrophe before a risky character taken off."""
-    if len(text) > 1 and text[0] == "'" and text[1:].startswith(FORMULA_STARTS):
-        return text[1:]
-    return text
+    """What `safe_cell` was given: each apostrophe it put before a risky character taken off."""
+    return _ESCAPED.sub(r"\1", text)
 
 
 def export_csv(conn: psycopg.Connection[Any], out: IO[str], kind: str | None = None) -> int:

@@ -89,8 +89,11 @@ Examples:
 
 EXPORT = """\
 Write the suppression list as CSV (address,kind,reason,since; since in UTC) to FILE, or to standard
-output when FILE is - or missing. A cell that a spreadsheet would run as a formula (starting with
-= + - @) is written with a leading apostrophe; `suppressions import` takes it off again.
+output when FILE is - or missing. Addresses and reasons are outsiders' text, and a spreadsheet may
+split a line on ; tab or | as well as on commas: wherever a cell could start (a field's start, or
+after one of , ; | tab or a line break inside it, spaces and double quotes after it skipped), an
+apostrophe is written before = + - @ a tab, a carriage return or an apostrophe, so no spreadsheet
+runs it as a formula; `suppressions import` takes those apostrophes off again.
 
 Exit status: 0 written; 2 FILE cannot be written.
 
