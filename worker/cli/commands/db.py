@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,8 +69,13 @@ other client tools take the password from ~/.pgpass or the file named by PGPASSF
 `host:port:database:user:password`), or ask for it. --show-password prints the DSN whole, for a
 file or a secret store, never for a command line. Exit status 0.
 
+The embedded server runs only while a Mailroom process uses it, and this command exits at once:
+keep it up with `mailroom db serve` (in another terminal, or as a service) for psql or an
+application. A worker or the console keeps it up too.
+
 Examples:
-  psql "$(mailroom db url)" -c 'TABLE mailroom.sender_accounts'
+  mailroom db serve                                                in one terminal, then
+  psql "$(mailroom db url)" -c 'TABLE mailroom.sender_accounts'    in another
   mailroom db url --show-password > ~/.config/mailroom/dsn    (then chmod 600 it)"""
 
 SCHEMA = """\
@@ -82,12 +88,16 @@ Examples:
   mailroom db schema --check"""
 
 SERVE = """\
-Start the embedded PostgreSQL (in $MAILROOM_HOME/pg) and keep it running until Ctrl-C or SIGTERM,
-printing its DSN, so that psql and other tools can use it. Has no effect on a server given by
-MAILROOM_DATABASE_URL. Exit status 0 when stopped.
+Start the embedded PostgreSQL (in $MAILROOM_HOME/pg, migrated to this version's schema), print its
+DSN, and keep it running until Ctrl-C or SIGTERM, so that psql and your application can use it
+(every other Mailroom command lets it stop when the last Mailroom process exits). Then this
+process lets go of it: it stops unless another Mailroom process still uses it. With
+MAILROOM_DATABASE_URL set there is nothing to serve: that server runs on its own.
+Exit status 0 when stopped.
 
-Example:
-  mailroom db serve"""
+Examples:
+  mailroom db serve                                           in one terminal
+  psql "$(mailroom db url)" -c 'TABLE mailroom.email_queue'   in another"""
 
 STATUS = """\
 Say whether the embedded PostgreSQL runs: its pid, port, version, data and socket directories and
@@ -208,8 +218,11 @@ def url(settings: Settings, show_password: bool) -> int:
             file=sys.stderr,
         )
     if not settings.database_url:
+        others = len(database.embedded_server(settings).users(exclude_self=True))
+        held = f"{others} Mailroom process(es) use it now" if others else "nothing else uses it now"
         print(
-            "(the embedded server runs while a Mailroom process uses it; `mailroom db serve` keeps it up)",
+            f"(the embedded server runs while a Mailroom process uses it, and {held}:"
+            " `mailroom db serve` keeps it up)",
             file=sys.stderr,
         )
     return 0
@@ -248,13 +261,35 @@ def serve(settings: Settings) -> int:
     """`mailroom db serve`."""
     from worker.core import db as database
 
+    if settings.database_url:
+        print("MAILROOM_DATABASE_URL is set: that server runs on its own; nothing to serve", file=sys.stderr)
+        return 0
     print(database.database_url(settings), flush=True)
-    print("embedded PostgreSQL is up; Ctrl-C stops it", file=sys.stderr, flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    server = database.embedded_server(settings)
+    print(
+        f"embedded PostgreSQL in {server.pgdata} is up (DSN above, or `mailroom db url`);"
+        " Ctrl-C or SIGTERM lets it go",
+        file=sys.stderr,
+        flush=True,
+    )
+    _until_interrupted()
+    server.close()
+    print(
+        "let go of the embedded PostgreSQL: it stops unless another Mailroom process uses it", file=sys.stderr
+    )
+    return 0
+
+
+def _until_interrupted() -> None:
+    """Return on Ctrl-C (SIGINT) or SIGTERM."""
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
     with contextlib.suppress(KeyboardInterrupt):
         while True:
-            signal.pause()
-    return 0
+            time.sleep(3600)  # a signal interrupts it at once
 
 
 @db.command(
