@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
+import stat
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -11,6 +16,8 @@ import pytest
 from tests.cli import run
 from tests.worker.helpers import add_sender, enqueue_many, run_until_drained, statuses
 from worker.core.config import Settings
+from worker.core.crypto import SecretBox
+from worker.core.embedded import EmbeddedPostgres
 from worker.devtools.sink import Drop, RunningSink
 
 
@@ -96,3 +103,54 @@ def test_maintenance_with_nothing_to_do_says_nothing_at_info(
     assert not [line for line in info if line.startswith("maintenance")], info
     # Still there for whoever asks for DEBUG.
     assert any("touched 0 row(s)" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
+
+
+def _tour_sender(name: str) -> list[str]:
+    """The tour's step 1, `senders add` with a login (without the DNS check: no network here)."""
+    return [
+        "senders", "add", name, "--from", "noreply@example.com", "--host", "smtp.example.com",
+        "--port", "587", "--security", "starttls", "--username", "mailer", "--password-env",
+        "SMTP_PASSWORD", "--no-dns-check",
+    ]  # fmt: skip
+
+
+def _mailroom(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("mailroom")
+    return subprocess.run(
+        [str(script), *argv], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+@pytest.mark.e2e
+def test_the_tours_first_step_in_a_fresh_home_makes_the_secret_key_once_and_says_so(
+    tmp_path: Path, db_url: str
+) -> None:
+    home = tmp_path / "fresh"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
+    env.update(MAILROOM_HOME=str(home), SMTP_PASSWORD="relay-secret")
+
+    server = EmbeddedPostgres(home)  # held by the test too, so the two commands share one start
+    try:
+        url = server.start()
+        first = _mailroom(_tour_sender("transactional-1"), env)
+        second = _mailroom(_tour_sender("transactional-2"), env)
+        with psycopg.connect(url) as conn:
+            stored = conn.execute("SELECT smtp_password_encrypted FROM mailroom.sender_accounts").fetchall()
+    finally:
+        server.close()
+
+    assert first.returncode == 0, first.stderr
+    key_file = home / "secret.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert f"made a secret key in {key_file} (mode 0600)" in first.stderr
+    assert second.returncode == 0 and "secret key" not in second.stderr, second.stderr
+    box = SecretBox(key_file.read_text())
+    assert [box.decrypt(row[0]) for row in stored] == ["relay-secret", "relay-secret"]
+    # A deployment's database (MAILROOM_DATABASE_URL) is shared: no key is made, the command refuses.
+    elsewhere = tmp_path / "deployed"
+    refused = _mailroom(
+        _tour_sender("transactional-3"),
+        {**env, "MAILROOM_HOME": str(elsewhere), "MAILROOM_DATABASE_URL": db_url},
+    )
+    assert refused.returncode == 2 and "MAILROOM_SECRET_KEY is not set" in refused.stderr
+    assert not (elsewhere / "secret.key").exists()

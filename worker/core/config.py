@@ -266,7 +266,7 @@ _S = Setting
 # In the order they are read: the first malformed one is the one reported.
 DECLARED: tuple[Setting, ...] = (
     # where it runs
-    _S("MAILROOM_HOME", "home", "embedded server, demo key file, archives", _home, shown="per-user data directory"),
+    _S("MAILROOM_HOME", "home", "embedded server, secret key file, archives", _home, shown="per-user data directory"),
     _S("MAILROOM_DATABASE_URL", "database_url", "PostgreSQL to use (any libpq URL)", _optional,
        shown="the embedded server"),
     _S("MAILROOM_LISTEN_DATABASE_URL", "listen_database_url",
@@ -276,7 +276,7 @@ DECLARED: tuple[Setting, ...] = (
        "transaction-pooling PgBouncer: no prepared statements, no startup options", _flag),
     _S("MAILROOM_SECRET_KEY", "secret_key", "key for secrets at rest, and for the MACs of return paths, "
        "Message-IDs and per-recipient links", _optional,
-       shown="none (the demo writes `$MAILROOM_HOME/secret.key`, mode 0600)"),
+       shown="none: on the embedded database `$MAILROOM_HOME/secret.key` (mode 0600), made at first need"),
     _S("MAILROOM_LOG_FORMAT", None, "`text` (time, level, logger, message) or `json` (one object a line, "
        "with each event's fields)", _text, fallback="text"),
     _S("MAILROOM_TRACING", None, "send OpenTelemetry traces (the `[otel]` extra) to the `OTEL_*` exporter: "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,10 +46,7 @@ class SecretBox:
 
 
 class KeylessBox(SecretBox):
-    """Stands in for the box where no key is configured: fine until a secret is to be stored or read.
-
-    An account that keeps nothing secret (a relay without a login) needs no key; one that does fails
-    with the same clear error `secret_box` gives, before anything is written."""
+    """Stands in for a box where there is no key: refuses, with the error it was given, when used."""
 
     def __init__(self, error: ConfigError) -> None:
         self._error = error
@@ -61,6 +60,31 @@ class KeylessBox(SecretBox):
         raise self._error
 
 
+class KeyOnFirstUse(SecretBox):
+    """Stands in for the box until a secret is to be stored or read: only then is the key needed.
+
+    An account that keeps nothing secret (a relay without a login) needs no key; one that does gets
+    it from `secret_key` at that moment (made then on the embedded database, else the clear error),
+    before anything is written."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._box: SecretBox | None = None
+
+    def _opened(self) -> SecretBox:
+        if self._box is None:
+            self._box = SecretBox(secret_key(self._settings))
+        return self._box
+
+    def encrypt(self, plaintext: str) -> bytes:
+        """Encrypt with the key, found or made now."""
+        return self._opened().encrypt(plaintext)
+
+    def decrypt(self, token: bytes) -> str:
+        """Decrypt with the key, found or made now."""
+        return self._opened().decrypt(token)
+
+
 def generate_key() -> str:
     """Return a new random key."""
     from cryptography.fernet import Fernet
@@ -69,37 +93,83 @@ def generate_key() -> str:
 
 
 def key_file(settings: Settings) -> Path:
-    """Where the demo keeps its generated key."""
+    """Where Mailroom keeps a key it made itself: `$MAILROOM_HOME/secret.key`."""
     return settings.home / KEY_FILE
 
 
-def write_key_file(path: Path) -> str:
-    """Create a key file readable only by its owner (0600) and return the key; reuse an existing one."""
+def write_key_file(path: Path, *, say: Callable[[str], None] | None = None) -> str:
+    """Create a key file readable only by its owner (0600) and return the key; reuse an existing one.
+
+    A new file is written whole under another name and linked into place, so a process reading the key
+    at the same moment finds the whole key or no file, and two making it at once keep the same one.
+    `say` is told once, when the file is made."""
     if path.exists():
-        return path.read_text(encoding="ascii").strip()
+        return _read_key_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    key = generate_key()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(key + "\n")
-    return key
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(generate_key() + "\n")
+        os.link(draft, path)
+    except FileExistsError:
+        return _read_key_file(path)  # another process made it first: theirs is the key
+    finally:
+        draft.unlink(missing_ok=True)
+    if say is not None:
+        say(
+            f"mailroom: made a secret key in {path} (mode 0600); the passwords and keys stored in the "
+            "database are encrypted with it and cannot be read without it: keep a copy with your backups"
+        )
+    return _read_key_file(path)
+
+
+def _read_key_file(path: Path) -> str:
+    if path.stat().st_mode & 0o077:
+        raise ConfigError(f"{path} is readable by others; run `chmod 600` on it")
+    return path.read_text(encoding="ascii").strip()
+
+
+def makes_its_own_key(settings: Settings) -> bool:
+    """Whether Mailroom makes its secret key itself when none is given: on the embedded database (no
+    MAILROOM_DATABASE_URL), where this home is the whole installation. Against a server given by
+    MAILROOM_DATABASE_URL every process sharing it needs the same key, so it must be given."""
+    return not settings.database_url
+
+
+NO_KEY = (
+    "MAILROOM_SECRET_KEY is not set: SMTP passwords are stored encrypted with it. "
+    "Create one with `mailroom keys generate` and export it to every Mailroom process that uses this "
+    "database (with MAILROOM_DATABASE_URL set, none is made in $MAILROOM_HOME)."
+)
+
+
+def _say_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def secret_key(settings: Settings, *, make: bool | None = None) -> str:
+    """The secret key: `MAILROOM_SECRET_KEY`, else `$MAILROOM_HOME/secret.key`, made there at first need
+    (mode 0600, said once on standard error) when `make`, by default `makes_its_own_key(settings)`.
+
+    Raises `ConfigError` when there is none and none is to be made."""
+    if settings.secret_key:
+        return settings.secret_key
+    path = key_file(settings)
+    if path.exists():
+        return _read_key_file(path)
+    if make is None:
+        make = makes_its_own_key(settings)
+    if make:
+        return write_key_file(path, say=_say_on_stderr)
+    raise ConfigError(NO_KEY)
 
 
 def secret_box(settings: Settings, *, required: bool = True) -> SecretBox:
-    """Return the box for `MAILROOM_SECRET_KEY`, else the key file in `$MAILROOM_HOME`, else a clear error.
+    """Return the box for `secret_key(settings)`, or its clear error.
 
-    With `required=False` a missing key gives a `KeylessBox`, which fails only when used."""
-    if settings.secret_key:
-        return SecretBox(settings.secret_key)
-    path = key_file(settings)
-    if path.exists():
-        if path.stat().st_mode & 0o077:
-            raise ConfigError(f"{path} is readable by others; run `chmod 600` on it")
-        return SecretBox(path.read_text(encoding="ascii"))
-    error = ConfigError(
-        "MAILROOM_SECRET_KEY is not set: SMTP passwords are stored encrypted with it. "
-        "Create one with `mailroom keys generate` and export it."
-    )
-    if required:
-        raise error
-    return KeylessBox(error)
+    With `required=False` a key that is neither given nor in its file yet is looked for (or made) only
+    when a secret is stored or read (`KeyOnFirstUse`)."""
+    if required or settings.secret_key or key_file(settings).exists():
+        return SecretBox(secret_key(settings))
+    return KeyOnFirstUse(settings)
