@@ -2258,9 +2258,16 @@ CREATE TABLE mailroom.dmarc_reports (
     messages bigint NOT NULL,
     arrived_by text NOT NULL,
     received_at timestamp with time zone DEFAULT now() NOT NULL,
+    records integer DEFAULT 0 NOT NULL,
+    digest bytea,
+    disputes integer DEFAULT 0 NOT NULL,
+    disputed_at timestamp with time zone,
     CONSTRAINT dmarc_reports_adkim_known CHECK ((adkim = ANY (ARRAY['r'::text, 's'::text]))),
     CONSTRAINT dmarc_reports_arrived_by_known CHECK ((arrived_by = ANY (ARRAY['cli'::text, 'receiver'::text, 'mailbox'::text]))),
     CONSTRAINT dmarc_reports_aspf_known CHECK ((aspf = ANY (ARRAY['r'::text, 's'::text]))),
+    CONSTRAINT dmarc_reports_digest_length CHECK ((octet_length(digest) = 32)),
+    CONSTRAINT dmarc_reports_disputed_when_disputes CHECK (((disputes = 0) = (disputed_at IS NULL))),
+    CONSTRAINT dmarc_reports_disputes_not_negative CHECK ((disputes >= 0)),
     CONSTRAINT dmarc_reports_domain_length CHECK (((length(domain) >= 1) AND (length(domain) <= 253))),
     CONSTRAINT dmarc_reports_messages_not_negative CHECK ((messages >= 0)),
     CONSTRAINT dmarc_reports_org_email_length CHECK ((length(org_email) <= 320)),
@@ -2268,6 +2275,7 @@ CREATE TABLE mailroom.dmarc_reports (
     CONSTRAINT dmarc_reports_percent_range CHECK (((percent >= 0) AND (percent <= 100))),
     CONSTRAINT dmarc_reports_policy_known CHECK ((policy = ANY (ARRAY['none'::text, 'quarantine'::text, 'reject'::text]))),
     CONSTRAINT dmarc_reports_range_ordered CHECK ((ends_at >= begins_at)),
+    CONSTRAINT dmarc_reports_records_not_negative CHECK ((records >= 0)),
     CONSTRAINT dmarc_reports_report_id_length CHECK (((length(report_id) >= 1) AND (length(report_id) <= 255))),
     CONSTRAINT dmarc_reports_subdomain_policy_known CHECK ((subdomain_policy = ANY (ARRAY['none'::text, 'quarantine'::text, 'reject'::text])))
 );
@@ -2288,6 +2296,10 @@ COMMENT ON COLUMN mailroom.dmarc_reports.aspf IS 'SPF alignment mode published: 
 COMMENT ON COLUMN mailroom.dmarc_reports.messages IS 'Messages the report covers: the sum of its records'' counts';
 COMMENT ON COLUMN mailroom.dmarc_reports.arrived_by IS 'How the report came in: cli (mailroom dmarc ingest), receiver (SMTP) or mailbox (poll)';
 COMMENT ON COLUMN mailroom.dmarc_reports.received_at IS 'When Mailroom stored the report; retention deletes by it';
+COMMENT ON COLUMN mailroom.dmarc_reports.records IS 'How many records (dmarc_records rows) the report holds; what the bound in all counts';
+COMMENT ON COLUMN mailroom.dmarc_reports.digest IS 'SHA-256 of what the report says (header and records, as stored): the same report again is seen before, one with other content disputes it; NULL for reports stored before it was kept (the next arrival sets it)';
+COMMENT ON COLUMN mailroom.dmarc_reports.disputes IS 'Reports that came later with this organisation and id but other content (refused): one of them is not what it claims';
+COMMENT ON COLUMN mailroom.dmarc_reports.disputed_at IS 'When the last disputing report came, NULL when none did';
 
 ALTER TABLE mailroom.dmarc_reports ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME mailroom.dmarc_reports_id_seq
@@ -2306,7 +2318,34 @@ ALTER TABLE ONLY mailroom.dmarc_reports
 
 CREATE INDEX dmarc_reports_domain_idx ON mailroom.dmarc_reports USING btree (domain, ends_at);
 
+CREATE INDEX dmarc_reports_org_received_idx ON mailroom.dmarc_reports USING btree (org_name, received_at);
+
 CREATE INDEX dmarc_reports_received_idx ON mailroom.dmarc_reports USING btree (received_at);
+
+CREATE FUNCTION mailroom.dmarc_reports_count() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        UPDATE mailroom.dmarc_size SET reports = 0, records = 0;
+    ELSIF TG_OP = 'INSERT' THEN
+        UPDATE mailroom.dmarc_size SET reports = reports + c.n, records = records + c.r
+        FROM (SELECT count(*) AS n, coalesce(sum(records), 0) AS r FROM new_rows) c;
+    ELSE
+        UPDATE mailroom.dmarc_size SET reports = reports - c.n, records = records - c.r
+        FROM (SELECT count(*) AS n, coalesce(sum(records), 0) AS r FROM old_rows) c;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION mailroom.dmarc_reports_count() IS 'Keeps mailroom.dmarc_size equal to what dmarc_reports holds, for inserts, deletes and truncation';
+
+CREATE TRIGGER dmarc_reports_count_deletes AFTER DELETE ON mailroom.dmarc_reports REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
+
+CREATE TRIGGER dmarc_reports_count_inserts AFTER INSERT ON mailroom.dmarc_reports REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
+
+CREATE TRIGGER dmarc_reports_count_truncates AFTER TRUNCATE ON mailroom.dmarc_reports FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
 
 -- dmarc_records
 
@@ -2347,6 +2386,45 @@ ALTER TABLE ONLY mailroom.dmarc_records
 
 ALTER TABLE ONLY mailroom.dmarc_records
     ADD CONSTRAINT dmarc_records_report_exists FOREIGN KEY (report) REFERENCES mailroom.dmarc_reports(id) ON DELETE CASCADE;
+
+-- dmarc_size
+
+CREATE TABLE mailroom.dmarc_size (
+    one boolean DEFAULT true NOT NULL,
+    reports bigint NOT NULL,
+    records bigint NOT NULL,
+    CONSTRAINT dmarc_size_one_row CHECK (one),
+    CONSTRAINT dmarc_size_records_not_negative CHECK ((records >= 0)),
+    CONSTRAINT dmarc_size_reports_not_negative CHECK ((reports >= 0))
+);
+
+COMMENT ON TABLE mailroom.dmarc_size IS 'One row: how many DMARC reports are stored and how many records they hold, kept by triggers';
+
+COMMENT ON COLUMN mailroom.dmarc_size.one IS 'Always true: the table holds one row';
+COMMENT ON COLUMN mailroom.dmarc_size.reports IS 'Rows of dmarc_reports';
+COMMENT ON COLUMN mailroom.dmarc_size.records IS 'The sum of dmarc_reports.records: what MAILROOM_DMARC_MAX_RECORDS bounds';
+
+ALTER TABLE ONLY mailroom.dmarc_size
+    ADD CONSTRAINT dmarc_size_pkey PRIMARY KEY (one);
+
+-- dmarc_refusals
+
+CREATE TABLE mailroom.dmarc_refusals (
+    day date NOT NULL,
+    reason text NOT NULL,
+    reports integer NOT NULL,
+    CONSTRAINT dmarc_refusals_reason_known CHECK ((reason = ANY (ARRAY['organisation_rate'::text, 'full'::text, 'disputed'::text]))),
+    CONSTRAINT dmarc_refusals_reports_not_negative CHECK ((reports >= 0))
+);
+
+COMMENT ON TABLE mailroom.dmarc_refusals IS 'DMARC reports refused per UTC day: over their organisation''s daily bound, with the reports full, or disputing a stored one';
+
+COMMENT ON COLUMN mailroom.dmarc_refusals.day IS 'The UTC day the reports were refused';
+COMMENT ON COLUMN mailroom.dmarc_refusals.reason IS 'organisation_rate (past MAILROOM_DMARC_ORG_DAILY_MAX), full (past MAILROOM_DMARC_MAX_RECORDS) or disputed (a stored report''s organisation and id, other content)';
+COMMENT ON COLUMN mailroom.dmarc_refusals.reports IS 'How many reports were refused that day for that reason';
+
+ALTER TABLE ONLY mailroom.dmarc_refusals
+    ADD CONSTRAINT dmarc_refusals_pkey PRIMARY KEY (day, reason);
 
 -- == lifecycle: accounts and tokens ==
 

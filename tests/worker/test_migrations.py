@@ -128,4 +128,4 @@ def test_the_head_read_without_alembic_is_alembics_head() -> None:
 
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
-    assert db.head_revision() == ScriptDirectory.from_config(config).get_current_head() == "0010"
+    assert db.head_revision() == ScriptDirectory.from_config(config).get_current_head() == "0011"
