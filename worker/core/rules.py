@@ -74,7 +74,7 @@ def plain_address(address: str) -> bool:
     return (
         len(address) <= r.max_address_chars
         and 0 < address.find("@") <= r.max_local_chars
-        and r.address.match(address) is not None
+        and r.address.fullmatch(address) is not None
         and r.address_long_label.search(address.rpartition("@")[2]) is None
     )
 

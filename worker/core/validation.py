@@ -81,7 +81,7 @@ def _fast_address(address: str) -> str | None:
     # Length first: the pattern's repeated groups (each after a literal `.`, so linear) then see 254 characters at most.
     if len(address) > 254:
         return None
-    match = _SIMPLE_ADDRESS.match(address)
+    match = _SIMPLE_ADDRESS.fullmatch(address)
     if match is None or not _plain_domain(match.group(2)):
         return None
     return address
@@ -119,7 +119,7 @@ def normalise_address(field: str, address: object) -> str:
 
 def check_header_name(name: str) -> str:
     """Accept an RFC 5322 field name that Mailroom does not write itself."""
-    if not _HEADER_NAME.match(name):
+    if not _HEADER_NAME.fullmatch(name):
         raise ValidationError(f"headers.{name}"[:90], "not a valid header name")
     problem = reserved_header_problem(name)
     if problem is not None:

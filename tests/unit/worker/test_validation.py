@@ -50,3 +50,21 @@ def test_addresses_are_normalised(given_: str, expected: str) -> None:
 def test_bad_addresses_are_rejected(bad: str) -> None:
     with pytest.raises(ValidationError):
         normalise_address("to", bad)
+
+
+@pytest.mark.parametrize("name", ["X-Foo\n", "X-Campaign\n"])
+def test_a_header_name_with_a_final_newline_is_refused_by_the_python_check(name: str) -> None:
+    # A pattern ending in $ also matches before a final newline; the database refused such a name with a
+    # CheckViolation, so the caller got a database error instead of this ValidationError.
+    from worker.core.validation import check_header_name
+
+    with pytest.raises(ValidationError, match="not a valid header name"):
+        check_header_name(name)
+
+
+def test_an_address_with_a_final_newline_is_not_a_plain_address() -> None:
+    from worker.core.rules import plain_address
+
+    assert plain_address("ada@example.com")
+    assert not plain_address("ada@example.com\n")
+    assert _fast_address("ada@example.com\n") is None
