@@ -118,14 +118,30 @@ def test_a_cancelled_reminder_does_not_block_the_next(conn: Conn, settings: Sett
     assert send_reminders(conn, "policy", T0 + timedelta(minutes=1), settings=settings).queued == 1
 
 
-def test_signed_and_bounced_signers_are_not_reminded(conn: Conn, settings: Settings) -> None:
-    _doc(conn, settings, {"ada@example.com": ("Ada", "fr"), "bob@example.com": ("Bob", "de")})
-    conn.execute("INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES ('bob@example.com', 'hard')")
+def test_signed_bounced_and_suppressed_signers_are_not_reminded(conn: Conn, settings: Settings) -> None:
+    signers = {
+        "ada@example.com": ("Ada", "fr"),
+        "bob@example.com": ("Bob", "de"),
+        "cy@example.com": ("Cy", "en"),
+    }
+    _doc(conn, settings, signers)
+    conn.execute(
+        "INSERT INTO mailroom.bounce_list (email, bounce_type)"
+        " VALUES ('bob@example.com', 'hard'), ('cy@example.com', 'manual')"
+    )
     sign_document(conn, "policy", "ada@example.com", settings=settings)
     conn.commit()
     assert reminder_candidates(conn, "policy", T0, settings=settings) == 0
     result = send_reminders(conn, "policy", T0, settings=settings)
-    assert result == ReminderResult("policy", 0, {"bob@example.com": "address is on the bounce list (hard)"})
+    assert result == ReminderResult(
+        "policy",
+        0,
+        {
+            "bob@example.com": "address is on the bounce list (hard)",
+            # an operator's suppression is not a bounce (worded as mailroom.suppression_reason words it)
+            "cy@example.com": "address was suppressed by an operator (manual)",
+        },
+    )
     conn.commit()
     assert conn.execute("SELECT count(*) AS n FROM mailroom.email_queue").fetchone() == {"n": 0}
 
