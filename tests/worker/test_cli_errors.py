@@ -82,13 +82,28 @@ def test_bad_settings_are_one_line_and_exit_2(
 
 
 @pytest.mark.e2e
-def test_a_port_in_use_is_one_line_and_exit_2(cli_env: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["sink", "--port", "{port}"], "--port"),
+        (
+            ["bounces", "receive", "--domain", "bounces.example.com", "--listen", "127.0.0.1:{port}"],
+            "--listen",
+        ),
+    ],
+)
+def test_a_port_in_use_is_one_line_and_exit_2_naming_the_commands_option(
+    cli_env: dict[str, str], args: list[str], option: str
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        done = _mailroom(["sink", "--port", str(taken.getsockname()[1])], cli_env)
+        port = str(taken.getsockname()[1])
+        done = _mailroom([a.replace("{port}", port) for a in args], cli_env)
     assert done.returncode == 2
+    # bounces receive has no --port: the advice names the option the command has.
     assert "already in use" in _one_line(done)
+    assert f"choose another {option}" in _one_line(done)
 
 
 @pytest.mark.e2e

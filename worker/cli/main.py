@@ -104,6 +104,10 @@ def main(argv: Sequence[str] | None = None, extra: Mapping[str, Entry] | None = 
     return result if isinstance(result, int) else 0
 
 
+# The option that chooses where a command listens, where it is not --port (sink, tracker).
+_LISTEN_OPTION = {"bounces": "--listen"}
+
+
 def explain(exc: BaseException, command: str) -> tuple[int, str]:
     """The exit status and the one line that says what went wrong and what to do."""
     import psycopg
@@ -140,7 +144,8 @@ def explain(exc: BaseException, command: str) -> tuple[int, str]:
         extra = EXTRAS[(exc.name or "").split(".")[0]]
         return EXIT_USAGE, f"`mailroom {command}` needs the [{extra}] extra: pip install 'mailroom[{extra}]'"
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
-        return EXIT_USAGE, f"the address is already in use ({_first_line(exc)}); choose another --port"
+        option = _LISTEN_OPTION.get(command, "--port")
+        return EXIT_USAGE, f"the address is already in use ({_first_line(exc)}); choose another {option}"
     if isinstance(exc, OSError):
         return EXIT_FAILED, _first_line(exc)
     from worker.ops.backup import BackupError
