@@ -17,17 +17,20 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row
 
 from worker.core.config import Settings
-from worker.core.crypto import SecretBox, key_file, write_key_file
+from worker.core.crypto import SecretBox, secret_key
 from worker.core.db import connect, database_url
-from worker.devtools.demo_feed import SOURCES, Feed
+from worker.devtools.demo_feed import SOURCES, Feed, counted
 from worker.devtools.sink import RefuseShare, RunningSink, start_sink
 from worker.engine.processes import die_with_parent, terminate
 from worker.ops.senders import SenderSpec, add_sender
@@ -35,6 +38,9 @@ from worker.ops.senders import SenderSpec, add_sender
 log = logging.getLogger("mailroom.demo")
 
 LOW_LIMIT = 40
+# The local SMTP server refuses these shares of recipients (by address), so retries, failures and
+# bounces appear.
+REFUSE = RefuseShare(temporary=0.08, permanent=0.04)
 # The primary takes at most this many emails a claim (its own batch size): the low-limit account's
 # slot takes the rest, so it reaches its limit while you watch instead of sharing by chance.
 PRIMARY_BATCH = 2
@@ -122,8 +128,6 @@ def _wait_listening(
 
     The feed's readers open email at once; in a home with email from an earlier run they would reach
     for the tracker before it listens ("tracker unreachable")."""
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -155,7 +159,9 @@ def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.P
 
 def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str], None] = print) -> DemoStack:
     """Start PostgreSQL, the SMTP server, the demo senders and a worker; return the running stack."""
-    key = settings.secret_key or write_key_file(key_file(settings))
+    # The demo makes its key even against MAILROOM_DATABASE_URL: its senders keep no secret, and its
+    # worker signs Message-IDs and links with it.
+    key = secret_key(settings, make=True)
     box = SecretBox(key)
     say(f"Mailroom demo in {settings.home}")
     url = database_url(settings)
@@ -163,10 +169,9 @@ def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str],
     maildir = settings.home / "maildir"
     # aiosmtpd logs every envelope address unmasked at INFO: keep only its warnings.
     logging.getLogger("mail.log").setLevel(logging.WARNING)
-    sink = start_sink(
-        port=0, maildir=str(maildir), refuse_share=RefuseShare(temporary=0.08, permanent=0.04), keep=500
-    )
-    say(f"  local SMTP server: 127.0.0.1:{sink.port} (refuses 8% with 450, 4% with 550; Maildir {maildir})")
+    sink = start_sink(port=0, maildir=str(maildir), refuse_share=REFUSE, keep=500)
+    shares = f"refuses {REFUSE.temporary:.0%} with 450, {REFUSE.permanent:.0%} with 550"
+    say(f"  local SMTP server: 127.0.0.1:{sink.port} ({shares}; Maildir {maildir})")
     started: list[subprocess.Popen[bytes]] = []
     try:
         with connect(url) as conn:
@@ -199,6 +204,82 @@ def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str],
         raise
     feed = Feed(url, settings, random.Random(), SOURCES)
     return DemoStack(settings, url, sink, worker, worker_log, feed, tracker)
+
+
+WAIT_UNTIL = "SELECT now() + make_interval(secs => %s) AS until"
+
+# What the worker has yet to do before %(until)s, the end of the wait: email due by then or being sent,
+# activation tokens not mailed yet, birthday events due by then (a failed one once its retry is due).
+# Then what is left for after it: email retried (or scheduled) later, birthday email due within a week.
+WORK = """
+SELECT
+    (SELECT count(*) FROM mailroom.email_queue
+      WHERE status = 'assigned' OR (status = 'pending' AND scheduled_for <= %(until)s))
+  + (SELECT count(*) FROM mailroom.tokens
+      WHERE mailed_at IS NULL AND mail_skipped_reason IS NULL AND expires_at > now())
+  + (SELECT count(*) FROM mailroom.events
+      WHERE status = 'processing' OR (status = 'pending' AND greatest(due_at, retry_at) <= %(until)s)) AS due,
+    email.n AS email_later, email.next AS email_next,
+    birthday.n AS birthdays_later, birthday.next AS birthday_next
+FROM (SELECT count(*) AS n, min(scheduled_for) AS next FROM mailroom.email_queue
+      WHERE status = 'pending' AND scheduled_for > %(until)s) email,
+     (SELECT count(*) AS n, min(greatest(due_at, retry_at)) AS next FROM mailroom.events
+      WHERE status = 'pending'
+        AND greatest(due_at, retry_at) > %(until)s
+        AND greatest(due_at, retry_at) <= %(until)s + interval '7 days') birthday
+"""
+
+
+@dataclass(frozen=True)
+class Waited:
+    """How a wait for the worker ended: whether nothing due within it was left, and what is for later."""
+
+    due: int  # still due within the wait when it ended
+    email_later: int = 0
+    email_next: datetime | None = None
+    birthdays_later: int = 0
+    birthday_next: datetime | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the worker handled everything due within the wait."""
+        return self.due == 0
+
+    def later(self) -> str | None:
+        """What is left for after the wait, e.g. `2 emails due later (the next at ...)`; None for nothing."""
+        parts = []
+        if self.email_later:
+            parts.append(f"{counted(self.email_later, 'email')} due later{_next(self.email_next)}")
+        if self.birthdays_later:
+            parts.append(
+                f"{counted(self.birthdays_later, 'birthday email')} due this week{_next(self.birthday_next)}"
+            )
+        return ", ".join(parts) or None
+
+
+def _next(when: datetime | None) -> str:
+    return f" (the next at {when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC)" if when is not None else ""
+
+
+def wait_for_worker(url: str, timeout: float) -> Waited:
+    """Wait up to `timeout` seconds until the worker has handled everything due within them.
+
+    What comes due only after the wait (a retry an hour away, a birthday tomorrow) is not waited
+    for: `Waited.later` says it. The database is asked four times a second: the worker's progress
+    has no one notification to wait on."""
+    with connect(url) as conn:
+        row = conn.execute(WAIT_UNTIL, (timeout,)).fetchone()
+        assert row is not None
+        until = row["until"]
+        deadline = time.monotonic() + timeout
+        while True:
+            with conn.cursor(row_factory=class_row(Waited)) as cur:
+                waited = cur.execute(WORK, {"until": until}).fetchone()
+            conn.commit()
+            assert waited is not None
+            if waited.done or time.monotonic() >= deadline:
+                return waited
+            time.sleep(0.25)
 
 
 class _CountingFileHandler(logging.FileHandler):
@@ -255,12 +336,20 @@ def _headless(settings: Settings, rounds: int, timeout: float) -> int:
     try:
         for _ in range(rounds):
             stack.feed.round()
-        print(f"  fed {rounds} rounds of activity: {stack.feed.summary()}")
-        done = stack.feed.wait_until_idle(timeout)
+        print(f"  fed {counted(rounds, 'round')} of activity: {stack.feed.summary()}")
+        waited = wait_for_worker(stack.url, timeout)
         with connect(stack.url) as conn:
             stats = queue_stats(conn)
-        print("  the worker handled everything due" if done else f"  still working after {timeout:.0f}s")
-        print(f"  the local SMTP server received {len(stack.sink.messages)} message(s)")
+        if waited.done:
+            print(f"  the worker handled everything due within {timeout:.0f}s")
+        else:
+            print(
+                f"  still working after {timeout:.0f}s: {waited.due} still due (email, tokens, birthday events)"
+            )
+        later = waited.later()
+        if later:
+            print(f"  left for later: {later}")
+        print(f"  the local SMTP server received {counted(len(stack.sink.messages), 'message')}")
         print("  queue: " + "  ".join(f"{k} {v}" for k, v in stats["queue"].items()))
         for s in stats["senders"]:
             print(f"  sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today")

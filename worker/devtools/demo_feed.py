@@ -11,10 +11,10 @@ import contextlib
 import itertools
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -38,12 +38,10 @@ LAST = [
 ]
 DOMAINS = ["example.com", "example.org", "example.net"]
 
-_serial = itertools.count(1)
-
 
 @dataclass(frozen=True)
 class Person:
-    """A made-up person with a unique address for this run."""
+    """A made-up person with an address no other demo person has in this database."""
 
     first: str
     last: str
@@ -51,26 +49,61 @@ class Person:
     login: str
 
 
-def person(rng: random.Random) -> Person:
-    """A new demo person; the address is unique within this process."""
-    first, last = rng.choice(FIRST), rng.choice(LAST)
-    n = f"{time.time_ns() % 10**9:09d}{next(_serial)}"
-    login = f"{first.lower()}.{last.lower()}.{n}"
-    return Person(first, last, f"{login}@{rng.choice(DOMAINS)}", login)
+# A transaction id of the database: never given twice in one PostgreSQL cluster (64 bits, with its epoch).
+RUN_NUMBER = "SELECT pg_current_xact_id()::text AS run"
 
 
-def app_receipt(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+class Names:
+    """The endings of one feed's names (addresses, document ids): its run's number and a serial.
+
+    The run's number comes from the database, so a feed never repeats a name an earlier run (another
+    process, the same seed) left in it: a document id taken twice is refused ("already exists")."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self._serial = itertools.count(1)
+
+    @classmethod
+    def from_database(cls, conn: psycopg.Connection[Any]) -> Names:
+        """Names for a new run in the database `conn` is connected to."""
+        row = conn.execute(RUN_NUMBER).fetchone()
+        assert row is not None
+        return cls(str(row["run"]))
+
+    def next(self) -> str:
+        """A new ending, like `7301-12`."""
+        return f"{self.run}-{next(self._serial)}"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What a source acts with: its transaction's connection, the settings, the feed's chance and names."""
+
+    conn: psycopg.Connection[Any]
+    settings: Settings
+    rng: random.Random
+    names: Names
+    first_round: bool = False
+
+    def person(self) -> Person:
+        """A new demo person."""
+        first, last = self.rng.choice(FIRST), self.rng.choice(LAST)
+        login = f"{first.lower()}.{last.lower()}.{self.names.next()}"
+        return Person(first, last, f"{login}@{self.rng.choice(DOMAINS)}", login)
+
+
+def app_receipt(turn: Turn) -> str:
     """An application enqueues a receipt inside its own transaction (no producer involved)."""
-    who = person(rng)
+    who = turn.person()
     enqueue(
-        conn,
+        turn.conn,
         EmailRequest(
             to=who.email,
             to_name=f"{who.first} {who.last}",
-            subject=f"Your receipt for invoice {rng.randint(10000, 99999)}",
+            subject=f"Your receipt for invoice {turn.rng.randint(10000, 99999)}",
             text=f"Hello {who.first},\n\nThank you for your payment.\n",
         ),
-        settings=settings,
+        settings=turn.settings,
     )
     return "receipt"
 
@@ -81,17 +114,17 @@ NEWSLETTER_HTML = """<html><body><p>Hello {first},</p>
 </body></html>"""
 
 
-def newsletter(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+def newsletter(turn: Turn) -> str:
     """Marketing sends a campaign email: tracked opens and clicks, one-click unsubscribe headers."""
-    who = person(rng)
+    who = turn.person()
     # Campaign email needs a physical postal address in its footer (CAN-SPAM): the demo shop's.
-    conn.execute(
+    turn.conn.execute(
         "INSERT INTO mailroom.campaigns (campaign_id, postal_address) VALUES ('winter-sale', %s)"
         " ON CONFLICT (campaign_id) DO NOTHING",
         ("Demo Shop Ltd, 1 Example Street, Springfield",),
     )
     enqueue(
-        conn,
+        turn.conn,
         EmailRequest(
             to=who.email,
             to_name=f"{who.first} {who.last}",
@@ -100,7 +133,7 @@ def newsletter(conn: psycopg.Connection[Any], settings: Settings, rng: random.Ra
             html=NEWSLETTER_HTML.format(first=who.first),
             campaign_id="winter-sale",
         ),
-        settings=settings,
+        settings=turn.settings,
     )
     return "newsletter"
 
@@ -114,18 +147,18 @@ ORDER BY e.sent_at DESC LIMIT 20
 """
 
 
-def readers(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+def readers(turn: Turn) -> str:
     """Recipients of the newsletter open it, click, and now and then unsubscribe, through the tracker."""
     import urllib.error
     import urllib.request
 
     from worker.core.links import CLICK_PATH, OPEN_PATH, UNSUBSCRIBE_PATH
 
-    rows = conn.execute(RECENT_TRACKED).fetchall()
+    rows = turn.conn.execute(RECENT_TRACKED).fetchall()
     if not rows:
-        return "reader (nothing sent yet)"
-    row = rng.choice(rows)
-    roll = rng.random()
+        return NOTHING_TO_READ
+    row = turn.rng.choice(rows)
+    roll = turn.rng.random()
     if roll < 0.05 and row["unsubscribe_token"] is not None:
         path, data, what = (
             UNSUBSCRIBE_PATH.format(token=row["unsubscribe_token"]),
@@ -137,9 +170,9 @@ def readers(conn: psycopg.Connection[Any], settings: Settings, rng: random.Rando
     elif row["tracking_token"] is not None:
         path, data, what = OPEN_PATH.format(token=row["tracking_token"]), None, "open"
     else:
-        return "reader (untracked)"
+        return UNTRACKED
     # The demo's own tracker on loopback (settings.base_url is checked to be http(s) before any use).
-    url = settings.base_url + path
+    url = turn.settings.base_url + path
     request = urllib.request.Request(url, data=data, method="POST" if data else "GET")  # noqa: S310
 
     class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -157,12 +190,12 @@ def readers(conn: psycopg.Connection[Any], settings: Settings, rng: random.Rando
     return what
 
 
-def lifecycle_signup(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+def lifecycle_signup(turn: Turn) -> str:
     """An application provisions an account; its activation token is created in the same transaction."""
-    who = person(rng)
-    conn.execute(
+    who = turn.person()
+    turn.conn.execute(
         "INSERT INTO mailroom.accounts (email, login, locale) VALUES (%s, %s, %s)",
-        (who.email, who.login, rng.choice(["en", "en", "fr"])),
+        (who.email, who.login, turn.rng.choice(["en", "en", "fr"])),
     )
     return "signup"
 
@@ -177,11 +210,12 @@ PRODUCTS = [
 ]
 
 
-def order_events(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+def order_events(turn: Turn) -> str:
     """A shop publishes an order event; now and then the same event arrives twice (at-least-once delivery)."""
     from worker.producers.inbox import ingest_event
 
-    who = person(rng)
+    rng = turn.rng
+    who = turn.person()
     number = f"{rng.randint(100000, 999999)}"
     lines = [(name, price, rng.randint(1, 2)) for name, price in rng.sample(PRODUCTS, rng.randint(1, 3))]
     items = [{"name": name, "quantity": qty, "unit_price": price} for name, price, qty in lines]
@@ -197,55 +231,63 @@ def order_events(conn: psycopg.Connection[Any], settings: Settings, rng: random.
         "locale": rng.choice(["en", "en", "fr"]),
     }
     message_id = f"shop-{number}-{kind}"
-    ingest_event(conn, message_id, "shop", kind, payload, settings=settings)
-    if rng.random() < 0.2:
-        ingest_event(conn, message_id, "shop", kind, payload, settings=settings)  # a replay: no second email
+    ingest_event(turn.conn, message_id, "shop", kind, payload, settings=turn.settings)
+    if rng.random() < 0.2:  # a replay: no second email
+        ingest_event(turn.conn, message_id, "shop", kind, payload, settings=turn.settings)
     return "order event"
 
 
-def signature_round(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+UNSIGNED_DOCUMENT = """
+SELECT d.doc_id FROM mailroom.documents d WHERE d.doc_id LIKE 'demo-%%'
+  AND EXISTS (SELECT 1 FROM mailroom.expected_signers e WHERE e.doc_id = d.doc_id
+    AND NOT EXISTS (SELECT 1 FROM mailroom.signatures s WHERE s.doc_id = e.doc_id AND s.signer_email = e.email))
+ORDER BY random() LIMIT 1
+"""
+MISSING_SIGNER = """
+SELECT e.email FROM mailroom.expected_signers e WHERE e.doc_id = %s AND NOT EXISTS
+  (SELECT 1 FROM mailroom.signatures s WHERE s.doc_id = e.doc_id AND s.signer_email = e.email)
+ORDER BY random() LIMIT 1
+"""
+
+
+def signature_round(turn: Turn) -> str:
     """Compliance publishes a policy to acknowledge, people sign it, and reminders go to the rest."""
-    from worker.producers.documents.records import add_document, expect_signer
     from worker.producers.documents.reminders import send_reminders
     from worker.producers.documents.signatures import sign_document
 
-    row = conn.execute(
-        "SELECT d.doc_id FROM mailroom.documents d WHERE d.doc_id LIKE 'demo-%%'"
-        " AND EXISTS (SELECT 1 FROM mailroom.expected_signers e WHERE e.doc_id = d.doc_id"
-        "   AND NOT EXISTS (SELECT 1 FROM mailroom.signatures s WHERE s.doc_id = e.doc_id AND s.signer_email = e.email))"
-        " ORDER BY random() LIMIT 1"
-    ).fetchone()
-    if row is None or rng.random() < 0.15:
-        doc_id = f"demo-{rng.choice(['security', 'privacy', 'travel', 'expenses'])}-policy-{next(_serial)}"
-        add_document(
-            conn,
-            doc_id,
-            title=f"{doc_id.split('-')[1].title()} policy",
-            url=f"https://intranet.example.com/{doc_id}",
-        )
-        for _ in range(rng.randint(4, 9)):
-            who = person(rng)
-            expect_signer(
-                conn,
-                doc_id,
-                who.email,
-                name=f"{who.first} {who.last}",
-                locale=rng.choice(["en", "fr", "es", "de", "it"]),
-                settings=settings,
-            )
-        return "document"
+    row = turn.conn.execute(UNSIGNED_DOCUMENT).fetchone()
+    if row is None or turn.rng.random() < 0.15:
+        return new_document(turn)
     doc_id = str(row["doc_id"])
-    missing = conn.execute(
-        "SELECT e.email FROM mailroom.expected_signers e WHERE e.doc_id = %s AND NOT EXISTS"
-        " (SELECT 1 FROM mailroom.signatures s WHERE s.doc_id = e.doc_id AND s.signer_email = e.email)"
-        " ORDER BY random() LIMIT 1",
-        (doc_id,),
-    ).fetchone()
-    if missing is not None and rng.random() < 0.6:
-        sign_document(conn, doc_id, str(missing["email"]), settings=settings)
+    missing = turn.conn.execute(MISSING_SIGNER, (doc_id,)).fetchone()
+    if missing is not None and turn.rng.random() < 0.6:
+        sign_document(turn.conn, doc_id, str(missing["email"]), settings=turn.settings)
         return "signature"
-    send_reminders(conn, doc_id, settings=settings)
+    send_reminders(turn.conn, doc_id, settings=turn.settings)
     return "reminder run"
+
+
+def new_document(turn: Turn) -> str:
+    """Compliance publishes a policy for four to nine people to acknowledge (each is sent a request)."""
+    from worker.producers.documents.records import add_document, expect_signer
+
+    rng = turn.rng
+    kind = rng.choice(["security", "privacy", "travel", "expenses"])
+    doc_id = f"demo-{kind}-policy-{turn.names.next()}"
+    add_document(
+        turn.conn, doc_id, title=f"{kind.title()} policy", url=f"https://intranet.example.com/{doc_id}"
+    )
+    for _ in range(rng.randint(4, 9)):
+        who = turn.person()
+        expect_signer(
+            turn.conn,
+            doc_id,
+            who.email,
+            name=f"{who.first} {who.last}",
+            locale=rng.choice(["en", "fr", "es", "de", "it"]),
+            settings=turn.settings,
+        )
+    return "document"
 
 
 ZONES = [
@@ -261,21 +303,25 @@ ZONES = [
 ]
 
 
-def birthdays(conn: psycopg.Connection[Any], settings: Settings, rng: random.Random) -> str:
+def birthdays(turn: Turn) -> str:
     """HR adds a person whose birthday is today, or in the next few days, in their own time zone.
 
-    Where it is already past the birthday time locally, the email is due at once (the local day has not
-    ended); elsewhere it waits for the morning, and the console's Schedule shows it coming.
+    Today's is in a zone where it is already past the birthday time locally: the email is due at once
+    (the local day has not ended; the zones span every hour, so there is always one). On a later day it
+    waits for that morning, and the console's Schedule shows it coming. The first round's person always
+    has theirs today, so every run shows birthday email going out.
     """
-    from datetime import UTC, datetime, timedelta
     from zoneinfo import ZoneInfo
 
-    from worker.producers.birthdays import add_person
+    from worker.producers.birthdays import add_person, send_time
 
-    who = person(rng)
-    zone = rng.choice(ZONES)
-    local_today = datetime.now(UTC).astimezone(ZoneInfo(zone)).date()
-    day = local_today + timedelta(days=rng.choice([0, 0, 0, 1, 2]))
+    rng = turn.rng
+    who = turn.person()
+    now = datetime.now(UTC)
+    days = 0 if turn.first_round else rng.choice([0, 0, 0, 1, 2])
+    past = [z for z in ZONES if now.astimezone(ZoneInfo(z)).time() >= send_time(turn.settings)]
+    zone = rng.choice(past if days == 0 and past else ZONES)
+    day = now.astimezone(ZoneInfo(zone)).date() + timedelta(days=days)
     years = rng.randint(20, 60)
     born = (
         day.replace(year=day.year - years)
@@ -283,19 +329,19 @@ def birthdays(conn: psycopg.Connection[Any], settings: Settings, rng: random.Ran
         else day - timedelta(days=365 * years)
     )
     add_person(
-        conn,
+        turn.conn,
         email=who.email,
         first_name=who.first,
         last_name=who.last,
         date_of_birth=born,
         time_zone=zone,
         locale=rng.choice(["en", "en", "fr"]),
-        settings=settings,
+        settings=turn.settings,
     )
     return "person"
 
 
-Source = Callable[[psycopg.Connection[Any], Settings, random.Random], str]
+Source = Callable[[Turn], str]
 
 SOURCES: tuple[Source, ...] = (
     app_receipt,
@@ -308,14 +354,19 @@ SOURCES: tuple[Source, ...] = (
     readers,
 )
 
-BACKLOG = """
-SELECT
-    (SELECT count(*) FROM mailroom.email_queue
-      WHERE (status = 'pending' AND retry_count = 0 AND scheduled_for <= now()) OR status = 'assigned')
-  + (SELECT count(*) FROM mailroom.tokens
-      WHERE mailed_at IS NULL AND mail_skipped_reason IS NULL AND expires_at > now())
-  + (SELECT count(*) FROM mailroom.events WHERE status IN ('pending', 'processing') AND due_at <= now()) AS backlog
-"""
+# What a source did, as the summary counts it, where the plural is not the singular and an "s".
+NOTHING_TO_READ = "reader with nothing to read yet"
+UNTRACKED = "reader of an untracked email"
+PLURALS = {
+    "person": "people",
+    NOTHING_TO_READ: "readers with nothing to read yet",
+    UNTRACKED: "readers of untracked email",
+}
+
+
+def counted(n: int, what: str) -> str:
+    """`1 receipt`, `2 receipts`, `3 people`."""
+    return f"{n} {what if n == 1 else PLURALS.get(what, what + 's')}"
 
 
 class Feed:
@@ -328,18 +379,24 @@ class Feed:
         self.sources = tuple(sources)
         self.done: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.rounds = 0
+        self._names: Names | None = None
         self._stop = threading.Event()
 
     def round(self) -> None:
         """Run every source once, each in its own transaction; a failing source is counted, not fatal."""
         with connect(self.url) as conn:
+            if self._names is None:
+                self._names = Names.from_database(conn)
+            turn = Turn(conn, self.settings, self.rng, self._names, first_round=self.rounds == 0)
             for source in self.sources:
                 try:
                     with conn.transaction():
-                        self.done[source(conn, self.settings, self.rng)] += 1
+                        self.done[source(turn)] += 1
                 except (psycopg.Error, ValueError) as exc:
                     self.errors[f"{source.__name__}: {exc}"] += 1
             conn.commit()
+        self.rounds += 1
 
     def run(self, interval: float) -> None:
         """Run rounds every `interval` seconds until `stop()`."""
@@ -354,20 +411,8 @@ class Feed:
         self._stop.set()
 
     def summary(self) -> str:
-        """What the feed did so far, e.g. `12 signup, 12 receipt`."""
-        text = ", ".join(f"{n} {what}" for what, n in sorted(self.done.items()))
+        """What the feed did so far, e.g. `12 receipts, 12 signups, 1 person`."""
+        text = ", ".join(counted(n, what) for what, n in sorted(self.done.items()))
         if self.errors:
             text += f" ({sum(self.errors.values())} refused: {next(iter(self.errors))})"
         return text
-
-    def wait_until_idle(self, timeout: float) -> bool:
-        """Wait until nothing the feed made is still waiting for the worker (retries later do not count)."""
-        deadline = time.monotonic() + timeout
-        with connect(self.url) as conn:
-            while time.monotonic() < deadline:
-                row = conn.execute(BACKLOG).fetchone()
-                conn.commit()
-                if row is not None and row["backlog"] == 0:
-                    return True
-                self._stop.wait(0.25)
-        return False

@@ -31,9 +31,10 @@ of recipients, two demo sender accounts (one with a low daily limit), a worker r
 every producer, a stream of demo activity for each producer, and the console in front. Quitting the
 console stops everything the demo started; its data stays in $MAILROOM_HOME.
 
-Without a terminal, or with --headless, it feeds --rounds of activity, waits for the worker, and
-prints a summary on standard output; log lines go to $MAILROOM_HOME/demo.log, never among the
-summary. Exit status 0, 1 when the demo's worker stopped.
+Without a terminal, or with --headless, it feeds --rounds of activity, waits up to a minute for the
+worker to handle what is due within it, and prints a summary on standard output, with what is left
+for later (a retry after the minute, a birthday tomorrow); log lines go to $MAILROOM_HOME/demo.log,
+never among the summary. Exit status 0, 1 when the demo's worker stopped.
 
 Examples:
   mailroom demo
