@@ -12,9 +12,7 @@ import asyncio
 import base64
 import contextlib
 import html
-import ipaddress
 import logging
-import re
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -33,6 +31,7 @@ from worker.core.return_path import optional_bounce_key
 from worker.core.signing_desk import SigningDesk
 from worker.core.webhook_events import EventSink
 from worker.tracking.listener import listen, request_deadline
+from worker.tracking.pages import COMMON, NO_CACHE, POOL, client, page_headers
 from worker.tracking.unsubscribe import find_target, is_unsubscribed
 from worker.tracking.unsubscribe import unsubscribe as unsubscribe_target
 
@@ -40,22 +39,6 @@ log = logging.getLogger("mailroom.tracker")
 
 # The smallest transparent 1x1 GIF (43 bytes).
 PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")
-NO_CACHE = {
-    "Cache-Control": "no-store, no-cache, must-revalidate, max-age=0, private",
-    "Pragma": "no-cache",
-    "Expires": "0",
-}
-_COMMON = {"Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex, nofollow"}
-# Pages: nothing but their own inline style, posting only back here, never framed (a framed
-# confirmation button could be clicked by someone who did not mean to).
-_PAGE = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self';"
-    " frame-ancestors 'none'; base-uri 'none'",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-}
-MAX_USER_AGENT = 1000
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 # Events are written in batches (see `EventWriter`); unknown tokens simply join to nothing.
 RECORD_OPENS = """
@@ -165,7 +148,6 @@ class LinkCache:
         return url
 
 
-POOL = web.AppKey("pool", AsyncConnectionPool)
 WRITER = web.AppKey("writer", EventWriter)
 LINKS = web.AppKey("links", LinkCache)
 # The return-path key, which signs each recipient's unsubscribe link (None: only plain links work).
@@ -179,24 +161,6 @@ def _token(request: web.Request) -> uuid.UUID | None:
         return None
 
 
-def _client(request: web.Request) -> tuple[str | None, str | None]:
-    """The caller's address and user agent, kept with each event so bots and prefetchers can be filtered."""
-    ip: str | None = None
-    with contextlib.suppress(ValueError):
-        ip = str(ipaddress.ip_address(request.remote or ""))
-    agent = request.headers.get("User-Agent")
-    if not agent:
-        return ip, None
-    # Header bytes that are not UTF-8 arrive as lone surrogates, which PostgreSQL text cannot hold:
-    # they become U+FFFD, and control characters go.
-    agent = agent[:MAX_USER_AGENT]
-    try:
-        agent = agent.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    except UnicodeEncodeError:
-        agent = agent.encode("utf-8", "replace").decode("utf-8")
-    return ip, _CONTROL.sub("", agent) or None
-
-
 def _page(title: str, body: str, status: int = 200) -> web.Response:
     text = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -206,7 +170,7 @@ def _page(title: str, body: str, status: int = 200) -> web.Response:
         f"<h1>{html.escape(title)}</h1>{body}</body></html>"
     )
     return web.Response(
-        text=text, status=status, content_type="text/html", headers={**NO_CACHE, **_COMMON, **_PAGE}
+        text=text, status=status, content_type="text/html", headers=page_headers("'unsafe-inline'")
     )
 
 
@@ -215,8 +179,8 @@ async def open_pixel(request: web.Request) -> web.Response:
     token = _token(request)
     # HEAD is what some prefetchers send: it counts for nothing. The reader never waits for the write.
     if token is not None and request.method == "GET":
-        request.app[WRITER].add(RECORD_OPENS, (token, datetime.now(UTC), *_client(request)))
-    return web.Response(body=PIXEL, content_type="image/gif", headers={**NO_CACHE, **_COMMON})
+        request.app[WRITER].add(RECORD_OPENS, (token, datetime.now(UTC), *client(request)))
+    return web.Response(body=PIXEL, content_type="image/gif", headers={**NO_CACHE, **COMMON})
 
 
 async def click(request: web.Request) -> web.Response:
@@ -226,11 +190,11 @@ async def click(request: web.Request) -> web.Response:
     if token is not None:
         url = await request.app[LINKS].destination(request.app[POOL], token)
         if url is not None and request.method == "GET":
-            request.app[WRITER].add(RECORD_CLICKS, (token, datetime.now(UTC), *_client(request)))
+            request.app[WRITER].add(RECORD_CLICKS, (token, datetime.now(UTC), *client(request)))
     # The stored destination was checked at enqueue and by the database; check it again all the same.
     if url is not None and url.lower().startswith(("http://", "https://")):
         try:
-            redirect = web.HTTPFound(location=url, headers={"Cache-Control": "no-store", **_COMMON})
+            redirect = web.HTTPFound(location=url, headers={"Cache-Control": "no-store", **COMMON})
         except ValueError:  # stored before enqueue checked what a redirect can carry
             log.warning("link %s has a destination no redirect can carry", token)
         else:
@@ -289,9 +253,9 @@ async def unsubscribe(request: web.Request) -> web.Response:
     one_click, from_page = await _one_click(request)
     if not one_click:
         return web.Response(
-            text=f"expected a form body with {ONE_CLICK}\n", status=400, headers={**NO_CACHE, **_COMMON}
+            text=f"expected a form body with {ONE_CLICK}\n", status=400, headers={**NO_CACHE, **COMMON}
         )
-    ip, agent = _client(request)
+    ip, agent = client(request)
     async with request.app[POOL].connection() as conn:
         target = await find_target(conn, request.match_info["token"], request.app[KEY])
         if target is not None:
@@ -389,7 +353,7 @@ def make_app(
     app.router.add_get("/u/{token}", unsubscribe_page)
     app.router.add_post("/u/{token}", unsubscribe)
     app.router.add_get("/healthz", health)
-    from worker.tracking.oidc import add_routes as add_login_routes  # imports this module
+    from worker.tracking.oidc import add_routes as add_login_routes
 
     add_login_routes(app, url, settings)
     if bounce_sink is not None:

@@ -14,15 +14,12 @@ small, and nothing from the request is shown unescaped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
-import importlib
-import ipaddress
 import logging
 import re
 import secrets
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -30,7 +27,11 @@ from aiohttp import web
 from worker.core.config import Settings
 from worker.core.return_path import b32_prefix, keyed_digest, optional_bounce_key
 from worker.core.signing_desk import LinkState, LinkView, Proof, SigningDesk, SignOutcome
+from worker.tracking.pages import COMMON, NO_CACHE, clean, client, page_headers
 from worker.tracking.signing_pages import choose_locale, render, words
+
+if TYPE_CHECKING:
+    from worker.tracking import oidc
 
 log = logging.getLogger("mailroom.signing")
 
@@ -44,11 +45,9 @@ COOKIE = "mailroom_sign"
 MAX_BODY = 8 * 1024
 MAX_TOKEN = 64
 MAX_REFERER = 2048
-MAX_USER_AGENT = 1000
 # Matched whole (fullmatch), never with `$`, which also matches before a final newline.
 _NONCE = re.compile(r"[A-Za-z0-9_-]{32}")
 _CSRF = re.compile(r"[a-z2-7]{26}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def add_routes(app: web.Application, settings: Settings, desk: SigningDesk) -> None:
@@ -65,39 +64,12 @@ def add_routes(app: web.Application, settings: Settings, desk: SigningDesk) -> N
     app.router.add_get("/s/{token}/login", login)
 
 
-def _headers(nonce: str) -> dict[str, str]:
-    return {
-        "Content-Security-Policy": f"default-src 'none'; style-src 'nonce-{nonce}'; form-action 'self';"
-        " frame-ancestors 'none'; base-uri 'none'",
-        "X-Frame-Options": "DENY",
-        "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer",
-        "Cache-Control": "no-store, no-cache, must-revalidate, max-age=0, private",
-        "Pragma": "no-cache",
-        "X-Robots-Tag": "noindex, nofollow",
-    }
-
-
 def _answer(locale: str, heading: str, lines: list[str], status: int = 200, **context: Any) -> web.Response:
     nonce = secrets.token_urlsafe(16)
     text = render(locale, nonce, heading, lines, **context)
-    return web.Response(text=text, status=status, content_type="text/html", headers=_headers(nonce))
-
-
-def _client(request: web.Request) -> tuple[str | None, str | None]:
-    """The caller's address and user agent (bounded, control characters removed)."""
-    ip: str | None = None
-    with contextlib.suppress(ValueError):
-        ip = str(ipaddress.ip_address(request.remote or ""))
-    return ip, _clean(request.headers.get("User-Agent"), MAX_USER_AGENT)
-
-
-def _clean(value: str | None, limit: int) -> str | None:
-    """Header or form text fit to store: bounded, valid UTF-8, no control characters; None when empty."""
-    if not value:
-        return None
-    value = value[:limit].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return _CONTROL.sub("", value) or None
+    return web.Response(
+        text=text, status=status, content_type="text/html", headers=page_headers(f"'nonce-{nonce}'")
+    )
 
 
 def csrf_token(key: bytes, token: str, nonce: str) -> str:
@@ -161,20 +133,20 @@ def _state_page(request: web.Request, view: LinkView, *, posted: bool) -> web.Re
     return _answer(locale, t["invalid_heading"], [t["invalid_intro"]], status=404)
 
 
-def _oidc() -> Any:
-    """`worker.tracking.oidc`, imported only when a login is required (the page works without it)."""
-    return importlib.import_module("worker.tracking.oidc")
-
-
 def _login_required(settings: Settings, view: LinkView) -> bool:
-    if not view.require_login and not getattr(settings, "oidc_required", False):
+    if not view.require_login and not settings.oidc_required:
         return False
-    return bool(_oidc().required(settings, view.require_login))
+    # Imported only when a login may be required: the page works without Authlib.
+    from worker.tracking import oidc
+
+    return oidc.required(settings, view.require_login)
 
 
-async def _identity(request: web.Request, view: LinkView) -> Any:
+async def _identity(request: web.Request, view: LinkView) -> oidc.Identity | None:
     """The signer's login when one is required: an identity, or None (not logged in as this signer)."""
-    return await _oidc().current_identity(request, view.signer_email)
+    from worker.tracking import oidc
+
+    return await oidc.current_identity(request, view.signer_email)
 
 
 async def signing_page(request: web.Request) -> web.Response:
@@ -191,7 +163,7 @@ async def signing_page(request: web.Request) -> web.Response:
     heading = t["sign_heading"].format(title=view.title)
     settings = request.app[SETTINGS]
     if _login_required(settings, view) and await _identity(request, view) is None:
-        issuer = getattr(settings, "oidc_issuer", None) or ""
+        issuer = settings.oidc_issuer or ""
         return _answer(locale, heading, [t["login_intro"].format(issuer=issuer)],
                        login=f"{token}/login", **_document(view))  # fmt: skip
     nonce, new = _nonce(request)
@@ -199,7 +171,7 @@ async def signing_page(request: web.Request) -> web.Response:
         # Relative to the page: right under a MAILROOM_BASE_URL with a path prefix too.
         "action": token,
         "csrf": csrf_token(request.app[CSRF_KEY], token, nonce),
-        "referer": _clean(request.headers.get("Referer"), MAX_REFERER) or "",
+        "referer": clean(request.headers.get("Referer"), MAX_REFERER) or "",
     }
     response = _answer(locale, heading, [t["sign_intro"]], form=form,
                        consent=t["consent"].format(title=view.title), **_document(view))  # fmt: skip
@@ -226,9 +198,10 @@ async def login(request: web.Request) -> web.StreamResponse:
     if view.state is not LinkState.VALID:
         return _state_page(request, view, posted=False)
     if not _login_required(request.app[SETTINGS], view):  # nothing to log in for: back to the page
-        raise web.HTTPSeeOther(location=f"/s/{token}", headers=_headers(secrets.token_urlsafe(16)))
-    response: web.StreamResponse = _oidc().login_redirect(request, f"/s/{token}", email=view.signer_email)
-    return response
+        raise web.HTTPSeeOther(location=f"/s/{token}", headers={**NO_CACHE, **COMMON})
+    from worker.tracking import oidc
+
+    return oidc.login_redirect(request, f"/s/{token}", email=view.signer_email)
 
 
 async def _form(request: web.Request) -> dict[str, str] | None:
@@ -281,8 +254,8 @@ async def sign(request: web.Request) -> web.Response:
             return _answer(locale, t["login_heading"], [t["login_refused"]], status=403,
                            login=f"{token}/login")  # fmt: skip
         user_sub = str(identity.user_sub)
-    ip, agent = _client(request)
-    referer = _clean(form.get("referer"), MAX_REFERER) or _clean(request.headers.get("Referer"), MAX_REFERER)
+    ip, agent = client(request)
+    referer = clean(form.get("referer"), MAX_REFERER) or clean(request.headers.get("Referer"), MAX_REFERER)
     proof = Proof(user_sub=user_sub, referer=referer, ip_address=ip, user_agent=agent)
     outcome: SignOutcome = await asyncio.to_thread(request.app[DESK].sign, token, proof)
     return _signed_page(request, outcome)

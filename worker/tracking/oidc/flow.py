@@ -29,7 +29,7 @@ from worker.core.crypto import KeylessBox, SecretBox, secret_box
 from worker.core.rate_limit import RateLimiter
 from worker.tracking.oidc import sessions
 from worker.tracking.oidc.provider import IssuerError, LoginRefused, LoginStart, Provider
-from worker.tracking.server import POOL, _client
+from worker.tracking.pages import POOL, client
 
 log = logging.getLogger("mailroom.tracker.oidc")
 
@@ -283,7 +283,7 @@ async def callback(request: web.Request) -> web.StreamResponse:
         response.del_cookie(login.login_cookie, path="/")
         return response
     cookie = secrets.token_urlsafe(32)
-    ip, agent = _client(request)
+    ip, agent = client(request)
     now = login.now()
     refresh = login.box.encrypt(tokens.refresh_token) if tokens.refresh_token else None
     async with request.app[POOL].connection() as conn:
@@ -321,7 +321,7 @@ async def current_identity(request: web.Request, link_email: str) -> Identity | 
     cookie = request.cookies.get(login.session_cookie, "")
     if not _COOKIE_VALUE.fullmatch(cookie):
         return None
-    ip, agent = _client(request)
+    ip, agent = client(request)
     now = login.now()
     async with request.app[POOL].connection() as conn:
         row = await sessions.find(conn, cookie)
