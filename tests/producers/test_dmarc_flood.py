@@ -131,7 +131,7 @@ async def test_a_dsn_is_answered_within_a_second_while_reports_flood_dmarc(db_ur
         assert set(replies) <= {(250, NEUTRAL), BUSY} and (250, NEUTRAL) in replies
         assert peak < 32 << 20  # the receiver went from 41 MiB to 1.2 GiB
         # Our own domain's reports at the mailed cap, each read whole, and a bounce in the middle of them.
-        ours = [mailed(big_report(5_000, report_id=f"r{i}", distinct=True), f"r{i}") for i in range(6)]
+        ours = [mailed(big_report(5_000, report_id=f"r{i}", distinct=True), f"r{i}") for i in range(3)]
         flood = [asyncio.create_task(send_report(port, raw, DMARC)) for raw in ours]
         async with asyncio.timeout(BOUND):
             await watched.started.wait()

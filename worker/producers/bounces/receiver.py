@@ -12,7 +12,7 @@ idle timeout, few non-mail commands and a bounded number of messages per session
 
 Mail to dmarc@ (DMARC aggregate reports, which anyone can send and which cost more to read than a
 bounce) goes through a lane of its own (`ReportLane`): one report read at a time on a thread of its
-own, a few waiting, and past that 451 (the reporter's MTA tries later). Bounces and complaints go on
+own, a few more waiting, and past that 451 (the reporter's MTA tries later). Bounces and complaints go on
 the default executor, so they never queue behind reports.
 """
 
@@ -128,7 +128,9 @@ class ReportLane:
     held; past that `run` answers None (the receiver says 451). What a report costs is then one
     report's time and memory, whatever the flood, and never a bounce's wait."""
 
-    def __init__(self, waiting: int = 4) -> None:
+    # A mailed report is read in well under a second (worker.producers.dmarc.limits.MAILED_LIMITS), so
+    # sixteen wait seconds, not minutes; their bytes are held by the SMTP sessions in any case.
+    def __init__(self, waiting: int = 16) -> None:
         self.waiting = waiting
         self.held = 0  # reports running or waiting
         self.executor: ThreadPoolExecutor | None = None

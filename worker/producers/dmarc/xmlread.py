@@ -101,6 +101,7 @@ class _Reader:
 
     def __init__(self, limits: Limits, header: Header, record: Record) -> None:
         self.limits = limits
+        self.max_elements, self.max_depth = limits.elements, limits.depth + 1  # the document level counts one
         self.on_header, self.on_record = header, record
         self.parser: Any = None
         self.stack: list[Node] = [DOCUMENT]  # the open elements, as the reader knows them
@@ -110,24 +111,28 @@ class _Reader:
         self.current = RawRecord()  # the record being read
         self.result: dict[str, str] | None = None  # its DKIM or SPF result being read (None: past the cap)
         self.capture: Node | None = None  # the field whose text is being kept
-        self.text: list[str] = []
-        self.kept = 0
+        self.target: dict[str, str] | None = None  # where it goes (None: a result past the cap)
+        self.text = ""
 
     def start(self, name: str, _attributes: Any) -> None:
         self.elements += 1
-        if self.elements > self.limits.elements:
+        if self.elements > self.max_elements:
             raise ReportRefused(f"more than {self.limits.elements} XML elements")
         stack = self.stack
         node = stack[-1].children.get(name, IGNORED)
-        if len(stack) == 1 and node is IGNORED:
+        if node is IGNORED and len(stack) == 1:
             raise ReportRefused(
                 f"not a DMARC aggregate report: the root element is <{name[:40]}>, not <feedback>"
             )
         stack.append(node)
-        if len(stack) > self.limits.depth + 1:
+        if len(stack) > self.max_depth:
             raise ReportRefused(f"XML nested more than {self.limits.depth} deep")
         if node.field:
-            self.capture, self.text, self.kept = node, [], 0
+            where = node.where
+            self.target = (
+                self.current.fields if where == RECORD else self.result if where == RESULT else self.header
+            )
+            self.capture, self.text = node, ""
             self.parser.CharacterDataHandler = self.characters
         elif node.kind:
             self._begin(node.kind)
@@ -150,26 +155,17 @@ class _Reader:
         node = self.stack.pop()
         if node is self.capture:
             self.capture = self.parser.CharacterDataHandler = None
-            self._keep(node, "".join(self.text))
+            if self.target is not None:
+                self.target.setdefault(node.field, self.text[: FIELD_CHARS + 1])
         elif node.kind == "record":
             self.on_record(self.current)
         elif node.kind == "policy" and not self.header_done:
             self.header_done = True
             self.on_header(self.header)
 
-    def _keep(self, node: Node, text: str) -> None:
-        if node.where == RECORD:
-            self.current.fields.setdefault(node.field, text)
-        elif node.where == RESULT:
-            if self.result is not None:
-                self.result.setdefault(node.field, text)
-        else:
-            self.header.setdefault(node.field, text)
-
     def characters(self, data: str) -> None:
-        if self.kept <= FIELD_CHARS:
-            self.text.append(data[: FIELD_CHARS + 1 - self.kept])
-            self.kept += len(data)
+        if len(self.text) <= FIELD_CHARS:  # past it the field is refused as too long: no need to keep more
+            self.text += data
 
 
 def _refuse_declaration(*_args: Any) -> Any:
