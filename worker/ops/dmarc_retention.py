@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
+from worker.ops.chunked_delete import delete_in_chunks
 from worker.ops.maintenance_report import MaintenanceReport, StepReport
 
 # Reports per transaction: each carries its records (up to tens of thousands), so fewer than archiving's rows.
@@ -33,18 +33,11 @@ def purge_dmarc_reports(
     """Delete DMARC reports (and their records) received more than `dmarc_retention_days` ago."""
     step = StepReport("purge_dmarc_reports")
     cutoff = now - timedelta(days=settings.dmarc_retention_days)
-    cur = conn.cursor(row_factory=tuple_row)
-    if report.dry_run:
-        row = cur.execute(COUNT_OLD, (cutoff,)).fetchone()
-        step.rows = int(row[0]) if row is not None else 0
-    else:
-        while True:
-            with conn.transaction():
-                done = cur.execute(DELETE_OLD, (cutoff, DELETE_CHUNK)).rowcount
-            step.rows += done
-            if done < DELETE_CHUNK:
-                break
+    step.rows = delete_in_chunks(
+        conn, count=COUNT_OLD, delete=DELETE_OLD, cutoff=cutoff, chunk=DELETE_CHUNK, dry_run=report.dry_run
+    )
+    if not report.dry_run:
         with conn.transaction():
-            cur.execute(DELETE_OLD_REFUSALS, (cutoff.astimezone(UTC).date(),))
+            conn.execute(DELETE_OLD_REFUSALS, (cutoff.astimezone(UTC).date(),))
     step.details.append(f"DMARC reports received before {cutoff.isoformat()}: {step.rows}")
     return step

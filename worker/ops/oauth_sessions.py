@@ -10,9 +10,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
+from worker.ops.chunked_delete import delete_in_chunks
 from worker.ops.maintenance_report import MaintenanceReport, StepReport
 
 IDLE_DAYS = 37  # the session rule of worker.tracking.oidc.sessions
@@ -31,16 +31,8 @@ def purge_oauth_sessions(
     """Delete login sessions last used `IDLE_DAYS` days or more before `now`."""
     step = StepReport("purge_oauth_sessions")
     cutoff = now - timedelta(days=IDLE_DAYS)
-    cur = conn.cursor(row_factory=tuple_row)
-    if report.dry_run:
-        row = cur.execute(COUNT_IDLE, (cutoff,)).fetchone()
-        step.rows = int(row[0]) if row is not None else 0
-    else:
-        while True:
-            with conn.transaction():
-                done = cur.execute(DELETE_IDLE, (cutoff, DELETE_CHUNK)).rowcount
-            step.rows += done
-            if done < DELETE_CHUNK:
-                break
+    step.rows = delete_in_chunks(
+        conn, count=COUNT_IDLE, delete=DELETE_IDLE, cutoff=cutoff, chunk=DELETE_CHUNK, dry_run=report.dry_run
+    )
     step.details.append(f"login sessions unused since {cutoff.isoformat()}: {step.rows}")
     return step

@@ -15,6 +15,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
+from worker.ops.chunked_delete import delete_in_chunks
 from worker.ops.maintenance_report import MaintenanceReport, StepReport
 
 # Rows deleted per transaction, as archiving does (imported from there it would pull the engine into the console).
@@ -59,18 +60,11 @@ def purge_quarantine(
     """Delete quarantined messages received more than `quarantine_retention_days` ago, and their counts."""
     step = StepReport("purge_quarantine")
     cutoff = now - timedelta(days=settings.quarantine_retention_days)
-    cur = conn.cursor(row_factory=tuple_row)
-    if report.dry_run:
-        row = cur.execute(COUNT_OLD, (cutoff,)).fetchone()
-        step.rows = int(row[0]) if row is not None else 0
-    else:
-        while True:
-            with conn.transaction():
-                done = cur.execute(DELETE_OLD, (cutoff, DELETE_CHUNK)).rowcount
-            step.rows += done
-            if done < DELETE_CHUNK:
-                break
+    step.rows = delete_in_chunks(
+        conn, count=COUNT_OLD, delete=DELETE_OLD, cutoff=cutoff, chunk=DELETE_CHUNK, dry_run=report.dry_run
+    )
+    if not report.dry_run:
         with conn.transaction():
-            cur.execute(DELETE_OLD_COUNTS, (cutoff.astimezone(UTC).date(),))
+            conn.execute(DELETE_OLD_COUNTS, (cutoff.astimezone(UTC).date(),))
     step.details.append(f"quarantined messages received before {cutoff.isoformat()}: {step.rows}")
     return step
