@@ -39,7 +39,7 @@ class ContentRules:
 
 
 def spec_text() -> str:
-    """The specification file as shipped (what revision 0006 installs)."""
+    """The specification file as shipped (what `mailroom.content_rules()` returns from the database)."""
     return resources.files("worker.core").joinpath("content_rules.json").read_text(encoding="utf-8")
 
 

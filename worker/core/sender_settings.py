@@ -1,7 +1,8 @@
 """Checks for the sender account settings that say how its email is authenticated, returned and tagged:
 OAuth2 token endpoints (with the Google and Microsoft presets), bounce domains and relay providers.
 
-The same rules as the database's CHECKs (revision 0007), said in words an operator can act on.
+The same rules as the database's CHECKs on `mailroom.sender_accounts` (`sender_accounts_oauth2_complete`,
+`sender_accounts_bounce_domain_hostname`, ... in schema.sql), said in words an operator can act on.
 """
 
 from __future__ import annotations

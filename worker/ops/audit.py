@@ -12,7 +12,7 @@ import psycopg
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
-# mailroom.audit() (revision 0006) inserts the row; the database role is taken from the session there.
+# mailroom.audit() (schema.sql) inserts the row; the database role is taken from the session there.
 RECORD = "SELECT mailroom.audit(%(action)s, %(actor)s, %(target)s, %(affected)s, %(detail)s)"
 
 # Newest first, through audit_log_at_idx. `--action sender` matches sender.add, sender.suspend, ...

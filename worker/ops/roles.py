@@ -5,7 +5,7 @@ An application's role may call `mailroom.enqueue(...)` and `mailroom.app_audit(.
 the login role). A read-only role (the console's `--read-only`, dashboards) may read every table of the
 schema except the secret columns (`mailroom.is_secret_column`: credentials, tokens, bodies, template
 data, headers, link URLs), and change nothing; granting again takes away what has become secret. The grants themselves are SQL
-functions of revision 0006, so any tool can apply them; each grant leaves an audit row.
+functions (`mailroom.grant_app_role`, `mailroom.grant_read_only_role` in schema.sql), so any tool can apply them; each grant leaves an audit row.
 """
 
 from __future__ import annotations

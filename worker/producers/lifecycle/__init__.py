@@ -1,6 +1,7 @@
 """User lifecycle (reference 01): accounts, activation and password-recovery tokens, and the mailer job.
 
-Status transitions and their timestamps are enforced by triggers (revision 0001); creating a provisioned
+Status transitions and their timestamps are enforced by triggers (`accounts_before_status_change`,
+`tokens_before_insert` and `tokens_before_update` in schema.sql); creating a provisioned
 account creates its activation token in the same transaction. The mailer job turns each new token into one
 email inside the transaction that records it as mailed, under the lock of its cursor row, so any number of
 workers may run it and no token is mailed twice or skipped.
