@@ -7,15 +7,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 import pytest
+from textual.widgets import DataTable
 
+from console.app import MailroomConsole
+from console.wiring import ProducerActions
 from tests.cli import run
+from tests.console.helpers import WAIT, open_screen
 from tests.producers.bounces.corpus import BOUNCE_DOMAIN, FIXTURE_KEY
 from tests.producers.bounces.receivers import Clock, send_report
-from tests.producers.dmarc_helpers import GOOGLE_EMAIL, SPOOFER, add_sender, big_report, count, load, mailed
+from tests.producers.dmarc_helpers import (
+    FIXTURES,
+    GOOGLE_EMAIL,
+    GOOGLE_ZIP,
+    SPOOFER,
+    add_sender,
+    big_report,
+    count,
+    load,
+    mailed,
+)
 from worker.core.config import Settings
 from worker.ops.health import check_health
 from worker.producers.bounces.receiver import (
@@ -144,3 +159,25 @@ async def test_a_genuine_report_whose_id_a_forger_took_first_disputes_it_and_the
     assert warnings(db_url)["dmarc_disputed"].startswith(
         "1 DMARC reports today came with the organisation and id of a stored report but other content"
     )
+
+
+async def test_the_console_says_the_reports_are_claims_and_marks_the_source_of_a_disputed_one(
+    db_url: str, cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    add_sender(db_url)
+    forged = tmp_path / "forged.xml"
+    forged.write_bytes(big_report(1, org="google.com", report_id=GOOGLE_ID, messages=TRILLION))
+    assert run(capsys, "dmarc", "ingest", str(forged))[0] == 0
+    code, _, err = run(capsys, "dmarc", "ingest", str(FIXTURES / GOOGLE_ZIP))  # the genuine one, later
+    assert code == 1 and "was stored before with other content" in err
+    app = MailroomConsole(
+        db_url, Settings.from_env(), ProducerActions(), clock=lambda: datetime(2026, 1, 20, tzinfo=UTC)
+    )
+    async with app.run_test(size=(160, 40)) as pilot:
+        await open_screen(app, pilot, "d")
+        table = app.screen.query_one("#dmarc", DataTable)
+        assert await app.wait_until_shown(lambda: table.row_count == 1, WAIT)
+        title = str(table.border_title)
+        cells = [str(cell) for cell in table.get_row_at(0)]
+    assert title.startswith("DMARC reports (unauthenticated claims), last 30 days: 1 sources, 1 failing")
+    assert cells[1] == SPOOFER and cells[7] == "FAILING DISPUTED"
