@@ -154,14 +154,13 @@ def _pytest(extra: list[str]) -> None:
     Test paths among the arguments (`tasks.py test tests/worker/test_cli.py -x`) run just those, in one go.
     """
     numprocesses = ("-n", "--numprocesses")
-    # One process per core, up to four, each with its own embedded PostgreSQL (tests/fixtures_db.py);
-    # any -n/--numprocesses given (`-n 0`: one process) overrides it.
+    # One process per core, up to four, each with its own embedded PostgreSQL, or its own template and
+    # databases on the server of MAILROOM_TEST_DATABASE_URL (tests/fixtures_db.py); any -n/--numprocesses
+    # given (`-n 0`: one process) overrides it.
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     processes = min(4, cores)
-    # A server of your own (MAILROOM_TEST_DATABASE_URL) is shared: its roles and template are one set.
-    shared = bool(os.environ.get("MAILROOM_TEST_DATABASE_URL"))
     parallel = extra
-    if processes > 1 and not shared and not any(a.startswith(numprocesses) for a in extra):
+    if processes > 1 and not any(a.startswith(numprocesses) for a in extra):
         # worksteal: a process that runs out of tests takes some of the other's, so the long end-to-end
         # tests do not leave one core idle at the end (the integration tier: 266 s against 331 s).
         parallel = ["-n", str(processes), "--dist", "worksteal", *extra]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import queue
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -30,7 +31,9 @@ from worker.core.config import Settings
 from worker.core.crypto import generate_key
 from worker.core.embedded import EmbeddedPostgres
 
-TEMPLATE = "mailroom_test_template"
+# Test processes (pytest-xdist's gw0, gw1, ...) may share one server (MAILROOM_TEST_DATABASE_URL): each
+# migrates a template of its own, and every database it clones carries its pid.
+TEMPLATE = f"mailroom_test_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 _counter = itertools.count()
 
 
@@ -56,6 +59,59 @@ def pg_admin_url() -> Iterator[str]:
     yield admin
     server.close()
     shutil.rmtree(home, ignore_errors=True)
+
+
+# Roles belong to the whole server, not to a test's database: on a server the test processes share, two
+# tests making `mr_test_app` at once would take it from each other. A lock in the server's admin database
+# lets one test at a time hold roles there; each process's embedded server needs none.
+_ROLES_LOCK = 0x6D61696C726F6F6D  # "mailroom"
+
+
+@pytest.fixture
+def role_lock() -> Iterator[None]:
+    """For a test (or fixture) that makes database roles: on a shared server, one such test at a time."""
+    external = os.environ.get("MAILROOM_TEST_DATABASE_URL")
+    if not external:
+        yield
+        return
+    with psycopg.connect(external, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (_ROLES_LOCK,))
+        yield
+
+
+# What the roles the tests make log in with. A server of your own checks passwords (SCRAM over TCP, as a
+# deployment's does); the embedded one trusts its Unix socket and never asks.
+_ROLE_PASSWORD = secrets.token_urlsafe(16)
+
+
+def role_url(db_url: str, role: str) -> str:
+    """The DSN `role` logs in to this test's database with: its password set now, by the test's own user."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role), sql.Literal(_ROLE_PASSWORD))
+        )
+    return make_conninfo(db_url, user=role, password=_ROLE_PASSWORD)
+
+
+def adopt_role(conn: psycopg.Connection[Any], role: str) -> None:
+    """Make the connection's user a member of `role`, as SET ROLE and DROP OWNED BY it need.
+
+    The embedded server's user is a superuser and needs nothing; a deployment's owner (CREATEDB and
+    CREATEROLE, not SUPERUSER) creates roles without being one of them."""
+    member = conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()
+    if member is not None and not member[0]:
+        conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(role)))
+
+
+def drop_roles(db_url: str, *roles: str) -> None:
+    """Drop the roles a test made (those that exist), with what they own and the privileges granted to them."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for role in roles:
+            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+                continue
+            adopt_role(conn, role)
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 @pytest.fixture(scope="session")

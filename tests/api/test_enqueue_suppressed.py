@@ -14,11 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import errors
-from psycopg.conninfo import make_conninfo
 
 import mailroom
 from mailroom import EmailRequest
 from tests.cli import run
+from tests.fixtures_db import drop_roles, role_url
 from tests.ops.suppression_helpers import list_bounce, listed
 from worker.core.config import Settings
 from worker.ops import roles
@@ -181,21 +181,18 @@ def test_bulk_enqueue_lines_say_which_emails_were_suppressed(
 
 
 def _as(db_url: str, role: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(make_conninfo(db_url, user=role))
+    return psycopg.connect(role_url(db_url, role))
 
 
 @pytest.fixture
-def tenants(db_url: str) -> Iterator[tuple[str, str, str]]:
+def tenants(db_url: str, role_lock: None) -> Iterator[tuple[str, str, str]]:
     names = ("mr_sup_shop", "mr_sup_blog", "mr_sup_reader")
     with psycopg.connect(db_url) as conn:
         roles.grant(conn, "app", names[0], create=True, actor="tester")
         roles.grant(conn, "app", names[1], create=True, actor="tester")
         roles.grant(conn, "read-only", names[2], create=True, actor="tester")
     yield names
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        for name in names:
-            conn.execute(f"DROP OWNED BY {name}")  # the test's own role names
-            conn.execute(f"DROP ROLE {name}")
+    drop_roles(db_url, *names)
 
 
 def test_a_tenant_cannot_read_add_or_lift_suppressions(db_url: str, tenants: tuple[str, str, str]) -> None:
@@ -299,6 +296,7 @@ def test_an_application_is_told_its_email_will_not_be_sent_never_why(
     assert code == 0 and all(kind in out for kind in LISTED.values()), out
 
 
+@pytest.mark.usefixtures("role_lock")
 def test_a_role_writing_the_queue_through_the_python_api_learns_no_kind(
     db_url: str, settings: Settings
 ) -> None:
@@ -331,9 +329,7 @@ def test_a_role_writing_the_queue_through_the_python_api_learns_no_kind(
                 "suppressed by an operator (manual)"
             )
     finally:
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            conn.execute("DROP OWNED BY mr_sup_writer")
-            conn.execute("DROP ROLE mr_sup_writer")
+        drop_roles(db_url, "mr_sup_writer")
 
 
 def _bulk_as_writer(db_url: str, settings: Settings) -> list[dict[str, Any]]:
@@ -343,7 +339,7 @@ def _bulk_as_writer(db_url: str, settings: Settings) -> list[dict[str, Any]]:
     results: list[str] = []
     lines = [(n, json.dumps({"to": a, "subject": "s", "text": "t"})) for n, a in enumerate(LISTED, 1)]
     bulk.enqueue_lines(
-        make_conninfo(db_url, user="mr_sup_writer"),
+        role_url(db_url, "mr_sup_writer"),
         lines,
         settings,
         lambda done: results.extend(text for _, text in done),

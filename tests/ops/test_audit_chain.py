@@ -401,23 +401,23 @@ def test_maintenance_prunes_audit_rows_past_their_retention_and_verify_still_pas
     )
 
 
+@pytest.mark.usefixtures("role_lock")
 def test_application_and_read_only_roles_are_chained_and_can_neither_change_nor_prune_the_trail(
     cli_env: dict[str, str], db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from psycopg.conninfo import make_conninfo
-
+    from tests.fixtures_db import drop_roles, role_url
     from worker.ops import roles
 
     with psycopg.connect(db_url) as c:
         roles.grant(c, "app", "mr_test_chain_app", create=True, actor="tester")
         roles.grant(c, "read-only", "mr_test_chain_reader", create=True, actor="tester")
     try:
-        with psycopg.connect(make_conninfo(db_url, user="mr_test_chain_app"), autocommit=True) as app:
+        with psycopg.connect(role_url(db_url, "mr_test_chain_app"), autocommit=True) as app:
             app.execute(
                 "SELECT mailroom.app_audit('app.refund', 'billing', 'order 42', 1, '{\"amount\": 10}')"
             )
         for role in ("mr_test_chain_app", "mr_test_chain_reader"):
-            with psycopg.connect(make_conninfo(db_url, user=role)) as c:
+            with psycopg.connect(role_url(db_url, role)) as c:
                 for statement in (
                     "UPDATE mailroom.audit_log SET actor = 'mallory'",
                     "DELETE FROM mailroom.audit_log",
@@ -430,7 +430,7 @@ def test_application_and_read_only_roles_are_chained_and_can_neither_change_nor_
                     with pytest.raises(psycopg.errors.InsufficientPrivilege):
                         c.execute(statement)
                     c.rollback()
-        with psycopg.connect(make_conninfo(db_url, user="mr_test_chain_reader")) as reader:
+        with psycopg.connect(role_url(db_url, "mr_test_chain_reader")) as reader:
             report = audit_chain.verify_chain(reader)
             assert report.ok and report.checked == 2 and report.pending == 1  # the application's row waits
             with psycopg.connect(db_url, autocommit=True) as c:
@@ -441,7 +441,4 @@ def test_application_and_read_only_roles_are_chained_and_can_neither_change_nor_
         code, out, _ = verify(capsys)
         assert code == 0, out
     finally:
-        with psycopg.connect(db_url, autocommit=True) as c:
-            for role in ("mr_test_chain_app", "mr_test_chain_reader"):
-                c.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-                c.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+        drop_roles(db_url, "mr_test_chain_app", "mr_test_chain_reader")

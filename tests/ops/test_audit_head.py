@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from tests.cli import run
+from tests.fixtures_db import drop_roles, role_url
 from tests.worker.helpers import add_sender
 from worker.ops import audit_chain
 
@@ -27,17 +28,11 @@ HOLDER = "mr_head_night\x1b[2Jshift"
 LATE = "mr_head_late"  # a role granted while an application keeps its audit row open
 
 
+pytestmark = pytest.mark.usefixtures("role_lock")
+
+
 def _as(db_url: str, role: str, *, autocommit: bool = False, **more: Any) -> psycopg.Connection[Any]:
-    return psycopg.connect(make_conninfo(db_url, user=role, **more), autocommit=autocommit)
-
-
-def _drop(db_url: str, *names: str) -> None:
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        for name in names:
-            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone() is None:
-                continue
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    return psycopg.connect(make_conninfo(role_url(db_url, role), **more), autocommit=autocommit)
 
 
 def verify(capsys: pytest.CaptureFixture[str]) -> tuple[int, str, dict[str, Any]]:
@@ -57,7 +52,7 @@ def apps(
         code, _, err = run(capsys, "db", "grant", "app", name, "--create")
         assert code == 0, err
     yield names
-    _drop(db_url, *names, LATE)
+    drop_roles(db_url, *names, LATE)
 
 
 @pytest.fixture
@@ -70,7 +65,7 @@ def holder(db_url: str) -> Iterator[str]:
             sql.SQL("GRANT SELECT, INSERT ON mailroom.audit_log TO {}").format(sql.Identifier(HOLDER))
         )
     yield HOLDER
-    _drop(db_url, HOLDER)
+    drop_roles(db_url, HOLDER)
 
 
 @pytest.mark.parametrize("ending", ["commit", "rollback"])

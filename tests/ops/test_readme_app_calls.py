@@ -12,9 +12,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
+from tests.fixtures_db import drop_roles, role_url
 from worker.ops import roles
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,15 +65,13 @@ def _fenced(section: str, language: str) -> str:
 
 
 @pytest.fixture
-def app(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+def app(db_url: str, role_lock: None) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection as a role with exactly the application's grant."""
     with psycopg.connect(db_url) as conn:
         roles.grant(conn, "app", "mr_readme_app", create=True, actor="tester")
-    with psycopg.connect(make_conninfo(db_url, user="mr_readme_app"), autocommit=True) as conn:
+    with psycopg.connect(role_url(db_url, "mr_readme_app"), autocommit=True) as conn:
         yield conn
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier("mr_readme_app")))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier("mr_readme_app")))
+    drop_roles(db_url, "mr_readme_app")
 
 
 def test_the_parser_finds_the_calls_the_docs_show_to_applications() -> None:

@@ -8,21 +8,17 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import errors, sql
-from psycopg.conninfo import make_conninfo
 
+from tests.fixtures_db import drop_roles, role_url
 from worker.cli.main import main
 from worker.core.config import Settings
 from worker.ops import roles
 
+pytestmark = pytest.mark.usefixtures("role_lock")
+
 
 def _as(db_url: str, role: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(make_conninfo(db_url, user=role))
-
-
-def _drop_role(db_url: str, role: str) -> None:
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(f"DROP OWNED BY {role}")  # the test's own role name
-        conn.execute(f"DROP ROLE {role}")
+    return psycopg.connect(role_url(db_url, role))
 
 
 @pytest.fixture
@@ -30,7 +26,7 @@ def app_role(db_url: str) -> Any:
     with psycopg.connect(db_url) as conn:
         assert roles.grant(conn, "app", "mr_test_app", create=True, actor="tester")
     yield "mr_test_app"
-    _drop_role(db_url, "mr_test_app")
+    drop_roles(db_url, "mr_test_app")
 
 
 @pytest.fixture
@@ -38,7 +34,7 @@ def reader_role(db_url: str) -> Any:
     with psycopg.connect(db_url) as conn:
         roles.grant(conn, "read-only", "mr_test_reader", create=True, actor="tester")
     yield "mr_test_reader"
-    _drop_role(db_url, "mr_test_reader")
+    drop_roles(db_url, "mr_test_reader")
 
 
 def test_the_app_role_enqueues_and_reads_only_its_own_emails_status(db_url: str, app_role: str) -> None:
@@ -119,7 +115,7 @@ def test_db_grant_through_the_cli_creates_the_role_and_audits_it(
             ).fetchall()
         assert audit == [("role.grant", "mr_cli_app", "true"), ("role.grant", "mr_cli_app", "false")]
     finally:
-        _drop_role(db_url, "mr_cli_app")
+        drop_roles(db_url, "mr_cli_app")
 
 
 def test_db_grant_refuses_a_missing_role_without_create_and_a_bad_name(
@@ -140,9 +136,7 @@ async def test_the_console_reads_every_screen_under_the_read_only_role(
     from tests.console.seed import seed
 
     seed(db_url)
-    app = MailroomConsole(
-        make_conninfo(db_url, user=reader_role), settings, ProducerActions(), read_only=True
-    )
+    app = MailroomConsole(role_url(db_url, reader_role), settings, ProducerActions(), read_only=True)
     async with app.run_test(size=(120, 40)) as pilot:
         live = await app.wait_until_shown(lambda: app.live_state == "live" and app.refreshes > 0, 10)
         assert live, (app.live_state, app.refreshes, app.notices)
@@ -178,7 +172,7 @@ def test_a_read_only_role_granted_before_an_upgrade_reads_the_new_columns_but_no
                     )
                 conn.rollback()
     finally:
-        _drop_role(db_url, "mr_test_old_reader")
+        drop_roles(db_url, "mr_test_old_reader")
 
 
 def test_a_role_writing_the_queue_before_the_upgrade_still_enqueues_through_the_python_api(
@@ -205,4 +199,4 @@ def test_a_role_writing_the_queue_before_the_upgrade_still_enqueues_through_the_
             conn.commit()
         assert email_id > 0 and not email_id.suppressed
     finally:
-        _drop_role(db_url, "mr_test_old_writer")
+        drop_roles(db_url, "mr_test_old_writer")

@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import errors, sql
-from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
+from tests.fixtures_db import drop_roles, role_url
 from worker.cli.main import main
 from worker.core.bulk import enqueue_lines
 from worker.core.config import Settings
@@ -27,8 +27,11 @@ _ENQUEUE = (
 )
 
 
+pytestmark = pytest.mark.usefixtures("role_lock")
+
+
 def _as(db_url: str, role: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(make_conninfo(db_url, user=role))
+    return psycopg.connect(role_url(db_url, role))
 
 
 @pytest.fixture
@@ -55,10 +58,7 @@ def make_role(db_url: str) -> Iterator[Callable[[str, str], str]]:
         return role
 
     yield make
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        for role in made:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    drop_roles(db_url, *made)
 
 
 def _enqueue_as(db_url: str, role: str, to: str, key: str) -> int:
@@ -133,11 +133,11 @@ def test_the_python_api_and_bulk_copy_scope_keys_to_the_role_they_connect_as(
         {"to": "bob@example.com", "subject": "Order 43", "text": "thanks", "idempotency_key": "order-43"}
     )
     results: list[tuple[int, str]] = []
-    enqueue_lines(make_conninfo(db_url, user=b), [(1, line), (2, fresh)], settings, results.extend)
+    enqueue_lines(role_url(db_url, b), [(1, line), (2, fresh)], settings, results.extend)
     ids = [json.loads(text)["id"] for _, text in results]
     assert ids[0] == theirs and ids[1] not in (first, theirs)
     results.clear()
-    enqueue_lines(make_conninfo(db_url, user=a), [(1, line), (2, fresh)], settings, results.extend)
+    enqueue_lines(role_url(db_url, a), [(1, line), (2, fresh)], settings, results.extend)
     again = [json.loads(text)["id"] for _, text in results]
     assert again[0] == first and again[1] not in ids
 
@@ -257,7 +257,7 @@ def test_stats_and_health_run_under_the_read_only_role(
 ) -> None:
     _seed_secrets(db_url, settings)
     reader = make_role("read-only", "mr_reader")
-    monkeypatch.setenv("MAILROOM_DATABASE_URL", make_conninfo(db_url, user=reader))
+    monkeypatch.setenv("MAILROOM_DATABASE_URL", role_url(db_url, reader))
     assert main(["stats"]) == 0
     assert main(["health"]) in (0, 1)  # 1: unhealthy (no sender here), not an error
     out = capsys.readouterr()
@@ -299,10 +299,7 @@ def test_a_read_only_role_granted_before_0008_loses_bodies_and_an_app_role_gains
             ]
             conn.execute("SELECT mailroom.app_audit('app.refund', 'billing', 'order 42', 1, '{}')")
     finally:
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            for role in ("mr_old_reader", "mr_old_app"):
-                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+        drop_roles(db_url, "mr_old_reader", "mr_old_app")
 
 
 # --- Reserved headers, and the application's own audit rows ----------------------------------------

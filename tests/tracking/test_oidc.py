@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from psycopg import errors, sql
-from psycopg.conninfo import make_conninfo
 
+from tests.fixtures_db import drop_roles, role_url
 from tests.tracking.oidc_server import CLIENT_ID, CLIENT_SECRET, Issuer, running_issuer
 from worker.core.config import Settings
 from worker.core.crypto import secret_box
@@ -353,14 +353,12 @@ def test_the_network_rule_is_a_24_for_ipv4_and_a_48_for_ipv6() -> None:
 
 
 @pytest.fixture
-def reader(db_url: str) -> Iterator[Callable[[], psycopg.Connection[Any]]]:
+def reader(db_url: str, role_lock: None) -> Iterator[Callable[[], psycopg.Connection[Any]]]:
     role = "mr_oidc_reader"
     with psycopg.connect(db_url, autocommit=True) as conn:
         roles.grant(conn, "read-only", role, create=True, actor="tester")
-    yield lambda: psycopg.connect(make_conninfo(db_url, user=role))
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    yield lambda: psycopg.connect(role_url(db_url, role))
+    drop_roles(db_url, role)
 
 
 async def test_refresh_rotates_the_refresh_token_stored_encrypted_and_hidden_from_readers(

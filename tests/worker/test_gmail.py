@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from tests.fixtures_db import adopt_role
 from tests.fixtures_smtp import SinkFactory
 from tests.worker.gmail_helpers import (
     KEY_ID,
@@ -343,6 +344,7 @@ def test_the_key_is_encrypted_at_rest_and_hidden_from_read_only_roles(
     role = f"gmail_reader_{secrets.token_hex(4)}"
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {role} NOLOGIN")
+        adopt_role(conn, role)  # SET ROLE needs membership, which a non-superuser owner lacks
         try:
             conn.execute("SELECT mailroom.grant_read_only_role(%s)", (role,))
             conn.execute(f"SET ROLE {role}")

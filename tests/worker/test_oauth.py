@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.fixtures_db import adopt_role
 from tests.fixtures_smtp import SinkFactory
 from tests.worker.helpers import enqueue_many, run_until_drained, statuses
 from tests.worker.oauth_helpers import (
@@ -294,6 +295,7 @@ async def test_a_rotation_never_overwrites_a_refresh_token_an_operator_stored_me
 # --- secrets at rest -----------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("role_lock")
 def test_oauth_secrets_are_encrypted_at_rest_and_hidden_from_read_only_roles(
     db_url: str, settings: Settings
 ) -> None:
@@ -307,6 +309,7 @@ def test_oauth_secrets_are_encrypted_at_rest_and_hidden_from_read_only_roles(
         assert SecretBox(settings.secret_key or "").decrypt(row[column]) == secret
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("CREATE ROLE oauth_reader NOLOGIN")
+        adopt_role(conn, "oauth_reader")  # SET ROLE needs membership, which a non-superuser owner lacks
         conn.execute("SELECT mailroom.grant_read_only_role('oauth_reader')")
         conn.execute("SET ROLE oauth_reader")
         assert conn.execute("SELECT auth_type, oauth_client_id FROM mailroom.sender_accounts").fetchone() == (
