@@ -12,6 +12,12 @@ connection = config.attributes.get("connection")
 if connection is None:
     raise RuntimeError("run migrations through `mailroom db upgrade`, which supplies the connection")
 
+# The oldest PostgreSQL Mailroom runs on (docs/install.md): revision 0001's NULLS NOT DISTINCT needs 15.
+OLDEST = 15
+if connection.dialect.server_version_info[0] < OLDEST:
+    found = ".".join(map(str, connection.dialect.server_version_info))
+    raise RuntimeError(f"Mailroom needs PostgreSQL {OLDEST} or newer; this server is PostgreSQL {found}")
+
 connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"'))
 context.configure(
     connection=connection,

@@ -129,3 +129,15 @@ def test_the_head_read_without_alembic_is_alembics_head() -> None:
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
     assert db.head_revision() == ScriptDirectory.from_config(config).get_current_head() == "0011"
+
+
+def test_a_server_older_than_15_is_refused_before_anything_is_created(
+    empty_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.dialects.postgresql.base import PGDialect
+
+    monkeypatch.setattr(PGDialect, "_get_server_version_info", lambda self, connection: (14, 11))
+    with pytest.raises(RuntimeError, match=r"needs PostgreSQL 15 or newer; this server is PostgreSQL 14\.11"):
+        db.upgrade(empty_db_url)
+    with psycopg.connect(empty_db_url) as conn:
+        assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'mailroom'").fetchone() is None
