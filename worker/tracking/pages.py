@@ -9,6 +9,7 @@ routes without an import circle (import-linter holds it: pyproject.toml).
 from __future__ import annotations
 
 import contextlib
+import html
 import ipaddress
 import re
 
@@ -63,3 +64,18 @@ def client(request: web.Request) -> tuple[str | None, str | None]:
     with contextlib.suppress(ValueError):
         ip = str(ipaddress.ip_address(request.remote or ""))
     return ip, clean(request.headers.get("User-Agent"), MAX_USER_AGENT)
+
+
+def page(title: str, body: str, status: int = 200) -> web.Response:
+    """A small HTML page (the tracker's and the login's): the title escaped, `body` already HTML, no script,
+    its own inline style only, never framed or cached."""
+    text = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title></head>"
+        '<body style="font-family:sans-serif;max-width:36em;margin:3em auto;padding:0 1em">'
+        f"<h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
+    return web.Response(
+        text=text, status=status, content_type="text/html", headers=page_headers("'unsafe-inline'")
+    )

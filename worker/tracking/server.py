@@ -31,7 +31,7 @@ from worker.core.return_path import optional_bounce_key
 from worker.core.signing_desk import SigningDesk
 from worker.core.webhook_events import EventSink
 from worker.tracking.listener import listen, request_deadline
-from worker.tracking.pages import COMMON, NO_CACHE, POOL, client, page_headers
+from worker.tracking.pages import COMMON, NO_CACHE, POOL, client, page
 from worker.tracking.unsubscribe import find_target, is_unsubscribed
 from worker.tracking.unsubscribe import unsubscribe as unsubscribe_target
 
@@ -161,19 +161,6 @@ def _token(request: web.Request) -> uuid.UUID | None:
         return None
 
 
-def _page(title: str, body: str, status: int = 200) -> web.Response:
-    text = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title></head>"
-        '<body style="font-family:sans-serif;max-width:36em;margin:3em auto;padding:0 1em">'
-        f"<h1>{html.escape(title)}</h1>{body}</body></html>"
-    )
-    return web.Response(
-        text=text, status=status, content_type="text/html", headers=page_headers("'unsafe-inline'")
-    )
-
-
 async def open_pixel(request: web.Request) -> web.Response:
     """GET /o/{token}.gif: record an open (GET only, known token, tracked email) and answer the pixel."""
     token = _token(request)
@@ -199,7 +186,7 @@ async def click(request: web.Request) -> web.Response:
             log.warning("link %s has a destination no redirect can carry", token)
         else:
             raise redirect
-    return _page("Link not found", "<p>This link is not valid or has expired.</p>", status=404)
+    return page("Link not found", "<p>This link is not valid or has expired.</p>", status=404)
 
 
 async def unsubscribe_page(request: web.Request) -> web.Response:
@@ -208,10 +195,10 @@ async def unsubscribe_page(request: web.Request) -> web.Response:
         target = await find_target(conn, request.match_info["token"], request.app[KEY])
         done = target is not None and await is_unsubscribed(conn, target)
     if target is None:
-        return _page("Link not found", "<p>This unsubscribe link is not valid.</p>", status=404)
+        return page("Link not found", "<p>This unsubscribe link is not valid.</p>", status=404)
     who = html.escape(mask_address(target.address))
     if done:
-        return _page("Unsubscribed", f"<p>{who} is unsubscribed and gets no more of these emails.</p>")
+        return page("Unsubscribed", f"<p>{who} is unsubscribed and gets no more of these emails.</p>")
     action = html.escape(request.path, quote=True)
     name, _, value = ONE_CLICK.partition("=")
     form = (
@@ -220,7 +207,7 @@ async def unsubscribe_page(request: web.Request) -> web.Response:
         '<input type="hidden" name="confirm" value="page">'
         '<button type="submit">Unsubscribe</button></form>'
     )
-    return _page("Unsubscribe", f"<p>Stop sending these emails to {who}?</p>{form}")
+    return page("Unsubscribe", f"<p>Stop sending these emails to {who}?</p>{form}")
 
 
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -268,9 +255,9 @@ async def unsubscribe(request: web.Request) -> web.Response:
                 user_agent=agent,
             )
     if target is None:
-        return _page("Link not found", "<p>This unsubscribe link is not valid.</p>", status=404)
+        return page("Link not found", "<p>This unsubscribe link is not valid.</p>", status=404)
     log.info("unsubscribed via %s", "page" if from_page else "one-click")
-    return _page("Unsubscribed", "<p>You will get no more of these emails.</p>")
+    return page("Unsubscribed", "<p>You will get no more of these emails.</p>")
 
 
 async def health(request: web.Request) -> web.Response:

@@ -149,8 +149,9 @@ async def _identity(request: web.Request, view: LinkView) -> oidc.Identity | Non
     return await oidc.current_identity(request, view.signer_email)
 
 
-async def signing_page(request: web.Request) -> web.Response:
-    """GET /s/{token}: the document, the signer and the consent form (or why it cannot sign); changes nothing."""
+async def _open_link(request: web.Request) -> tuple[str, LinkView] | web.Response:
+    """A GET's link and its view when the client is within its budget and the link is valid, else the page to
+    answer (429, or why the link cannot sign)."""
     busy = _busy(request)
     if busy is not None:
         return busy
@@ -158,6 +159,15 @@ async def signing_page(request: web.Request) -> web.Response:
     view = await asyncio.to_thread(request.app[DESK].view, token)
     if view.state is not LinkState.VALID:
         return _state_page(request, view, posted=False)
+    return token, view
+
+
+async def signing_page(request: web.Request) -> web.Response:
+    """GET /s/{token}: the document, the signer and the consent form (or why it cannot sign); changes nothing."""
+    opened = await _open_link(request)
+    if isinstance(opened, web.Response):
+        return opened
+    token, view = opened
     locale = _locale(request, view)
     t = words(locale)
     heading = t["sign_heading"].format(title=view.title)
@@ -190,13 +200,10 @@ async def signing_page(request: web.Request) -> web.Response:
 
 async def login(request: web.Request) -> web.StreamResponse:
     """GET /s/{token}/login: off to the issuer, back to this link's page (never anywhere else)."""
-    busy = _busy(request)
-    if busy is not None:
-        return busy
-    token = _token(request)
-    view = await asyncio.to_thread(request.app[DESK].view, token)
-    if view.state is not LinkState.VALID:
-        return _state_page(request, view, posted=False)
+    opened = await _open_link(request)
+    if isinstance(opened, web.Response):
+        return opened
+    token, view = opened
     if not _login_required(request.app[SETTINGS], view):  # nothing to log in for: back to the page
         raise web.HTTPSeeOther(location=f"/s/{token}", headers={**NO_CACHE, **COMMON})
     from worker.tracking import oidc

@@ -29,7 +29,7 @@ from worker.core.crypto import KeylessBox, SecretBox, secret_box
 from worker.core.rate_limit import RateLimiter
 from worker.tracking.oidc import sessions
 from worker.tracking.oidc.provider import IssuerError, LoginRefused, LoginStart, Provider
-from worker.tracking.pages import POOL, client
+from worker.tracking.pages import POOL, client, page, page_headers
 
 log = logging.getLogger("mailroom.tracker.oidc")
 
@@ -38,15 +38,8 @@ ISSUER_TIMEOUT_SECONDS = 10.0
 MAX_RETURN_PATH = 2000
 _SAFE_PATH = re.compile(r"/s/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*(\?[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*)?")
 _COOKIE_VALUE = re.compile(r"[A-Za-z0-9_-]{43}")
-_HEADERS = {
-    "Cache-Control": "no-store",
-    "Referrer-Policy": "no-referrer",
-    "X-Robots-Tag": "noindex, nofollow",
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self';"
-    " frame-ancestors 'none'; base-uri 'none'",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-}
+# The login's redirects: never cached, no Referer, never framed (its pages: worker.tracking.pages.page).
+_HEADERS = page_headers("'unsafe-inline'")
 
 
 @dataclass(frozen=True)
@@ -121,18 +114,6 @@ def safe_return_path(value: object) -> str | None:
     if parts.scheme or parts.netloc or not parts.path.startswith("/s/"):
         return None
     return value
-
-
-def page(title: str, body: str, status: int = 200) -> web.Response:
-    """A small page of the login flow, with the signing page's headers (no script, never framed)."""
-    text = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title></head>"
-        '<body style="font-family:sans-serif;max-width:36em;margin:3em auto;padding:0 1em">'
-        f"<h1>{html.escape(title)}</h1>{body}</body></html>"
-    )
-    return web.Response(text=text, status=status, content_type="text/html", headers=_HEADERS)
 
 
 def _not_configured() -> web.Response:
