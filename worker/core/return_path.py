@@ -68,7 +68,8 @@ def b32_prefix(digest: bytes, chars: int) -> str:
     return base64.b32encode(digest[: (chars * 5 + 7) // 8]).decode("ascii").lower()[:chars]
 
 
-def _base36(n: int) -> str:
+def base36(n: int) -> str:
+    """`n` (not negative) in lower-case base 36: short numbers in tokens that travel in addresses and links."""
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
     out = ""
     while True:
@@ -94,7 +95,7 @@ def return_path(email_id: int, recipient: str, bounce_domain: str, local_prefix:
     prefix = local_prefix.lower()
     if not _PREFIX.fullmatch(prefix):
         raise ValueError(f"return-path prefix {local_prefix!r} must be letters, digits, '.', '_' or '-'")
-    body = f"{_base36(email_id)}-{recipient_hash(recipient, key)}"
+    body = f"{base36(email_id)}-{recipient_hash(recipient, key)}"
     local = f"{prefix}+{body}-{_mac(body, key)}"
     if len(local) > MAX_LOCAL_PART:
         raise ValueError(f"return path local part {local!r} is longer than {MAX_LOCAL_PART} characters")

@@ -24,7 +24,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.config import ConfigError, Settings
-from worker.core.return_path import b32_prefix, bounce_key, keyed_digest, optional_bounce_key
+from worker.core.return_path import b32_prefix, base36, bounce_key, keyed_digest, optional_bounce_key
 from worker.core.signing_desk import INVALID_LINK, LinkState, LinkView, SignatureReceipt
 
 PATH_PREFIX = "/s/"
@@ -56,16 +56,6 @@ def checksum_tag(checksum: str | None) -> str:
     return b32_prefix(hashlib.sha256((checksum or "").encode("ascii")).digest(), _TAG_CHARS)
 
 
-def _base36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        n, r = divmod(n, 36)
-        out = digits[r] + out
-        if n == 0:
-            return out
-
-
 def _mac(key: bytes, signer_id: str, expires: str, tag: str, doc_id: str, email: str) -> str:
     body = "\0".join(("signing-link", signer_id, expires, tag, doc_id, email.lower()))
     return b32_prefix(keyed_digest(key, body.encode("utf-8")), _MAC_CHARS)
@@ -75,7 +65,7 @@ def make_token(
     key: bytes, signer_id: int, doc_id: str, email: str, checksum: str | None, expires_at: datetime
 ) -> str:
     """The token of one expected signer's link, valid until `expires_at` and for this checksum only."""
-    sid, expires = _base36(signer_id), _base36(int(expires_at.timestamp()))
+    sid, expires = base36(signer_id), base36(int(expires_at.timestamp()))
     tag = checksum_tag(checksum)
     return f"{sid}.{expires}.{tag}.{_mac(key, sid, expires, tag, doc_id, email)}"
 
