@@ -51,6 +51,7 @@ SELECT (SELECT records FROM mailroom.dmarc_size) AS records,
 STORED = """
 SELECT id, digest FROM mailroom.dmarc_reports WHERE org_name = %s AND report_id = %s FOR UPDATE
 """
+KNOWN = "SELECT EXISTS (SELECT 1 FROM mailroom.dmarc_reports WHERE org_name = %s AND report_id = %s)"
 SET_DIGEST = "UPDATE mailroom.dmarc_reports SET digest = %s WHERE id = %s"
 DISPUTE = "UPDATE mailroom.dmarc_reports SET disputes = disputes + 1, disputed_at = now() WHERE id = %s"
 COUNT_REFUSAL = """
@@ -144,8 +145,13 @@ def admit(
     conn: psycopg.Connection[Any], header: ReportHeader, domains: frozenset[str], bounds: Bounds
 ) -> None:
     """Refuse, on its header alone, a report that is not ours or that a bound would refuse (counted as
-    refused); `store_report` decides again under the lock once the records are read."""
+    refused); `store_report` decides again under the lock once the records are read. A report whose
+    organisation and id are stored already is read whole: the same again is seen before, whatever the
+    bounds, and other content disputes it."""
     refuse_unless_ours(header, domains)
+    known = conn.execute(KNOWN, (header.org_name, header.report_id)).fetchone()
+    if known is not None and _first(known):
+        return
     with conn.transaction():
         refusal = _over_bounds(conn, header, 1, bounds)
         if refusal is not None:
