@@ -6,6 +6,8 @@ import logging
 import sys
 from pathlib import Path
 
+import click
+
 from worker.core.config import Settings
 from worker.devtools.demo import run_headless, start_demo
 
@@ -29,7 +31,7 @@ def run_demo(settings: Settings, *, headless: bool = False, rounds: int = 20) ->
 
     stack = start_demo(settings)
     log_path = settings.home / "demo.log"
-    print(f"  demo log: {log_path}; starting the console (q quits and stops everything)", flush=True)
+    click.echo(f"  demo log: {log_path}; starting the console (q quits and stops everything)")
     _log_to_file(log_path)
     try:
         stack.start_feeding(interval=1.0)

@@ -106,7 +106,7 @@ def test_audit_json_and_filters(
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(("--since", "yesterday"), "not an ISO date"), (("--limit", "0"), "not a whole number of 1 or more")],
+    [(("--since", "yesterday"), "not an ISO date"), (("--limit", "0"), "0 is not in the range x>=1")],
 )
 def test_audit_refuses_bad_options_with_usage_status(
     cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str

@@ -122,8 +122,8 @@ def test_an_account_is_found_by_its_email_before_another_ones_login(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("accounts", "list", "--limit", "-1"), "'-1' is not a whole number of 1 or more"),
-        (("people", "list", "--limit", "0"), "'0' is not a whole number of 1 or more"),
+        (("accounts", "list", "--limit", "-1"), "-1 is not in the range x>=1"),
+        (("people", "list", "--limit", "0"), "0 is not in the range x>=1"),
         (("events", "upcoming", "--hours", "inf"), "'inf' is not a number of hours above 0"),
         (("events", "upcoming", "--hours", "nan"), "'nan' is not a number of hours above 0"),
         (("events", "upcoming", "--hours", "-2"), "'-2' is not a number of hours above 0"),

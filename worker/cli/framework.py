@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
@@ -92,9 +91,8 @@ class LazyGroup(Group):
         if command is None:
             return None
         new = " ".join(path)
-        print(
-            f"note: `mailroom {old}` is now `mailroom {new}`; the old name goes in a later release",
-            file=sys.stderr,
+        click.echo(
+            f"note: `mailroom {old}` is now `mailroom {new}`; the old name goes in a later release", err=True
         )
         return command
 
@@ -187,29 +185,11 @@ def yes_option(what: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
 # --- values on the command line -------------------------------------------------------------------
 
 
-class WholeNumber(click.ParamType[int, Any]):
-    """A whole number of at least `minimum`, with a usage error that says what was expected."""
-
-    name = "N"
-
-    def __init__(self, minimum: int) -> None:
-        self.minimum = minimum
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            number = value
-        else:
-            try:
-                number = int(str(value))
-            except ValueError:
-                number = self.minimum - 1
-        if number < self.minimum:
-            self.fail(f"{value!r} is not a whole number of {self.minimum} or more", param, ctx)
-        return number
-
-
-POSITIVE = WholeNumber(1)  # a count of 1 or more
-WHOLE = WholeNumber(0)  # 0 or more (0 often meaning "no cap")
+def at_least(minimum: int) -> click.IntRange:
+    """click's whole number of `minimum` or more (0 often meaning "no cap"); its range is shown in help."""
+    kind = click.IntRange(min=minimum)
+    kind.name = "integer"  # not "integer range": 'x' is not a valid integer, 0 is not in the range x>=1
+    return kind
 
 
 class HostPort(click.ParamType[tuple[str, int | None]]):

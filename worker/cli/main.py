@@ -63,7 +63,7 @@ class Mailroom(LazyGroup):
             if ctx.ensure_object(Runtime).verbose:
                 log.exception("mailroom %s failed", command)
             code, text = explain(exc, command)
-            print(f"error: {text}", file=sys.stderr)
+            click.echo(f"error: {text}", err=True)
             return code
 
 
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None, extra: Mapping[str, Entry] | None = 
         exc.show()
         return exc.exit_code
     except click.Abort:
-        print("aborted", file=sys.stderr)
+        click.echo("aborted", err=True)
         return EXIT_FAILED
     return result if isinstance(result, int) else 0
 
@@ -136,7 +136,15 @@ def explain(exc: BaseException, command: str) -> tuple[int, str]:
 
         text, hint = exc.diag.message_primary or _first_line(exc), exc.diag.message_hint
         return EXIT_FAILED, printable(text + (f" ({hint})" if hint else ""))
-    if isinstance(exc, psycopg.OperationalError):
+    from worker.core.failover import READ_ONLY, unavailable_reason
+
+    reason = unavailable_reason(exc)
+    if reason == READ_ONLY:
+        return EXIT_DATABASE, (
+            f"the database takes no writes ({_first_line(exc)}): a standby, or a primary being failed over;"
+            " point MAILROOM_DATABASE_URL at the primary (several hosts and target_session_attrs=read-write)"
+        )
+    if reason is not None:
         return EXIT_DATABASE, (
             f"cannot reach the database ({_first_line(exc)}); check MAILROOM_DATABASE_URL and that PostgreSQL is up"
         )

@@ -54,5 +54,5 @@ def serve_metrics(
     from worker.ops.metrics_server import serve_here
 
     server = start_listener(listen, lambda host, port: serve_here(host, port, url, settings, role))
-    print(f"{role}: metrics on {listen[0]}:{server.port}", flush=True)
+    click.echo(f"{role}: metrics on {listen[0]}:{server.port}")
     return server

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
 
-from worker.cli.framework import POSITIVE, Command, Database, Group, json_option, with_database
+from worker.cli.framework import Command, Database, Group, at_least, json_option, with_database
 
 DESCRIPTION = """\
 User accounts and the emails of their lifecycle (activation and password recovery). An account
@@ -103,7 +102,7 @@ def create(db: Database, email: str, login: str, locale: str) -> int:
 
     with connect(db.url) as conn:
         account_id = lifecycle.create_account(conn, email, login, locale=locale, settings=db.settings)
-    print(
+    click.echo(
         f"created account {account_id} ({login}), provisioned;"
         " its activation token is mailed by `mailroom worker`"
     )
@@ -112,7 +111,7 @@ def create(db: Database, email: str, login: str, locale: str) -> int:
 
 @accounts.command("list", cls=Command, help=LIST, short_help="list accounts")
 @click.option("--status", type=click.Choice(("provisioned", "active", "suspended")), help="only this status")
-@click.option("--limit", type=POSITIVE, default=1000, help="at most this many (default 1000)")
+@click.option("--limit", type=at_least(1), metavar="N", default=1000, help="at most this many (default 1000)")
 @json_option
 @with_database
 def list_accounts(db: Database, status: str | None, limit: int, as_json: bool) -> int:
@@ -124,12 +123,12 @@ def list_accounts(db: Database, status: str | None, limit: int, as_json: bool) -
     with connect(db.url) as conn:
         found = lifecycle.list_accounts(conn, status, limit)
     if as_json:
-        print(json.dumps([_as_json(a) for a in found], indent=2))
+        click.echo(json.dumps([_as_json(a) for a in found], indent=2))
         return 0
     # Whole values, the address last: a row wider than the terminal wraps instead of losing text.
     rows = [[str(a.id), a.status, a.login, _when(a.status_changed_at), a.email] for a in found]
-    print("\n".join(table(("ID", "STATUS", "LOGIN", "CHANGED", "EMAIL"), rows, right=frozenset({0}))))
-    print(f"{len(found)} account(s)", file=sys.stderr)
+    click.echo("\n".join(table(("ID", "STATUS", "LOGIN", "CHANGED", "EMAIL"), rows, right=frozenset({0}))))
+    click.echo(f"{len(found)} account(s)", err=True)
     return 0
 
 
@@ -181,7 +180,7 @@ def _change(db: Database, action: str, who: tuple[str, ...]) -> int:
         else:
             result = lifecycle.resend_activation(conn, ids, db.settings)
             verb = "issued a new activation token to"
-    print(result.summary(verb, "account(s)"))
+    click.echo(result.summary(verb, "account(s)"))
     return 1 if result.skipped else 0
 
 
@@ -201,7 +200,7 @@ def recover(db: Database, account: str) -> int:
     with connect(db.url) as conn:
         account_id = lifecycle.find_account(conn, account)
         token_id = lifecycle.request_recovery(conn, account_id, db.settings)
-    print(
+    click.echo(
         f"password recovery token {token_id} issued to account {account_id}; it is mailed by `mailroom worker`"
     )
     return 0
@@ -224,7 +223,7 @@ def activate(db: Database, code: str | None, email: str | None, secret: str | No
         raise ValidationError("email", "--code needs --email")
     with connect(db.url) as conn:
         done = lifecycle.consume_token(conn, secret=secret, code=code, email=email, action="activation")
-    print(f"account {done.account_id} is {done.account_status}")
+    click.echo(f"account {done.account_id} is {done.account_status}")
     return 0
 
 

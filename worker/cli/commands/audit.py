@@ -11,10 +11,10 @@ from typing import Any
 import click
 
 from worker.cli.framework import (
-    POSITIVE,
     Command,
     Database,
     Group,
+    at_least,
     json_option,
     with_database,
     yes_option,
@@ -104,7 +104,7 @@ ISO_TIME = IsoTime()
 
 
 @click.group(cls=Group, help=AUDIT, invoke_without_command=True)
-@click.option("--limit", type=POSITIVE, default=50, metavar="N", help="show at most N rows (default 50)")
+@click.option("--limit", type=at_least(1), default=50, metavar="N", help="show at most N rows (default 50)")
 @click.option(
     "--since", type=ISO_TIME, metavar="ISO", help="only rows from this date or time on (UTC unless given)"
 )
@@ -129,9 +129,9 @@ def list_trail(db: Database, limit: int, since: datetime | None, action: str | N
     for row in rows:
         row["at"] = row["at"].astimezone(UTC)
     if as_json:
-        print(json.dumps([{**r, "at": r["at"].isoformat()} for r in rows], indent=2))
+        click.echo(json.dumps([{**r, "at": r["at"].isoformat()} for r in rows], indent=2))
         return 0
-    print(format_rows(rows) if rows else "no audit rows (nothing matches, or nothing audited yet)")
+    click.echo(format_rows(rows) if rows else "no audit rows (nothing matches, or nothing audited yet)")
     return 0
 
 
@@ -185,7 +185,7 @@ def head(db: Database, as_json: bool, output: str | None) -> int:
     with connect(db.url) as conn:
         found, exported_at = read_head(conn)
     if found is None:
-        print("error: the audit chain has no head row; run: mailroom audit verify", file=sys.stderr)
+        click.echo("error: the audit chain has no head row; run: mailroom audit verify", err=True)
         return 1
     text = (
         json.dumps(export_head(found, exported_at), indent=2) + "\n"
@@ -196,13 +196,13 @@ def head(db: Database, as_json: bool, output: str | None) -> int:
         sys.stdout.write(text)
         return 0
     Path(output).write_text(text, encoding="utf-8")
-    print(f"audit chain head (position {found.seq}, row #{found.last_id or '-'}) written to {output}")
+    click.echo(f"audit chain head (position {found.seq}, row #{found.last_id or '-'}) written to {output}")
     return 0
 
 
 def _progress(checked: int, total: int) -> None:
     share = f" of {total:,}" if total else ""
-    print(f"audit verify: {checked:,}{share} rows checked", file=sys.stderr, flush=True)
+    click.echo(f"audit verify: {checked:,}{share} rows checked", err=True)
 
 
 @audit.command(
@@ -230,13 +230,13 @@ def verify(db: Database, head_file: str | None, as_json: bool) -> int:
     with connect(db.url) as conn:
         report = verify_chain(conn, exported.head if exported else None, on_progress=_progress)
     if as_json:
-        print(json.dumps(_report_json(report, exported is not None), indent=2))
+        click.echo(json.dumps(_report_json(report, exported is not None), indent=2))
         return 0 if report.ok else 1
-    print(_summary(report, exported.exported_at if exported else None, exported is not None))
+    click.echo(_summary(report, exported.exported_at if exported else None, exported is not None))
     for problem in report.problems[1:]:
-        print(f"  also {problem.text}")
+        click.echo(f"  also {problem.text}")
     if report.more_problems:
-        print(f"  and {report.more_problems} more problem(s)")
+        click.echo(f"  and {report.more_problems} more problem(s)")
     return 0 if report.ok else 1
 
 
@@ -307,7 +307,7 @@ def prune(db: Database, before: datetime, reason: str, yes: bool) -> int:
         raise ConfigError("pruning the audit trail cannot be undone: add --yes to confirm")
     with connect(db.url) as conn:
         removed = prune_trail(conn, before, reason=reason, actor=cli_actor())
-    print(
+    click.echo(
         f"removed {removed} audit row(s) written before {before.astimezone(UTC).isoformat()};"
         " audited as audit.prune"
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from worker.cli.framework import POSITIVE, Command, Database, json_option, with_database
+from worker.cli.framework import Command, Database, at_least, json_option, with_database
 
 LIST = """\
 List every bounce, complaint and suppression recorded, newest first, however it arrived: a relay's
@@ -37,7 +37,7 @@ Examples:
 )
 @click.option("--sender", metavar="NAME", help="only those of email sent through this sender account")
 @click.option("--campaign", metavar="ID", help="only those of this campaign's email")
-@click.option("--limit", type=POSITIVE, default=50, help="show at most N (default 50)")
+@click.option("--limit", type=at_least(1), metavar="N", default=50, help="show at most N (default 50)")
 @json_option
 @with_database
 def list_bounces(
@@ -52,11 +52,11 @@ def list_bounces(
         rows = list_events(conn, limit=limit, kind=kind, sender=sender, campaign=campaign)
     items = [_item(r) for r in rows]
     if as_json:
-        print(json.dumps(items, indent=2))
+        click.echo(json.dumps(items, indent=2))
     elif not items:
-        print("no bounce or complaint recorded" + (" matches" if any((kind, sender, campaign)) else ""))
+        click.echo("no bounce or complaint recorded" + (" matches" if any((kind, sender, campaign)) else ""))
     else:
-        print("\n".join(table(HEADERS, [_cells(i) for i in items], right=frozenset({0}))))
+        click.echo("\n".join(table(HEADERS, [_cells(i) for i in items], right=frozenset({0}))))
     return 0
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from worker.cli.framework import POSITIVE, Command, HostPort, with_settings
+from worker.cli.framework import Command, HostPort, at_least, with_settings
 
 if TYPE_CHECKING:
     from worker.core.config import Settings
@@ -102,9 +101,22 @@ class PollOptions:
 @click.option("--insecure", is_flag=True, help="no TLS at all (127.0.0.1 and localhost only)")
 @click.option("--cafile", metavar="FILE", help="verify the server against these certificates")
 @click.option("--once", is_flag=True, help="poll once and exit (the default)")
-@click.option("--every", type=POSITIVE, metavar="SECONDS", help="poll every SECONDS until stopped")
-@click.option("--max", "max_", type=POSITIVE, default=100, help="messages per poll (default 100)")
-@click.option("--timeout", type=POSITIVE, default=30, metavar="SECONDS", help="network timeout (default 30)")
+@click.option("--every", type=at_least(1), metavar="SECONDS", help="poll every SECONDS until stopped")
+@click.option(
+    "--max",
+    "max_",
+    type=at_least(1),
+    metavar="N",
+    default=100,
+    help="messages per poll (default 100)",
+)
+@click.option(
+    "--timeout",
+    type=at_least(1),
+    default=30,
+    metavar="SECONDS",
+    help="network timeout (default 30)",
+)
 @with_settings
 def poll(settings: Settings, /, max_: int, **options: Any) -> int:
     """Poll the bounce mailbox once, or every --every seconds."""
@@ -141,14 +153,14 @@ def _poll(settings: Settings, options: PollOptions) -> int:
                     raise down
                 intake = intake or _intake(settings)  # checked again at each poll
                 result = poll_mailbox(mailbox, intake)
-                print(f"bounces: {where}: {result.summary()}", flush=True)
+                click.echo(f"bounces: {where}: {result.summary()}")
                 if result.stopped:
                     raise _Unavailable(result.stopped)
             except _Unavailable as exc:
-                print(f"error: database unavailable, messages left for the next poll: {exc}", file=sys.stderr)
+                click.echo(f"error: database unavailable, messages left for the next poll: {exc}", err=True)
                 status = EX_TEMPFAIL
             except MailboxError as exc:
-                print(f"error: {exc}", file=sys.stderr, flush=True)
+                click.echo(f"error: {exc}", err=True)
                 status = 1
             finally:
                 down = None

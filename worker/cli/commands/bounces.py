@@ -13,12 +13,11 @@ import click
 from worker.cli.commands.bounce_list import list_bounces
 from worker.cli.commands.bounce_poll import poll
 from worker.cli.framework import (
-    POSITIVE,
-    WHOLE,
     Command,
     Database,
     Group,
     HostPort,
+    at_least,
     json_option,
     with_database,
     with_settings,
@@ -127,7 +126,13 @@ def bounces() -> None:
 )
 @click.argument("file", default="-", required=False, metavar="[FILE]")
 @click.option("--envelope-recipient", metavar="ADDRESS", help="the address the MTA delivered it to")
-@click.option("--max-bytes", type=POSITIVE, default=TEN_MIB, help="read at most N bytes (default 10 MiB)")
+@click.option(
+    "--max-bytes",
+    type=at_least(1),
+    metavar="N",
+    default=TEN_MIB,
+    help="read at most N bytes (default 10 MiB)",
+)
 @with_settings
 def ingest(settings: Settings, file: str, envelope_recipient: str | None, max_bytes: int) -> int:
     """Process one message from a file or standard input."""
@@ -155,9 +160,9 @@ def ingest(settings: Settings, file: str, envelope_recipient: str | None, max_by
                 domain = settings.bounce_domain
                 outcome = ingest_report(conn, raw, key, recipients, client="pipe", bounce_domain=domain)
     except psycopg.Error as exc:
-        print(f"error: message not stored, try again later: {str(exc).splitlines()[0]}", file=sys.stderr)
+        click.echo(f"error: message not stored, try again later: {str(exc).splitlines()[0]}", err=True)
         return EX_TEMPFAIL
-    print(printable(f"bounces: {outcome.verdict}: {outcome.detail}"))
+    click.echo(printable(f"bounces: {outcome.verdict}: {outcome.detail}"))
     return 0
 
 
@@ -182,12 +187,31 @@ def _read(path: str, max_bytes: int) -> bytes:
     help="address to listen on",
 )
 @click.option("--domain", "domains", multiple=True, metavar="DOMAIN", help="a bounce domain (repeatable)")
-@click.option("--max-bytes", type=POSITIVE, default=TEN_MIB, help="largest message (default 10 MiB)")
-@click.option("--rate", type=POSITIVE, default=60, help="messages a minute per client (default 60)")
-@click.option("--burst", type=POSITIVE, default=20, help="messages at once per client (default 20)")
+@click.option(
+    "--max-bytes",
+    type=at_least(1),
+    metavar="N",
+    default=TEN_MIB,
+    help="largest message (default 10 MiB)",
+)
+@click.option(
+    "--rate",
+    type=at_least(1),
+    metavar="N",
+    default=60,
+    help="messages a minute per client (default 60)",
+)
+@click.option(
+    "--burst",
+    type=at_least(1),
+    metavar="N",
+    default=20,
+    help="messages at once per client (default 20)",
+)
 @click.option(
     "--max-connections-per-client",
-    type=WHOLE,
+    type=at_least(0),
+    metavar="N",
     help="connections one client network may hold, 0 for no cap"
     " (default MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT, else 20)",
 )
@@ -243,7 +267,7 @@ def receive(
         bound = await server.start()
         served = given | (sender_domains.domains if sender_domains else frozenset())
         more = " and sender accounts' bounce domains added later" if sender_domains else ""
-        print(f"bounces: receiving for {', '.join(sorted(served))}{more} on {host}:{bound}", flush=True)
+        click.echo(f"bounces: receiving for {', '.join(sorted(served))}{more} on {host}:{bound}")
         stop = asyncio.Event()
         with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows: Ctrl-C only
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -283,8 +307,8 @@ bounces.add_command(list_bounces)
 @bounces.command(
     "quarantine", cls=Command, help=QUARANTINE, short_help="list the messages that could not be used"
 )
-@click.option("--limit", type=POSITIVE, default=50, help="show at most N (default 50)")
-@click.option("--show", type=POSITIVE, metavar="ID", help="write the kept bytes of message ID")
+@click.option("--limit", type=at_least(1), metavar="N", default=50, help="show at most N (default 50)")
+@click.option("--show", type=at_least(1), metavar="ID", help="write the kept bytes of message ID")
 @json_option
 @with_database
 def quarantine(db: Database, limit: int, show: int | None, as_json: bool) -> int:
@@ -298,7 +322,7 @@ def quarantine(db: Database, limit: int, show: int | None, as_json: bool) -> int
         if show is not None:
             raw = quarantined_message(conn, show)
             if raw is None:
-                print(f"no quarantined message {show}", file=sys.stderr)
+                click.echo(f"no quarantined message {show}", err=True)
                 return 1
             if sys.stdout.isatty():  # its sender wrote it: no escape sequence reaches the terminal
                 sys.stdout.write(printable_lines(raw.decode("utf-8", errors="replace")))
@@ -318,12 +342,12 @@ def quarantine(db: Database, limit: int, show: int | None, as_json: bool) -> int
         for r in rows
     ]
     if as_json:
-        print(json.dumps(items, indent=2))
+        click.echo(json.dumps(items, indent=2))
         return 0
     if not items:
-        print("the bounce quarantine is empty")
+        click.echo("the bounce quarantine is empty")
     for item in items:
-        print(
+        click.echo(
             f"{item['id']:>6}  {item['received_at'][:19].replace('T', ' ')}  {item['size']:>8} B  "
             f"{printable(item['envelope_recipient'] or '-')}  {printable(item['reason'])}"
         )

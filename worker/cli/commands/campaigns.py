@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
@@ -54,9 +53,9 @@ def stats(db: Database, campaign: str, as_json: bool) -> int:
     with connect(db.url) as conn:
         figures = campaign_stats(conn, campaign)
     if figures.emails == 0 and figures.unsubscribed == 0:
-        print(f"error: no email belongs to campaign {campaign!r}", file=sys.stderr)
+        click.echo(f"error: no email belongs to campaign {campaign!r}", err=True)
         return 1
-    print(json.dumps(figures.as_json(), indent=2) if as_json else format_stats(figures))
+    click.echo(json.dumps(figures.as_json(), indent=2) if as_json else format_stats(figures))
     return 0
 
 
@@ -114,18 +113,18 @@ def _describe(campaign: str, row: dict[str, object] | None) -> dict[str, object]
     }
 
 
-def _print(settings: dict[str, object], as_json: bool) -> None:
+def _show(settings: dict[str, object], as_json: bool) -> None:
     from worker.core.terminal import printable as safe
 
     if as_json:
-        print(json.dumps(settings, indent=2))
+        click.echo(json.dumps(settings, indent=2))
         return
-    print(f"campaign {safe(str(settings['campaign_id']))}")
-    print(f"  List-Id         {safe(str(settings['list_id'] or '(campaign name . From domain)'))}")
+    click.echo(f"campaign {safe(str(settings['campaign_id']))}")
+    click.echo(f"  List-Id         {safe(str(settings['list_id'] or '(campaign name . From domain)'))}")
     postal = settings["postal_address"]
     fallback = "(the sender account's, else MAILROOM_POSTAL_ADDRESS)"
-    print(f"  postal address  {safe(str(postal)) if postal else fallback}")
-    print(f"  open tracking   {'on' if settings['track_opens'] else 'off'}")
+    click.echo(f"  postal address  {safe(str(postal)) if postal else fallback}")
+    click.echo(f"  open tracking   {'on' if settings['track_opens'] else 'off'}")
 
 
 @campaigns.command(
@@ -158,7 +157,7 @@ def set_campaign(
         list_value = check_list_id("--list-id", list_id) if list_id else None
         postal = check_postal_address("--postal-address", postal_address) if postal_address else None
     except ValidationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        click.echo(f"error: {exc}", err=True)
         return 2
     params = {
         "c": campaign,
@@ -170,7 +169,7 @@ def set_campaign(
     }
     with connect(db.url) as conn, conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(UPSERT, params).fetchone()
-    _print(_describe(campaign, row), as_json)
+    _show(_describe(campaign, row), as_json)
     return 0
 
 
@@ -188,7 +187,7 @@ def show(db: Database, campaign: str, as_json: bool) -> int:
 
     with connect(db.url) as conn, conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(SELECT_ONE, (campaign,)).fetchone()
-    _print(_describe(campaign, row), as_json)
+    _show(_describe(campaign, row), as_json)
     return 0
 
 
@@ -206,17 +205,17 @@ def sender_address(db: Database, name: str, address: str | None, clear: bool) ->
     from worker.core.validation import ValidationError
 
     if clear == (address is not None):
-        print("error: give either ADDRESS or --clear", file=sys.stderr)
+        click.echo("error: give either ADDRESS or --clear", err=True)
         return 2
     try:
         value = None if clear else check_postal_address("ADDRESS", address or "")
     except ValidationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        click.echo(f"error: {exc}", err=True)
         return 2
     with connect(db.url) as conn:
         found = conn.execute(SET_SENDER_ADDRESS, (value, name)).fetchone()
     if found is None:
-        print(f"error: no sender account named {name!r}", file=sys.stderr)
+        click.echo(f"error: no sender account named {name!r}", err=True)
         return 1
-    print(f"sender account {name}: postal address {'removed' if clear else 'set'}")
+    click.echo(f"sender account {name}: postal address {'removed' if clear else 'set'}")
     return 0

@@ -161,7 +161,7 @@ def upgrade(settings: Settings, revision: str) -> int:
 
     url = database.database_url(settings, migrate=False)
     ran = database.upgrade(url, revision)
-    print(f"database at {database.current_revision(url)}" + ("" if ran else " (already up to date)"))
+    click.echo(f"database at {database.current_revision(url)}" + ("" if ran else " (already up to date)"))
     return 0
 
 
@@ -179,7 +179,7 @@ def downgrade(settings: Settings, revision: str) -> int:
 
     url = database.database_url(settings, migrate=False)
     database.downgrade(url, revision)
-    print(f"database at {database.current_revision(url) or 'base'}")
+    click.echo(f"database at {database.current_revision(url) or 'base'}")
     return 0
 
 
@@ -190,7 +190,7 @@ def current(settings: Settings) -> int:
     from worker.core import db as database
 
     url = database.database_url(settings, migrate=False)
-    print(database.current_revision(url) or "base (Mailroom is not installed in this database)")
+    click.echo(database.current_revision(url) or "base (Mailroom is not installed in this database)")
     return 0
 
 
@@ -211,19 +211,19 @@ def url(settings: Settings, show_password: bool) -> int:
     dsn = database.database_url(settings, migrate=False)
     database.upgrade(dsn)
     hidden = not show_password and bool(conninfo_to_dict(dsn).get("password"))
-    print(without_password(dsn) if hidden else dsn)
+    click.echo(without_password(dsn) if hidden else dsn)
     if hidden:
-        print(
+        click.echo(
             "(password left out: psql reads it from ~/.pgpass or PGPASSFILE; --show-password prints it)",
-            file=sys.stderr,
+            err=True,
         )
     if not settings.database_url:
         others = len(database.embedded_server(settings).users(exclude_self=True))
         held = f"{others} Mailroom process(es) use it now" if others else "nothing else uses it now"
-        print(
+        click.echo(
             f"(the embedded server runs while a Mailroom process uses it, and {held}:"
             " `mailroom db serve` keeps it up)",
-            file=sys.stderr,
+            err=True,
         )
     return 0
 
@@ -262,20 +262,19 @@ def serve(settings: Settings) -> int:
     from worker.core import db as database
 
     if settings.database_url:
-        print("MAILROOM_DATABASE_URL is set: that server runs on its own; nothing to serve", file=sys.stderr)
+        click.echo("MAILROOM_DATABASE_URL is set: that server runs on its own; nothing to serve", err=True)
         return 0
-    print(database.database_url(settings), flush=True)
+    click.echo(database.database_url(settings))
     server = database.embedded_server(settings)
-    print(
+    click.echo(
         f"embedded PostgreSQL in {server.pgdata} is up (DSN above, or `mailroom db url`);"
         " Ctrl-C or SIGTERM lets it go",
-        file=sys.stderr,
-        flush=True,
+        err=True,
     )
     _until_interrupted()
     server.close()
-    print(
-        "let go of the embedded PostgreSQL: it stops unless another Mailroom process uses it", file=sys.stderr
+    click.echo(
+        "let go of the embedded PostgreSQL: it stops unless another Mailroom process uses it", err=True
     )
     return 0
 
@@ -304,17 +303,17 @@ def status(settings: Settings) -> int:
     from worker.core import db as database
 
     if settings.database_url:
-        print("MAILROOM_DATABASE_URL is set: Mailroom uses that server, not an embedded one")
+        click.echo("MAILROOM_DATABASE_URL is set: Mailroom uses that server, not an embedded one")
         return 0
     server = database.embedded_server(settings)
     found = server.status()
     if found is None:
-        print(f"no embedded PostgreSQL is running in {server.pgdata}")
+        click.echo(f"no embedded PostgreSQL is running in {server.pgdata}")
         return 0
-    print(f"embedded PostgreSQL {found.version}, pid {found.pid}, port {found.port or 'socket only'}")
-    print(f"data directory {found.pgdata}")
-    print(f"socket directory {found.socket_dir}")
-    print(f"used by {len(found.users)} process(es)" + (f": {_pids(found.users)}" if found.users else ""))
+    click.echo(f"embedded PostgreSQL {found.version}, pid {found.pid}, port {found.port or 'socket only'}")
+    click.echo(f"data directory {found.pgdata}")
+    click.echo(f"socket directory {found.socket_dir}")
+    click.echo(f"used by {len(found.users)} process(es)" + (f": {_pids(found.users)}" if found.users else ""))
     return 0
 
 
@@ -332,18 +331,18 @@ def stop(settings: Settings, force: bool) -> int:
 
     server = database.embedded_server(settings)
     if server.running_pid() is None:
-        print("no embedded PostgreSQL is running in", server.pgdata)
+        click.echo(f"no embedded PostgreSQL is running in {server.pgdata}")
         return 0
     users = server.users(exclude_self=True)
     if users and not force:
-        print(
+        click.echo(
             f"error: the embedded PostgreSQL is in use by {len(users)} process(es) ({_pids(users)});"
             " stop them first, or `mailroom db stop --force`",
-            file=sys.stderr,
+            err=True,
         )
         return 1
     server.stop_now()
-    print("stopped the embedded PostgreSQL in", server.pgdata)
+    click.echo(f"stopped the embedded PostgreSQL in {server.pgdata}")
     return 0
 
 
@@ -364,9 +363,11 @@ def backup(settings: Settings, file: Path) -> int:
     from worker.core.db import database_url
     from worker.ops.backup import backup as write_backup
 
-    print(f"backing up to {file} ...", file=sys.stderr, flush=True)
+    click.echo(f"backing up to {file} ...", err=True)
     result = write_backup(database_url(settings), file)
-    print(f"wrote {result.path} ({result.bytes:,} bytes, PostgreSQL {result.server_major}, {result.tool})")
+    click.echo(
+        f"wrote {result.path} ({result.bytes:,} bytes, PostgreSQL {result.server_major}, {result.tool})"
+    )
     return 0
 
 
@@ -378,9 +379,9 @@ def restore(settings: Settings, file: Path) -> int:
     from worker.core.db import database_url
     from worker.ops.backup import restore as read_backup
 
-    print(f"restoring {file} ...", file=sys.stderr, flush=True)
+    click.echo(f"restoring {file} ...", err=True)
     result = read_backup(database_url(settings, migrate=False), file)
-    print(f"restored {result.path} ({result.bytes:,} bytes) into PostgreSQL {result.server_major}")
+    click.echo(f"restored {result.path} ({result.bytes:,} bytes) into PostgreSQL {result.server_major}")
     return 0
 
 
@@ -405,10 +406,12 @@ def grant(database: Database, kind: str, role: str, create: bool) -> int:
         try:
             created = roles.grant(conn, kind, role, create=create, actor=cli_actor())
         except roles.RoleError as exc:
-            print(f"mailroom db grant: {exc}", file=sys.stderr)
+            click.echo(f"mailroom db grant: {exc}", err=True)
             return 2
     what = "enqueue and read its own email's status" if kind == "app" else "read everything but secrets"
-    print(f"{'created role' if created else 'role'} {role}: may now {what}")
+    click.echo(f"{'created role' if created else 'role'} {role}: may now {what}")
     if created:
-        print(f"it has no password yet: ALTER ROLE {role} PASSWORD '...' (or use certificate/peer login)")
+        click.echo(
+            f"it has no password yet: ALTER ROLE {role} PASSWORD '...' (or use certificate/peer login)"
+        )
     return 0

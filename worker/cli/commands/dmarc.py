@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from worker.cli.framework import POSITIVE, Command, Database, Group, json_option, with_database, with_settings
+from worker.cli.framework import Command, Database, Group, at_least, json_option, with_database, with_settings
 
 if TYPE_CHECKING:
     from worker.core.config import Settings
@@ -99,16 +99,16 @@ def ingest(settings: Settings, file: str) -> int:
         with psycopg.connect(url, autocommit=True) as conn:
             stored = take_report(conn, data, "cli", Bounds.from_settings(settings))
     except ReportRefused as exc:
-        print(printable(f"error: report refused, nothing stored: {exc}"), file=sys.stderr)
+        click.echo(printable(f"error: report refused, nothing stored: {exc}"), err=True)
         return 1
     except psycopg.Error as exc:
         return _unreachable(exc)
-    print(printable(stored.summary()))
+    click.echo(printable(stored.summary()))
     return 0
 
 
 def _unreachable(exc: Exception) -> int:
-    print(f"error: report not stored, try again later: {str(exc).splitlines()[0]}", file=sys.stderr)
+    click.echo(f"error: report not stored, try again later: {str(exc).splitlines()[0]}", err=True)
     return EX_TEMPFAIL
 
 
@@ -126,7 +126,13 @@ def _read(path: str, cap: int) -> bytes:
 @dmarc.command("report", cls=Command, help=REPORT, short_help="pass and fail by source and alignment")
 @click.option("--since", type=click.DateTime(formats=["%Y-%m-%d"]), metavar="DATE", help="YYYY-MM-DD (UTC)")
 @click.option("--domain", metavar="DOMAIN", help="only this From (or policy) domain")
-@click.option("--limit", type=POSITIVE, default=500, help="show at most N sources (default 500)")
+@click.option(
+    "--limit",
+    type=at_least(1),
+    metavar="N",
+    default=500,
+    help="show at most N sources (default 500)",
+)
 @json_option
 @with_database
 def report(db: Database, since: datetime | None, domain: str | None, limit: int, as_json: bool) -> int:
@@ -139,10 +145,10 @@ def report(db: Database, since: datetime | None, domain: str | None, limit: int,
     with connect(db.url) as conn:
         rows = summarise(conn, start, domain, limit)
     if as_json:
-        print(json.dumps([r.as_json() for r in rows], indent=2))
+        click.echo(json.dumps([r.as_json() for r in rows], indent=2))
         return 0
     if not rows:
-        print(f"no DMARC report since {start:%Y-%m-%d}" + (f" for {domain}" if domain else ""))
+        click.echo(f"no DMARC report since {start:%Y-%m-%d}" + (f" for {domain}" if domain else ""))
         return 0
     cells = [
         (
@@ -159,14 +165,16 @@ def report(db: Database, since: datetime | None, domain: str | None, limit: int,
         )
         for r in rows
     ]
-    print(CLAIMS)
-    print("\n".join(table(HEADERS, cells, right=frozenset({2, 3, 4, 5, 6, 7}))))
+    click.echo(CLAIMS)
+    click.echo("\n".join(table(HEADERS, cells, right=frozenset({2, 3, 4, 5, 6, 7}))))
     flagged = sum(r.flagged for r in rows)
     if flagged:
-        print(f"{flagged} source(s) failing DMARC alignment for a sender's From domain")
+        click.echo(f"{flagged} source(s) failing DMARC alignment for a sender's From domain")
     disputed = sum(bool(r.disputed) for r in rows)
     if disputed:
-        print(f"{disputed} source(s) from disputed reports: another report claimed their organisation and id")
+        click.echo(
+            f"{disputed} source(s) from disputed reports: another report claimed their organisation and id"
+        )
     return 0
 
 

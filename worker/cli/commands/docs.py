@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -129,7 +128,7 @@ def add(
         )
     checksum_text = f", {doc.checksum_algorithm} {doc.checksum}" if doc.checksum else ""
     login_text = "; signers must log in to sign" if require_login else ""
-    print(f"added document {doc.doc_id}{checksum_text}{login_text}")
+    click.echo(f"added document {doc.doc_id}{checksum_text}{login_text}")
     return 0
 
 
@@ -157,7 +156,7 @@ def expect(
         new = expect_signer(
             conn, doc_id, email, name=name, locale=locale, added_by=by, notes=notes, settings=db.settings
         )
-    print(f"{'expecting' if new else 'updated'} {email.strip().lower()} on {doc_id}")
+    click.echo(f"{'expecting' if new else 'updated'} {email.strip().lower()} on {doc_id}")
     return 0
 
 
@@ -181,7 +180,7 @@ def status(db: Database, doc_id: str, as_json: bool) -> int:
     with connect(db.url) as conn:
         found = document_status(conn, doc_id)
     if as_json:
-        print(json.dumps(_status_json(found), indent=2))
+        click.echo(json.dumps(_status_json(found), indent=2))
         return 0
     _print_status(found)
     return 0
@@ -215,21 +214,23 @@ def _print_status(status: Any) -> None:
 
     doc, pct = status.document, status.completion_pct
     title = printable(doc.title or "(untitled)")
-    print(f"{doc.doc_id}: {title}" + (f"  {printable(doc.url)}" if doc.url else ""))
-    print(
+    click.echo(f"{doc.doc_id}: {title}" + (f"  {printable(doc.url)}" if doc.url else ""))
+    click.echo(
         f"expected {len(status.expected)}  signed {status.signed}  "
         f"completion {'n/a' if pct is None else f'{pct:.2f}%'}  unexpected {len(status.unexpected)}"
     )
     for heading, rows in (("missing", status.missing), ("unexpected", status.unexpected)):
         if rows:
-            print(f"{heading}:")
+            click.echo(f"{heading}:")
         for s in rows:
             extra = (
                 f"signed {when(s.signed_at)}"
                 if s.signed_at
                 else f"{s.reminders} reminder(s), last {when(s.last_reminded_at)}"
             )
-            print(f"  {printable(s.email):<40} {printable(s.name):<24} {extra}")  # a signer typed the name
+            click.echo(
+                f"  {printable(s.email):<40} {printable(s.name):<24} {extra}"
+            )  # a signer typed the name
 
 
 docs.add_command(verify)
@@ -267,11 +268,11 @@ def links(db: Database, doc_id: str, as_json: bool) -> int:
              "signed_at": link.signed_at.isoformat() if link.signed_at else None}
             for link in found
         ]  # fmt: skip
-        print(json.dumps(rows, indent=2))
+        click.echo(json.dumps(rows, indent=2))
         return 0
     for link in found:
         state = f"signed {when(link.signed_at)}" if link.signed_at else f"valid until {when(link.expires_at)}"
-        print(f"{printable(link.email):<40} {state}\n  {link.url}")  # a signer typed the address
+        click.echo(f"{printable(link.email):<40} {state}\n  {link.url}")  # a signer typed the address
     return 0
 
 
@@ -297,10 +298,10 @@ def remind(db: Database, doc_id: str, dry_run: bool, interval: float | None, by:
     with connect(db.url) as conn:
         if dry_run:
             count = reminder_candidates(conn, doc_id, interval=every, settings=db.settings)
-            print(f"{doc_id}: {count} reminder(s) would be queued")
+            click.echo(f"{doc_id}: {count} reminder(s) would be queued")
             return 0
         result = send_reminders(conn, doc_id, interval=every, requested_by=by, settings=db.settings)
-    print(result.summary())
+    click.echo(result.summary())
     return 1 if result.skipped else 0
 
 
@@ -323,9 +324,9 @@ def checksum(db: Database, doc_id: str, file_name: str, by: str) -> int:
     with connect(db.url) as conn:
         result = verify_checksum(conn, doc_id, path, verified_by=by, progress=_progress(path))
     if result.is_valid:
-        print(f"{doc_id}: {path} matches ({result.algorithm} {result.calculated_checksum})")
+        click.echo(f"{doc_id}: {path} matches ({result.algorithm} {result.calculated_checksum})")
         return 0
-    print(f"{doc_id}: {path} does NOT match: {result.error_message}")
+    click.echo(f"{doc_id}: {path} does NOT match: {result.error_message}")
     return 1
 
 
@@ -340,7 +341,7 @@ def _progress(path: Path) -> Callable[[int], None] | None:
 
     def report(done: int) -> None:
         if done >= next_mark[0]:
-            print(f"checksum: {done * 100 // size}% of {path.name}", file=sys.stderr, flush=True)
+            click.echo(f"checksum: {done * 100 // size}% of {path.name}", err=True)
             next_mark[0] = next(marks, size + 1)
 
     return report

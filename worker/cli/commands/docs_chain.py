@@ -84,7 +84,7 @@ def sign(db: Database, doc_id: str, email: str, name: str | None) -> int:
 
     with connect(db.url) as conn:
         signature = sign_document(conn, doc_id, email, name=name, settings=db.settings)
-    print(
+    click.echo(
         f"signature #{signature.id}: {signature.signer_email} signed {signature.doc_id}"
         f" at {when(signature.signed_at)} (payload SHA-256 {signature.payload_hash})"
     )
@@ -132,16 +132,18 @@ def verify(db: Database, doc_id: str | None, head_file: str | None, as_json: boo
     if as_json:
         out = [_report_json(r) for r in reports]
         out += [{"doc_id": h.doc_id, "ok": False, "problems": ["document missing"]} for h in gone]
-        print(json.dumps(out, indent=2))
+        click.echo(json.dumps(out, indent=2))
     else:
         for report in reports:
-            print(report.summary())
+            click.echo(report.summary())
             for line in report.problems()[1:]:
-                print(f"  also {line}")
+                click.echo(f"  also {line}")
         for h in gone:
-            print(f"{h.doc_id}: BROKEN: document missing since the exported head ({h.count} signature(s))")
+            click.echo(
+                f"{h.doc_id}: BROKEN: document missing since the exported head ({h.count} signature(s))"
+            )
         if not reports and not gone:
-            print("no documents")
+            click.echo("no documents")
     return 0 if all(r.ok for r in reports) and not gone else 1
 
 
@@ -178,15 +180,15 @@ def head(db: Database, doc_ids: tuple[str, ...], as_json: bool) -> int:
     with connect(db.url) as conn:
         heads, exported_at = chain_heads(conn, list(doc_ids))
     if as_json:
-        print(json.dumps(export_heads(heads, exported_at), indent=2))
+        click.echo(json.dumps(export_heads(heads, exported_at), indent=2))
     else:
-        print(f"# mailroom signature heads, exported {exported_at.astimezone(UTC).isoformat()}")
-        print("# check later with: mailroom docs verify --head FILE")
+        click.echo(f"# mailroom signature heads, exported {exported_at.astimezone(UTC).isoformat()}")
+        click.echo("# check later with: mailroom docs verify --head FILE")
         for found in heads:
-            print(f"{found.doc_id} {found.count} {found.last_hash or '-'}")
+            click.echo(f"{found.doc_id} {found.count} {found.last_hash or '-'}")
     missing = sorted(set(doc_ids) - {h.doc_id for h in heads})
     for one in missing:
-        print(f"error: {one} has no chain head (run `mailroom docs verify {one}`)", file=sys.stderr)
+        click.echo(f"error: {one} has no chain head (run `mailroom docs verify {one}`)", err=True)
     return 1 if missing else 0
 
 
@@ -214,9 +216,11 @@ def remove_signatures(db: Database, doc_id: str, reason: str, by: str, yes: bool
             f"Remove every signature of {doc_id}? This cannot be undone. Type 'remove' to confirm: "
         )
         if answer.strip() != "remove":
-            print("nothing changed", file=sys.stderr)
+            click.echo("nothing changed", err=True)
             return 1
     with connect(db.url) as conn:
         removed = remove_all(conn, doc_id, reason=reason, actor=by)
-    print(f"{doc_id}: removed {removed} signature(s); chain head reset; audited as signatures.maintenance")
+    click.echo(
+        f"{doc_id}: removed {removed} signature(s); chain head reset; audited as signatures.maintenance"
+    )
     return 0

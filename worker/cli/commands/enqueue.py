@@ -12,7 +12,7 @@ from typing import IO
 
 import click
 
-from worker.cli.framework import POSITIVE, Command, Database, with_database
+from worker.cli.framework import Command, Database, at_least, with_database
 from worker.cli.progress import Progress, ReadPosition
 
 
@@ -67,7 +67,12 @@ Examples:
 @click.command(cls=Command, help=DESCRIPTION)
 @click.argument("path", default="-", metavar="[PATH]")
 @click.option(
-    "--batch-size", type=POSITIVE, default=5000, show_default=True, help="lines per COPY batch and commit"
+    "--batch-size",
+    type=at_least(1),
+    metavar="N",
+    default=5000,
+    show_default=True,
+    help="lines per COPY batch and commit",
 )
 @click.option(
     "--progress/--no-progress",
@@ -76,7 +81,8 @@ Examples:
 )
 @click.option(
     "--jobs",
-    type=POSITIVE,
+    type=at_least(1),
+    metavar="N",
     default=2,
     show_default=True,
     help="processes validating a large input (1 = this process only)",
@@ -111,7 +117,5 @@ def enqueue(db: Database, path: str, batch_size: int, progress: bool | None, job
     if bar is not None:
         bar.finish(done)
     elapsed = time.monotonic() - started
-    print(
-        f"enqueue: {counts.accepted} accepted, {counts.rejected} rejected in {elapsed:.2f}s", file=sys.stderr
-    )
+    click.echo(f"enqueue: {counts.accepted} accepted, {counts.rejected} rejected in {elapsed:.2f}s", err=True)
     return 1 if counts.rejected else 0

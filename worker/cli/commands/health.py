@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -47,6 +46,7 @@ def health(settings: Settings, as_json: bool) -> int:
     import psycopg
 
     from worker.core.db import checked_url, connect
+    from worker.core.failover import UNREACHABLE, database_unavailable, said, unavailable_reason
     from worker.ops.health import check_health
 
     try:
@@ -54,32 +54,39 @@ def health(settings: Settings, as_json: bool) -> int:
         # exit 3; a schema missing or of another version still raises SchemaMismatch (exit 4).
         with connect(checked_url(settings), autocommit=True) as conn:
             report = check_health(conn, settings)
-    except psycopg.OperationalError as exc:
-        reason = f"database unreachable: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
+    except psycopg.Error as exc:
+        if not database_unavailable(exc):
+            raise
+        kind = unavailable_reason(exc)
+        reason = (
+            f"database unreachable: {said(exc)}"
+            if kind == UNREACHABLE
+            else f"database unavailable ({kind}): {said(exc)}"
+        )
         if as_json:
-            print(json.dumps({"ok": False, "reasons": [reason]}, indent=2))
+            click.echo(json.dumps({"ok": False, "reasons": [reason]}, indent=2))
         else:
-            print(f"unhealthy: {reason}", file=sys.stderr)
+            click.echo(f"unhealthy: {reason}", err=True)
         return 1
     if as_json:
-        print(json.dumps(report.as_dict(), indent=2))
+        click.echo(json.dumps(report.as_dict(), indent=2))
         return 0 if report.ok else 1
-    return _print(report)
+    return _show(report)
 
 
-def _print(report: HealthReport) -> int:
+def _show(report: HealthReport) -> int:
     """The figures on stdout, warnings and reasons on stderr; the exit status."""
     oldest = report.oldest_pending_seconds
     since = report.seconds_since_last_send
-    print(
+    click.echo(
         f"pending {report.pending}  oldest pending {'-' if oldest is None else f'{oldest:.0f}s'}"
         f"  last sent {'never' if since is None else f'{since:.0f}s ago'}"
     )
     for warning in report.warnings:  # at risk, not failing: shown, never the exit status
-        print(f"warning: {warning}", file=sys.stderr)
+        click.echo(f"warning: {warning}", err=True)
     if report.ok:
-        print("healthy")
+        click.echo("healthy")
         return 0
     for reason in report.reasons:
-        print(f"unhealthy: {reason}", file=sys.stderr)
+        click.echo(f"unhealthy: {reason}", err=True)
     return 1

@@ -62,7 +62,7 @@ def generate() -> int:
     """`mailroom keys generate`: print a new MAILROOM_SECRET_KEY."""
     from worker.core.crypto import generate_key
 
-    print(generate_key())
+    click.echo(generate_key())
     return 0
 
 
@@ -102,7 +102,7 @@ def rotate(db: Database, new_key_env: str | None, new_key_file: pathlib.Path | N
         raise ConfigError("the new key is the current MAILROOM_SECRET_KEY: there is nothing to rotate")
     with connect(db.url) as conn:
         rotation = rotate_secrets(conn, old, new, new_key)
-    print(
+    click.echo(
         f"re-encrypted {rotation.secrets} secret(s) ({rotation.passwords} SMTP password(s), "
         f"{rotation.dkim_keys} DKIM key(s), {rotation.oauth_secrets} OAuth2 secret(s)"
         + (f", {rotation.gmail_keys} Gmail API key(s)" if rotation.gmail_keys else "")
@@ -110,10 +110,12 @@ def rotate(db: Database, new_key_env: str | None, new_key_file: pathlib.Path | N
         f"of {rotation.accounts} sender account(s) with the new key (key id {rotation.key_id})"
     )
     if settings.secret_key:
-        print("now set MAILROOM_SECRET_KEY to the new key wherever Mailroom runs, and restart the workers")
+        click.echo(
+            "now set MAILROOM_SECRET_KEY to the new key wherever Mailroom runs, and restart the workers"
+        )
     else:
         _replace_key_file(key_file(settings), new_key)
-        print(f"{key_file(settings)} now holds the new key; restart the workers")
+        click.echo(f"{key_file(settings)} now holds the new key; restart the workers")
     return 0
 
 

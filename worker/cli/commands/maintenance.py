@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -65,31 +64,31 @@ def run(db: Database, dry_run: bool, as_json: bool) -> int:
     from worker.ops.retention import run_maintenance
 
     def progress(text: str) -> None:
-        print(f"maintenance: {text}", file=sys.stderr, flush=True)
+        click.echo(f"maintenance: {text}", err=True)
 
     with connect(db.url, autocommit=True) as conn:
         report = run_maintenance(conn, db.settings, dry_run=dry_run, progress=progress)
     if as_json:
-        print(json.dumps(report.as_dict(), indent=2))
+        click.echo(json.dumps(report.as_dict(), indent=2))
     elif report.skipped:
-        print(f"maintenance skipped: {report.skipped}")
+        click.echo(f"maintenance skipped: {report.skipped}")
     else:
         for step in report.steps:
             verb = "would touch" if report.dry_run else "touched"
-            print(f"{step.name}: {verb} {step.rows} row(s)")
+            click.echo(f"{step.name}: {verb} {step.rows} row(s)")
             for detail in step.details:
-                print(f"  {detail}")
+                click.echo(f"  {detail}")
         _print_retention(report)
     for error in report.errors:
-        print(f"error: {error}", file=sys.stderr)
+        click.echo(f"error: {error}", err=True)
     return 1 if report.errors else 0
 
 
 def _print_retention(report: MaintenanceReport) -> None:
     """One line per final state: its age, and how many rows were due, archived and deleted."""
-    print("retention (dry run: nothing archived or deleted):" if report.dry_run else "retention:")
+    click.echo("retention (dry run: nothing archived or deleted):" if report.dry_run else "retention:")
     for name, counts in report.retention.items():
-        print(
+        click.echo(
             f"  {name:<10} older than {counts.age_days} day(s): {counts.due} due,"
             f" {counts.archived} archived, {counts.deleted} deleted"
         )

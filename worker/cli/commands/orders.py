@@ -103,13 +103,13 @@ def ingest(db: Database, path: str, consumer: str, progress: bool) -> int:
             else:
                 counts["duplicate" if outcome.duplicate else "new"] += 1
                 result.update(email_id=outcome.email_id, duplicate=outcome.duplicate)
-            print(json.dumps(result), flush=True)
+            click.echo(json.dumps(result))
             if progress and number % 1000 == 0:
-                print(f"ingest: {number} lines read", file=sys.stderr, flush=True)
+                click.echo(f"ingest: {number} lines read", err=True)
     elapsed = time.monotonic() - started
-    print(
+    click.echo(
         f"ingest: {counts['new']} new, {counts['duplicate']} duplicate, {counts['rejected']} rejected"
         f" in {elapsed:.2f}s",
-        file=sys.stderr,
+        err=True,
     )
     return 1 if counts["rejected"] else 0

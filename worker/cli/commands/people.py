@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import uuid
 from datetime import UTC, date
 from typing import Any
 
 import click
 
-from worker.cli.framework import POSITIVE, Command, Database, Group, json_option, with_database
+from worker.cli.framework import Command, Database, Group, at_least, json_option, with_database
 
 # The states `events list --status` takes (kept here: `--help` must not import the producers).
 OUTCOME_FILTERS = ("queued", "failed", "missed", "retrying")
@@ -224,13 +223,13 @@ def update(
         person = birthdays.update_person(
             conn, person_id, changes, settings=db.settings, expected_version=version
         )
-        print(f"updated {person.id} (version {person.version})")
+        click.echo(f"updated {person.id} (version {person.version})")
         _print_next(conn, person.id)
     return 0
 
 
 @people.command("list", cls=Command, help=LIST, short_help="list people")
-@click.option("--limit", type=POSITIVE, default=1000, help="at most this many (default 1000)")
+@click.option("--limit", type=at_least(1), metavar="N", default=1000, help="at most this many (default 1000)")
 @json_option
 @with_database
 def list_people(db: Database, limit: int, as_json: bool) -> int:
@@ -242,13 +241,13 @@ def list_people(db: Database, limit: int, as_json: bool) -> int:
     with connect(db.url) as conn:
         found = birthdays.list_people(conn, limit)
     if as_json:
-        print(json.dumps([_jsonable(vars(p)) for p in found], indent=2))
+        click.echo(json.dumps([_jsonable(vars(p)) for p in found], indent=2))
         return 0
-    print(f"{'ID':<36}  {'NAME':<28}  {'BORN':<10}  {'TIME ZONE':<22}  VERSION")
+    click.echo(f"{'ID':<36}  {'NAME':<28}  {'BORN':<10}  {'TIME ZONE':<22}  VERSION")
     for p in found:
         name = printable(f"{p.first_name} {p.last_name}")[:28]  # as the application wrote it
-        print(f"{p.id!s:<36}  {name:<28}  {p.date_of_birth!s:<10}  {p.time_zone:<22}  {p.version}")
-    print(f"{len(found)} person(s)", file=sys.stderr)
+        click.echo(f"{p.id!s:<36}  {name:<28}  {p.date_of_birth!s:<10}  {p.time_zone:<22}  {p.version}")
+    click.echo(f"{len(found)} person(s)", err=True)
     return 0
 
 
@@ -264,7 +263,7 @@ def delete(db: Database, person_id: uuid.UUID) -> int:
     with connect(db.url) as conn:
         if not birthdays.delete_person(conn, person_id):
             raise ValidationError("person", f"no person {person_id}")
-    print(f"deleted {person_id} and their events")
+    click.echo(f"deleted {person_id} and their events")
     return 0
 
 
@@ -275,7 +274,7 @@ def _print_next(conn: Any, person_id: uuid.UUID) -> None:
         (person_id,),
     ).fetchone()
     if row:
-        print(
+        click.echo(
             f"{person_id}: next birthday email {row['local_due_at']:%Y-%m-%d %H:%M} {row['time_zone']}"
             f" ({row['due_at']:%Y-%m-%d %H:%M} UTC)"
         )
@@ -295,7 +294,7 @@ def events() -> None:
 
 @events.command("upcoming", cls=Command, help=UPCOMING, short_help="pending events due soon")
 @click.option("--hours", type=Hours(), default=24.0, help="look this far ahead (default 24)")
-@click.option("--limit", type=POSITIVE, default=1000, help="at most this many (default 1000)")
+@click.option("--limit", type=at_least(1), metavar="N", default=1000, help="at most this many (default 1000)")
 @json_option
 @with_database
 def upcoming(db: Database, hours: float, limit: int, as_json: bool) -> int:
@@ -307,26 +306,26 @@ def upcoming(db: Database, hours: float, limit: int, as_json: bool) -> int:
     with connect(db.url) as conn:
         found = upcoming_events(conn, hours=hours, limit=limit)
     if as_json:
-        print(json.dumps([_jsonable(vars(e)) for e in found], indent=2))
+        click.echo(json.dumps([_jsonable(vars(e)) for e in found], indent=2))
         return 0
-    print(f"{'DUE (UTC)':<16}  {'LOCAL':<16}  {'TIME ZONE':<22}  {'NAME':<28}  {'RETRIES':<7}  EVENT")
+    click.echo(f"{'DUE (UTC)':<16}  {'LOCAL':<16}  {'TIME ZONE':<22}  {'NAME':<28}  {'RETRIES':<7}  EVENT")
     for e in found:
         name = printable(f"{e.first_name} {e.last_name}")[:28]
         retries = f"{e.retry_count}/3" if e.retry_count else "-"
-        print(
+        click.echo(
             f"{e.due_at:%Y-%m-%d %H:%M}  {e.local_due_at:%Y-%m-%d %H:%M}  {e.time_zone:<22}  {name:<28}"
             f"  {retries:<7}  {e.event_id}"
         )
         if e.retry_count and e.failure_reason:
-            print(f"  last attempt: {printable(e.failure_reason)}")
-    print(f"{len(found)} event(s) due within {hours:g} hour(s)", file=sys.stderr)
+            click.echo(f"  last attempt: {printable(e.failure_reason)}")
+    click.echo(f"{len(found)} event(s) due within {hours:g} hour(s)", err=True)
     return 0
 
 
 @events.command("list", cls=Command, help=OUTCOMES, short_help="what became of birthday events")
 @click.option("--status", type=click.Choice(OUTCOME_FILTERS), help="only events in this state")
 @click.option("--person", "person_id", type=PERSON, help="every event of this person")
-@click.option("--limit", type=POSITIVE, default=100, help="at most this many (default 100)")
+@click.option("--limit", type=at_least(1), metavar="N", default=100, help="at most this many (default 100)")
 @json_option
 @with_database
 def list_events(
@@ -340,19 +339,19 @@ def list_events(
     with connect(db.url) as conn:
         found = event_outcomes(conn, status=status, person=person_id, limit=limit)
     if as_json:
-        print(json.dumps([_jsonable(vars(e)) for e in found], indent=2))
+        click.echo(json.dumps([_jsonable(vars(e)) for e in found], indent=2))
         return 0
-    print(f"{'STATUS':<10}  {'BIRTHDAY':<10}  {'NAME':<28}  {'RETRIES':<7}  {'EMAIL':<8}  EVENT")
+    click.echo(f"{'STATUS':<10}  {'BIRTHDAY':<10}  {'NAME':<28}  {'RETRIES':<7}  {'EMAIL':<8}  EVENT")
     for e in found:
         name = printable(f"{e.first_name} {e.last_name}")[:28]
         retries = f"{e.retry_count}/3" if e.retry_count else "-"
         email = str(e.email_id) if e.email_id is not None else "-"
-        print(
+        click.echo(
             f"{e.status:<10}  {e.local_due_at:%Y-%m-%d}  {name:<28}  {retries:<7}  {email:<8}  {e.event_id}"
         )
         if e.status == "retrying" and e.retry_at is not None:
-            print(f"  next attempt {e.retry_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+            click.echo(f"  next attempt {e.retry_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
         if e.failure_reason:
-            print(f"  {printable(e.failure_reason)}")
-    print(f"{len(found)} event(s)", file=sys.stderr)
+            click.echo(f"  {printable(e.failure_reason)}")
+    click.echo(f"{len(found)} event(s)", err=True)
     return 0

@@ -59,7 +59,7 @@ def _progress(verb: str) -> Callable[[int, int], None]:
 
     def report(done: int, total: int) -> None:
         if done == total or done % max(1, total // 20) == 0:
-            print(f"privacy: {verb} {done}/{total} archive files", file=sys.stderr, flush=True)
+            click.echo(f"privacy: {verb} {done}/{total} archive files", err=True)
 
     return report
 
@@ -98,7 +98,7 @@ def export(db: Database, email: str, output: str | None) -> int:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
     counts = ", ".join(f"{len(v)} {k}" for k, v in data.items() if isinstance(v, list) and v)
-    print(f"privacy: exported {counts or 'nothing'}", file=sys.stderr)
+    click.echo(f"privacy: exported {counts or 'nothing'}", err=True)
     return 0
 
 
@@ -127,7 +127,7 @@ def erase(db: Database, email: str, suppress: bool, yes: bool, as_json: bool) ->
             raise ConfigError("erasure cannot be undone: add --yes to confirm")
         answer = input(f"Anonymise {address} everywhere? This cannot be undone. Type 'erase' to confirm: ")
         if answer.strip() != "erase":
-            print("nothing changed", file=sys.stderr)
+            click.echo("nothing changed", err=True)
             return 1
     return _erase(db, address, archive_directory(db.settings), suppress=suppress, as_json=as_json)
 
@@ -149,14 +149,14 @@ def _erase(db: Database, address: str, directory: Path, *, suppress: bool, as_js
         )
     if as_json:
         fields = ("replacement", "rows", "cancelled", "kept_signatures", "archive_files", "suppressed")
-        print(json.dumps({name: getattr(report, name) for name in fields}, indent=2))
+        click.echo(json.dumps({name: getattr(report, name) for name in fields}, indent=2))
         return 0
-    print(f"erased {report.address_masked}: now {report.replacement}")
+    click.echo(f"erased {report.address_masked}: now {report.replacement}")
     for table, rows in report.rows.items():
         if rows:
-            print(f"  {table}: {rows} row(s)")
-    print(f"  pending emails cancelled: {report.cancelled}")
-    print(f"  signatures kept unchanged: {report.kept_signatures}")
+            click.echo(f"  {table}: {rows} row(s)")
+    click.echo(f"  pending emails cancelled: {report.cancelled}")
+    click.echo(f"  signatures kept unchanged: {report.kept_signatures}")
     if report.suppressed:
-        print("  on the unsubscribe list (source privacy)")
+        click.echo("  on the unsubscribe list (source privacy)")
     return 0

@@ -48,16 +48,16 @@ def stats(db: Database, as_json: bool) -> int:
     with connect(db.url) as conn:
         figures = queue_stats(conn, reputation_window=db.settings.health_reputation_deliveries)
     if as_json:
-        print(json.dumps(figures, indent=2))
+        click.echo(json.dumps(figures, indent=2))
         return 0
-    print("queue:  " + "  ".join(f"{k} {v}" for k, v in figures["queue"].items()))
+    click.echo("queue:  " + "  ".join(f"{k} {v}" for k, v in figures["queue"].items()))
     oldest = figures["oldest_pending_seconds"]
-    print(
+    click.echo(
         f"due now {figures['due_now']}  scheduled later {figures['scheduled_later']}  retrying {figures['retrying']}"
         f"  oldest pending {'-' if oldest is None else f'{oldest:.0f}s'}"
     )
     for s in figures["senders"]:
-        print(
+        click.echo(
             f"sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today, "
             f"{s['bounces_today']} bounces, {s['errors_today']} errors; {_rates(s)}"
         )
@@ -78,7 +78,7 @@ def retry(db: Database, ids: tuple[int, ...], all_failed: bool) -> int:
         raise click.UsageError("give email ids or --all-failed")
     with connect(db.url) as conn:
         result = retry_all_failed(conn) if all_failed else retry_emails(conn, list(ids))
-    print(result.summary("retried"))
+    click.echo(result.summary("retried"))
     return 1 if result.skipped else 0
 
 
@@ -92,7 +92,7 @@ def cancel(db: Database, ids: tuple[int, ...]) -> int:
 
     with connect(db.url) as conn:
         result = cancel_emails(conn, list(ids))
-    print(result.summary("cancelled"))
+    click.echo(result.summary("cancelled"))
     return 1 if result.skipped else 0
 
 

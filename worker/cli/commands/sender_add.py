@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import getpass
 import pathlib
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -121,17 +120,17 @@ def add(db: Database, /, **options: Any) -> int:
         given.host, given.security, given.username, given.allow_plaintext_login
     )
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        click.echo(f"warning: {warning}", err=True)
     spec = _spec(given)
     dkim_key = _dkim_key(given.dkim_key_file)
     with connect(db.url) as conn:
         sender_id = add_sender(conn, spec, password, box, dkim_key, oauth=oauth, gmail_key=gmail_key)
-    print(f"added sender account {given.name} (id {sender_id})")
+    click.echo(f"added sender account {given.name} (id {sender_id})")
     if dkim_key is not None:
         from worker.core.dkim import dns_record, normalise_private_key
 
-        print(f"DKIM: publish this TXT record at {given.dkim_selector}._domainkey.{given.dkim_domain}:")
-        print(dns_record(normalise_private_key(dkim_key)))
+        click.echo(f"DKIM: publish this TXT record at {given.dkim_selector}._domainkey.{given.dkim_domain}:")
+        click.echo(dns_record(normalise_private_key(dkim_key)))
     if not no_dns_check:
         _check_dns(db, given.name)
     return 0
@@ -146,13 +145,13 @@ def _check_dns(db: Database, name: str) -> None:
         with connect(db.url, autocommit=True) as conn:
             [check] = run_checks(conn, db.settings, name)
     except Exception as exc:  # the account is added: a failed check must not say otherwise
-        print(
-            f"warning: the DNS check did not run ({exc}); run: mailroom senders check {name}", file=sys.stderr
+        click.echo(
+            f"warning: the DNS check did not run ({exc}); run: mailroom senders check {name}", err=True
         )
         return
     for f in check.findings:
         if f.severity in ("warning", "problem"):
-            print(f"warning: DNS {f.code}: {f.detail}", file=sys.stderr)
+            click.echo(f"warning: DNS {f.code}: {f.detail}", err=True)
 
 
 def _keeps_secrets(given: Given) -> bool:
@@ -235,14 +234,14 @@ def _complete_add(given: Given) -> str | None:
             given.security = ask("Security (none, starttls, tls)", "starttls", ("none", "starttls", "tls"))
         else:
             given.security = "starttls"
-            print("warning: no --security given: using starttls", file=sys.stderr)
+            click.echo("warning: no --security given: using starttls", err=True)
     default_port = 465 if given.security == "tls" else 587
     if given.port is None and asking:
         given.port = int(ask("SMTP port", str(default_port), None, digits=True))
     elif given.port is None:
         given.port = default_port
         what = "implicit TLS" if default_port == 465 else "submission"
-        print(f"warning: no --port given: using {default_port} ({what})", file=sys.stderr)
+        click.echo(f"warning: no --port given: using {default_port} ({what})", err=True)
     password = password_from(given)
     if given.auth in ("oauth2", "gmail"):
         return password  # logs in with tokens (a password given is refused when stored)

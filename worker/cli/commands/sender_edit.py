@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -98,18 +97,18 @@ def edit(db: Database, /, **options: Any) -> int:
                 expected_version=given.version,
             )
         except LookupError as exc:
-            print(f"error: {str(exc).strip(chr(34))}", file=sys.stderr)
+            click.echo(f"error: {str(exc).strip(chr(34))}", err=True)
             return 1
         except ValueError as exc:
             if getattr(exc, "field", None) == "version":
-                print(f"error: {exc}", file=sys.stderr)
+                click.echo(f"error: {exc}", err=True)
                 return 1
             raise
         warnings = _warnings(conn, done.id) if WATCHED & set(done.changed) else []
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        click.echo(f"warning: {warning}", err=True)
     what = ", ".join(done.changed) if done.changed else "nothing (the values given are the current ones)"
-    print(f"edited sender account {given.name} (version {done.version}, {done.status}): changed {what}")
+    click.echo(f"edited sender account {given.name} (version {done.version}, {done.status}): changed {what}")
     return 0
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import getpass
 import os
 import pathlib
-import sys
 
 import click
 
@@ -119,6 +118,6 @@ def gmail_key_from(given: Given, *, ask: bool) -> str | None:
             raise ConfigError(f"cannot read the service account key file: {exc.strerror}") from None
         return data.decode("utf-8", "replace")
     if given.service_account_prompt or ask:
-        print("Paste the service account's JSON key on one line.", file=sys.stderr)
+        click.echo("Paste the service account's JSON key on one line.", err=True)
         return getpass.getpass(f"Service account key for {given.impersonate}: ") or None
     return None

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from worker.cli.framework import POSITIVE, WHOLE
+from worker.cli.framework import at_least
 
 Decorator = Callable[[Callable[..., int]], Callable[..., int]]
 
@@ -90,14 +90,14 @@ def ask(question: str, default: str, choices: Sequence[str] | None, *, digits: b
 
     shown = f" [{default}]" if default else ""
     for _ in range(3):
-        print(f"{question}{shown}: ", end="", file=sys.stderr, flush=True)
+        click.echo(f"{question}{shown}: ", nl=False, err=True)
         line = sys.stdin.readline()
         if not line:  # end of input: nobody is there to answer
             break
         answer = line.strip() or default
         if (choices is None or answer in choices) and (not digits or answer.isdigit()):
             return answer
-        print(f"  please answer {' or '.join(choices) if choices else 'a number'}", file=sys.stderr)
+        click.echo(f"  please answer {' or '.join(choices) if choices else 'a number'}", err=True)
     raise ConfigError(f"no answer to {question.lower()!r}: give it as an option instead")
 
 
@@ -262,7 +262,8 @@ def _pacing_options(*, adding: bool) -> list[Decorator]:
         ),
         click.option(
             "--batch-size",
-            type=POSITIVE if adding else WHOLE,
+            type=at_least(1) if adding else at_least(0),
+            metavar="N",
             help="emails claimed for it at a time, sent before the worker looks at its bounces and errors "
             "again (default and ceiling: the worker's --batch-size" + (")" if adding else "; 0: back to it)"),
         ),

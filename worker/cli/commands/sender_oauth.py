@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import getpass
 import pathlib
-import sys
 from typing import Any
 
 import click
@@ -164,9 +163,8 @@ def complete_oauth_add(given: Given, asking: bool) -> tuple[str | None, str | No
         raise ValidationError("oauth_client_id", "--auth oauth2 needs --oauth-client-id")
     if given.username is None:
         given.username = given.from_email
-        print(
-            f"note: logging in as the From address {given.from_email} (give --username otherwise)",
-            file=sys.stderr,
+        click.echo(
+            f"note: logging in as the From address {given.from_email} (give --username otherwise)", err=True
         )
     client_secret, refresh_token = oauth_secrets_from(given, ask=asking)
     if client_secret is None or refresh_token is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
@@ -107,7 +106,7 @@ def list_senders(db: Database, as_json: bool) -> int:
     for r in rows:
         r["dns"] = dns.get(r["name"])  # None: never checked
     if as_json:
-        print(json.dumps(rows, default=str, indent=2))
+        click.echo(json.dumps(rows, default=str, indent=2))
         return 0
     cells = []
     for r in rows:
@@ -118,21 +117,21 @@ def list_senders(db: Database, as_json: bool) -> int:
         cells.append([r["name"], r["status"], usage, warmup, r["from_email"], host, _auth(r)])
     header = ("NAME", "STATUS", "TODAY", "WARM-UP", "FROM", "HOST", "AUTH")
     lines = table(header, cells, right=frozenset({2}))
-    print(lines[0])
+    click.echo(lines[0])
     for r, line in zip(rows, lines[1:], strict=True):
-        print(line)
+        click.echo(line)
         if r["status"] == "unreachable":
-            print(f"  since {r['circuit_since']:%Y-%m-%d %H:%M:%S}: {r['status_reason']}")
+            click.echo(f"  since {r['circuit_since']:%Y-%m-%d %H:%M:%S}: {r['status_reason']}")
         returns = [f"bounce domain {r['bounce_domain']}"] if r["bounce_domain"] else []
         returns += [f"tagged for {r['relay_provider']}"] if r["relay_provider"] else []
         if returns:
-            print(f"  {', '.join(returns)}")
+            click.echo(f"  {', '.join(returns)}")
         pacing = [f"batch {r['batch_size']}"] if r["batch_size"] else []
         pacing += [f"{r['send_delay_ms']} ms between emails"] if r["send_delay_ms"] else []
         if pacing:
-            print(f"  {', '.join(pacing)}")
+            click.echo(f"  {', '.join(pacing)}")
         if r["dns"] and r["dns"] != "ok":
-            print(f"  DNS {r['dns']} (mailroom senders check {r['name']})")
+            click.echo(f"  DNS {r['dns']} (mailroom senders check {r['name']})")
     return 0
 
 
@@ -185,9 +184,9 @@ def _set_status(db: Database, name: str, target: str, reason: str | None) -> int
         try:
             status = set_sender_status(conn, name, target, reason)
         except (LookupError, ValueError) as exc:
-            print(f"error: {str(exc).strip(chr(34))}", file=sys.stderr)
+            click.echo(f"error: {str(exc).strip(chr(34))}", err=True)
             return 1
-    print(f"sender account {name} is now {status}")
+    click.echo(f"sender account {name} is now {status}")
     return 0
 
 
@@ -210,13 +209,13 @@ def remove(db: Database, name: str, yes: bool) -> int:
             f"Remove sender account {name}? This cannot be undone. Type its name to confirm", "", None
         )
         if answer != name:
-            print("nothing changed", file=sys.stderr)
+            click.echo("nothing changed", err=True)
             return 1
     with connect(db.url) as conn:
         try:
             sender_id = remove_sender(conn, name)
         except (LookupError, SenderInUse) as exc:
-            print(f"error: {str(exc).strip(chr(34))}", file=sys.stderr)
+            click.echo(f"error: {str(exc).strip(chr(34))}", err=True)
             return 1
-    print(f"removed sender account {name} (id {sender_id})")
+    click.echo(f"removed sender account {name} (id {sender_id})")
     return 0

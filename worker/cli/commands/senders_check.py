@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 import click
 
@@ -52,26 +51,25 @@ def check(db: Database, name: str | None, no_relay: bool, as_json: bool) -> int:
         try:
             checks = run_checks(conn, db.settings, name, relay=not no_relay)
         except LookupError as exc:
-            print(f"error: {str(exc).strip(chr(34))}", file=sys.stderr)
+            click.echo(f"error: {str(exc).strip(chr(34))}", err=True)
             return 1
     if as_json:
-        print(json.dumps([c.as_dict() for c in checks], indent=2))
+        click.echo(json.dumps([c.as_dict() for c in checks], indent=2))
     else:
         for c in checks:
             print_check(c)
     if not checks:
-        print("no sender accounts to check", file=sys.stderr)
+        click.echo("no sender accounts to check", err=True)
     worst = {f.severity for c in checks for f in c.findings}
     return 1 if worst & {"warning", "problem"} else 0
 
 
-def print_check(check: SenderCheck, *, only_bad: bool = False, out: TextIO | None = None) -> None:
+def print_check(check: SenderCheck, *, only_bad: bool = False) -> None:
     """One sender's findings for people: a title line, then one line per finding (worst first)."""
-    stream = out or sys.stdout
     order = {"problem": 0, "warning": 1, "info": 2, "ok": 3}
     findings = sorted(check.findings, key=lambda f: order.get(f.severity, 4))
     if only_bad:
         findings = [f for f in findings if f.severity in ("warning", "problem")]
-    print(f"{check.sender}: {check.standing} (checked {check.checked_at:%Y-%m-%d %H:%M:%S %Z})", file=stream)
+    click.echo(f"{check.sender}: {check.standing} (checked {check.checked_at:%Y-%m-%d %H:%M:%S %Z})")
     for f in findings:
-        print(f"  {MARK.get(f.severity, f.severity):<7} {f.code}: {f.detail}", file=stream)
+        click.echo(f"  {MARK.get(f.severity, f.severity):<7} {f.code}: {f.detail}")

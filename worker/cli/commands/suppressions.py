@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from worker.cli.framework import POSITIVE, Command, Database, Group, json_option, with_database
+from worker.cli.framework import Command, Database, Group, at_least, json_option, with_database
 
 KIND_CHOICE = click.Choice(("hard", "soft", "complaint", "unsubscribe", "manual"))
 
@@ -128,7 +128,7 @@ def suppressions() -> None:
 @suppressions.command("list", cls=Command, help=LIST, short_help="list the suppressed addresses")
 @click.option("--kind", type=KIND_CHOICE, help="only this kind")
 @click.option("--search", metavar="TEXT", help="only addresses or reasons containing TEXT")
-@click.option("--limit", type=POSITIVE, default=100, help="show at most N (default 100)")
+@click.option("--limit", type=at_least(1), metavar="N", default=100, help="show at most N (default 100)")
 @json_option
 @with_database
 def list_command(db: Database, kind: str | None, search: str | None, limit: int, as_json: bool) -> int:
@@ -155,9 +155,9 @@ def list_command(db: Database, kind: str | None, search: str | None, limit: int,
         for r in rows
     ]
     if as_json:
-        print(json.dumps(items, indent=2))
+        click.echo(json.dumps(items, indent=2))
     elif not items:
-        print("no address is suppressed" + (" that matches" if kind or search else ""))
+        click.echo("no address is suppressed" + (" that matches" if kind or search else ""))
     else:
         headers = ("address", "kind", "stops", "since (UTC)", "times", "status", "reason")
         cells = [
@@ -172,13 +172,13 @@ def list_command(db: Database, kind: str | None, search: str | None, limit: int,
             )
             for i in items
         ]
-        print("\n".join(table(headers, cells, right=frozenset({4}))))
+        click.echo("\n".join(table(headers, cells, right=frozenset({4}))))
     return 0
 
 
 @suppressions.command("history", cls=Command, help=HISTORY, short_help="every event of one address")
 @click.argument("address")
-@click.option("--limit", type=POSITIVE, default=200, help="show at most N (default 200)")
+@click.option("--limit", type=at_least(1), metavar="N", default=200, help="show at most N (default 200)")
 @json_option
 @with_database
 def history_command(db: Database, address: str, limit: int, as_json: bool) -> int:
@@ -191,9 +191,9 @@ def history_command(db: Database, address: str, limit: int, as_json: bool) -> in
         rows = history(conn, address, limit=limit)
     items = [history_item(r) for r in rows]
     if as_json:
-        print(json.dumps(items, indent=2))
+        click.echo(json.dumps(items, indent=2))
     elif not items:
-        print(f"nothing recorded for {normalise(address)}")
+        click.echo(f"nothing recorded for {normalise(address)}")
     else:
         headers = ("when (UTC)", "change", "kind", "source", "status", "email", "by", "reason")
         cells = [
@@ -209,7 +209,7 @@ def history_command(db: Database, address: str, limit: int, as_json: bool) -> in
             )
             for i in items
         ]
-        print("\n".join(table(headers, cells)))
+        click.echo("\n".join(table(headers, cells)))
     return 0
 
 
@@ -226,7 +226,7 @@ def add_command(db: Database, address: str, reason: str) -> int:
     with connect(db.url) as conn:
         added = add(conn, address, reason, cli_actor())
     verdict = "suppressed" if added else "already suppressed, left as it was"
-    print(f"suppressions: {normalise(address)} {verdict}")
+    click.echo(f"suppressions: {normalise(address)} {verdict}")
     return 0
 
 
@@ -245,12 +245,12 @@ def remove_command(db: Database, address: str, reason: str, force: bool) -> int:
         with connect(db.url) as conn:
             lifted = remove(conn, address, reason, cli_actor(), force=force)
     except SuppressionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        click.echo(f"error: {exc}", err=True)
         return 1
     if not lifted.kinds:
-        print(f"suppressions: {lifted.address} is not suppressed", file=sys.stderr)
+        click.echo(f"suppressions: {lifted.address} is not suppressed", err=True)
         return 1
-    print(
+    click.echo(
         f"suppressions: lifted {', '.join(lifted.kinds)} for {lifted.address}: email enqueued from now on"
         " is sent to it"
     )
@@ -277,7 +277,7 @@ def export_command(db: Database, file: str, kind: str | None) -> int:
                 raise ConfigError(f"cannot write {file}: {exc.strerror}") from None
             with handle:
                 count = export_csv(conn, handle, kind)
-    print(f"suppressions: exported {count} address(es)", file=sys.stderr)
+    click.echo(f"suppressions: exported {count} address(es)", err=True)
     return 0
 
 
@@ -299,22 +299,22 @@ def import_command(db: Database, file: str) -> int:
 
     def progress(lines: int) -> None:
         if show and lines:
-            print(f"\rsuppressions: {lines:,} lines checked", end="", file=sys.stderr, flush=True)
+            click.echo(f"\rsuppressions: {lines:,} lines checked", nl=False, err=True)
 
     with raw, connect(db.url) as conn:
         result = import_csv(conn, text_lines(raw), cli_actor(), source_name=file, progress=progress)
         if show:
-            print(file=sys.stderr)
+            click.echo(err=True)
         if result.error_count:
             conn.rollback()
             for line, message in result.errors:
-                print(f"{file}:{line}: {_printable(message)}", file=sys.stderr)
+                click.echo(f"{file}:{line}: {_printable(message)}", err=True)
             more = result.error_count - len(result.errors)
             if more > 0:
-                print(f"... and {more} more bad line(s)", file=sys.stderr)
-            print(f"suppressions: nothing imported: {result.error_count} bad line(s)", file=sys.stderr)
+                click.echo(f"... and {more} more bad line(s)", err=True)
+            click.echo(f"suppressions: nothing imported: {result.error_count} bad line(s)", err=True)
             return 1
-    print(
+    click.echo(
         f"suppressions: imported {result.lines} line(s): {result.added} address(es) added,"
         f" {result.unchanged} already suppressed or repeated"
     )

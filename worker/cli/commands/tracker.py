@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from worker.cli.framework import WHOLE, Command, Database, HostPort, with_database
+from worker.cli.framework import Command, Database, HostPort, at_least, with_database
 
 DESCRIPTION = """\
 Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN records a click and
@@ -39,7 +39,8 @@ Examples:
 )
 @click.option(
     "--max-connections-per-client",
-    type=WHOLE,
+    type=at_least(0),
+    metavar="N",
     help="connections one client network may hold, 0 for no cap"
     " (default MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT, else 100)",
 )
@@ -72,7 +73,7 @@ def tracker(
     from worker.cli.metrics_option import serve_metrics
 
     listener = serve_metrics(metrics_listen, (host, port), db.url, settings, "tracker")
-    print(f"tracker on http://{host}:{port}, public base URL {settings.base_url}", flush=True)
+    click.echo(f"tracker on http://{host}:{port}, public base URL {settings.base_url}")
     sink = event_sink(optional_bounce_key(settings))
     try:
         asyncio.run(run_tracker(db.url, settings, host, port, sink, signing_desk(db.url, settings)))

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from worker.cli.framework import POSITIVE, Command, Database, HostPort, with_database
+from worker.cli.framework import Command, Database, HostPort, at_least, with_database
 
 # Off by default; port 0 lets the system choose (tests).
 METRICS_LISTEN = HostPort(port_required=True, lowest_port=0, example="127.0.0.1:9464")
@@ -32,11 +30,17 @@ Examples:
 
 @click.command(cls=Command, help=DESCRIPTION)
 @click.option(
-    "--concurrency", type=POSITIVE, default=4, show_default=True, help="parallel SMTP connections per process"
+    "--concurrency",
+    type=at_least(1),
+    metavar="N",
+    default=4,
+    show_default=True,
+    help="parallel SMTP connections per process",
 )
 @click.option(
     "--processes",
-    type=POSITIVE,
+    type=at_least(1),
+    metavar="N",
     default=1,
     show_default=True,
     help="worker processes to run under this one; a Python process sends on one CPU core, so use one per core. "
@@ -44,7 +48,8 @@ Examples:
 )
 @click.option(
     "--batch-size",
-    type=POSITIVE,
+    type=at_least(1),
+    metavar="N",
     default=300,
     show_default=True,
     help="emails claimed per slot at a time (a sender paced by send_delay_ms gets claims of at most 5 seconds of "
@@ -90,7 +95,7 @@ def worker(
         from worker.ops.metrics_server import WORKER, serve_here
 
         listener = start_listener(metrics_listen, lambda h, p: serve_here(h, p, db.url, db.settings, WORKER))
-        print(f"worker: metrics on {_address(metrics_listen[0], listener.port)}", file=sys.stderr, flush=True)
+        click.echo(f"worker: metrics on {_address(metrics_listen[0], listener.port)}", err=True)
     import asyncio
 
     from worker.engine.delivery import WorkerOptions, run_worker
@@ -107,7 +112,7 @@ def worker(
     finally:
         if listener is not None:
             listener.close()
-    print(f"worker: sent {sent} email(s)", file=sys.stderr)
+    click.echo(f"worker: sent {sent} email(s)", err=True)
     return _drained(db) if drain else 0
 
 
@@ -120,7 +125,7 @@ def _drained(db: Database) -> int:
         stuck = undeliverable(conn, db.settings)
     if stuck is None:
         return 0
-    print(f"worker: {stuck.line}", file=sys.stderr)
+    click.echo(f"worker: {stuck.line}", err=True)
     return 1
 
 
@@ -170,12 +175,12 @@ def _supervise(
                 metrics_listen, lambda h, p: serve_children(h, p, db.url, db.settings, directory)
             )
             where = _address(metrics_listen[0], listener.port)
-            print(f"worker: metrics on {where}", file=sys.stderr, flush=True)
+            click.echo(f"worker: metrics on {where}", err=True)
         code = Supervisor(processes, argv, env, drain=drain).run()
     finally:
         if listener is not None:
             listener.close()
         if directory:
             shutil.rmtree(directory, ignore_errors=True)
-    print(f"worker: {processes} processes stopped", file=sys.stderr)
+    click.echo(f"worker: {processes} processes stopped", err=True)
     return code
