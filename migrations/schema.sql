@@ -1888,7 +1888,7 @@ CREATE VIEW mailroom.suppressions AS
  SELECT b.email AS address,
     b.bounce_type AS kind,
         CASE
-            WHEN ((b.bounce_type <> 'soft'::text) OR (b.bounce_count >= 3)) THEN 'all email'::text
+            WHEN (mailroom.suppression_verdict(b.bounce_type, b.bounce_count, false, true) IS NOT NULL) THEN 'all email'::text
             ELSE 'held a day after each bounce'::text
         END AS stops,
     b.reason,
@@ -1999,17 +1999,14 @@ COMMENT ON FUNCTION mailroom.suppression_note(name text) IS 'The transaction''s 
 CREATE FUNCTION mailroom.suppression_reason(address text, transactional boolean) RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-    SELECT coalesce(
-        (SELECT CASE WHEN b.bounce_type = 'manual' THEN 'suppressed by an operator (manual)'
-                     WHEN b.bounce_type IN ('hard', 'complaint') THEN 'on the bounce list (' || b.bounce_type || ')'
-                     WHEN b.bounce_count >= 3 THEN 'on the bounce list (soft, ' || b.bounce_count || ' times)'
-                END
-         FROM mailroom.bounce_list b WHERE b.email = lower(address)),
-        (SELECT 'unsubscribed' FROM mailroom.unsubscribe_list u
-         WHERE u.email = lower(address) AND NOT transactional))
+    SELECT mailroom.suppression_verdict(b.bounce_type, b.bounce_count, u.email IS NOT NULL,
+                                        suppression_reason.transactional)
+    FROM (SELECT lower(suppression_reason.address) AS email) a
+    LEFT JOIN mailroom.bounce_list b ON b.email = a.email
+    LEFT JOIN mailroom.unsubscribe_list u ON u.email = a.email
 $$;
 
-COMMENT ON FUNCTION mailroom.suppression_reason(address text, transactional boolean) IS 'Why email to this address is not sent (hard bounce, complaint, an operator''s suppression, soft three times, or unsubscribed for non-transactional email), NULL when it may be sent.';
+COMMENT ON FUNCTION mailroom.suppression_reason(address text, transactional boolean) IS 'Why email to this address is not sent, NULL when it may be sent: the address (any case) looked up on bounce_list and unsubscribe_list and judged by mailroom.suppression_verdict.';
 
 REVOKE ALL ON FUNCTION mailroom.suppression_reason(address text, transactional boolean) FROM PUBLIC;
 
@@ -2023,6 +2020,19 @@ CREATE FUNCTION mailroom.suppression_told(reason text) RETURNS text
 $$;
 
 COMMENT ON FUNCTION mailroom.suppression_told(reason text) IS 'What the connected role is told of a suppression: the reason when it may read the suppression list (SELECT on mailroom.bounce_list), else only that the address is on it. Used by every answer an application gets: enqueue_outcome, my_emails, enqueue_suppression.';
+
+CREATE FUNCTION mailroom.suppression_verdict(bounce_type text, bounce_count integer, unsubscribed boolean, transactional boolean) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN bounce_type = 'manual' THEN 'suppressed by an operator (manual)'
+                WHEN bounce_type IN ('hard', 'complaint') THEN 'on the bounce list (' || bounce_type || ')'
+                WHEN bounce_type = 'soft' AND bounce_count >= 3
+                    THEN 'on the bounce list (soft, ' || bounce_count::text || ' times)'
+                WHEN unsubscribed AND NOT transactional THEN 'unsubscribed'
+           END
+$$;
+
+COMMENT ON FUNCTION mailroom.suppression_verdict(bounce_type text, bounce_count integer, unsubscribed boolean, transactional boolean) IS 'The suppression rule, once: why email to an address is not sent, given its bounce_list row (bounce_type, bounce_count; NULL when not listed), whether it is on unsubscribe_list and whether the email is transactional; NULL when it may be sent. Suppressed: an operator''s suppression (manual), a hard bounce, a complaint, three soft bounces, or an unsubscribe for non-transactional email. A soft bounce under three is not a suppression: the claim holds the email until a day after the last bounce (its own rule, worker.engine.queue_sql.CLAIM), the enqueue queues it, the retry preview does not count it as suppressed again and a reminder goes (held like any email). Called over rows already joined (the claim) and by mailroom.suppression_reason, which looks the address up.';
 
 -- == tracking ==
 

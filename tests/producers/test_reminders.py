@@ -139,7 +139,7 @@ def test_signed_bounced_and_suppressed_signers_are_not_reminded(conn: Conn, sett
         {
             "bob@example.com": "address is on the bounce list (hard)",
             # an operator's suppression is not a bounce (worded as mailroom.suppression_reason words it)
-            "cy@example.com": "address was suppressed by an operator (manual)",
+            "cy@example.com": "address is suppressed by an operator (manual)",
         },
     )
     conn.commit()

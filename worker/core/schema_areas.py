@@ -79,6 +79,7 @@ AREAS: tuple[Area, ...] = (
             "suppression_note",
             "suppression_reason",
             "suppression_told",
+            "suppression_verdict",
         ),
     ),
     Area(

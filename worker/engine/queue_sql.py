@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 # Claim due email in priority order, skipping rows another worker holds. Suppression is decided
-# here, at claim time: an address that hard-bounced, complained, was suppressed by an operator or
-# (for non-transactional mail) unsubscribed a second ago is marked suppressed instead of being handed
-# out. The reasons are worded as mailroom.suppression_reason words them (schema.sql).
+# here, at claim time, so an address listed a second ago is not mailed: the claim joins each
+# recipient's bounce_list and unsubscribe_list rows and mailroom.suppression_verdict (schema.sql), the
+# rule every caller applies, judges them; PostgreSQL inlines it into this statement.
 #
-# The soft-bounce policy too: an address whose last soft bounce is less than a day old is not mailed
-# before that day is over (the email stays pending, rescheduled, no attempt charged), and one that
-# soft-bounced three times is treated as hard (suppressed).
+# The soft-bounce hold is the claim's own: an address whose last soft bounce is less than a day old
+# and not yet suppressed is not mailed before that day is over (the email stays pending, rescheduled,
+# no attempt charged).
 #
 # An email with more recipients (to_extra, cc, bcc not NULL) has each of them checked the same way
 # (`many`): the suppressed ones come back as `dropped` ({lower-cased address: reason}), to be left out
@@ -30,12 +30,9 @@ WITH due AS (
 ), verdict AS MATERIALIZED (
     SELECT d.id,
            q.created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s) AS expired,
-           CASE WHEN b.bounce_type = 'manual' THEN 'suppressed by an operator (manual)'
-                WHEN b.bounce_type IN ('hard', 'complaint') THEN 'on the bounce list (' || b.bounce_type || ')'
-                WHEN b.bounce_count >= 3 THEN 'on the bounce list (soft, ' || b.bounce_count || ' times)'
-                WHEN u.email IS NOT NULL THEN 'unsubscribed'
-           END AS reason,
-           CASE WHEN b.bounce_type = 'soft' AND b.bounce_count < 3
+           mailroom.suppression_verdict(b.bounce_type, b.bounce_count, u.email IS NOT NULL, q.transactional)
+               AS reason,
+           CASE WHEN b.bounce_type = 'soft'
                      AND b.last_bounced_at > now() + make_interval(secs => %(ahead)s) - interval '1 day'
                 THEN b.last_bounced_at + interval '1 day'
            END AS held_until,
@@ -46,32 +43,30 @@ WITH due AS (
                                               '{}'::jsonb))
                FROM (
                    SELECT lower(e.address) AS address,
-                          CASE WHEN rb.bounce_type = 'manual' THEN 'suppressed by an operator (manual)'
-                               WHEN rb.bounce_type IN ('hard', 'complaint')
-                                    THEN 'on the bounce list (' || rb.bounce_type || ')'
-                               WHEN rb.bounce_count >= 3 THEN 'on the bounce list (soft, ' || rb.bounce_count || ' times)'
-                               WHEN ru.email IS NOT NULL THEN 'unsubscribed'
-                               -- its copy went out in an attempt the session then cut short
-                               WHEN EXISTS (SELECT 1 FROM mailroom.recipient_outcomes ro
-                                            WHERE ro.email_id = q.id AND ro.outcome = 'accepted'
-                                              AND lower(ro.recipient) = lower(e.address))
-                                    THEN 'already delivered'
-                          END AS reason
+                          coalesce(
+                              mailroom.suppression_verdict(rb.bounce_type, rb.bounce_count, ru.email IS NOT NULL,
+                                                           q.transactional),
+                              -- its copy went out in an attempt the session then cut short
+                              CASE WHEN EXISTS (SELECT 1 FROM mailroom.recipient_outcomes ro
+                                                WHERE ro.email_id = q.id AND ro.outcome = 'accepted'
+                                                  AND lower(ro.recipient) = lower(e.address))
+                                   THEN 'already delivered' END
+                          ) AS reason
                    FROM unnest(ARRAY[q.recipient_email] || coalesce(q.to_extra, '{}') || coalesce(q.cc, '{}')
                                || coalesce(q.bcc, '{}')) AS e(address)
                    LEFT JOIN mailroom.bounce_list rb ON rb.email = lower(e.address)
-                   LEFT JOIN mailroom.unsubscribe_list ru ON ru.email = lower(e.address) AND NOT q.transactional
+                   LEFT JOIN mailroom.unsubscribe_list ru ON ru.email = lower(e.address)
                ) r
            ) END AS many
     FROM due d
     JOIN mailroom.email_queue q ON q.id = d.id
     LEFT JOIN mailroom.bounce_list b ON b.email = lower(q.recipient_email)
-    LEFT JOIN mailroom.unsubscribe_list u ON u.email = lower(q.recipient_email) AND NOT q.transactional
+    LEFT JOIN mailroom.unsubscribe_list u ON u.email = lower(q.recipient_email)
 ), decided AS (
     SELECT v.*,
            CASE WHEN v.expired THEN 'failed'
                 WHEN coalesce((v.many ->> 'all')::boolean, v.reason IS NOT NULL) THEN 'suppressed'
-                WHEN v.held_until IS NOT NULL THEN 'pending'
+                WHEN v.held_until IS NOT NULL AND v.reason IS NULL THEN 'pending'  -- a soft bounce not suppressed
                 ELSE 'assigned' END AS next_status
     FROM verdict v
 )

@@ -15,15 +15,12 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-# The claim suppresses an address on the bounce list (hard or complaint), or on the unsubscribe list
-# unless the email is transactional (worker.engine.queue_sql): the same test, counted.
+# A retried email is pending again, and the claim suppresses it again when every recipient is
+# suppressed: mailroom.email_suppression (schema.sql) says so by the one rule, mailroom.suppression_verdict.
 RETRY_PREVIEW = """
 SELECT count(*) AS changed,
-       count(*) FILTER (WHERE EXISTS (
-           SELECT 1 FROM mailroom.bounce_list b
-           WHERE b.email = lower(q.recipient_email) AND b.bounce_type IN ('hard', 'complaint'))
-         OR (NOT q.transactional AND EXISTS (
-           SELECT 1 FROM mailroom.unsubscribe_list u WHERE u.email = lower(q.recipient_email)))) AS suppressed
+       count(*) FILTER (WHERE mailroom.email_suppression('pending', q.recipient_email, q.to_extra, q.cc, q.bcc,
+                                                         q.transactional) IS NOT NULL) AS suppressed
 FROM mailroom.email_queue q
 WHERE q.status IN ('failed', 'suppressed')
   AND (%(all)s AND q.status = 'failed' OR q.id = ANY(%(ids)s))

@@ -7,8 +7,11 @@ suppressed, cancelled) into the log row, so the delivery engine knows nothing of
 
 A signer reminded less than the configured interval ago (`MAILROOM_REMINDER_INTERVAL_SECONDS`) is
 refused with the reason; reminders that failed or were cancelled do not count, since nobody got
-them. Addresses on the bounce list are skipped too: the worker would suppress the email anyway. So
-are signers whose address a privacy erasure replaced (`…@erased.invalid`): nobody is there to remind.
+them. A signer whose address is suppressed is skipped too, with the reason, by the rule the claim
+applies (`mailroom.suppression_reason` in schema.sql, for a transactional email: an unsubscribe does not
+stop a reminder, and one to an address that soft-bounced less than three times goes and waits out the
+claim's hold). So are signers whose address a privacy erasure replaced (`…@erased.invalid`): nobody is
+there to remind.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from worker.producers.documents.signing_links import link_for
 log = logging.getLogger("mailroom.reminders")
 
 REFERENCE_TYPE = "reminder_log"
+# A reminder is about a document the signer is party to, not a campaign: sent as transactional email.
+TRANSACTIONAL = True
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,8 @@ class ReminderResult:
 
 # Expected signers who have not signed, with what would stop a reminder to them now.
 SELECT_UNSIGNED = """
-SELECT e.id AS signer_id, e.email, e.name, e.locale, recent.requested_at AS reminded_at, b.bounce_type
+SELECT e.id AS signer_id, e.email, e.name, e.locale, recent.requested_at AS reminded_at,
+       mailroom.suppression_reason(e.email, %(transactional)s) AS suppressed
 FROM mailroom.expected_signers e
 LEFT JOIN mailroom.signatures s ON s.doc_id = e.doc_id AND s.signer_email = e.email
 LEFT JOIN LATERAL (
@@ -66,7 +72,6 @@ LEFT JOIN LATERAL (
       AND r.requested_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(interval)s)
     ORDER BY r.requested_at DESC LIMIT 1
 ) recent ON true
-LEFT JOIN mailroom.bounce_list b ON b.email = e.email AND b.bounce_type IN ('hard', 'complaint', 'manual')
 WHERE e.doc_id = %(doc_id)s AND s.id IS NULL
 ORDER BY e.id
 """
@@ -85,10 +90,8 @@ def _interval(settings: Settings, interval: timedelta | None) -> float:
 def _refusal(row: dict[str, Any], interval_seconds: float) -> str | None:
     if row["email"].endswith("@" + ERASED_DOMAIN):
         return "the address was erased by a privacy request"
-    if row["bounce_type"] == "manual":  # worded as mailroom.suppression_reason words it
-        return "address was suppressed by an operator (manual)"
-    if row["bounce_type"] is not None:
-        return f"address is on the bounce list ({row['bounce_type']})"
+    if row["suppressed"] is not None:
+        return f"address is {row['suppressed']}"
     if row["reminded_at"] is not None:
         allowed = row["reminded_at"] + timedelta(seconds=interval_seconds)
         return (
@@ -102,7 +105,7 @@ def _unsigned(
     conn: psycopg.Connection[Any], doc_id: str, now: datetime | None, interval_seconds: float
 ) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
-        params = {"doc_id": doc_id, "now": now, "interval": interval_seconds}
+        params = {"doc_id": doc_id, "now": now, "interval": interval_seconds, "transactional": TRANSACTIONAL}
         return cur.execute(SELECT_UNSIGNED, params).fetchall()
 
 
@@ -114,7 +117,7 @@ def reminder_candidates(
     interval: timedelta | None = None,
     settings: Settings | None = None,
 ) -> int:
-    """How many signers `send_reminders` would mail now (unsigned, not reminded within the interval, not bounced)."""
+    """How many signers `send_reminders` would mail now (unsigned, not reminded within the interval, not suppressed)."""
     settings = settings or Settings.from_env()
     get_document(conn, doc_id)
     seconds = _interval(settings, interval)
@@ -167,6 +170,7 @@ def _queue_reminder(
             idempotency_key=f"{REFERENCE_TYPE}:{log_id}",
             reference_type=REFERENCE_TYPE,
             reference_id=str(log_id),
+            transactional=TRANSACTIONAL,
         )
         email_id = enqueue(conn, request, settings=settings, created_by=requested_by or None)
         cur.execute(SET_LOG_EMAIL, (email_id, log_id))
