@@ -48,6 +48,9 @@ class Watched:
         self.started = asyncio.Event()
         self.reading = 0
         self.lock = threading.Lock()
+        # Cleared: a report being read waits here, so the test decides how long the lane is busy.
+        self.go_on = threading.Event()
+        self.go_on.set()
 
     def __call__(self, raw: bytes, recipients: list[str], client: str) -> Outcome:
         report = DMARC in recipients
@@ -55,6 +58,7 @@ class Watched:
             with self.lock:
                 self.reading += 1
             self.loop.call_soon_threadsafe(self.started.set)
+            self.go_on.wait(BOUND)
         try:
             return self.process(raw, recipients, client)
         finally:
@@ -109,7 +113,7 @@ async def test_mailed_reports_are_capped_at_5000_records_where_a_file_may_hold_5
     assert code == 0 and "(5001 records, 5001 messages): stored" in out
 
 
-async def test_a_dsn_is_answered_within_a_second_while_reports_flood_dmarc(db_url: str) -> None:
+async def test_a_dsn_is_answered_while_reports_flood_dmarc_and_one_is_being_read(db_url: str) -> None:
     add_sender(db_url)
     email = sent_email(db_url, UNKNOWN)
     dsn_to = return_path(email["id"], UNKNOWN, BOUNCE_DOMAIN, "bounces", FIXTURE_KEY)
@@ -130,22 +134,25 @@ async def test_a_dsn_is_answered_within_a_second_while_reports_flood_dmarc(db_ur
             tracemalloc.stop()
         assert set(replies) <= {(250, NEUTRAL), BUSY} and (250, NEUTRAL) in replies
         assert peak < 32 << 20  # the receiver went from 41 MiB to 1.2 GiB
-        # Our own domain's reports at the mailed cap, each read whole, and a bounce in the middle of them.
-        ours = [mailed(big_report(5_000, report_id=f"r{i}", distinct=True), f"r{i}") for i in range(3)]
+        # Our own domain's reports, more of them than the default executor has threads, held in the middle
+        # of reading until the bounce sent among them is answered: the bounce must not queue behind them
+        # (no clock: if it did, it would wait for the reports' release, which comes only after its answer).
+        ours = [mailed(big_report(500, report_id=f"r{i}", distinct=True), f"r{i}") for i in range(8)]
+        watched.go_on.clear()
         flood = [asyncio.create_task(send_report(port, raw, DMARC)) for raw in ours]
-        async with asyncio.timeout(BOUND):
-            await watched.started.wait()
-        sent = time.monotonic()
-        async with asyncio.timeout(BOUND):
-            reply = await send_report(port, dsn, dsn_to)
-        waited = time.monotonic() - sent
-        still_reading = watched.reading
+        try:
+            async with asyncio.timeout(BOUND):
+                await watched.started.wait()
+            async with asyncio.timeout(BOUND):
+                reply = await send_report(port, dsn, dsn_to)
+            still_reading = watched.reading
+        finally:
+            watched.go_on.set()
         async with asyncio.timeout(BOUND):
             flooded = await asyncio.gather(*flood)
     finally:
         await server.close()
     assert reply == (250, NEUTRAL)
-    assert waited < 1.0, f"the DSN waited {waited:.2f} s behind the reports"
     assert still_reading == 1  # answered while a report was being read, one at a time
     assert set(flooded) <= {(250, NEUTRAL), BUSY} and (250, NEUTRAL) in flooded
     with psycopg.connect(db_url) as conn:
