@@ -225,7 +225,7 @@ def test_records_elements_and_depth_past_their_limits_are_refused() -> None:
     assert "nested more than 16 deep" in refused(deep.encode())
 
 
-def test_a_long_period_is_refused_before_parsedmarc_could_cut_it_into_a_bucket_a_day() -> None:
+def test_a_long_period_is_refused_before_it_could_be_cut_into_a_bucket_a_day() -> None:
     text = rfc().replace("<begin>1335571200", "<begin>1").replace("<end>1335657599", "<end>2000000000")
     assert "days (at most 366)" in refused(text.encode())
 
