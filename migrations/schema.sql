@@ -2353,9 +2353,15 @@ COMMENT ON FUNCTION mailroom.dmarc_reports_count() IS 'Keeps mailroom.dmarc_size
 
 CREATE TRIGGER dmarc_reports_count_deletes AFTER DELETE ON mailroom.dmarc_reports REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
 
+COMMENT ON TRIGGER dmarc_reports_count_deletes ON mailroom.dmarc_reports IS 'Takes the deleted reports and their records off mailroom.dmarc_size (retention, privacy).';
+
 CREATE TRIGGER dmarc_reports_count_inserts AFTER INSERT ON mailroom.dmarc_reports REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
 
+COMMENT ON TRIGGER dmarc_reports_count_inserts ON mailroom.dmarc_reports IS 'Adds the inserted reports and their records to mailroom.dmarc_size (one statement, one update).';
+
 CREATE TRIGGER dmarc_reports_count_truncates AFTER TRUNCATE ON mailroom.dmarc_reports FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
+
+COMMENT ON TRIGGER dmarc_reports_count_truncates ON mailroom.dmarc_reports IS 'Sets mailroom.dmarc_size to nothing when the reports are truncated.';
 
 -- dmarc_records
 

@@ -63,6 +63,12 @@ CREATE TRIGGER dmarc_reports_count_deletes AFTER DELETE ON mailroom.dmarc_report
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
 CREATE TRIGGER dmarc_reports_count_truncates AFTER TRUNCATE ON mailroom.dmarc_reports
     FOR EACH STATEMENT EXECUTE FUNCTION mailroom.dmarc_reports_count();
+COMMENT ON TRIGGER dmarc_reports_count_inserts ON mailroom.dmarc_reports IS
+    'Adds the inserted reports and their records to mailroom.dmarc_size (one statement, one update).';
+COMMENT ON TRIGGER dmarc_reports_count_deletes ON mailroom.dmarc_reports IS
+    'Takes the deleted reports and their records off mailroom.dmarc_size (retention, privacy).';
+COMMENT ON TRIGGER dmarc_reports_count_truncates ON mailroom.dmarc_reports IS
+    'Sets mailroom.dmarc_size to nothing when the reports are truncated.';
 
 -- Reports refused by a bound or as a dispute, per UTC day and reason: what health warns of. At most
 -- three rows a day, whoever sends; maintenance deletes them with the reports' retention.
