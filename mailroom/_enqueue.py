@@ -1,25 +1,21 @@
-"""Enqueue one email or many, inside the caller's psycopg transaction (synchronous and async)."""
+"""Enqueue one email or many, inside the caller's psycopg transaction (synchronous and async).
+
+Each call is a thin way to `worker.core.outbox`, the one home of enqueue's rules (content, campaign
+policy, tracking, suppression verdict, idempotency), adding the caller's transaction and trace span.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from typing import Any
 
 import psycopg
-from psycopg.rows import tuple_row
 
-from mailroom._errors import BatchValidationError
 from mailroom._request import EmailRequest
 from worker.core import outbox
-from worker.core.config import Settings
 from worker.core.enqueue_trace import traced, traced_async
-from worker.core.enqueued import Enqueued, from_row
-from worker.core.templates import TemplateCatalog
-from worker.core.validation import ValidationError
-
-# One prepared row: the queue's columns (`outbox.COLUMNS`), then the email's tracked links.
-_Row = tuple[Any, ...]
+from worker.core.enqueued import Enqueued
 
 
 def enqueue(conn: psycopg.Connection[Any], request: EmailRequest) -> Enqueued:
@@ -60,27 +56,8 @@ def enqueue_many(conn: psycopg.Connection[Any], requests: Iterable[EmailRequest]
 
     SQL equivalent: one `SELECT mailroom.enqueue(...)` per email, in one transaction.
     """
-    batch = list(requests)
-    if not batch:
-        return []
-    settings = Settings.from_env()
-    catalog = outbox.load_catalog(conn, settings) if _any_template(batch) else None
-    rows = _prepare_all(batch, catalog, settings)
-    with _atomic(conn), traced(conn), conn.cursor(row_factory=tuple_row) as cur:
-        cur.executemany(outbox.INSERT_ONE, [row[: outbox.LINKS] for row in rows], returning=True)
-        inserted = [cur.fetchone()]
-        while cur.nextset():
-            inserted.append(cur.fetchone())
-        ids: list[Enqueued] = []
-        for request, got in zip(batch, inserted, strict=True):
-            if got is None:  # a repeated idempotency key: the first email's id
-                got = cur.execute(outbox.SELECT_BY_KEY, (request.idempotency_key,)).fetchone()
-            assert got is not None
-            ids.append(from_row(got))
-        links = _link_params(rows, inserted)
-        if links:
-            cur.executemany(outbox.INSERT_LINKS, links)
-    return ids
+    with _atomic(conn), traced(conn):
+        return outbox.enqueue_many(conn, requests)
 
 
 async def enqueue_async(conn: psycopg.AsyncConnection[Any], request: EmailRequest) -> Enqueued:
@@ -93,28 +70,8 @@ async def enqueue_many_async(
     conn: psycopg.AsyncConnection[Any], requests: Iterable[EmailRequest]
 ) -> list[Enqueued]:
     """Async twin of `enqueue_many`, for applications on `psycopg.AsyncConnection`."""
-    batch = list(requests)
-    if not batch:
-        return []
-    settings = Settings.from_env()
-    catalog = await outbox.load_catalog_async(conn, settings) if _any_template(batch) else None
-    rows = _prepare_all(batch, catalog, settings)
-    async with _atomic_async(conn), traced_async(conn), conn.cursor(row_factory=tuple_row) as cur:
-        await cur.executemany(outbox.INSERT_ONE, [row[: outbox.LINKS] for row in rows], returning=True)
-        inserted = [await cur.fetchone()]
-        while cur.nextset():
-            inserted.append(await cur.fetchone())
-        ids: list[Enqueued] = []
-        for request, got in zip(batch, inserted, strict=True):
-            if got is None:
-                await cur.execute(outbox.SELECT_BY_KEY, (request.idempotency_key,))
-                got = await cur.fetchone()
-            assert got is not None
-            ids.append(from_row(got))
-        links = _link_params(rows, inserted)
-        if links:
-            await cur.executemany(outbox.INSERT_LINKS, links)
-    return ids
+    async with _atomic_async(conn), traced_async(conn):
+        return await outbox.enqueue_many_async(conn, requests)
 
 
 def _atomic(conn: psycopg.Connection[Any]) -> AbstractContextManager[object]:
@@ -125,34 +82,3 @@ def _atomic(conn: psycopg.Connection[Any]) -> AbstractContextManager[object]:
 
 def _atomic_async(conn: psycopg.AsyncConnection[Any]) -> AbstractAsyncContextManager[object]:
     return conn.transaction() if conn.autocommit else nullcontext()
-
-
-def _any_template(batch: Sequence[EmailRequest]) -> bool:
-    return any(request.template for request in batch)
-
-
-def _prepare_all(
-    batch: Sequence[EmailRequest], catalog: TemplateCatalog | None, settings: Settings
-) -> list[_Row]:
-    """Every request checked and rendered into its row, or the first refusal with its position."""
-    rows: list[_Row] = []
-    for index, request in enumerate(batch):
-        try:
-            rows.append(outbox.prepare(request, catalog, settings))
-        except ValidationError as exc:
-            raise BatchValidationError(index, exc.field, exc.message) from None
-    return rows
-
-
-def _link_params(rows: Sequence[_Row], inserted: Sequence[tuple[Any, ...] | None]) -> list[dict[str, Any]]:
-    """Parameters of `outbox.INSERT_LINKS` for each email written with tracked links."""
-    return [
-        {
-            "email_id": int(got[0]),
-            "tokens": [token for token, _ in row[outbox.LINKS]],
-            "urls": [url for _, url in row[outbox.LINKS]],
-        }
-        for row, got in zip(rows, inserted, strict=True)
-        # A repeated idempotency key stored nothing, so its links are not stored either.
-        if got is not None and row[outbox.LINKS]
-    ]

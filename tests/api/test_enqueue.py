@@ -160,7 +160,11 @@ def test_on_an_autocommit_connection_each_call_is_its_own_transaction(db_url: st
     assert [row[0] for row in _stored(db_url)] == [*ids, one]
 
 
-def test_campaign_email_enqueued_many_at_once_keeps_each_ones_tracked_links(db_url: str) -> None:
+def test_campaign_email_enqueued_many_at_once_keeps_each_ones_tracked_links(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Campaign email needs a postal address (CAN-SPAM).
+    monkeypatch.setenv("MAILROOM_POSTAL_ADDRESS", "Shop Ltd, 1 Market Street, Bristol")
     html = '<p><a href="https://shop.example/sale">Sale</a> <a href="https://shop.example/new">New</a></p>'
     with psycopg.connect(db_url) as conn, conn.transaction():
         ids = mailroom.enqueue_many(

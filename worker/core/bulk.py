@@ -26,8 +26,8 @@ from psycopg.rows import dict_row
 from worker.core.campaign_mail import CampaignBook, load_book
 from worker.core.config import Settings
 from worker.core.copy_rows import CopyRow, copy_row, insert_copy_rows
+from worker.core.email_rows import prepare_json
 from worker.core.json_lines import decode_line
-from worker.core.outbox import prepare_json
 from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.core.validation import ValidationError
 

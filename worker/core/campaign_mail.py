@@ -12,7 +12,7 @@ import hashlib
 import html as html_lib
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +58,6 @@ class Dress:
 
 
 SELECT_CAMPAIGNS = "SELECT campaign_id, list_id, postal_address, track_opens FROM mailroom.campaigns"
-POLICY = "SELECT track_opens, has_postal_address FROM mailroom.campaign_mail_policy(%s)"
 
 
 def check_postal_address(field: str, value: str) -> str:
@@ -215,12 +214,14 @@ def add_footer(
 
 @dataclass(frozen=True)
 class CampaignBook:
-    """What enqueue needs to know about campaigns: which carry an open pixel, which have a postal
-    address (their own, or every sender account has one). MAILROOM_POSTAL_ADDRESS is the settings'."""
+    """What enqueue needs to know about campaigns, as `mailroom.campaign_mail_policy` says it (built by
+    `book_from_policies`): which carry an open pixel, which have a postal address (their own, or every
+    sender account has one), and whether campaigns not listed have one. MAILROOM_POSTAL_ADDRESS is the
+    settings'."""
 
     track_opens: Mapping[str, bool]
     has_postal_address: frozenset[str]
-    senders_have_postal_address: bool
+    unlisted_have_postal_address: bool
 
     def opens(self, campaign_id: str | None) -> bool:
         """Whether this campaign's email gets an open pixel (when it is tracked at all)."""
@@ -232,28 +233,49 @@ class CampaignBook:
         """Refuse a campaign's email that could only leave without a postal address (`needs_postal_address`)."""
         if not needs_postal_address(campaign_id, not transactional):
             return
-        if default or self.senders_have_postal_address or campaign_id in self.has_postal_address:
+        if default or campaign_id in self.has_postal_address or self.unlisted_have_postal_address:
             return
         raise missing_postal_address("campaign_id", str(campaign_id))
 
 
-BOOK = """
-SELECT (SELECT coalesce(bool_and(postal_address IS NOT NULL), false) FROM mailroom.sender_accounts),
-       coalesce((SELECT array_agg(campaign_id) FROM mailroom.campaigns WHERE NOT track_opens), '{}'),
-       coalesce((SELECT array_agg(campaign_id) FROM mailroom.campaigns WHERE postal_address IS NOT NULL), '{}')
-"""
+# What the database says of each campaign asked (`mailroom.campaign_mail_policy`, the one rule: any role
+# may ask it): whether its email carries an open pixel, whether a postal address is known for it.
+POLICIES = (
+    "SELECT u.campaign_id, p.track_opens, p.has_postal_address"
+    " FROM unnest(%s::text[]) AS u(campaign_id), mailroom.campaign_mail_policy(u.campaign_id) AS p"
+)
+# The same for every campaign with a row, and a NULL campaign for those without (the bulk command's
+# book: its lines are read while the book is in use).
+EVERY_POLICY = (
+    "SELECT c.campaign_id, p.track_opens, p.has_postal_address"
+    " FROM (SELECT campaign_id FROM mailroom.campaigns UNION ALL SELECT NULL) AS c,"
+    " mailroom.campaign_mail_policy(c.campaign_id) AS p"
+)
 
 
-def book_from_policy(campaign_id: str | None, track_opens: bool, has_postal: bool) -> CampaignBook:
-    """The book of one campaign, from `mailroom.campaign_mail_policy` (what any role may ask)."""
-    key = campaign_id or ""
-    return CampaignBook({key: track_opens}, frozenset({key} if has_postal else ()), has_postal)
+def book_from_policies(rows: Iterable[Sequence[Any]]) -> CampaignBook:
+    """The book of the campaigns in rows of (campaign, track_opens, has_postal_address), from
+    `POLICIES` or `EVERY_POLICY`; a NULL campaign's row stands for every campaign not listed."""
+    track_opens: dict[str, bool] = {}
+    with_address: set[str] = set()
+    unlisted_have_address = False
+    for campaign_id, opens, has_address in rows:
+        if campaign_id is None:
+            unlisted_have_address = bool(has_address)
+            continue
+        track_opens[campaign_id] = bool(opens)
+        if has_address:
+            with_address.add(campaign_id)
+    return CampaignBook(track_opens, frozenset(with_address), unlisted_have_address)
+
+
+# Nothing known of any campaign: open pixels on, no postal address but MAILROOM_POSTAL_ADDRESS.
+NO_CAMPAIGNS = CampaignBook({}, frozenset(), False)
 
 
 def load_book(conn: Any) -> CampaignBook:
-    """Every campaign's settings at once (a bulk load: the operator's connection reads the tables)."""
+    """Every campaign's policy at once, for a bulk load whose campaigns are not known in advance."""
     from psycopg.rows import tuple_row
 
     with conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(BOOK).fetchone()
-    return CampaignBook({c: False for c in row[1]}, frozenset(row[2]), bool(row[0]))
+        return book_from_policies(cur.execute(EVERY_POLICY).fetchall())

@@ -16,7 +16,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from worker.core.outbox import _COLUMN_LIST, COLUMNS, LINKS
+from worker.core.email_rows import COLUMNS, LINKS, address_array
+from worker.core.outbox import COLUMN_LIST
 
 _ID_SEQUENCE = "SELECT pg_get_serial_sequence('mailroom.email_queue', 'id')"
 # The sequence comes as a parameter, looked up once: pg_get_serial_sequence in the select list runs
@@ -26,11 +27,11 @@ _ALLOCATE_IDS = "SELECT nextval(%s::regclass) FROM generate_series(1, %s)"
 _STAGING = sql.SQL(
     "CREATE TEMP TABLE IF NOT EXISTS mailroom_enqueue_staging ON COMMIT DELETE ROWS"
     " AS SELECT id, {columns} FROM mailroom.email_queue WITH NO DATA"
-).format(columns=_COLUMN_LIST)
+).format(columns=COLUMN_LIST)
 _FROM_STAGING = sql.SQL(
     "INSERT INTO mailroom.email_queue (id, {columns}) SELECT id, {columns}"
     " FROM mailroom_enqueue_staging ORDER BY id ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-).format(columns=_COLUMN_LIST)
+).format(columns=COLUMN_LIST)
 _RESOLVE_KEYS = (
     "SELECT s.id AS staged, q.id FROM mailroom_enqueue_staging s"
     " JOIN mailroom.email_queue q ON q.enqueued_by = session_user AND q.idempotency_key = s.idempotency_key"
@@ -64,14 +65,8 @@ def _copy_value(value: Any) -> str:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, list):
-        return _array(value)
+        return address_array(value)
     return str(value)
-
-
-def _array(addresses: list[str]) -> str:
-    # A text[] literal of validated addresses: atext holds no quote, backslash or white space but may
-    # hold braces, so each element is quoted, and needs no escape.
-    return "{" + ",".join(f'"{a}"' for a in addresses) + "}"
 
 
 class _NotPlain(Exception):
@@ -87,7 +82,7 @@ def _plain_value(value: Any) -> str:
         stamp: str = value.isoformat()
         return stamp
     if kind is list:
-        return _array(value)
+        return address_array(value)
     raise _NotPlain
 
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any, cast
 
-from worker.core.outbox import EmailRequest, request_from_json
+from worker.core.email_rows import EmailRequest, request_from_json
 from worker.core.validation import ValidationError
 
 # The longest line accepted: the largest body twice over (text and html) and room for the rest.

@@ -1,428 +1,143 @@
-"""How email enters the queue: inside the caller's own transaction (the outbox pattern), one or in bulk."""
+"""How email enters the queue inside the caller's own transaction (the outbox pattern): the one home of
+enqueue, for one email or many, synchronous or async.
+
+Every enqueue takes the same steps, written once in `_enqueue_steps`: read the templates when a request
+names one; ask the database what it says of the campaigns whose email is dressed with tracking or an
+unsubscribe link (`mailroom.campaign_mail_policy`: open pixel, postal address); check and render every
+request into its row (`worker.core.email_rows.prepare`, pure); insert the rows in one statement, which
+answers each email's id and suppression verdict; give a repeated idempotency key the first email's id;
+store the tracked links. One email is a batch of one, so `enqueue` and `enqueue_many` cannot disagree.
+
+Sync and async: the steps are a generator that yields each statement (`Query`) and is sent its rows,
+the way psycopg writes its connection logic once as generators that `wait` and `wait_async` drive.
+The twins differ only in their driver (`_run`, `_run_async`): a loop that executes a statement, with
+or without `await`, and holds no rule. That is simpler than generating the sync module from the async
+one (psycopg's `tools/async_to_sync.py`) and leaves no copy of any step to keep by hand.
+
+The bulk command (`worker.core.bulk`) prepares rows with the same `prepare` and the same campaign
+policy, and writes them by COPY (`worker.core.copy_rows`) for speed.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import RowFactory, dict_row, tuple_row
 
-from worker.core import links as tracking
-from worker.core.campaign_mail import POLICY, CampaignBook, book_from_policy
+from worker.core.campaign_mail import NO_CAMPAIGNS, POLICIES, CampaignBook, book_from_policies
 from worker.core.config import Settings
-from worker.core.enqueued import Enqueued, from_row
-from worker.core.request_json import json_fields
-from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
-from worker.core.validation import ValidationError, check_header_name, check_header_text, normalise_address
-
-
-@dataclass(frozen=True)
-class EmailRequest:
-    """One email to enqueue: literal content, or a template with its data (rendered now, stored as sent).
-
-    `to` is one address or several (the first is the email's recipient in lists, logs and suppression);
-    `cc`, `bcc` and `reply_to` are lists; Bcc goes in the envelope only, never in a header."""
-
-    to: str | Sequence[str]
-    subject: str | None = None
-    text: str | None = None
-    html: str | None = None
-    to_name: str | None = None
-    template: str | None = None
-    locale: str | None = None
-    data: Mapping[str, Any] | None = None
-    priority: int = 0
-    scheduled_for: datetime | None = None
-    idempotency_key: str | None = None
-    campaign_id: str | None = None
-    headers: Mapping[str, str] | None = field(default_factory=dict)  # None, like {}, means none
-    max_retries: int | None = None
-    transactional: bool | None = None
-    reference_type: str | None = None
-    reference_id: str | None = None
-    # open and click tracking: None = on for campaign email (MAILROOM_TRACK_CAMPAIGNS), off otherwise
-    track: bool | None = None
-    cc: Sequence[str] | None = None
-    bcc: Sequence[str] | None = None
-    reply_to: Sequence[str] | None = None
-
-
-# Column order shared by the single INSERT and the bulk COPY.
-COLUMNS = (
-    "recipient_email",
-    "recipient_name",
-    "subject",
-    "text_body",
-    "html_body",
-    "headers",
-    "template",
-    "locale",
-    "template_data",
-    "priority",
-    "scheduled_for",
-    "max_retries",
-    "idempotency_key",
-    "campaign_id",
-    "transactional",
-    "reference_type",
-    "reference_id",
-    "created_by",
-    "tracking_token",
-    "unsubscribe_token",
-    "track_opens",
-    "track_clicks",
-    "to_extra",
-    "cc",
-    "bcc",
-    "reply_to",
+from worker.core.email_rows import (
+    COLUMNS,
+    LINKS,
+    EmailRequest,
+    address_array,
+    campaign_to_ask,
+    prepare,
+    prepare_json,
+    render_stored,
+    request_from_json,
 )
-# A prepared row is COLUMNS followed by one more item: the email's tracked links, (token, url) each.
-LINKS = len(COLUMNS)
-_COLUMN_LIST = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
+from worker.core.enqueued import Enqueued, from_row
+from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
+from worker.core.validation import BatchValidationError, ValidationError
+
+# The request and its row are defined in `worker.core.email_rows`; the door names them too.
+__all__ = [
+    "COLUMNS",
+    "COLUMN_LIST",
+    "LINKS",
+    "EmailRequest",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_many",
+    "enqueue_many_async",
+    "load_catalog",
+    "load_catalog_async",
+    "prepare",
+    "prepare_json",
+    "render_stored",
+    "request_from_json",
+]
+
+_T = TypeVar("_T")
+
+COLUMN_LIST = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
+# Each column is passed as one array of its values; the lists of addresses as a `text[]` literal per
+# email (`address_array`: an array of arrays would have to be rectangular).
+_LISTS = ("to_extra", "cc", "bcc", "reply_to")
+_TYPES = {
+    "headers": "jsonb",
+    "template_data": "jsonb",
+    "priority": "integer",
+    "scheduled_for": "timestamptz",
+    "max_retries": "integer",
+    "transactional": "boolean",
+    "tracking_token": "uuid",
+    "unsubscribe_token": "uuid",
+    "track_opens": "boolean",
+    "track_clicks": "boolean",
+}
 # Composed once into plain text: a Composed statement is rendered again on every execute.
-INSERT_ONE = (
+# RETURNING gives the inserted rows in the order of the SELECT's ORDER BY (PostgreSQL inserts and
+# returns row by row; SQLAlchemy's insertmanyvalues relies on the same), without the rows a repeated
+# idempotency key kept out; each answer carries its key, so `_answers` matches them to the requests and
+# checks it. The verdict is the enqueue-time check's, computed as the statement trigger computes it
+# (RETURNING runs before that trigger stores the email suppressed): the caller is told at once, the
+# reason only if it may read the suppression list (mailroom.suppression_told).
+INSERT_MANY = (
     sql.SQL(
-        "INSERT INTO mailroom.email_queue ({columns}) VALUES ({values})"
+        "INSERT INTO mailroom.email_queue ({columns}) SELECT {values}"
+        " FROM unnest({arrays}) WITH ORDINALITY AS given({columns}, n) ORDER BY n"
         " ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-        # The enqueue-time check's verdict, computed here as the statement trigger computes it (RETURNING
-        # runs before that trigger stores the email suppressed): the caller is told at once, the reason
-        # only if it may read the suppression list (mailroom.suppression_told).
-        " RETURNING id, mailroom.enqueue_suppression(status, recipient_email, to_extra, cc, bcc, transactional)"
+        " RETURNING id, idempotency_key,"
+        " mailroom.enqueue_suppression(status, recipient_email, to_extra, cc, bcc, transactional)"
     )
-    .format(columns=_COLUMN_LIST, values=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS))
+    .format(
+        columns=COLUMN_LIST,
+        values=sql.SQL(", ").join(
+            sql.SQL("given.{}::text[]" if c in _LISTS else "given.{}").format(sql.Identifier(c))
+            for c in COLUMNS
+        ),
+        arrays=sql.SQL(", ").join(
+            sql.SQL("%s::{}[]").format(sql.SQL(_TYPES.get(c, "text"))) for c in COLUMNS
+        ),
+    )
     .as_string(None)
 )
 # An idempotency key belongs to the role that enqueued (`enqueued_by`, session_user by default): the
 # same key from another role is another email, and the lookup never answers with another role's id.
-# Why it is suppressed as the caller may be told it (mailroom.suppression_told), as INSERT_ONE's answer.
-SELECT_BY_KEY = (
-    "SELECT id, mailroom.suppression_told(CASE WHEN status = 'suppressed' THEN suppression_reason END)"
-    " FROM mailroom.email_queue WHERE enqueued_by = session_user AND idempotency_key = %s"
+# Why it is suppressed as the caller may be told it (mailroom.suppression_told), as INSERT_MANY's answer.
+SELECT_BY_KEYS = (
+    "SELECT idempotency_key, id,"
+    " mailroom.suppression_told(CASE WHEN status = 'suppressed' THEN suppression_reason END)"
+    " FROM mailroom.email_queue WHERE enqueued_by = session_user AND idempotency_key = ANY(%s)"
 )
-INSERT_LINKS = """
-INSERT INTO mailroom.tracked_links (token, email_id, position, url)
-SELECT t, %(email_id)s, p - 1, u FROM unnest(%(tokens)s::uuid[], %(urls)s::text[]) WITH ORDINALITY AS l(t, u, p)
-"""
+INSERT_LINKS = (
+    "INSERT INTO mailroom.tracked_links (token, email_id, position, url)"
+    " SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::integer[], %s::text[])"
+)
+_KEY = COLUMNS.index("idempotency_key")
+_LIST_INDEXES = tuple(COLUMNS.index(c) for c in _LISTS)
+
+Rows = list[Any]
 
 
-def _link_params(email_id: int, links: Sequence[tuple[Any, str]]) -> dict[str, Any]:
-    return {"email_id": email_id, "tokens": [t for t, _ in links], "urls": [u for _, u in links]}
+@dataclass(frozen=True)
+class Query:
+    """One statement a step needs run; the driver sends back the rows it returns (none: `[]`)."""
+
+    statement: str
+    params: Sequence[Any] = ()
+    row_factory: RowFactory[Any] = tuple_row  # tuples whatever rows the caller's connection makes
 
 
-def request_from_json(obj: object) -> EmailRequest:
-    """Turn one decoded JSON object into an `EmailRequest`, naming the field at fault when it cannot."""
-    return EmailRequest(*json_fields(obj))
-
-
-def _check_short(field_name: str, value: str | None, limit: int) -> None:
-    if value is not None and not 1 <= len(value) <= limit:
-        raise ValidationError(field_name, f"must be 1 to {limit} characters")
-
-
-def prepare(
-    request: EmailRequest,
-    catalog: TemplateCatalog | None,
-    settings: Settings,
-    created_by: str | None = None,
-    book: CampaignBook | None = None,
-) -> tuple[Any, ...]:
-    """Validate and render one request into the row that will be stored (`COLUMNS` order, then `LINKS`)."""
-    r = request
-    return _prepare_fields(
-        r.to,
-        r.subject,
-        r.text,
-        r.html,
-        r.to_name,
-        r.template,
-        r.locale,
-        r.data,
-        r.priority,
-        r.scheduled_for,
-        r.idempotency_key,
-        r.campaign_id,
-        r.headers,
-        r.max_retries,
-        r.transactional,
-        r.reference_type,
-        r.reference_id,
-        r.track,
-        r.cc,
-        r.bcc,
-        r.reply_to,
-        catalog,
-        settings,
-        created_by,
-        book,
-    )
-
-
-def prepare_json(
-    obj: object,
-    catalog: TemplateCatalog | None,
-    settings: Settings,
-    created_by: str | None = None,
-    book: CampaignBook | None = None,
-) -> tuple[Any, ...]:
-    """`prepare(request_from_json(obj), ...)` without building the request: the bulk path, once per line."""
-    return _prepare_fields(*json_fields(obj), catalog, settings, created_by, book)
-
-
-# One parameter per `EmailRequest` field, in its order: building the request costs more than the checks.
-def _prepare_fields(
-    to: str | Sequence[str],
-    subject: str | None,
-    text: str | None,
-    html: str | None,
-    to_name: str | None,
-    template: str | None,
-    locale: str | None,
-    data: Mapping[str, Any] | None,
-    priority: int,
-    scheduled_for: datetime | None,
-    idempotency_key: str | None,
-    campaign_id: str | None,
-    headers: Mapping[str, str] | None,
-    max_retries: int | None,
-    transactional: bool | None,
-    reference_type: str | None,
-    reference_id: str | None,
-    track: bool | None,
-    cc: Sequence[str] | None,
-    bcc: Sequence[str] | None,
-    reply_to: Sequence[str] | None,
-    catalog: TemplateCatalog | None,
-    settings: Settings,
-    created_by: str | None,
-    book: CampaignBook | None = None,
-) -> tuple[Any, ...]:
-    if headers is None:  # no headers: from Python (EmailRequest) as from a JSON line's "headers": null
-        headers = {}
-    recipient, more = _addressing(to, to_name, headers, cc, bcc, reply_to, settings)
-    given_locale = locale
-    if template is not None:
-        subject, text, html, locale = _render(catalog, template, locale, data, subject, text, html)
-    elif data is not None:
-        raise ValidationError("data", "data is only used with a template")
-    subject = _check_content(subject, text, html, to_name, settings)
-    max_retries = _check_limits(priority, max_retries, idempotency_key, campaign_id, settings)
-    transactional = campaign_id is None if transactional is None else transactional
-    tracked: tracking.Tracking | None = None
-    # The one check the common bulk case pays: transactional email without tracking adds nothing.
-    if track or not transactional:
-        if book is not None:  # a campaign's email: a postal address must be known
-            book.require_postal_address(campaign_id, transactional, settings.postal_address)
-        opens = book.opens(campaign_id) if book is not None else True
-        tracked = _tracked(html, headers, track, transactional, campaign_id, settings, opens)
-        html, headers = tracked.html, tracked.headers
-    # In `COLUMNS` order, then the tracked links.
-    return (
-        recipient, to_name, subject, text, html, json.dumps(headers) if headers else "{}", template,
-        locale if template else given_locale, json.dumps(data) if data is not None else None, priority,
-        scheduled_for, max_retries, idempotency_key, campaign_id, transactional, reference_type,
-        reference_id, created_by, *_tracking_columns(tracked), *more, _links(tracked),
-    )  # fmt: skip
-
-
-_ONE_RECIPIENT: tuple[list[str] | None, ...] = (None, None, None, None)
-
-
-def _addressing(
-    to: str | Sequence[str],
-    to_name: str | None,
-    headers: Mapping[str, str],
-    cc: Sequence[str] | None,
-    bcc: Sequence[str] | None,
-    reply_to: Sequence[str] | None,
-    settings: Settings,
-) -> tuple[str, tuple[list[str] | None, ...]]:
-    """The first To address and the columns of the other recipients (none, in the common case)."""
-    if type(to) is str and cc is None and bcc is None and reply_to is None:  # the common case, first
-        return _check_addressing(to, to_name, headers), _ONE_RECIPIENT
-    to = [to] if isinstance(to, str) else list(to)
-    if not to:
-        raise ValidationError("to", "at least one address is required")
-    recipient = _check_addressing(to[0], to_name, headers)
-    lists = (
-        _address_list("to", to[1:]),
-        _address_list("cc", cc),
-        _address_list("bcc", bcc),
-        _address_list("reply_to", reply_to),
-    )
-    count = 1 + sum(len(found) for found in lists[:3] if found)
-    if count > settings.max_recipients or len(lists[3] or ()) > settings.max_recipients:
-        raise ValidationError(
-            "to", f"more than {settings.max_recipients} recipients (MAILROOM_MAX_RECIPIENTS)"
-        )
-    return recipient, lists
-
-
-def _address_list(field_name: str, addresses: Sequence[str] | None) -> list[str] | None:
-    """Normalised addresses of one list (None for none); each checked, named by its position."""
-    if addresses is None:
-        return None
-    if isinstance(addresses, str):
-        addresses = [addresses]
-    found = [normalise_address(f"{field_name}[{i}]", a) for i, a in enumerate(addresses, 1)]
-    return found or None
-
-
-def _tracked(
-    html: str | None,
-    headers: Mapping[str, str],
-    track: bool | None,
-    transactional: bool,
-    campaign_id: str | None,
-    settings: Settings,
-    opens: bool = True,
-) -> tracking.Tracking:
-    """The HTML and headers with tracking and unsubscribe applied as this email wants them."""
-    wanted = tracking.wants_tracking(track, transactional, campaign_id, settings)
-    return tracking.apply(
-        html, headers, track=wanted, transactional=transactional, settings=settings, opens=opens
-    )
-
-
-def _tracking_columns(tracked: tracking.Tracking | None) -> tuple[Any, ...]:
-    """Tracking token, unsubscribe token, opens and clicks: as applied, or none."""
-    if tracked is None:
-        return (None, None, False, False)
-    return (tracked.tracking_token, tracked.unsubscribe_token, tracked.track_opens, tracked.track_clicks)
-
-
-def _links(tracked: tracking.Tracking | None) -> tuple[tuple[Any, str], ...]:
-    """The tracked links (token, url) of a prepared row, after its columns."""
-    return () if tracked is None else tracked.links
-
-
-def _check_addressing(to: str, to_name: str | None, headers: Mapping[str, str]) -> str:
-    """The normalised recipient; the name and extra headers checked as header text."""
-    recipient = normalise_address("to", to)
-    if to_name is not None:
-        check_header_text("to_name", to_name)
-        _check_short("to_name", to_name, 255)
-    for key, value in headers.items():
-        check_header_name(key)
-        check_header_text(f"headers.{key}", value)
-        if len(value) > 998:
-            raise ValidationError(f"headers.{key}", "longer than 998 characters")
-    return recipient
-
-
-def _render(
-    catalog: TemplateCatalog | None,
-    template: str,
-    locale: str | None,
-    data: Mapping[str, Any] | None,
-    subject: str | None,
-    text: str | None,
-    html: str | None,
-) -> tuple[str | None, str | None, str | None, str | None]:
-    """Subject, text, html and locale from the template, where the request did not give its own."""
-    if catalog is None:
-        raise ValidationError("template", "no template catalog available")
-    rendered = catalog.render(template, locale, data)
-    return (
-        subject if subject is not None else rendered.subject,
-        text if text is not None else rendered.text_body,
-        html if html is not None else rendered.html_body,
-        rendered.locale,
-    )
-
-
-def render_stored(
-    catalog: TemplateCatalog,
-    template: str,
-    locale: str | None,
-    data: Mapping[str, Any] | None,
-    given: tuple[str | None, str | None, str | None],
-    settings: Settings,
-) -> tuple[str, str | None, str | None, str | None]:
-    """Subject, text, html and locale of an email stored unrendered (enqueued from SQL with a template),
-    rendered and checked as `enqueue` would have; `given` subject, text and html win over the template's."""
-    subject, text, html, locale = _render(catalog, template, locale, data, *given)
-    return _check_content(subject, text, html, None, settings), text, html, locale
-
-
-def _check_content(
-    subject: str | None, text: str | None, html: str | None, to_name: str | None, settings: Settings
-) -> str:
-    """The subject as stored (stripped: a header cannot carry leading or trailing white space through
-    folding); a body present, every part valid Unicode without NUL, sizes within the settings."""
-    subject = subject.strip() if subject is not None else None
-    if subject is None or not subject:
-        raise ValidationError("subject", "a subject is required (or a template that renders one)")
-    check_header_text("subject", subject)
-    if len(subject) > settings.max_subject_chars:
-        raise ValidationError("subject", f"longer than {settings.max_subject_chars} characters")
-    if not (text and text.strip()) and not (html and html.strip()):
-        raise ValidationError("text", "a body is required: text, html, or a template")
-    _encoded_size("subject", subject)
-    if to_name is not None:
-        _encoded_size("to_name", to_name)
-    body_bytes = sum(_encoded_size(label, part) for label, part in (("text", text), ("html", html)) if part)
-    if body_bytes > settings.max_body_bytes:
-        raise ValidationError(
-            "text", f"body of {body_bytes} bytes exceeds the {settings.max_body_bytes}-byte limit"
-        )
-    return subject
-
-
-def _encoded_size(label: str, content: str) -> int:
-    """UTF-8 size of a text part, refusing NUL and unpaired surrogates."""
-    if "\x00" in content:
-        raise ValidationError(label, "contains a NUL character")
-    if content.isascii():  # one byte a character and no surrogates, known without encoding
-        return len(content)
-    try:
-        return len(content.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValidationError(label, "contains an unpaired surrogate (not valid Unicode text)") from None
-
-
-def _check_limits(
-    priority: int,
-    max_retries: int | None,
-    idempotency_key: str | None,
-    campaign_id: str | None,
-    settings: Settings,
-) -> int:
-    """Priority, retry budget (the default when not given), key and campaign lengths; the retry budget."""
-    if not -1000 <= priority <= 1000:
-        raise ValidationError("priority", "must be between -1000 and 1000")
-    max_retries = settings.default_max_retries if max_retries is None else max_retries
-    if not 0 <= max_retries <= 100:
-        raise ValidationError("max_retries", "must be between 0 and 100")
-    _check_short("idempotency_key", idempotency_key, 255)
-    _check_short("campaign_id", campaign_id, 100)
-    return max_retries
-
-
-def load_catalog(conn: psycopg.Connection[Any], settings: Settings) -> TemplateCatalog:
-    """Read the template catalog visible to this connection's transaction."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(SELECT_TEMPLATES).fetchall()
-    return catalog_from_rows(rows, settings.default_locale)
-
-
-async def load_catalog_async(conn: psycopg.AsyncConnection[Any], settings: Settings) -> TemplateCatalog:
-    """Async twin of `load_catalog`."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SELECT_TEMPLATES)
-        rows = await cur.fetchall()
-    return catalog_from_rows(rows, settings.default_locale)
-
-
-def _is_campaign_mail(request: EmailRequest) -> bool:
-    """Non-transactional: a campaign's (unless said transactional) or said not transactional."""
-    if request.transactional is None:
-        return request.campaign_id is not None
-    return not request.transactional
+# The steps of an enqueue: they yield statements, are sent their rows, and return a value.
+Steps = Generator[Query, Rows, _T]
 
 
 def enqueue(
@@ -437,24 +152,9 @@ def enqueue(
     Nothing is committed here: the email exists exactly when the caller's transaction
     commits. The same `idempotency_key` again from the same database role returns the first
     email's id and stores nothing; keys are per role, so another application's are out of reach.
+    Settings default to the `MAILROOM_*` environment. Raises `ValidationError` for a refused field.
     """
-    settings = settings or Settings.from_env()
-    catalog = load_catalog(conn, settings) if request.template else None
-    book = None
-    if _is_campaign_mail(request):
-        with conn.cursor(row_factory=tuple_row) as cur:  # whatever rows the caller's connection makes
-            found = cur.execute(POLICY, (request.campaign_id,)).fetchone()
-        assert found is not None
-        book = book_from_policy(request.campaign_id, *found)
-    row = prepare(request, catalog, settings, created_by, book)
-    with conn.cursor(row_factory=tuple_row) as cur:
-        got = cur.execute(INSERT_ONE, row[:LINKS]).fetchone()
-        if got is None:
-            got = cur.execute(SELECT_BY_KEY, (request.idempotency_key,)).fetchone()
-        elif row[LINKS]:
-            cur.execute(INSERT_LINKS, _link_params(int(got[0]), row[LINKS]))
-    assert got is not None
-    return from_row(got)
+    return _run(conn, _enqueue_steps([request], settings, created_by, indexed=False))[0]
 
 
 async def enqueue_async(
@@ -464,23 +164,174 @@ async def enqueue_async(
     settings: Settings | None = None,
     created_by: str | None = None,
 ) -> Enqueued:
-    """Async twin of `enqueue`, for applications on `psycopg.AsyncConnection`."""
+    """Async twin of `enqueue`, for `psycopg.AsyncConnection`."""
+    return (await _run_async(conn, _enqueue_steps([request], settings, created_by, indexed=False)))[0]
+
+
+def enqueue_many(
+    conn: psycopg.Connection[Any],
+    requests: Iterable[EmailRequest],
+    *,
+    settings: Settings | None = None,
+    created_by: str | None = None,
+) -> list[Enqueued]:
+    """Enqueue several emails as `enqueue` does, in one INSERT; their ids in the requests' order.
+
+    Every request is checked before any is written: a refused one raises `BatchValidationError`
+    naming its index, and nothing is written. A key repeated (stored earlier, or earlier in the
+    same call) gets the first email's id.
+    """
+    return _run(conn, _enqueue_steps(list(requests), settings, created_by, indexed=True))
+
+
+async def enqueue_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    requests: Iterable[EmailRequest],
+    *,
+    settings: Settings | None = None,
+    created_by: str | None = None,
+) -> list[Enqueued]:
+    """Async twin of `enqueue_many`, for `psycopg.AsyncConnection`."""
+    return await _run_async(conn, _enqueue_steps(list(requests), settings, created_by, indexed=True))
+
+
+def load_catalog(conn: psycopg.Connection[Any], settings: Settings) -> TemplateCatalog:
+    """Read the template catalog visible to this connection's transaction."""
+    return _run(conn, _catalog_steps(settings))
+
+
+async def load_catalog_async(conn: psycopg.AsyncConnection[Any], settings: Settings) -> TemplateCatalog:
+    """Async twin of `load_catalog`."""
+    return await _run_async(conn, _catalog_steps(settings))
+
+
+def _run(conn: psycopg.Connection[Any], steps: Steps[_T]) -> _T:
+    """Drive `steps` on `conn`: execute each statement they yield, send its rows back, until they return."""
+    answer: Any = None  # a generator starts with send(None)
+    while True:
+        try:
+            query = steps.send(answer)
+        except StopIteration as done:
+            return cast(_T, done.value)
+        with conn.cursor(row_factory=query.row_factory) as cur:
+            cur.execute(query.statement, query.params)
+            answer = cur.fetchall() if cur.description is not None else []
+
+
+async def _run_async(conn: psycopg.AsyncConnection[Any], steps: Steps[_T]) -> _T:
+    """`_run` with `await`: the async twins' driver."""
+    answer: Any = None
+    while True:
+        try:
+            query = steps.send(answer)
+        except StopIteration as done:
+            return cast(_T, done.value)
+        async with conn.cursor(row_factory=query.row_factory) as cur:
+            await cur.execute(query.statement, query.params)
+            answer = await cur.fetchall() if cur.description is not None else []
+
+
+def _enqueue_steps(
+    batch: Sequence[EmailRequest], settings: Settings | None, created_by: str | None, *, indexed: bool
+) -> Steps[list[Enqueued]]:
+    """Every step of an enqueue, single or batch (`indexed`: a refusal names the request's position)."""
+    if not batch:
+        return []
     settings = settings or Settings.from_env()
-    catalog = await load_catalog_async(conn, settings) if request.template else None
-    book = None
-    if _is_campaign_mail(request):
-        async with conn.cursor(row_factory=tuple_row) as acur:
-            found = await (await acur.execute(POLICY, (request.campaign_id,))).fetchone()
-        assert found is not None
-        book = book_from_policy(request.campaign_id, *found)
-    row = prepare(request, catalog, settings, created_by, book)
-    async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(INSERT_ONE, row[:LINKS])
-        got = await cur.fetchone()
-        if got is None:
-            await cur.execute(SELECT_BY_KEY, (request.idempotency_key,))
-            got = await cur.fetchone()
-        elif row[LINKS]:
-            await cur.execute(INSERT_LINKS, _link_params(int(got[0]), row[LINKS]))
-    assert got is not None
-    return from_row(got)
+    catalog = (yield from _catalog_steps(settings)) if any(r.template for r in batch) else None
+    book = yield from _book_steps(batch)
+    rows = _prepared(batch, catalog, settings, created_by, book, indexed=indexed)
+    answers, written = _answers(rows, (yield Query(INSERT_MANY, _column_arrays(rows))))
+    if stored_before := sorted({row[_KEY] for row, got in zip(rows, answers, strict=True) if got is None}):
+        found = yield Query(SELECT_BY_KEYS, (stored_before,))
+        firsts = {key: from_row((email_id, told)) for key, email_id, told in found}
+        answers = [
+            firsts.get(row[_KEY]) if got is None else got for row, got in zip(rows, answers, strict=True)
+        ]
+    ids = [got for got in answers if got is not None]
+    assert len(ids) == len(rows)  # every key stored before this call was found
+    links = _link_arrays([(row, got) for row, got, new in zip(rows, ids, written, strict=True) if new])
+    if links[0]:
+        yield Query(INSERT_LINKS, links)
+    return ids
+
+
+def _catalog_steps(settings: Settings) -> Steps[TemplateCatalog]:
+    rows = yield Query(SELECT_TEMPLATES, row_factory=dict_row)
+    return catalog_from_rows(rows, settings.default_locale)
+
+
+def _book_steps(batch: Sequence[EmailRequest]) -> Steps[CampaignBook]:
+    """What the database says of the campaigns whose policy the batch's rows need (no statement if none)."""
+    campaigns = sorted({c for request in batch if (c := campaign_to_ask(request)) is not None})
+    if not campaigns:
+        return NO_CAMPAIGNS
+    return book_from_policies((yield Query(POLICIES, (campaigns,))))
+
+
+def _prepared(
+    batch: Sequence[EmailRequest],
+    catalog: TemplateCatalog | None,
+    settings: Settings,
+    created_by: str | None,
+    book: CampaignBook,
+    *,
+    indexed: bool,
+) -> list[tuple[Any, ...]]:
+    """Every request checked and rendered into its row, or the first refusal (with its position if `indexed`)."""
+    rows: list[tuple[Any, ...]] = []
+    for index, request in enumerate(batch):
+        try:
+            rows.append(prepare(request, catalog, settings, created_by, book))
+        except ValidationError as exc:
+            if not indexed:
+                raise
+            raise BatchValidationError(index, exc.field, exc.message) from None
+    return rows
+
+
+def _column_arrays(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
+    """`INSERT_MANY`'s parameters: one list per column, the lists of addresses as array literals."""
+    arrays = [list(values) for values in islice(zip(*rows, strict=True), LINKS)]
+    for i in _LIST_INDEXES:
+        arrays[i] = [None if v is None else address_array(v) for v in arrays[i]]
+    return arrays
+
+
+def _answers(rows: Sequence[tuple[Any, ...]], returned: Rows) -> tuple[list[Enqueued | None], list[bool]]:
+    """Each row's answer from `INSERT_MANY` (None: its key was stored before this call), and whether
+    it was written. The answers come in the rows' order, without the rows a key kept out."""
+    answers: list[Enqueued | None] = []
+    written: list[bool] = []
+    firsts: dict[str, Enqueued] = {}  # keys written by this call: a repeat gets the first email's answer
+    position = 0
+    for row in rows:
+        key = row[_KEY]
+        got = returned[position] if position < len(returned) else None
+        if got is not None and got[1] == key and key not in firsts:
+            answer = from_row((got[0], got[2]))
+            position += 1
+            if key is not None:
+                firsts[key] = answer
+            answers.append(answer)
+            written.append(True)
+        elif key is None:  # only a key keeps a row out: anything else is an answer out of order
+            raise RuntimeError("enqueue: the INSERT's answers do not follow the requests' order")
+        else:
+            answers.append(firsts.get(key))
+            written.append(False)
+    if position != len(returned):
+        raise RuntimeError("enqueue: the INSERT answered rows that match no request")
+    return answers, written
+
+
+def _link_arrays(written: Sequence[tuple[tuple[Any, ...], Enqueued]]) -> list[list[Any]]:
+    """`INSERT_LINKS`'s parameters (tokens, email ids, positions, urls) for the emails written."""
+    arrays: list[list[Any]] = [[], [], [], []]
+    for row, email_id in written:
+        for position, (token, url) in enumerate(row[LINKS]):
+            arrays[0].append(token)
+            arrays[1].append(int(email_id))
+            arrays[2].append(position)
+            arrays[3].append(url)
+    return arrays

@@ -32,6 +32,25 @@ class ValidationError(ValueError):
         self.message = message
 
 
+class BatchValidationError(ValidationError):
+    """One request of an `enqueue_many` call was refused; nothing of the call was written.
+
+    `index` is the request's position in the sequence given (from 0); `field` and `message`
+    are what `enqueue` would have raised for that request alone.
+    """
+
+    __module__ = "mailroom"  # the public API's name for it (`mailroom.BatchValidationError`)
+
+    def __init__(self, index: int, field: str, message: str) -> None:
+        super().__init__(field, message)
+        self.index = index
+        self.args = (f"requests[{index}]: {field}: {message}",)
+
+    def __reduce__(self) -> tuple[type[BatchValidationError], tuple[int, str, str]]:
+        # The arguments `__init__` takes, not `args`: so the error survives pickling (multiprocessing, logging).
+        return (type(self), (self.index, self.field, self.message))
+
+
 def check_header_text(field: str, value: str) -> str:
     """Reject control characters and line breaks, including those hidden in RFC 2047 encoded words."""
     match = _FORBIDDEN.search(value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -107,7 +108,7 @@ def test_prepare_json_stores_the_tokens_it_puts_in_the_headers() -> None:
     row = prepare_json(
         {"to": "a@example.com", "subject": "s", "text": "t", "campaign_id": "c", "transactional": False},
         _CATALOG,
-        _SETTINGS,
+        replace(_SETTINGS, postal_address="Shop Ltd, 1 Market Street, Bristol"),  # campaign email needs one
     )
     token = row[COLUMNS.index("unsubscribe_token")]
     assert isinstance(token, uuid.UUID)
