@@ -84,6 +84,7 @@ class Settings:
     retry_base_seconds: float = 60.0
     retry_cap_seconds: float = 6 * 3600.0
     lease_seconds: float = 300.0
+    journal_durable: bool = True
     smtp_connect_timeout: float = 10.0
     smtp_command_timeout: float = 30.0
     smtp_data_timeout: float = 120.0
@@ -296,6 +297,10 @@ DECLARED: tuple[Setting, ...] = (
     _S("MAILROOM_RETRY_CAP_SECONDS", "retry_cap_seconds", "longest backoff between attempts", _number),
     _S("MAILROOM_LEASE_SECONDS", "lease_seconds", "a claim's lease; a dead worker's email returns after it",
        _number, 0.1),
+    _S("MAILROOM_JOURNAL_DURABLE", "journal_durable", "what the relay accepted is committed as the server's "
+       "`synchronous_commit` says (on a synchronous standby too) before the next message goes out, so a "
+       "failover never sends it again; false commits it asynchronously (docs/high-availability.md says "
+       "what that costs and saves)", _flag),
     _S("MAILROOM_SMTP_CONNECT_TIMEOUT_SECONDS", "smtp_connect_timeout",
        "SMTP timeout for TCP, greeting, EHLO, TLS and AUTH (a sender account's own value wins)", _number, 0.1),
     _S("MAILROOM_SMTP_COMMAND_TIMEOUT_SECONDS", "smtp_command_timeout",

@@ -32,9 +32,11 @@ def prepare_threshold(settings: Settings) -> int | None:
 
 def connection_kwargs(settings: Settings, *, asynchronous_commit: bool = False) -> dict[str, Any]:
     """How a long-lived Mailroom connection (worker, tracker) is opened: autocommit, and
-    `synchronous_commit=off` where losing the last fraction of a second to a server crash is
-    acceptable -- but not behind a transaction pooler, which refuses startup options (and would
-    carry a session setting to other clients)."""
+    `synchronous_commit=off` where losing the last fraction of a second to a server crash (or a
+    failover: an asynchronous commit may not have reached the standby) is acceptable -- but not behind
+    a transaction pooler, which refuses startup options (and would carry a session setting to other
+    clients). Otherwise commits wait as the server's own `synchronous_commit` says (`on`, or
+    `remote_apply` where an operator chose it), on a synchronous standby too."""
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold(settings)}
     if asynchronous_commit and not settings.transaction_pooler:
         kwargs["options"] = "-c synchronous_commit=off"

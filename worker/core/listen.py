@@ -1,4 +1,10 @@
-"""LISTEN on a dedicated autocommit connection, re-LISTEN after reconnects, and wake whoever waits."""
+"""LISTEN on a dedicated autocommit connection, re-LISTEN after reconnects, and wake whoever waits.
+
+A LISTEN connection hears only what its own server's commits notify: one left on a primary that was
+demoted and stays up (read-only) would hear nothing while the new primary takes the writes. So the
+listener asks its server every `CHECK_SECONDS` whether it still takes writes, and before it LISTENs
+at all, and leaves one that does not for the primary the multi-host URL leads to now.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from worker.core.failover import ReadOnlyServer
+
 log = logging.getLogger("mailroom.listen")
+
+# How often an idle LISTEN connection asks its server whether it still takes writes.
+CHECK_SECONDS = 2.0
+# `SHOW transaction_read_only` answers for the statement's own transaction: on for a hot standby, and
+# for a primary whose default_transaction_read_only was turned on (a node losing its leadership).
+READ_ONLY = "SHOW transaction_read_only"
 
 
 class Waker:
@@ -73,23 +88,48 @@ class Listener:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+                    await _still_writable(conn)  # never LISTEN on a standby or a demoted primary
                     for channel in self.channels:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     self.live = True
                     delay = 0.2
                     self._wake_all()  # full pass after every (re)connect: we may have missed something
-                    async for note in conn.notifies():
-                        for waker in self._routes.get(note.channel, ()):
-                            waker.notify()
+                    await self._hear(conn)
             except (psycopg.errors.FeatureNotSupported, psycopg.errors.InsufficientPrivilege) as exc:
                 self.live = False
                 self.unavailable = True
                 log.warning("LISTEN is unavailable (%s); polling instead", exc)
                 return
             except psycopg.Error as exc:
-                if self.live:
-                    log.warning("LISTEN connection lost (%s); reconnecting", exc)
-                self.live = False
-                self._wake_all()
+                self._lost(exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    async def _hear(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Wake whoever a notification concerns; every `CHECK_SECONDS` of quiet, make sure the server
+        still takes writes (raises `ReadOnlyServer` when it does not)."""
+        while True:
+            async for note in conn.notifies(timeout=CHECK_SECONDS):
+                for waker in self._routes.get(note.channel, ()):
+                    waker.notify()
+            await _still_writable(conn)
+
+    def _lost(self, exc: psycopg.Error) -> None:
+        if self.live:
+            if isinstance(exc, ReadOnlyServer):
+                log.warning("LISTEN connection's server turned read-only; reconnecting to the primary")
+            else:
+                log.warning("LISTEN connection lost (%s); reconnecting", exc)
+        self.live = False
+        self._wake_all()
+
+
+async def _still_writable(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Raise `ReadOnlyServer` when the connection's server takes no writes (asked, not taken from what
+    it reported: an idle session hears of a reload only when it next runs a statement)."""
+    cur = await conn.execute(READ_ONLY)
+    row = await cur.fetchone()
+    if row is not None and row[0] == "on":
+        raise ReadOnlyServer(
+            "the LISTEN connection's server takes no writes (a standby, or a demoted primary)"
+        )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Whose fault an outcome was: the email's (its recipient or content), the sender's (its relay, its
 # credentials), ours (a bug or our own command refused), or nobody's (a send, a suppression).
@@ -41,6 +41,8 @@ class _Metrics:
     claim_size: Histogram
     claim_seconds: Histogram
     smtp_seconds: Histogram
+    database_unavailable: Counter
+    database_circuit: Gauge
 
 
 _on: _Metrics | None = None
@@ -52,7 +54,10 @@ COUNTER_NAMES = (
     "mailroom_lease_rescues",
     "mailroom_reports",
     "mailroom_webhook_requests",
+    "mailroom_database_unavailable",
 )
+# Gauges a process sets itself (the database's figures are worker.ops.metrics.GAUGE_NAMES).
+PROCESS_GAUGE_NAMES = ("mailroom_database_circuit_open",)
 HISTOGRAM_NAMES = (
     "mailroom_enqueue_to_accepted_seconds",
     "mailroom_claim_size_emails",
@@ -98,7 +103,28 @@ def enable(registry: CollectorRegistry | None) -> None:
         ["provider", "result"],
         **kw,
     )
-    _on = _Metrics(emails, replies, rescues, reports, webhooks, *_histograms(kw))
+    _on = _Metrics(emails, replies, rescues, reports, webhooks, *_histograms(kw), *_database(kw))
+
+
+def _database(kw: dict[str, Any]) -> tuple[Counter, Gauge]:
+    from prometheus_client import Counter, Gauge
+
+    return (
+        Counter(
+            "mailroom_database_unavailable",
+            "Database operations that found the database unavailable, by process role and reason "
+            "(unreachable, read-only, shutting down, overloaded, interrupted): a failover shows here",
+            ["role", "reason"],
+            **kw,
+        ),
+        Gauge(
+            "mailroom_database_circuit_open",
+            "1 while the process has stopped trying the database for a while after repeated failures",
+            ["role"],
+            multiprocess_mode="livemax",
+            **kw,
+        ),
+    )
 
 
 def _histograms(kw: dict[str, Any]) -> tuple[Histogram, Histogram, Histogram, Histogram]:
@@ -209,6 +235,18 @@ def count_report(kind: str, outcome: str) -> None:
     """One bounce or complaint report received (by the bounce receiver)."""
     if _on is not None:
         _on.reports.labels(kind, outcome).inc()
+
+
+def count_database_unavailable(role: str, reason: str) -> None:
+    """One database operation of a `role` process found the database unavailable for `reason`."""
+    if _on is not None:
+        _on.database_unavailable.labels(role, reason).inc()
+
+
+def set_database_circuit(role: str, is_open: bool) -> None:
+    """The database circuit of a `role` process opened or closed."""
+    if _on is not None:
+        _on.database_circuit.labels(role).set(int(is_open))
 
 
 def count_webhook(provider: str, result: str) -> None:

@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 
 from worker.core import tracing
 from worker.core.config import Settings
+from worker.core.failover import database_unavailable
 from worker.core.logs import event
 from worker.core.masking import mask_address, mask_addresses_in
 from worker.core.message import recipient_kinds
@@ -124,9 +125,9 @@ class Completer:
                     result.attempt.duration_ms, result.message_id)  # fmt: skip
         try:
             return await self.recorder.record(sent)
-        except (psycopg.OperationalError, psycopg.InterfaceError):
-            raise
         except psycopg.Error as exc:
+            if database_unavailable(exc):
+                raise
             # The journal refused this row for its content (the rest of its group commit went in):
             # record the send on its own, with a reply text that can be stored.
             log.error("email %s: the sent journal refused it (%s); recording it directly", sent.email_id, exc)
@@ -296,15 +297,19 @@ async def record_failure(
                     cur = await conn.execute(statement, params)
                     if statement is q.COMPLETE and await cur.fetchone() is None:
                         raise _Rollback  # not held any more (rescued): lists and counters stay as they are
+            db.pool.circuit.succeeded()
             return True
         except _Rollback:
             return False
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except psycopg.Error as exc:
+            if not database_unavailable(exc):
+                raise
+            await db.discard()  # lost, shutting down or read-only: the next try connects anew
+            db.pool.circuit.failed(exc)
             if loop.time() > deadline:
                 raise
-            log.warning("recording email %s failed (%s); retrying", email_id, exc)
-            await db.give_back()
-            await asyncio.sleep(0.5)
+            log.info("recording email %s failed (%s); retrying", email_id, exc)
+            await db.pool.circuit.pause()
 
 
 def _log_result(result: Result, retry_at: datetime | None) -> None:

@@ -6,16 +6,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
-Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
+from worker.core.failover import Pool
+
+__all__ = ["Borrowed", "Params", "Pool", "fetch_row", "fetch_scalar"]
+
 Params = Sequence[Any] | dict[str, Any]
 
-# The pool's connections commit durably (claims, quota, failures, circuits). The sent journal's own
-# connection commits asynchronously (`worker.core.db.connection_kwargs`): a killed worker loses
-# nothing (the server has every commit); only a crash of PostgreSQL itself can forget its last few
-# hundred milliseconds, and those emails are then rescued as unsent and sent again -- the
-# at-least-once the design accepts.
+# Every connection commits as the server's `synchronous_commit` says (claims, quota, failures,
+# circuits, and the sent journal too, unless MAILROOM_JOURNAL_DURABLE is false): what the relay
+# accepted is on a synchronous standby before the slot sends its next message, so a failover never
+# makes the lease rescue send it again (`worker.core.db.connection_kwargs`).
 
 
 class Borrowed:
@@ -35,6 +36,14 @@ class Borrowed:
         """Return the connection; the pool discards it if it is broken."""
         conn, self.conn = self.conn, None
         if conn is not None:
+            await self.pool.putconn(conn)
+
+    async def discard(self) -> None:
+        """Give the connection back closed, after it met an unavailable database (a read-only server's
+        connection looks healthy to the pool, which would lend it again)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            await conn.close()
             await self.pool.putconn(conn)
 
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from worker.core import tracing
 from worker.core.config import Settings
 from worker.core.db import connection_kwargs
+from worker.core.failover import DatabaseCircuit, database_unavailable
 from worker.core.listen import Listener, Waker
 from worker.core.metrics import observe_claim_finished
 from worker.engine import claim as claiming
@@ -47,6 +47,10 @@ from worker.engine.traces import ClaimTraces, claim_attributes, outcome
 from worker.engine.transport import Transport
 
 log = logging.getLogger("mailroom.worker")
+
+# psycopg_pool retries a connection it cannot make with a doubling wait; after this long it gives up
+# and the next request starts again from a one-second wait.
+RECONNECT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class Worker:
         for producer in self.producers:
             for channel in producer.channels:
                 routes.setdefault(channel, []).append(self._producer_wakers[producer.name])
+        # Lost, read-only or shutting-down database: every task of this process waits as it says.
+        self.circuit = DatabaseCircuit("worker")
         self.listener = Listener(listen_url or url, ("mailroom_queue",), self.waker, routes)
         self.stopping = asyncio.Event()
         self._pool: Pool | None = None
@@ -133,12 +139,15 @@ class Worker:
 
     async def run(self) -> None:
         """Deliver until stopped (or, with `drain`, until nothing is due)."""
-        self._pool = AsyncConnectionPool(
+        self._pool = Pool(
             self.url,
+            circuit=self.circuit,
             min_size=1,
             max_size=self.options.concurrency + 3 + len(self.producers),
             open=False,
-            check=AsyncConnectionPool.check_connection,
+            # A connection that cannot be made is tried again with a backoff that starts anew after
+            # this long: the pool is back within seconds of a failover, not minutes.
+            reconnect_timeout=RECONNECT_SECONDS,
             kwargs=connection_kwargs(self.settings),
         )
         await self._pool.open(wait=True, timeout=30)
@@ -149,6 +158,7 @@ class Worker:
             self.options.owner,
             self._retry_seconds(),
             prepared=not self.settings.transaction_pooler,
+            circuit=self.circuit,
         )
         recording = Recording(self.options.owner, self._retry_seconds(), self.options.clock)
         if self._completer is not None:
@@ -222,9 +232,12 @@ class Worker:
                     await self._await_finishing(index)
                     if self.options.drain and await self._drained():
                         return
-                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                    log.warning("slot %d: database unavailable (%s); retrying", index, exc)
-                    await self._idle(1.0)
+                except psycopg.Error as exc:
+                    if not database_unavailable(exc):
+                        raise
+                    # The circuit said so in the log (once for every task); this slot waits as it says.
+                    log.debug("slot %d: database unavailable (%s); retrying", index, exc)
+                    await self._idle(max(self.circuit.wait_seconds(), 0.1))
                     continue
                 # No usable sender for this slot (limits, connection caps): wait for a change, not for due mail.
                 await self._idle(
@@ -236,7 +249,9 @@ class Worker:
     async def _end_slot(self, index: int, connections: dict[int, Transport]) -> None:
         try:
             await self._await_finishing(index)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except psycopg.Error as exc:
+            if not database_unavailable(exc):
+                raise
             log.warning(
                 "slot %d: the last batch's bookkeeping failed (%s); lease rescue applies it", index, exc
             )
@@ -351,9 +366,11 @@ class Worker:
         return [e.id for e in pending]
 
     async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
-        """The sent journal's own connection (asynchronous commit: see `worker.engine.database`)."""
+        """The sent journal's own connection (durable unless MAILROOM_JOURNAL_DURABLE is false: see
+        `worker.core.db.connection_kwargs`)."""
         return await psycopg.AsyncConnection.connect(
-            self.url, **connection_kwargs(self.settings, asynchronous_commit=True)
+            self.url,
+            **connection_kwargs(self.settings, asynchronous_commit=not self.settings.journal_durable),
         )
 
     def _retry_seconds(self) -> float:

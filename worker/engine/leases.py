@@ -11,6 +11,7 @@ import uuid
 import psycopg
 
 from worker.core import metrics
+from worker.core.failover import database_unavailable
 from worker.core.listen import Waker
 from worker.core.logs import event
 from worker.engine import queue_sql as q
@@ -29,8 +30,11 @@ EXPIRE_EVERY_SECONDS = 600.0
 
 
 async def renew_forever(pool: Pool, lease_seconds: float, tokens: set[uuid.UUID]) -> None:
-    """Every third of a lease, extend the leases of the claims in `tokens`; raise `Fatal` when they could
-    not be renewed for half a lease (other workers would soon rescue, and re-send, what this one sends)."""
+    """Every third of a lease, extend the leases of the claims in `tokens`; raise `Fatal` when the
+    database refused to renew them for half a lease (other workers would soon rescue, and re-send, what
+    this one sends). A database that is unavailable (lost, failing over) is waited for instead: while
+    it is, no slot sends past the one message its journal waits for, and a claim whose lease ran out
+    meanwhile is rescued and never journalled by this worker (`queue_sql.JOURNAL_SENT`)."""
     interval = max(lease_seconds / 3, 0.05)
     renewed = time.monotonic()
     while True:
@@ -45,6 +49,9 @@ async def renew_forever(pool: Pool, lease_seconds: float, tokens: set[uuid.UUID]
                 await conn.execute(q.RENEW_LEASES, params)
             renewed = time.monotonic()
         except psycopg.Error as exc:
+            if database_unavailable(exc):
+                log.debug("lease renewal: database unavailable (%s)", exc)
+                continue
             log.warning("lease renewal failed: %s", exc)
             if time.monotonic() - renewed > lease_seconds / 2:
                 raise Fatal(f"leases not renewed for {time.monotonic() - renewed:.0f}s ({exc})") from exc
@@ -94,7 +101,7 @@ async def rescue_forever(
                 await expire_pending(pool, lifetime_seconds, clock)
                 swept = clock.monotonic()
         except psycopg.Error as exc:
-            log.warning("lease rescue failed: %s", exc)
+            _failed("lease rescue", exc)
         await clock.sleep(interval)
 
 
@@ -105,8 +112,17 @@ async def heartbeat_forever(pool: Pool, name: str) -> None:
             async with pool.connection() as conn:
                 await conn.execute(q.HEARTBEAT, {"name": name})
         except psycopg.Error as exc:
-            log.warning("heartbeat failed: %s", exc)
+            _failed("heartbeat", exc)
         await asyncio.sleep(HEARTBEAT_SECONDS)
+
+
+def _failed(task: str, exc: psycopg.Error) -> None:
+    """A periodic task's failure: said once for the process by its database circuit when the database is
+    unavailable, here otherwise."""
+    if database_unavailable(exc):
+        log.debug("%s: database unavailable (%s)", task, exc)
+    else:
+        log.warning("%s failed: %s", task, exc)
 
 
 async def say_gone(pool: Pool, name: str) -> None:

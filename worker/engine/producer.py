@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from worker.core.config import Settings
+from worker.core.failover import database_unavailable
 from worker.core.listen import Waker
 from worker.engine.database import Pool
 
@@ -45,11 +46,12 @@ async def run_producer(
         try:
             async with pool.connection() as conn:
                 done = await producer.run_once(conn, settings)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            log.warning("producer %s: database unavailable (%s); retrying", producer.name, exc)
-            await waker.wait(1.0, ticket)
-            continue
-        except Exception:
+        except Exception as exc:
+            if database_unavailable(exc):
+                # Said once for the process by the pool's circuit; this producer waits as it says.
+                log.debug("producer %s: database unavailable (%s); retrying", producer.name, exc)
+                await waker.wait(max(pool.circuit.wait_seconds(), 0.1), ticket)
+                continue
             # One producer's bug must not stop delivery or the other producers; say so loudly.
             log.exception(
                 "producer %s failed; trying again in %.0fs", producer.name, producer.interval_seconds

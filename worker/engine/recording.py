@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from worker.core.failover import DatabaseCircuit, database_unavailable
 from worker.engine import queue_sql as q
 
 log = logging.getLogger("mailroom.worker")
@@ -61,8 +62,18 @@ class SentRecorder:
     psycopg's API 4,698-4,753 (11% fewer, the raw ceiling 5,224-5,345 in all four runs), so it stays.
     """
 
-    def __init__(self, connect: Connect, owner: str, retry_seconds: float, *, prepared: bool = True) -> None:
+    def __init__(
+        self,
+        connect: Connect,
+        owner: str,
+        retry_seconds: float,
+        *,
+        prepared: bool = True,
+        circuit: DatabaseCircuit | None = None,
+    ) -> None:
         self.connect = connect
+        # The process's database circuit: a lost or read-only database is waited for as it says.
+        self.circuit = circuit or DatabaseCircuit("worker")
         # A named prepared statement lives in one server session: not behind a transaction pooler.
         self.prepared = prepared
         self.owner = owner.encode()
@@ -101,11 +112,9 @@ class SentRecorder:
         tried again one email at a time, so only the bad row's slot sees the error."""
         try:
             held = await self._write([sent for sent, _ in batch])
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            _answer(batch, exc)  # the database is gone: every waiting slot releases its claim
-            return
         except Exception as exc:
-            if len(batch) == 1:
+            if database_unavailable(exc) or len(batch) == 1:
+                # The database is gone (every waiting slot releases its claim), or the one row is refused.
                 _answer(batch, exc)
                 return
             log.warning("journalling %d sent email(s) together failed (%s); one at a time", len(batch), exc)
@@ -129,7 +138,9 @@ class SentRecorder:
         return lambda pg: pg.send_query_params(_JOURNAL_SQL.encode(), [sent, self.owner])
 
     async def _write(self, batch: list[Sent]) -> set[int]:
-        """Commit the batch, retrying a lost connection for a while."""
+        """Commit the batch, retrying an unavailable database for `retry_seconds` (a lost connection, a
+        server shutting down or turned read-only: the connection is dropped and made again through the
+        multi-host URL, so a failover's new primary takes the journal)."""
         # One JSON parameter rather than eight arrays: array parameters cost more than the insert.
         sent = json.dumps(
             [
@@ -158,19 +169,22 @@ class SentRecorder:
                                 lambda pg: pg.send_prepare(_JOURNAL_NAME, _JOURNAL_SQL.encode()),
                             )
                     results = await _exchange(self._conn.pgconn, self._journal_request(sent))
-                self.statements += 1
-                rows = results[0]
-                return {int(rows.get_value(i, 0) or 0) for i in range(rows.ntuples)}
-            except (psycopg.OperationalError, psycopg.InterfaceError, TimeoutError) as exc:
-                await self._close()  # also a connection whose statement was never prepared
-                if time.monotonic() > deadline:
-                    if isinstance(exc, TimeoutError):
-                        raise psycopg.OperationalError(
-                            "the database did not answer the sent journal"
-                        ) from exc
+            except Exception as exc:
+                if not (database_unavailable(exc) or isinstance(exc, TimeoutError)):
                     raise
-                log.warning("recording %d sent email(s) failed (%s); retrying", len(batch), exc)
-                await asyncio.sleep(0.5)
+                await self._close()  # also a connection whose statement was never prepared
+                if isinstance(exc, TimeoutError):  # a database gone silent is a lost one
+                    exc = psycopg.OperationalError("the database did not answer the sent journal")
+                self.circuit.failed(exc)
+                if time.monotonic() > deadline:
+                    raise exc from None
+                log.info("recording %d sent email(s) failed (%s); retrying", len(batch), exc)
+                await self.circuit.pause()
+                continue
+            self.statements += 1
+            self.circuit.succeeded()
+            rows = results[0]
+            return {int(rows.get_value(i, 0) or 0) for i in range(rows.ntuples)}
 
 
 def _answer(batch: list[tuple[Sent, asyncio.Future[bool]]], exc: BaseException) -> None:

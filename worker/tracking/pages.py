@@ -14,10 +14,11 @@ import ipaddress
 import re
 
 from aiohttp import web
-from psycopg_pool import AsyncConnectionPool
+
+from worker.core.failover import Pool
 
 # The public server's one pool, opened and closed by the server (`worker.tracking.server.make_app`).
-POOL = web.AppKey("pool", AsyncConnectionPool)
+POOL = web.AppKey("pool", Pool)
 
 MAX_USER_AGENT = 1000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -21,10 +21,10 @@ from typing import Any
 
 import psycopg
 from aiohttp import web
-from psycopg_pool import AsyncConnectionPool
 
 from worker.core.config import Settings
 from worker.core.db import connection_kwargs
+from worker.core.failover import DatabaseCircuit, Pool, database_unavailable
 from worker.core.links import ONE_CLICK
 from worker.core.masking import mask_address
 from worker.core.return_path import optional_bounce_key
@@ -58,7 +58,6 @@ JOIN mailroom.email_queue q ON q.id = l.email_id
 
 LINK_DESTINATION = "SELECT url FROM mailroom.tracked_links WHERE token = %s"
 
-Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 # One event: (token, time, ip, user agent).
 Event = tuple[uuid.UUID, datetime, str | None, str | None]
 
@@ -99,10 +98,10 @@ class EventWriter:
             try:
                 async with self.pool.connection() as conn:
                     await conn.execute(statement, params)
-            except (psycopg.OperationalError, psycopg.InterfaceError):
-                self._queued[statement] = batch + self._queued[statement]
-                raise
             except Exception as exc:  # the writer task must outlive any one bad batch
+                if database_unavailable(exc):
+                    self._queued[statement] = batch + self._queued[statement]
+                    raise
                 # Not the database being away: trying again would fail the same way. Say so loudly.
                 log.error("dropped %d tracking event(s): %s", len(batch), str(exc)[:300])
 
@@ -119,8 +118,9 @@ class EventWriter:
             try:
                 await self.flush()
             except psycopg.Error as exc:
-                log.warning("tracking events not written yet (%s); retrying", exc)
-                await asyncio.sleep(1.0)
+                # Unavailable (the pool's circuit says so in the log); anything else kept them too.
+                log.debug("tracking events not written yet (%s); retrying", exc)
+                await asyncio.sleep(max(self.pool.circuit.wait_seconds(), 1.0))
                 self._wake.set()
             if self.dropped:
                 log.warning("dropped %d tracking event(s): too many waiting for the database", self.dropped)
@@ -272,8 +272,10 @@ async def _database_errors(request: web.Request, handler: Any) -> web.StreamResp
     """PostgreSQL unavailable: 503, so mailbox providers retry a one-click POST later."""
     try:
         response: web.StreamResponse = await handler(request)
-    except (psycopg.OperationalError, psycopg.InterfaceError, TimeoutError) as exc:
-        log.warning("%s %s: database unavailable (%s)", request.method, request.path, exc)
+    except (psycopg.Error, TimeoutError) as exc:
+        if not (database_unavailable(exc) or isinstance(exc, TimeoutError)):
+            raise
+        log.info("%s %s: database unavailable (%s)", request.method, request.path, exc)
         return web.Response(text="temporarily unavailable\n", status=503, headers={"Retry-After": "30"})
     return response
 
@@ -284,8 +286,9 @@ def _pool_context(
     """The app's connection pool and event writer: opened with the app, flushed and closed with it."""
 
     async def pool_context(app: web.Application) -> AsyncIterator[None]:
-        pool: Pool = AsyncConnectionPool(
+        pool = Pool(
             url,
+            circuit=DatabaseCircuit("tracker"),
             min_size=1,
             max_size=pool_size,
             open=False,

@@ -12,6 +12,7 @@ import psycopg
 from psycopg.rows import dict_row, tuple_row
 
 from worker.core.config import Settings
+from worker.core.failover import database_unavailable
 from worker.core.masking import mask_address
 from worker.core.outbox import EmailRequest, enqueue_async
 from worker.core.validation import ValidationError
@@ -252,8 +253,8 @@ async def _enqueue(
     except ValidationError as exc:
         return None, f"cannot be rendered or enqueued: {exc}"
     except psycopg.DatabaseError as exc:
-        if isinstance(exc, psycopg.OperationalError):
-            raise  # the connection is gone: the claim is rescued later, nothing is charged to the event
+        if database_unavailable(exc):
+            raise  # the database is gone or read-only: the claim is rescued later, nothing charged to the event
         return None, f"the database refused its email: {exc.diag.message_primary or exc}"
 
 

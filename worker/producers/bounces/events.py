@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from worker.core.failover import database_unavailable
 from worker.core.masking import mask_address
 from worker.core.recipient_tokens import parse_message_id
 from worker.core.return_path import recipient_hash
@@ -52,9 +53,9 @@ def _apply_or_keep(conn: psycopg.Connection[Any], event: WebhookEvent, key: byte
     try:
         with conn.transaction():
             return _apply_one(conn, event, key)
-    except (psycopg.OperationalError, psycopg.InterfaceError):
-        raise
     except psycopg.Error as exc:
+        if database_unavailable(exc):
+            raise  # lost, read-only, shutting down: not the event's fault, never quarantined
         reason = f"{event.source} webhook event refused by the database: {type(exc).__name__}"
         log.warning("bounce: %s", reason)
         quarantine(conn, event.raw, reason, None, client=f"webhook:{event.source}")

@@ -21,6 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from worker.core import tracing
+from worker.core.failover import database_unavailable
 from worker.core.recipient_tokens import parse_message_id
 from worker.core.return_path import looks_like_return_path, parse_return_path, recipient_hash
 from worker.producers.bounces.effects import Applied, EmailRef, apply_report, quarantine
@@ -99,9 +100,9 @@ def _transact(
     try:
         with conn.transaction():
             return _ingest(conn, raw, key, envelope_recipients, client, bounce_domain)
-    except (psycopg.OperationalError, psycopg.InterfaceError):
-        raise
     except psycopg.Error as exc:
+        if database_unavailable(exc):
+            raise  # lost, read-only, shutting down: not the message's fault, never quarantined
         reason = f"refused by the database: {type(exc).__name__}"
         log.warning("bounce: a message %s", reason)
         return keep_in_quarantine(conn, raw, reason, envelope_recipients, client=client)

@@ -305,6 +305,7 @@ class DatabaseIntake:
         """Process one message; DatabaseUnavailable when the database cannot take it."""
         import psycopg
 
+        from worker.core.failover import database_unavailable, said
         from worker.producers.bounces.intake import ingest
         from worker.producers.dmarc.intake import addressed_to_dmarc, ingest_report
 
@@ -314,9 +315,11 @@ class DatabaseIntake:
             if addressed_to_dmarc(raw):  # delivered to dmarc@: a DMARC report, not a DSN
                 return ingest_report(self._conn, raw, "mailbox", client=self.client)
             return ingest(self._conn, raw, self.key, client=self.client, bounce_domain=self.bounce_domain)
-        except psycopg.OperationalError as exc:
-            self.close()
-            raise DatabaseUnavailable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+        except psycopg.Error as exc:
+            if not database_unavailable(exc):
+                raise
+            self.close()  # the next poll connects anew, through the multi-host URL
+            raise DatabaseUnavailable(said(exc)) from exc
 
     def __enter__(self) -> DatabaseIntake:
         return self

@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 
 from worker.core.config import Settings
+from worker.core.failover import database_unavailable
 from worker.producers.bounces.effects import quarantine
 from worker.producers.bounces.intake import Outcome
 from worker.producers.dmarc.limits import DEFAULT_LIMITS, MAILED_LIMITS, ReportRefused
@@ -84,9 +85,9 @@ def ingest_report(
         stored = take_report(conn, raw, arrived_by)
     except ReportRefused as exc:
         return _refused(conn, raw, f"DMARC report refused: {exc}", envelope, client)
-    except (psycopg.OperationalError, psycopg.InterfaceError):
-        raise
     except psycopg.Error as exc:
+        if database_unavailable(exc):
+            raise  # the receiver answers 451, the mailbox keeps it: nothing about the report
         return _refused(
             conn, raw, f"DMARC report refused by the database: {type(exc).__name__}", envelope, client
         )
