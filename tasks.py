@@ -108,7 +108,14 @@ def build_docs() -> None:
 
 # Real tools some tests run against, from Debian's packages: command -> package. Installed by the test
 # command when it runs as root where apt-get exists (CI); elsewhere the tests that need one say how.
-SYSTEM_TOOLS = {"spamassassin": "spamassassin", "promtool": "prometheus", "chromium": "chromium"}
+# PostgreSQL 15's server is not on PATH (Debian keeps it in its versioned directory): named by path.
+SYSTEM_TOOLS = {
+    "spamassassin": "spamassassin",
+    "promtool": "prometheus",
+    "chromium": "chromium",
+    "pgbouncer": "pgbouncer",
+    "/usr/lib/postgresql/15/bin/postgres": "postgresql-15",
+}
 
 
 def ensure_system_tools() -> None:
