@@ -133,6 +133,9 @@ def _make_owner(port: int, superuser_password: str, owner_password: str) -> None
                 sql.Identifier(OWNER), sql.Literal(owner_password)
             )
         )
+        # The one superuser-only setting a test changes: tests/worker/test_bulk_speedpaths.py counts
+        # trigger calls in pg_stat_xact_user_functions (GRANT SET ON PARAMETER: PostgreSQL 15 and later).
+        conn.execute(sql.SQL("GRANT SET ON PARAMETER track_functions TO {}").format(sql.Identifier(OWNER)))
 
 
 def clean(directory: Path) -> list[str]:

@@ -9,16 +9,35 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tests.fixtures_db import drop_roles
 from worker.core.config import ConfigError
 from worker.core.pgtools import client_tool, server_major, tool_connection, without_password
 
 CANARY = "argv-canary:s3cr\\et"  # a colon and a backslash: the password file's own escaping is tested too
+CANARY_ROLE = "mr_canary_reader"
+
+
+@pytest.fixture
+def canary_url(db_url: str, role_lock: None) -> Iterator[str]:
+    """A DSN whose password is CANARY and works: a role that has it and may read (and so dump) the schema.
+
+    On a server that checks passwords only the right one connects; the embedded server never asks."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        role = sql.Identifier(CANARY_ROLE)
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(role, sql.Literal(CANARY)))
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA mailroom TO {}").format(role))
+        for kind in ("TABLES", "SEQUENCES"):
+            conn.execute(sql.SQL(f"GRANT SELECT ON ALL {kind} IN SCHEMA mailroom TO {{}}").format(role))
+    yield make_conninfo(db_url, user=CANARY_ROLE, password=CANARY)
+    drop_roles(db_url, CANARY_ROLE)
 
 
 def _children(parent: int) -> list[int]:
@@ -44,10 +63,9 @@ def _blocked_pg_dump(url: str) -> bool:
 
 @pytest.mark.e2e
 def test_db_backup_gives_pg_dump_no_password_in_argv_but_a_private_password_file(
-    db_url: str, cli_env: dict[str, str], tmp_path: Path
+    db_url: str, canary_url: str, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    url = make_conninfo(db_url, password=CANARY)
-    env = {**cli_env, "MAILROOM_DATABASE_URL": url}
+    env = {**cli_env, "MAILROOM_DATABASE_URL": canary_url}
     with psycopg.connect(db_url) as holder:
         # pg_dump waits for this lock while we look at it from outside, as any local user could.
         holder.execute("LOCK TABLE mailroom.email_queue IN ACCESS EXCLUSIVE MODE")
@@ -148,13 +166,14 @@ def test_a_password_with_a_line_break_is_refused_rather_than_put_in_argv() -> No
 
 @pytest.mark.e2e
 def test_db_url_leaves_the_password_out_unless_asked_and_says_where_psql_finds_it(
-    db_url: str, cli_env: dict[str, str]
+    canary_url: str, cli_env: dict[str, str]
 ) -> None:
-    env = {**cli_env, "MAILROOM_DATABASE_URL": make_conninfo(db_url, password=CANARY)}
+    env = {**cli_env, "MAILROOM_DATABASE_URL": canary_url}
     argv = [sys.executable, "-m", "worker.cli.main", "db", "url"]
     shown = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     assert "canary" not in shown.stdout and "password" not in shown.stdout
-    assert conninfo_to_dict(shown.stdout.strip()) == conninfo_to_dict(db_url)  # still the same database
+    # still the same database
+    assert conninfo_to_dict(shown.stdout.strip()) == conninfo_to_dict(without_password(canary_url))
     assert "~/.pgpass" in shown.stderr and "--show-password" in shown.stderr
     whole = subprocess.run([*argv, "--show-password"], env=env, capture_output=True, text=True, check=True)
     assert conninfo_to_dict(whole.stdout.strip())["password"] == CANARY

@@ -338,7 +338,9 @@ async def _finish_late(db_url: str, claim: Claimed, settings: Settings, now: dat
         return await finish_event(aconn, claim, settings, now=now)
 
 
-def test_set_based_pass_schedules_everyone_without_an_event(conn: Conn, settings: Settings) -> None:
+def test_set_based_pass_schedules_everyone_without_an_event(
+    conn: Conn, settings: Settings, db_url: str
+) -> None:
     now = datetime(2026, 6, 1, tzinfo=UTC)
     people = [_add(conn, settings, f"P{i}", date(1990, 1 + i, 10), ZONES[i], now) for i in range(6)]
     conn.execute("DELETE FROM mailroom.events")
@@ -351,8 +353,8 @@ def test_set_based_pass_schedules_everyone_without_an_event(conn: Conn, settings
     # The same pass shared by several sessions, each taking a slice of the people.
     conn.execute("DELETE FROM mailroom.events")
     conn.commit()
-    assert schedule_everyone(conn.info.dsn, settings, now=now, sessions=3) == 6
-    assert schedule_everyone(conn.info.dsn, settings, now=now, sessions=3) == 0
+    assert schedule_everyone(db_url, settings, now=now, sessions=3) == 6
+    assert schedule_everyone(db_url, settings, now=now, sessions=3) == 0
     assert [_pending(conn, p)["due_at"] for p in people] == [
         expected_due(date(1990, 1 + i, 10), ZONES[i], now) for i in range(6)
     ]
