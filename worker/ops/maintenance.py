@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
@@ -68,15 +69,22 @@ def _check_dns(conn: psycopg.Connection[Any], settings: Settings, report: Mainte
             )
 
 
+def _dsn_of(conn: psycopg.AsyncConnection[Any]) -> str:
+    """The connection's DSN, with its password when it logged in with one."""
+    password = conn.info.password
+    return make_conninfo(conn.info.dsn, password=password) if password else conn.info.dsn
+
+
 async def run_once(conn: psycopg.AsyncConnection[Any], settings: Settings) -> int:
     """Run maintenance when its interval has passed (in a thread: it writes files); return 0 either way."""
     now = await claim_run(conn, settings)
     if now is None:
         return 0
-    # The worker's own server: the configured URL (it may hold a password), else this connection's DSN
-    # (the embedded server, reached over its socket without one). Maintenance holds a session
-    # advisory lock across its steps, so behind a transaction pooler it takes the direct connection.
-    url = settings.database_url or conn.info.dsn
+    # The worker's own server: the configured URL, else this connection's DSN with the password it
+    # logged in with (info.dsn leaves it out: a Worker given its URL apart from its settings, as the
+    # tests give it, failed here on a server that checks passwords). Maintenance holds a session advisory lock across its steps,
+    # so behind a transaction pooler it takes the direct connection.
+    url = settings.database_url or _dsn_of(conn)
     if settings.transaction_pooler and settings.listen_database_url:
         url = settings.listen_database_url
     report = await asyncio.to_thread(_run, url, settings, now)
