@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
@@ -180,6 +181,28 @@ def json_option(function: Callable[..., int]) -> Callable[..., int]:
 def yes_option(what: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
     """`--yes`: confirm a change that cannot be undone, passed as `yes`."""
     return click.option("--yes", is_flag=True, help=f"confirm: {what}")
+
+
+# --- asking the operator --------------------------------------------------------------------------
+
+
+def interactive() -> bool:
+    """Whether someone can answer a question: standard input is a terminal."""
+    return sys.stdin.isatty()
+
+
+def confirmed_by_typing(question: str, word: str, *, refusal: str) -> bool:
+    """Whether the operator, asked `question` on standard error, typed `word` (else 'nothing changed' is
+    said). Without a terminal nobody can answer: `refusal` (which names --yes) with exit status 2."""
+    from worker.core.config import ConfigError
+
+    if not interactive():
+        raise ConfigError(refusal)
+    answer: str = click.prompt(question, default="", show_default=False, err=True)
+    if answer.strip() == word:
+        return True
+    click.echo("nothing changed", err=True)
+    return False
 
 
 # --- values on the command line -------------------------------------------------------------------

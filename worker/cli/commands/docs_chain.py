@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 import click
 
-from worker.cli.framework import Command, Database, json_option, with_database
+from worker.cli.framework import Command, Database, confirmed_by_typing, json_option, with_database
 
 SIGN = """\
 Sign DOC for EMAIL with Mailroom's Ed25519 key, chained to the document's previous signature. One
@@ -205,19 +204,13 @@ def head(db: Database, doc_ids: tuple[str, ...], as_json: bool) -> int:
 @with_database
 def remove_signatures(db: Database, doc_id: str, reason: str, by: str, yes: bool) -> int:
     """`mailroom docs remove-signatures DOC --reason TEXT`: the audited way signatures leave the database."""
-    from worker.core.config import ConfigError
     from worker.core.db import connect
     from worker.producers.documents.signatures import remove_signatures as remove_all
 
-    if not yes:
-        if not sys.stdin.isatty():
-            raise ConfigError("removing signatures cannot be undone: add --yes to confirm")
-        answer = input(
-            f"Remove every signature of {doc_id}? This cannot be undone. Type 'remove' to confirm: "
-        )
-        if answer.strip() != "remove":
-            click.echo("nothing changed", err=True)
-            return 1
+    question = f"Remove every signature of {doc_id}? This cannot be undone. Type 'remove' to confirm"
+    refusal = "removing signatures cannot be undone: add --yes to confirm"
+    if not yes and not confirmed_by_typing(question, "remove", refusal=refusal):
+        return 1
     with connect(db.url) as conn:
         removed = remove_all(conn, doc_id, reason=reason, actor=by)
     click.echo(

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from worker.cli.framework import Command, Database, Group, json_option, with_database, yes_option
+from worker.cli.framework import (
+    Command,
+    Database,
+    Group,
+    confirmed_by_typing,
+    json_option,
+    with_database,
+    yes_option,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -117,18 +125,14 @@ def export(db: Database, email: str, output: str | None) -> int:
 @with_database
 def erase(db: Database, email: str, suppress: bool, yes: bool, as_json: bool) -> int:
     """Erase the address once confirmed, and print what changed (as JSON with --json)."""
-    from worker.core.config import ConfigError
     from worker.ops.archive_files import archive_directory
     from worker.ops.privacy import normalise
 
     address = normalise(email)
-    if not yes:
-        if not sys.stdin.isatty():
-            raise ConfigError("erasure cannot be undone: add --yes to confirm")
-        answer = input(f"Anonymise {address} everywhere? This cannot be undone. Type 'erase' to confirm: ")
-        if answer.strip() != "erase":
-            click.echo("nothing changed", err=True)
-            return 1
+    question = f"Anonymise {address} everywhere? This cannot be undone. Type 'erase' to confirm"
+    refusal = "erasure cannot be undone: add --yes to confirm"
+    if not yes and not confirmed_by_typing(question, "erase", refusal=refusal):
+        return 1
     return _erase(db, address, archive_directory(db.settings), suppress=suppress, as_json=as_json)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import pathlib
 from typing import TYPE_CHECKING, Any
 
@@ -10,11 +9,13 @@ import click
 
 from worker.cli.commands.sender_gmail import complete_gmail_add, gmail_given, gmail_options
 from worker.cli.commands.sender_input import (
+    SECURITY,
     WARMUP_STAGE,
     Given,
-    ask,
+    answer_in,
+    answer_number,
+    ask_secret,
     doubtful_choices,
-    interactive,
     password_from,
     plaintext_login_warning,
     settings_options,
@@ -25,7 +26,7 @@ from worker.cli.commands.sender_oauth import (
     complete_oauth_add,
     oauth_secret_given,
 )
-from worker.cli.framework import Command, Database, with_database
+from worker.cli.framework import Command, Database, interactive, with_database
 
 if TYPE_CHECKING:
     from worker.ops.sender_auth import OAuthSecrets
@@ -114,14 +115,13 @@ def add(db: Database, /, **options: Any) -> int:
     gmail_key = _gmail_key(given)
     oauth = _oauth_secrets(given)
     password = _complete_add(given)
+    spec = _spec(given)
+    host, security = spec.smtp_host, spec.smtp_security
     login = given.auth == "password"
-    warnings = doubtful_choices(given.host, given.port, given.security, password, check_login=login)
-    warnings += plaintext_login_warning(
-        given.host, given.security, given.username, given.allow_plaintext_login
-    )
+    warnings = doubtful_choices(host, spec.smtp_port, security, password, check_login=login)
+    warnings += plaintext_login_warning(host, security, spec.smtp_username, spec.allow_plaintext_login)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    spec = _spec(given)
     dkim_key = _dkim_key(given.dkim_key_file)
     with connect(db.url) as conn:
         sender_id = add_sender(conn, spec, password, box, dkim_key, oauth=oauth, gmail_key=gmail_key)
@@ -156,9 +156,9 @@ def _check_dns(db: Database, name: str) -> None:
 
 def _keeps_secrets(given: Given) -> bool:
     """Whether the options given already say the account will store a secret (password, tokens, key)."""
-    from worker.cli.commands.sender_input import password_given
-
-    return bool(given.username or password_given(given) or given.auth != "password" or given.dkim_key_file)
+    return bool(
+        given.username or given.password_source.given() or given.auth != "password" or given.dkim_key_file
+    )
 
 
 def _require_smtp_options(given: Given) -> None:
@@ -196,29 +196,17 @@ def _oauth_secrets(given: Given) -> OAuthSecrets | None:
 
 
 def _spec(given: Given) -> SenderSpec:
-    """The account to add, from the options given (completed by `_complete_add`)."""
+    """The account to add: the settings the options give (the ones `senders edit` changes), completed by
+    `_complete_add`; what is left out takes SenderSpec's defaults."""
     from worker.ops.senders import SenderSpec
 
+    settings = {setting: value for setting, value in given.settings().items() if value is not None}
+    settings["smtp_username"] = given.username or None  # --username '': no login
     return SenderSpec(
         name=given.name,
-        from_email=given.from_email,
-        from_name=given.from_name,
-        smtp_host=given.host,
-        smtp_port=given.port,
-        smtp_security=given.security,
-        smtp_username=given.username or None,  # --username '': no login
-        daily_limit=given.daily_limit,
-        warmup_stage=given.warmup_stage,
-        warmup_limit=given.warmup_limit,
-        send_delay_ms=given.send_delay_ms,
-        batch_size=given.batch_size,
-        max_connections=given.max_connections,
+        **settings,
         dkim_domain=given.dkim_domain,
         dkim_selector=given.dkim_selector,
-        connect_timeout_seconds=given.connect_timeout,
-        command_timeout_seconds=given.command_timeout,
-        data_timeout_seconds=given.data_timeout,
-        allow_plaintext_login=given.allow_plaintext_login,
         gmail_subject_email=given.impersonate,
         **auth_changes(given),
     )
@@ -231,13 +219,15 @@ def _complete_add(given: Given) -> str | None:
     asking = interactive()
     if given.security is None:
         if asking:
-            given.security = ask("Security (none, starttls, tls)", "starttls", ("none", "starttls", "tls"))
+            given.security = click.prompt(
+                "Security (none, starttls, tls)", default="starttls", value_proc=answer_in(SECURITY), err=True
+            )
         else:
             given.security = "starttls"
             click.echo("warning: no --security given: using starttls", err=True)
     default_port = 465 if given.security == "tls" else 587
     if given.port is None and asking:
-        given.port = int(ask("SMTP port", str(default_port), None, digits=True))
+        given.port = click.prompt("SMTP port", default=str(default_port), value_proc=answer_number, err=True)
     elif given.port is None:
         given.port = default_port
         what = "implicit TLS" if default_port == 465 else "submission"
@@ -246,9 +236,12 @@ def _complete_add(given: Given) -> str | None:
     if given.auth in ("oauth2", "gmail"):
         return password  # logs in with tokens (a password given is refused when stored)
     if asking and given.username is None and password is None:
-        given.username = ask("SMTP username (Enter for no login)", "", None) or None
+        answer: str = click.prompt(
+            "SMTP username (Enter for no login)", default="", show_default=False, err=True
+        )
+        given.username = answer.strip() or None
     if asking and given.username and password is None:
-        password = getpass.getpass(f"SMTP password for {given.username}@{given.host}: ") or None
+        password = ask_secret(f"SMTP password for {given.username}@{given.host}") or None
     if given.username and password is None:
         raise ConfigError(
             "--username needs a password: give --password-env VAR or --password-file PATH "

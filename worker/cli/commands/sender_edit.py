@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import getpass
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from worker.cli.commands.sender_input import (
     Given,
+    ask_secret,
     clears_login,
     doubtful_choices,
-    interactive,
     password_from,
-    password_given,
     plaintext_login_warning,
     settings_changes,
     settings_options,
 )
 from worker.cli.commands.sender_oauth import auth_changes, auth_options, oauth_secrets_from
-from worker.cli.framework import Command, Database, with_database
+from worker.cli.framework import Command, Database, interactive, with_database
 
 if TYPE_CHECKING:
     import psycopg
@@ -68,12 +66,13 @@ def edit(db: Database, /, **options: Any) -> int:
     from worker.core.config import ConfigError
     from worker.core.crypto import secret_box
     from worker.core.db import connect
+    from worker.core.validation import ValidationError
     from worker.ops.sender_auth import OAuthSecrets
     from worker.ops.senders import edit_sender
 
     given = Given(**options)
     no_login = clears_login(given)
-    if no_login and (given.username or password_given(given)):
+    if no_login and (given.username or given.password_source.given()):
         raise ConfigError(
             "--no-login (or --username '') removes the username and password: give it alone, without them"
         )
@@ -99,8 +98,8 @@ def edit(db: Database, /, **options: Any) -> int:
         except LookupError as exc:
             click.echo(f"error: {str(exc).strip(chr(34))}", err=True)
             return 1
-        except ValueError as exc:
-            if getattr(exc, "field", None) == "version":
+        except ValidationError as exc:  # a stale --version; any other refusal is said by main (exit 2)
+            if exc.field == "version":
                 click.echo(f"error: {exc}", err=True)
                 return 1
             raise
@@ -121,8 +120,9 @@ def _password(db: Database, given: Given) -> str | None:
         with connect(db.url) as conn:
             row = conn.execute(AUTH_OF, (given.name,)).fetchone()
         if row is None or row["auth_type"] == "password":  # an oauth2 account is never asked for one
-            prompt = f"SMTP password for {given.username} (Enter to keep the stored one): "
-            password = getpass.getpass(prompt) or None
+            password = (
+                ask_secret(f"SMTP password for {given.username} (Enter to keep the stored one)") or None
+            )
     return password
 
 

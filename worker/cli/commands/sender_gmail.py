@@ -8,19 +8,17 @@ command line itself.
 
 from __future__ import annotations
 
-import getpass
 import os
 import pathlib
 
 import click
 
-from worker.cli.commands.sender_input import Decorator, Given, apply, at_most_one, refused
+from worker.cli.commands.sender_input import Decorator, Given, SecretSource, apply, ask_secret, refused
 
 # Where a Gmail API sender's email goes, as `senders list` shows it: the worker sends to
 # MAILROOM_GMAIL_API_URL, which is this host unless a private deployment or a test says otherwise.
 GMAIL_API_HOST = "gmail.googleapis.com"
 GMAIL_API_PORT = 443
-_KEY_OPTIONS = ("service_account_env", "service_account_file", "service_account_prompt")
 
 
 def gmail_options() -> Decorator:
@@ -63,9 +61,20 @@ def gmail_options() -> Decorator:
     return lambda function: apply(function, options)
 
 
+def key_source(given: Given) -> SecretSource:
+    """Where the service account key comes from."""
+    return SecretSource(
+        "service-account",
+        "service account key",
+        given.service_account_env,
+        given.service_account_file,
+        given.service_account_prompt,
+    )
+
+
 def gmail_given(given: Given) -> bool:
     """Whether a Gmail API option was given."""
-    return bool(given.impersonate) or any(getattr(given, name) not in (None, False) for name in _KEY_OPTIONS)
+    return bool(given.impersonate) or key_source(given).given()
 
 
 def complete_gmail_add(given: Given, asking: bool) -> str:
@@ -103,21 +112,21 @@ def gmail_key_from(given: Given, *, ask: bool) -> str | None:
     from worker.core.config import ConfigError
     from worker.core.gmail_key import MAX_KEY_BYTES
 
-    at_most_one(given, *_KEY_OPTIONS)
-    if given.service_account_env:
-        value = os.environ.get(given.service_account_env)
+    source = key_source(given)
+    source.check()
+    if source.env:
+        value = os.environ.get(source.env)
         if value is None:
-            raise ConfigError(f"environment variable {given.service_account_env} is not set")
+            raise ConfigError(f"environment variable {source.env} is not set")
         return value
-    path: pathlib.Path | None = given.service_account_file
-    if path is not None:
+    if source.file is not None:
         try:
-            with path.open("rb") as file:
+            with source.file.open("rb") as file:
                 data = file.read(MAX_KEY_BYTES + 1)  # a key file is small: never read a big one whole
         except OSError as exc:
             raise ConfigError(f"cannot read the service account key file: {exc.strerror}") from None
         return data.decode("utf-8", "replace")
-    if given.service_account_prompt or ask:
+    if source.prompt or ask:
         click.echo("Paste the service account's JSON key on one line.", err=True)
-        return getpass.getpass(f"Service account key for {given.impersonate}: ") or None
+        return ask_secret(f"Service account key for {given.impersonate}") or None
     return None

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import pathlib
-import sys
-from collections.abc import Callable, Sequence
-from types import SimpleNamespace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -15,26 +13,6 @@ import click
 from worker.cli.framework import at_least
 
 Decorator = Callable[[Callable[..., int]], Callable[..., int]]
-
-# Option (its parameter name) -> the sender account setting it changes.
-SETTINGS = {
-    "from_email": "from_email",
-    "from_name": "from_name",
-    "host": "smtp_host",
-    "port": "smtp_port",
-    "security": "smtp_security",
-    "username": "smtp_username",
-    "daily_limit": "daily_limit",
-    "warmup_stage": "warmup_stage",
-    "warmup_limit": "warmup_limit",
-    "send_delay_ms": "send_delay_ms",
-    "batch_size": "batch_size",
-    "max_connections": "max_connections",
-    "connect_timeout": "connect_timeout_seconds",
-    "command_timeout": "command_timeout_seconds",
-    "data_timeout": "data_timeout_seconds",
-    "allow_plaintext_login": "allow_plaintext_login",
-}
 
 SECURITY = ("none", "starttls", "tls")
 WARMUP_STAGE = click.IntRange(0, 5)
@@ -49,8 +27,104 @@ SHOWN_IN_PS = (
 )
 
 
-class Given(SimpleNamespace):
-    """What an operator gave `senders add` or `senders edit`: one attribute per option, None when left out."""
+@dataclass(frozen=True)
+class SecretSource:
+    """Where one secret comes from: `--<option>-env VAR`, `--<option>-file PATH` or `--<option>-prompt`."""
+
+    option: str  # the options' stem: password, oauth-client-secret, service-account
+    what: str  # what it is called in messages: password, OAuth2 client secret
+    env: str | None
+    file: pathlib.Path | None
+    prompt: bool
+
+    def given(self) -> bool:
+        """Whether an option names where the secret comes from."""
+        return bool(self.env or self.file is not None or self.prompt)
+
+    def check(self) -> None:
+        """At most one of the three: exit status 2 otherwise."""
+        stem = f"--{self.option}"
+        at_most_one({f"{stem}-env": self.env, f"{stem}-file": self.file, f"{stem}-prompt": self.prompt})
+
+
+@dataclass
+class Given:
+    """What an operator gave `senders add` or `senders edit`, one field per option (None when left out);
+    `senders add` completes the relay's security and port, and a Gmail API sender's host and From."""
+
+    name: str
+    from_email: str | None = None
+    from_name: str | None = None
+    host: str | None = None
+    port: int | None = None
+    security: str | None = None
+    username: str | None = None
+    allow_plaintext_login: bool | None = None  # `edit`: None when neither flag is given
+    password_env: str | None = None
+    password_file: pathlib.Path | None = None
+    password_prompt: bool = False
+    daily_limit: int | None = None
+    warmup_stage: int | None = None
+    warmup_limit: int | None = None
+    send_delay_ms: int | None = None
+    batch_size: int | None = None
+    max_connections: int | None = None
+    connect_timeout: float | None = None
+    command_timeout: float | None = None
+    data_timeout: float | None = None
+    no_login: bool = False  # `edit` only, as are version and no_bounce_domain
+    version: int | None = None
+    # How it logs in, its bounce domain and relay provider (sender_oauth)
+    auth: str | None = None
+    oauth_provider: str | None = None
+    oauth_token_url: str | None = None
+    oauth_tenant: str | None = None
+    oauth_client_id: str | None = None
+    oauth_client_secret_env: str | None = None
+    oauth_client_secret_file: pathlib.Path | None = None
+    oauth_client_secret_prompt: bool = False
+    oauth_refresh_token_env: str | None = None
+    oauth_refresh_token_file: pathlib.Path | None = None
+    oauth_refresh_token_prompt: bool = False
+    bounce_domain: str | None = None
+    no_bounce_domain: bool = False
+    relay_provider: str | None = None
+    # A Gmail API sender (sender_gmail) and DKIM: `add` only
+    impersonate: str | None = None
+    service_account_file: pathlib.Path | None = None
+    service_account_env: str | None = None
+    service_account_prompt: bool = False
+    dkim_domain: str | None = None
+    dkim_selector: str | None = None
+    dkim_key_file: pathlib.Path | None = None
+
+    @property
+    def password_source(self) -> SecretSource:
+        """Where the SMTP password comes from."""
+        return SecretSource(
+            "password", "password", self.password_env, self.password_file, self.password_prompt
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """The sender account settings these options give, by the account's names (None: not given)."""
+        return {
+            "from_email": self.from_email,
+            "from_name": self.from_name,
+            "smtp_host": self.host,
+            "smtp_port": self.port,
+            "smtp_security": self.security,
+            "smtp_username": self.username,
+            "daily_limit": self.daily_limit,
+            "warmup_stage": self.warmup_stage,
+            "warmup_limit": self.warmup_limit,
+            "send_delay_ms": self.send_delay_ms,
+            "batch_size": self.batch_size,
+            "max_connections": self.max_connections,
+            "connect_timeout_seconds": self.connect_timeout,
+            "command_timeout_seconds": self.command_timeout,
+            "data_timeout_seconds": self.data_timeout,
+            "allow_plaintext_login": self.allow_plaintext_login,
+        }
 
 
 def apply(function: Callable[..., int], options: Sequence[Decorator]) -> Callable[..., int]:
@@ -70,75 +144,66 @@ def refused(message: str) -> Callable[[click.Context, click.Parameter, str | Non
     return refuse
 
 
-def at_most_one(given: Given, *names: str) -> None:
-    """Refuse options that exclude each other (`--password-env` with `--password-file`): exit status 2."""
-    named = [
-        f"--{name.replace('_', '-')}" for name in names if getattr(given, name, None) not in (None, False)
-    ]
+def at_most_one(options: Mapping[str, object]) -> None:
+    """Refuse options that exclude each other (`--password-env` with `--password-file`), each given by
+    its flag and value (None or False: left out): exit status 2."""
+    named = [flag for flag, value in options.items() if value not in (None, False)]
     if len(named) > 1:
         raise click.UsageError(f"{' and '.join(named)} exclude each other: give one of them")
 
 
-def interactive() -> bool:
-    """Whether someone can answer a question: standard input is a terminal."""
-    return sys.stdin.isatty()
+def answer_in(choices: Sequence[str]) -> Callable[[str], str]:
+    """A prompt's check that the answer is one of `choices`; click asks again after the reason."""
+
+    def check(answer: str) -> str:
+        if answer.strip() in choices:
+            return answer.strip()
+        raise click.BadParameter(f"please answer {' or '.join(choices)}")
+
+    return check
 
 
-def ask(question: str, default: str, choices: Sequence[str] | None, *, digits: bool = False) -> str:
-    """Ask on standard error, read the answer from standard input (Enter takes `default`); three tries."""
-    from worker.core.config import ConfigError
+def answer_number(answer: str) -> int:
+    """A prompt's check that the answer is a whole number; click asks again after the reason."""
+    if answer.strip().isdigit():
+        return int(answer)
+    raise click.BadParameter("please answer a number")
 
-    shown = f" [{default}]" if default else ""
-    for _ in range(3):
-        click.echo(f"{question}{shown}: ", nl=False, err=True)
-        line = sys.stdin.readline()
-        if not line:  # end of input: nobody is there to answer
-            break
-        answer = line.strip() or default
-        if (choices is None or answer in choices) and (not digits or answer.isdigit()):
-            return answer
-        click.echo(f"  please answer {' or '.join(choices) if choices else 'a number'}", err=True)
-    raise ConfigError(f"no answer to {question.lower()!r}: give it as an option instead")
+
+def ask_secret(prompt: str) -> str:
+    """A secret typed on the terminal, not echoed (the prompt on standard error); Enter alone gives ''."""
+    return click.prompt(prompt, default="", show_default=False, hide_input=True, err=True)
 
 
 def password_from(given: Given) -> str | None:
     """The password from --password-env, --password-file or --password-prompt; None when none was given."""
-    prompt = f"SMTP password for {given.username or given.name}: "
-    return secret_from(given, "password", "password", ask=lambda: getpass.getpass(prompt))
+    prompt = f"SMTP password for {given.username or given.name}"
+    return secret_from(given.password_source, ask=lambda: ask_secret(prompt))
 
 
-def secret_from(
-    given: Given, dest: str, what: str, *, ask: Callable[[], str | None], strip: bool = False
-) -> str | None:
-    """A secret from `--<dest>-env VAR`, the first line of `--<dest>-file PATH` (stripped with `strip`), or
-    `ask` after `--<dest>-prompt`; None when no option names it."""
+def secret_from(source: SecretSource, *, ask: Callable[[], str | None], strip: bool = False) -> str | None:
+    """A secret from its variable, the first line of its file (stripped with `strip`), or `ask` after
+    its prompt option; None when no option names it."""
     from worker.core.config import ConfigError
 
-    at_most_one(given, f"{dest}_env", f"{dest}_file", f"{dest}_prompt")
-    variable = getattr(given, f"{dest}_env")
-    if variable:
-        value = os.environ.get(variable)
+    source.check()
+    if source.env:
+        value = os.environ.get(source.env)
         if value is None:
-            raise ConfigError(f"environment variable {variable} is not set")
+            raise ConfigError(f"environment variable {source.env} is not set")
         return value
-    path: pathlib.Path | None = getattr(given, f"{dest}_file")
-    if path is not None:
+    if source.file is not None:
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = source.file.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
-            raise ConfigError(f"cannot read the {what} file: {exc.strerror}") from None
+            raise ConfigError(f"cannot read the {source.what} file: {exc.strerror}") from None
         first = (lines[0].strip() if strip else lines[0]) if lines else ""
         if not first:
-            raise ConfigError(f"{path} is empty: its first line must be the {what}")
+            raise ConfigError(f"{source.file} is empty: its first line must be the {source.what}")
         return first
-    if getattr(given, f"{dest}_prompt"):
+    if source.prompt:
         return ask()
     return None
-
-
-def password_given(given: Given) -> bool:
-    """Whether an option names where the password comes from."""
-    return bool(given.password_env or given.password_file is not None or given.password_prompt)
 
 
 def doubtful_choices(
@@ -170,16 +235,12 @@ def clears_login(given: Given) -> bool:
     """Whether `senders edit` removes the account's login (username and password): --no-login, or an
     empty --username (an account with an empty username would keep its password and still look like
     one with a login)."""
-    return bool(getattr(given, "no_login", False)) or given.username == ""
+    return given.no_login or given.username == ""
 
 
 def settings_changes(given: Given) -> dict[str, Any]:
     """The sender account settings the options given change (`senders edit`)."""
-    changes = {
-        setting: getattr(given, dest)
-        for dest, setting in SETTINGS.items()
-        if getattr(given, dest) is not None
-    }
+    changes = {setting: value for setting, value in given.settings().items() if value is not None}
     if clears_login(given):
         changes["smtp_username"] = None
     if changes.get("batch_size") == 0:

@@ -6,13 +6,21 @@ file, or a prompt on a terminal; never from the command line itself.
 
 from __future__ import annotations
 
-import getpass
 import pathlib
 from typing import Any
 
 import click
 
-from worker.cli.commands.sender_input import Decorator, Given, apply, at_most_one, refused, secret_from
+from worker.cli.commands.sender_input import (
+    Decorator,
+    Given,
+    SecretSource,
+    apply,
+    ask_secret,
+    at_most_one,
+    refused,
+    secret_from,
+)
 
 # The choices of worker.core.sender_settings (PROVIDERS, RELAY_PROVIDERS), spelled here so that
 # loading the command does not load the validation it needs only when it runs; a test holds them equal.
@@ -20,10 +28,10 @@ PROVIDERS = ("google", "microsoft")
 RELAY_PROVIDERS = ("postmark", "sendgrid")
 AUTH_TYPES = ("password", "oauth2", "gmail")
 
-# The two OAuth2 secrets: (option stem, parameter name stem, what it is called in messages).
+# The two OAuth2 secrets: (option stem, what it is called in messages).
 SECRETS = (
-    ("oauth-client-secret", "oauth_client_secret", "OAuth2 client secret"),
-    ("oauth-refresh-token", "oauth_refresh_token", "OAuth2 refresh token"),
+    ("oauth-client-secret", "OAuth2 client secret"),
+    ("oauth-refresh-token", "OAuth2 refresh token"),
 )
 
 
@@ -49,7 +57,7 @@ def auth_options(*, adding: bool) -> Decorator:
         ),
         click.option("--oauth-client-id", metavar="ID", help="the OAuth2 client (application) id"),
     ]
-    for stem, _, what in SECRETS:
+    for stem, what in SECRETS:
         options += _secret_options(stem, what)
     options.append(
         click.option(
@@ -104,8 +112,8 @@ def auth_changes(given: Given) -> dict[str, Any]:
     from worker.core.config import ConfigError
     from worker.core.sender_settings import preset_token_url
 
-    at_most_one(given, "oauth_provider", "oauth_token_url")
-    at_most_one(given, "bounce_domain", "no_bounce_domain")
+    at_most_one({"--oauth-provider": given.oauth_provider, "--oauth-token-url": given.oauth_token_url})
+    at_most_one({"--bounce-domain": given.bounce_domain, "--no-bounce-domain": given.no_bounce_domain})
     changes: dict[str, Any] = {}
     if given.auth is not None:
         changes["auth_type"] = given.auth
@@ -117,37 +125,51 @@ def auth_changes(given: Given) -> dict[str, Any]:
         changes["oauth_token_url"] = given.oauth_token_url
     if given.oauth_client_id is not None:
         changes["oauth_client_id"] = given.oauth_client_id
-    if given.bounce_domain is not None or getattr(given, "no_bounce_domain", False):
+    if given.bounce_domain is not None or given.no_bounce_domain:
         changes["bounce_domain"] = given.bounce_domain or None
     if given.relay_provider is not None:
         changes["relay_provider"] = None if given.relay_provider == "none" else given.relay_provider
     return changes
 
 
+def oauth_sources(given: Given) -> tuple[SecretSource, SecretSource]:
+    """Where the client secret and the refresh token come from."""
+    (secret_stem, secret_is), (token_stem, token_is) = SECRETS
+    return (
+        SecretSource(
+            secret_stem,
+            secret_is,
+            given.oauth_client_secret_env,
+            given.oauth_client_secret_file,
+            given.oauth_client_secret_prompt,
+        ),
+        SecretSource(
+            token_stem,
+            token_is,
+            given.oauth_refresh_token_env,
+            given.oauth_refresh_token_file,
+            given.oauth_refresh_token_prompt,
+        ),
+    )
+
+
 def oauth_secrets_from(given: Given, *, ask: bool) -> tuple[str | None, str | None]:
     """The client secret and refresh token given (env, file, prompt); with `ask`, prompt for those missing."""
-    found: list[str | None] = []
-    for _, dest, what in SECRETS:
-        value = _secret_from(given, dest, what)
-        if value is None and ask:
-            value = getpass.getpass(f"{what} for {given.username or given.name}: ") or None
-        found.append(value)
-    return found[0], found[1]
+    client_secret, refresh_token = (_secret(given, source, ask=ask) for source in oauth_sources(given))
+    return client_secret, refresh_token
+
+
+def _secret(given: Given, source: SecretSource, *, ask: bool) -> str | None:
+    prompt = f"{source.what} for {given.username or given.name}"
+    value = secret_from(source, ask=lambda: ask_secret(prompt) or None, strip=True)
+    if value is None and ask:
+        value = ask_secret(prompt) or None
+    return value
 
 
 def oauth_secret_given(given: Given) -> bool:
     """Whether an option names where an OAuth2 secret comes from."""
-    return any(
-        getattr(given, f"{dest}_env")
-        or getattr(given, f"{dest}_file") is not None
-        or getattr(given, f"{dest}_prompt")
-        for _, dest, _ in SECRETS
-    )
-
-
-def _secret_from(given: Given, dest: str, what: str) -> str | None:
-    prompt = f"{what} for {given.username or given.name}: "
-    return secret_from(given, dest, what, ask=lambda: getpass.getpass(prompt) or None, strip=True)
+    return any(source.given() for source in oauth_sources(given))
 
 
 def complete_oauth_add(given: Given, asking: bool) -> tuple[str | None, str | None]:

@@ -9,9 +9,8 @@ import click
 
 from worker.cli.commands.sender_add import add
 from worker.cli.commands.sender_edit import edit
-from worker.cli.commands.sender_input import ask, interactive
 from worker.cli.commands.senders_check import check
-from worker.cli.framework import Command, Database, Group, json_option, with_database
+from worker.cli.framework import Command, Database, Group, confirmed_by_typing, json_option, with_database
 
 SENDERS = """\
 Add, edit, list, pause, resume, suspend and remove the SMTP accounts email goes out through. Every
@@ -198,19 +197,13 @@ def _set_status(db: Database, name: str, target: str, reason: str | None) -> int
 @with_database
 def remove(db: Database, name: str, yes: bool) -> int:
     """`mailroom senders remove NAME [--yes]`."""
-    from worker.core.config import ConfigError
     from worker.core.db import connect
     from worker.ops.senders import SenderInUse, remove_sender
 
-    if not yes:
-        if not interactive():
-            raise ConfigError("removing a sender account cannot be undone: add --yes to confirm")
-        answer = ask(
-            f"Remove sender account {name}? This cannot be undone. Type its name to confirm", "", None
-        )
-        if answer != name:
-            click.echo("nothing changed", err=True)
-            return 1
+    question = f"Remove sender account {name}? This cannot be undone. Type its name to confirm"
+    refusal = "removing a sender account cannot be undone: add --yes to confirm"
+    if not yes and not confirmed_by_typing(question, name, refusal=refusal):
+        return 1
     with connect(db.url) as conn:
         try:
             sender_id = remove_sender(conn, name)
