@@ -16,7 +16,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 
-from console.context import MORE_SCREENS, SCREENS, Action, DomainActions
+from console.context import MORE_SCREENS, SCREENS, Action, DomainActions, Reload
 from console.live import ALL_TABLES, Coalescer, LiveFeed
 from console.queries import ConsoleData
 from console.screens.accounts import AccountsScreen
@@ -166,10 +166,7 @@ class MailroomConsole(App[int]):
             return
         if tables & HEALTH_TABLES:
             self._check_health()
-        screen = self.screen
-        reload = getattr(screen, "reload", None)
-        if callable(reload):
-            reload(tables)
+        self.screen.post_message(Reload(tables))
 
     def request_refresh(self) -> None:
         """Refresh the visible screen now (after an action, or when a screen is shown)."""

@@ -8,12 +8,14 @@ reminders) come in through `DomainActions`, which whoever starts the console pas
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import psycopg
+from textual.message import Message
 
+from console.live import ALL_TABLES
 from worker.core.config import Settings
 from worker.core.results import ActionResult
 
@@ -68,6 +70,30 @@ class DomainActions(Protocol):
     def send_reminders(self, conn: psycopg.Connection[Any], doc_id: str, settings: Settings) -> str:
         """Mail a document's missing signers; a one-line summary."""
         ...
+
+
+class Reload(Message, bubble=False):
+    """Read the screen's data again if any of `tables` concerns it (ALL_TABLES: whatever it shows).
+
+    The app posts it to the active screen (a notification, the fallback timer, a refresh after an
+    action); a table posts it to its screen when it goes back to the query's order. Screens with data
+    handle it; others let it pass. Reloads still waiting in a screen's queue merge into one.
+    """
+
+    def __init__(self, tables: Iterable[str] = (ALL_TABLES,)) -> None:
+        super().__init__()
+        self.tables = set(tables)
+
+    def can_replace(self, message: Message) -> bool:
+        """The next reload waiting behind this one takes its tables, and this one is dropped."""
+        if isinstance(message, Reload):
+            message.tables |= self.tables
+            return True
+        return False
+
+    def concerns(self, watched: frozenset[str]) -> bool:
+        """Whether a screen reading `watched` tables has anything new to show."""
+        return ALL_TABLES in self.tables or bool(self.tables & watched)
 
 
 class ConsoleContext(Protocol):

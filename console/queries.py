@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.rows import dict_row
@@ -269,6 +269,21 @@ class Overview:
     tracking: dict[str, list[int]] = field(default_factory=dict)
 
 
+class PendingGroups(NamedTuple):
+    """Pending email by priority and by campaign, and whether the figures are estimates from a sample."""
+
+    by_priority: list[Row]
+    by_campaign: list[Row]
+    estimated: bool
+
+
+class ScheduledEvents(NamedTuple):
+    """Events due in the next 24 hours (and overdue ones), and the last month's missed and failed ones."""
+
+    due: list[Row]
+    trouble: list[Row]
+
+
 # Where a Failures page starts: after this (kind, sort_at, id), kind being 'failed' or 'retrying'.
 FailureKey = tuple[str, datetime, int]
 FAILURE_KINDS = ("all", "failed", "retrying")
@@ -435,14 +450,14 @@ class ConsoleData:
 
     async def schedule(
         self, now: datetime, limit: int | None = None, *, text: str | None = None
-    ) -> tuple[list[Row], list[Row]]:
+    ) -> ScheduledEvents:
         """Events due in the next 24 hours (and overdue ones), and the last month's missed and failed events."""
         params = {"now": now, "limit": limit or self.page_size, "pattern": like_pattern(text)}
         due = await self.fetch(EVENTS_DUE, params)
         trouble = await self.fetch(EVENTS_TROUBLE, params)
-        return due, trouble
+        return ScheduledEvents(due, trouble)
 
-    async def queue(self, now: datetime, *, text: str | None = None) -> tuple[list[Row], list[Row], bool]:
+    async def queue(self, now: datetime, *, text: str | None = None) -> PendingGroups:
         """Pending email by priority and by campaign (optionally matching a text), and whether they are estimates."""
         capped = await self.fetch(PENDING_CAPPED, {"cap": self.exact_limit + 1})
         estimated = int(capped[0]["n"]) > self.exact_limit
@@ -453,4 +468,4 @@ class ConsoleData:
             SAMPLED_BY_CAMPAIGN if estimated else PENDING_BY_CAMPAIGN,
             {"now": now, "pattern": like_pattern(text)},
         )
-        return by_priority, by_campaign, estimated
+        return PendingGroups(by_priority, by_campaign, estimated)

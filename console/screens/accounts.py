@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,7 +18,7 @@ from worker.core.results import ActionResult
 STATUS_FILTERS: tuple[str | None, ...] = (None, "provisioned", "active", "suspended")
 
 
-class AccountsScreen(DataScreen):
+class AccountsScreen(DataScreen[Page]):
     """Accounts a page at a time by id, filtered by status (f) or text (/)."""
 
     MODE = "accounts"
@@ -61,9 +61,8 @@ class AccountsScreen(DataScreen):
         """The current page of the current status."""
         return await self.console.data.accounts(self.status, self.after, text=self.filter_text)
 
-    def show(self, data: Any) -> None:
+    def show(self, data: Page) -> None:
         """Rows keyed by account id."""
-        assert isinstance(data, Page)
         self.page = data
         self.remember("accounts", {str(r["id"]): r for r in data.rows})
         now = self.console.clock()

@@ -16,7 +16,7 @@ from console.widgets.table import ConsoleTable
 from worker.ops.audit import RECENT, describe, recent_params
 
 
-class AuditScreen(DataScreen):
+class AuditScreen(DataScreen[list[dict[str, Any]]]):
     """Who did what, on what, how many rows, and when: read-only, live on new audit rows."""
 
     MODE = "audit"
@@ -45,7 +45,7 @@ class AuditScreen(DataScreen):
         data = self.console.data
         return await data.fetch(RECENT, recent_params(data.page_size, pattern=like_pattern(self.filter_text)))
 
-    def show(self, data: Any) -> None:
+    def show(self, data: list[dict[str, Any]]) -> None:
         """Rows keyed by audit id, newest first."""
         table = self.query_one("#audit", DataTable)
         table.border_title = self.subtitle(f"Audit trail: recent operator actions ({len(data)})")

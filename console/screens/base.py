@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from rich.text import Text
 from textual import events, work
@@ -13,8 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 from textual.widgets.data_table import RowDoesNotExist
 
-from console.context import ConsoleContext, context_of
-from console.live import ALL_TABLES
+from console.context import ConsoleContext, Reload, context_of
 from console.widgets.banner import Banner
 from console.widgets.dialogs import RowScreen
 from console.widgets.header import ConsoleHeader
@@ -25,7 +24,11 @@ from worker.core.terminal import printable
 COMPACT_BELOW = 100
 
 
-class DataScreen(Screen[None]):
+# What a screen reads in one go (`fetch`) and puts on screen (`show`): a dataclass, NamedTuple or rows.
+DataT = TypeVar("DataT")
+
+
+class DataScreen(Screen[None], Generic[DataT]):
     """A screen that loads its data in an exclusive async worker and shows it when it arrives."""
 
     MODE: ClassVar[str] = ""
@@ -81,13 +84,16 @@ class DataScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         """Fresh data whenever the screen is shown."""
-        self.reload({ALL_TABLES})
+        self.reload()
 
-    def reload(self, tables: Iterable[str] = (ALL_TABLES,)) -> None:
-        """Reload if any of `tables` concerns this screen."""
-        changed = set(tables)
-        if ALL_TABLES in changed or changed & self.TABLES:
-            self._load()
+    def on_reload(self, message: Reload) -> None:
+        """Reload if any of the tables that changed concerns this screen."""
+        if message.concerns(self.TABLES):
+            self.reload()
+
+    def reload(self) -> None:
+        """Read and show this screen's data again (a new page, filter or kind; fresh data)."""
+        self._load()
 
     @work(exclusive=True, group="refresh", exit_on_error=False)
     async def _load(self) -> None:
@@ -100,11 +106,11 @@ class DataScreen(Screen[None]):
             return
         await self.console.data_shown()
 
-    async def fetch(self) -> Any:
+    async def fetch(self) -> DataT:
         """Read this screen's data (runs in a worker, never in an event handler)."""
         raise NotImplementedError
 
-    def show(self, data: Any) -> None:
+    def show(self, data: DataT) -> None:
         """Put freshly read data on screen."""
         raise NotImplementedError
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC
 from typing import Any, ClassVar
 
@@ -14,8 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from console.context import ConsoleContext, context_of
-from console.live import ALL_TABLES
+from console.context import ConsoleContext, Reload, context_of
 from console.screens.base import fill_table, literal
 from console.screens.confirm import confirm_cancel, confirm_retry
 from console.widgets.banner import Banner
@@ -81,10 +79,9 @@ class EmailDetailScreen(Screen[None]):
         """Cancel this email (asks first)."""
         await confirm_cancel(self, [self.email_id])
 
-    def reload(self, tables: Iterable[str] = (ALL_TABLES,)) -> None:
+    def on_reload(self, message: Reload) -> None:
         """Reload when the email or the send log changed (the worker retried it, an operator cancelled it)."""
-        changed = set(tables)
-        if ALL_TABLES in changed or changed & self.TABLES:
+        if message.concerns(self.TABLES):
             self._load()
 
     @work(exclusive=True, group="detail", exit_on_error=False)

@@ -8,7 +8,7 @@ marked DISPUTED.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -22,7 +22,14 @@ from worker.ops.dmarc_report import SENDER_DOMAINS, SOURCES
 DAYS = 30
 
 
-class DmarcScreen(DataScreen):
+class DmarcSources(NamedTuple):
+    """The sources reports named, and the From domains of our sender accounts (whose failures are flagged)."""
+
+    rows: list[dict[str, Any]]
+    ours: set[str]
+
+
+class DmarcScreen(DataScreen[DmarcSources]):
     """Sources sending in our domains' names, most failed messages first; failing ones for a sender's domain
     flagged, and those of disputed reports marked."""
 
@@ -43,19 +50,19 @@ class DmarcScreen(DataScreen):
             "Domain", "Source", "Messages", "Passed", "Failed", "DKIM", "SPF", "Flag", "Reporters"
         )
 
-    async def fetch(self) -> dict[str, Any]:
+    async def fetch(self) -> DmarcSources:
         """The sources of reports that ended in the last 30 days (the filter: one domain), and our From domains."""
         data = self.console.data
         since = self.console.clock() - timedelta(days=DAYS)
         domain = (self.filter_text or "").strip().lower() or None
         rows = await data.fetch(SOURCES, {"since": since, "domain": domain, "limit": data.page_size})
         ours = {str(r["domain"]) for r in await data.fetch(SENDER_DOMAINS, {})}
-        return {"rows": rows, "ours": ours}
+        return DmarcSources(rows, ours)
 
-    def show(self, data: Any) -> None:
+    def show(self, data: DmarcSources) -> None:
         """Rows keyed by domain and source."""
         table = self.query_one("#dmarc", DataTable)
-        rows, ours = data["rows"], data["ours"]
+        rows, ours = data
         flagged = sum(1 for r in rows if self._flagged(r, ours))
         title = (
             f"DMARC reports (unauthenticated claims), last {DAYS} days: {len(rows)} sources,"

@@ -21,7 +21,7 @@ WIDE = 100
 SHOWING = {"all": "Failed and retrying email", "failed": "Failed email", "retrying": "Retrying email"}
 
 
-class FailuresScreen(DataScreen):
+class FailuresScreen(DataScreen[Page]):
     """Every failed email (newest failure first), then every retrying one (next attempt first), a page at a time.
 
     `t` narrows the list to failed or retrying email and back. `r` retries a failed email; a retrying
@@ -85,9 +85,8 @@ class FailuresScreen(DataScreen):
         """The current page."""
         return await self.console.data.failures(self.kind, self.after, text=self.filter_text)
 
-    def show(self, data: Any) -> None:
+    def show(self, data: Page) -> None:
         """Rows keyed by email id; marks survive refreshes."""
-        assert isinstance(data, Page)
         self.page = data
         for r in data.rows:  # a marked email may have moved on (retrying ran out and failed, or the reverse)
             if int(r["id"]) in self.marked:

@@ -31,7 +31,7 @@ from console.widgets.table import ConsoleTable
 TRACKING_STYLES = {"opens": "cyan", "clicks": "green", "unsubscribes": "yellow"}
 
 
-class OverviewScreen(DataScreen):
+class OverviewScreen(DataScreen[Overview]):
     """The first screen: is mail flowing, and what needs an operator."""
 
     MODE = "overview"
@@ -99,9 +99,8 @@ class OverviewScreen(DataScreen):
         """One round of overview queries."""
         return await self.console.data.overview(self.console.clock(), text=self.filter_text)
 
-    def show(self, data: Any) -> None:
+    def show(self, data: Overview) -> None:
         """Fill every panel."""
-        assert isinstance(data, Overview)
         now = self.console.clock()
         self.query_one("#depth", Static).update(_depth_table(data, now))
         self.query_one("#sent-sparkline", Sparkline).data = list(data.sent_per_minute)

@@ -11,12 +11,13 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable
 
 from console.figures import short
+from console.queries import PendingGroups
 from console.screens.base import COMPACT_BELOW, DataScreen, fill_table
 from console.widgets.cells import duration
 from console.widgets.table import ConsoleTable
 
 
-class QueueScreen(DataScreen):
+class QueueScreen(DataScreen[PendingGroups]):
     """Where the pending email is: which priorities and campaigns, how much is due, how old."""
 
     MODE = "queue"
@@ -44,11 +45,11 @@ class QueueScreen(DataScreen):
     def _arrange(self, width: int) -> None:
         self.query_one("#queue-tables").set_class(width < COMPACT_BELOW, "-narrow")
 
-    async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+    async def fetch(self) -> PendingGroups:
         """Pending counts by priority and by campaign."""
         return await self.console.data.queue(self.console.clock(), text=self.filter_text)
 
-    def show(self, data: Any) -> None:
+    def show(self, data: PendingGroups) -> None:
         """Both tables."""
         by_priority, by_campaign, estimated = data
         self.remember("by-campaign", {str(r["campaign_id"]): r for r in by_campaign})

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable
 
+from console.queries import ScheduledEvents
 from console.screens.base import DataScreen, fill_table
 from console.widgets.cells import one_line, status_cell, until
 from console.widgets.table import ConsoleTable
 
 
-class ScheduleScreen(DataScreen):
+class ScheduleScreen(DataScreen[ScheduledEvents]):
     """What the scheduler will do next, and what it could not do."""
 
     MODE = "schedule"
@@ -37,11 +37,11 @@ class ScheduleScreen(DataScreen):
             "Status", "Due (UTC)", "Person", "Event", "Retries", "Reason"
         )
 
-    async def fetch(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def fetch(self) -> ScheduledEvents:
         """Due and troubled events."""
         return await self.console.data.schedule(self.console.clock(), text=self.filter_text)
 
-    def show(self, data: Any) -> None:
+    def show(self, data: ScheduledEvents) -> None:
         """Both tables, keyed by event id."""
         due, trouble = data
         self.remember("due", {str(r["id"]): r for r in due})

@@ -16,7 +16,7 @@ from console.widgets.cells import ago, one_line, rate_cell, status_cell, usage
 from console.widgets.table import ConsoleTable
 
 
-class SendersScreen(DataScreen):
+class SendersScreen(DataScreen[list[dict[str, Any]]]):
     """Sender accounts: status, today's sent against the limit, bounces, errors, the hard-bounce and
     complaint rates over the last deliveries (red past `mailroom health`'s thresholds), warm-up, last use."""
 
@@ -70,7 +70,7 @@ class SendersScreen(DataScreen):
         )
         return with_dns(rows, await self.console.data.fetch(FINDINGS, {"name": None, "worst": True}))
 
-    def show(self, data: Any) -> None:
+    def show(self, data: list[dict[str, Any]]) -> None:
         """Rows keyed by account name (the worker's actions take names)."""
         now = self.console.clock()
         # From 140 columns the usage bar and the warm-up's daily cap get their full width.

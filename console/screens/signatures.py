@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from rich.text import Text
 from textual import work
@@ -16,7 +16,15 @@ from console.widgets.dialogs import ConfirmScreen
 from console.widgets.table import ConsoleTable
 
 
-class SignaturesScreen(DataScreen):
+class SignedDocuments(NamedTuple):
+    """Documents with their signing progress, the one selected (or the first) and its missing signers."""
+
+    documents: list[dict[str, Any]]
+    doc_id: str | None
+    missing: list[dict[str, Any]]
+
+
+class SignaturesScreen(DataScreen[SignedDocuments]):
     """Documents, incomplete first, and the missing signers of the selected one."""
 
     MODE = "signatures"
@@ -42,16 +50,16 @@ class SignaturesScreen(DataScreen):
         )
         self.query_one("#missing", DataTable).add_columns("Name", "Email", "Last reminder")
 
-    async def fetch(self) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]]]:
+    async def fetch(self) -> SignedDocuments:
         """Documents, then the missing signers of the selected (or first) document."""
         documents = await self.console.data.documents(text=self.filter_text)
         current = selected_key(self.query_one("#documents", DataTable))
         ids = [str(d["doc_id"]) for d in documents]
         doc_id = current if current in ids else (ids[0] if ids else None)
         missing = await self.console.data.missing_signers(doc_id) if doc_id else []
-        return documents, doc_id, missing
+        return SignedDocuments(documents, doc_id, missing)
 
-    def show(self, data: Any) -> None:
+    def show(self, data: SignedDocuments) -> None:
         """Both tables."""
         documents, doc_id, missing = data
         self.remember("documents", {str(d["doc_id"]): d for d in documents})

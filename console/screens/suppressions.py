@@ -33,7 +33,7 @@ def lift_question(address: str, kinds: list[str]) -> str:
     return text
 
 
-class SuppressionsScreen(DataScreen):
+class SuppressionsScreen(DataScreen[list[dict[str, Any]]]):
     """The suppression list (`mailroom suppressions list`): `/` filters, Enter shows history, `l` lifts."""
 
     MODE = "suppressions"
@@ -67,7 +67,7 @@ class SuppressionsScreen(DataScreen):
         params = {"kind": None, "pattern": search_pattern(self.filter_text), "limit": data.page_size}
         return await data.fetch(LIST, params)
 
-    def show(self, data: Any) -> None:
+    def show(self, data: list[dict[str, Any]]) -> None:
         """Rows keyed by address and kind (an address on both lists shows twice)."""
         table = self.query_one("#suppressions", DataTable)
         table.border_title = self.subtitle(f"Suppressions: addresses not mailed ({len(data)})")

@@ -11,6 +11,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
+from console.context import Reload
+
 ASCENDING, DESCENDING = " ▲", " ▼"
 
 
@@ -96,9 +98,7 @@ class ConsoleTable(DataTable[Any]):
             self.sort(column, key=sort_value, reverse=descending)
         elif column is None:
             # Back to the query's order: the screen's next load puts the rows as the query gives them.
-            reload = getattr(self.screen, "reload", None)
-            if callable(reload):
-                reload()
+            self.screen.post_message(Reload())
         self.refresh()
 
     def order(self, rows: Sequence[tuple[str, list[Any]]]) -> list[tuple[str, list[Any]]]:

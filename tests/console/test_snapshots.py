@@ -40,21 +40,24 @@ def showing(key: str | None, *then: str) -> Callable[[Pilot[Any]], Awaitable[Non
             # A confirmation counts in the database before it opens: wait for it to be up.
             if any(w.group == "confirm" for w in app.workers):
                 assert await app.wait_until_shown(lambda: isinstance(app.screen, ConfirmScreen), WAIT)
-        await settled(app)
+        await settled(pilot)
         await pilot.pause()
 
     return run_before
 
 
-async def settled(app: MailroomConsole) -> None:
+async def settled(pilot: Pilot[Any]) -> None:
     """Until nothing more is coming: no refresh scheduled (the LISTEN feed asks for a full one when it
-    connects, a moment after the first load) and no load running. A confirmation's worker waits for
-    its answer, which the picture must show unanswered. Before, a picture taken while the feed's
-    refresh redrew a table showed its header without the rows' widths."""
+    connects, a moment after the first load), none waiting in the screen's queue and no load running.
+    A confirmation's worker waits for its answer, which the picture must show unanswered. Before, a
+    picture taken while the feed's refresh redrew a table showed its header without the rows' widths."""
+    app = pilot.app
+    assert isinstance(app, MailroomConsole)
     while True:
         if app.coalescer.pending:
-            # the flush reloads the screen, whose data_shown wakes this wait
+            # the flush posts a Reload to the screen, whose data_shown wakes this wait
             assert await app.wait_until_shown(lambda: not app.coalescer.pending, WAIT)
+        await pilot.pause()  # the screen takes what waits in its queue (a Reload starts its load)
         loading = [w for w in app.workers if w.group != "confirm" and not w.is_finished]
         if not loading and not app.coalescer.pending:
             return
@@ -181,7 +184,7 @@ def test_banner_snapshot(
         assert await app.wait_until_shown(
             lambda: app.screen.query_one("#ov-senders", DataTable).row_count == 4, WAIT
         )
-        await settled(app)
+        await settled(pilot)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
