@@ -48,7 +48,8 @@ async def test_console_retry_and_cancel_are_audited_and_a_new_row_appears_while_
     app = make_console(seeded_url, actor="console:alice")
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(app, pilot, "2")
-        await pilot.press("R", "y")
+        await asked(app, pilot, "R")  # the confirmation counts first: a "y" pressed before it opens is lost
+        await pilot.press("y")
         assert await app.wait_until_shown(noticed(app, "retried 12 email(s)"), WAIT)
         await open_screen(app, pilot, "0")
         assert await app.wait_until_shown(lambda: len(row_keys(app, "audit")) == 1, WAIT)
