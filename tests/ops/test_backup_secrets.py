@@ -17,12 +17,12 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.fixtures_db import drop_roles
+from tests.fixtures_db import adopt_role, drop_roles
 from worker.core.config import ConfigError
 from worker.core.pgtools import client_tool, server_major, tool_connection, without_password
 
 CANARY = "argv-canary:s3cr\\et"  # a colon and a backslash: the password file's own escaping is tested too
-CANARY_ROLE = "mr_canary_reader"
+CANARY_ROLE = "mr_dump_reader"  # not a word the tests look for in argv
 
 
 @pytest.fixture
@@ -36,6 +36,7 @@ def canary_url(db_url: str, role_lock: None) -> Iterator[str]:
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA mailroom TO {}").format(role))
         for kind in ("TABLES", "SEQUENCES"):
             conn.execute(sql.SQL(f"GRANT SELECT ON ALL {kind} IN SCHEMA mailroom TO {{}}").format(role))
+        adopt_role(conn, CANARY_ROLE)  # pg_stat_activity shows a non-superuser the waits of its roles only
     yield make_conninfo(db_url, user=CANARY_ROLE, password=CANARY)
     drop_roles(db_url, CANARY_ROLE)
 
