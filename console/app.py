@@ -155,8 +155,15 @@ class MailroomConsole(App[int]):
         )
 
     def _on_state(self, state: str) -> None:
+        before = self.states[-1] if self.states else "connecting"
         self.states.append(state)
         self.live_state = state
+        # Said once each way, however long the database is away (a restart, a failover).
+        if state == "reconnecting" and before == "live":
+            self.say(f"lost the database ({self.feed.lost_because}); reconnecting", severity="warning")
+        elif state == "live" and before == "reconnecting":
+            self.data.renew()  # the reads follow the feed, to the new primary after a failover
+            self.say("reconnected to the database; everything shown is read again")
 
     def _schedule(self, delay: float, callback: Callable[[], None]) -> object:
         return self.set_timer(max(delay, 0.01), callback)

@@ -2,8 +2,10 @@
 
 Statement-level triggers on every table send `{"table": ..., "op": ...}`. The feed reports each
 notification's table and every change of connection state; after a (re)connect it asks for a full
-refresh, since anything may have changed while it was away. The coalescer turns a burst of
-thousands of notifications into at most one refresh per interval.
+refresh, since anything may have changed while it was away. It never listens on a server that takes
+no writes (a standby, or a primary demoted in a failover, which would hear nothing): it asks before
+LISTEN and every few seconds after, and leaves such a server for the primary the URL leads to now.
+The coalescer turns a burst of thousands of notifications into at most one refresh per interval.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 from collections.abc import Callable
 
 import psycopg
+
+from worker.core.failover import WRITABLE_CHECK_SECONDS, check_takes_writes, said
 
 CHANNEL = "mailroom_changes"
 # A complaint arrived (the bounce intake's NOTIFY, `{"event_id": ..., "email_id": ...}`): the operator is told.
@@ -43,6 +47,7 @@ class LiveFeed:
         self.backend_pid: int | None = None
         self.connects = 0
         self.received = 0
+        self.lost_because = ""  # why the connection was last lost (the first line of the error)
 
     def _set_state(self, state: str) -> None:
         if state != self.state:
@@ -57,6 +62,7 @@ class LiveFeed:
                 async with await psycopg.AsyncConnection.connect(
                     self.url, autocommit=True, application_name="mailroom-console-listen"
                 ) as conn:
+                    await check_takes_writes(conn)
                     await conn.execute(f"LISTEN {CHANNEL}")
                     if self.on_complaint is not None:
                         await conn.execute(f"LISTEN {COMPLAINTS}")
@@ -66,17 +72,23 @@ class LiveFeed:
                     self._set_state("live")
                     # A full refresh after every (re)connect: notifications sent meanwhile are lost.
                     self.on_change({ALL_TABLES})
-                    async for note in conn.notifies():
-                        self.received += 1
-                        if note.channel == COMPLAINTS and self.on_complaint is not None:
-                            self.on_complaint(_object_of(note.payload))
-                        else:
-                            self.on_change({_table_of(note.payload)})
-            except psycopg.Error:
+                    await self._hear(conn)
+            except psycopg.Error as exc:
                 self.backend_pid = None
+                self.lost_because = said(exc)
                 self._set_state("reconnecting")
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.max_delay)
+
+    async def _hear(self, conn: psycopg.AsyncConnection[object]) -> None:
+        while True:
+            async for note in conn.notifies(timeout=WRITABLE_CHECK_SECONDS):
+                self.received += 1
+                if note.channel == COMPLAINTS and self.on_complaint is not None:
+                    self.on_complaint(_object_of(note.payload))
+                else:
+                    self.on_change({_table_of(note.payload)})
+            await check_takes_writes(conn)  # ReadOnlyServer: a failover; reconnect to the primary
 
 
 def _object_of(payload: str) -> dict[str, object]:

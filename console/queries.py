@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from console.figures import Count, Rates, last_hour, queue_counts
+from worker.core.failover import database_unavailable, server_read_only
 from worker.core.reputation import DEFAULT_WINDOW, REPUTATION
 
 Row = dict[str, Any]
@@ -321,7 +322,8 @@ def failure_key(row: Row) -> FailureKey:
 
 
 class ConsoleData:
-    """The console's one data source: an autocommit async connection that reconnects when broken."""
+    """The console's one data source: an autocommit async connection that reconnects when it breaks or
+    its server stops taking writes (a failover: the primary's figures are on the new primary)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -330,6 +332,7 @@ class ConsoleData:
         self.exact_limit = EXACT_LIMIT
         self._conn: psycopg.AsyncConnection[Row] | None = None
         self._lock = asyncio.Lock()
+        self._renew = False
 
     async def close(self) -> None:
         """Close the connection (the next query opens a new one)."""
@@ -337,7 +340,15 @@ class ConsoleData:
             await self._conn.close()
             self._conn = None
 
+    def renew(self) -> None:
+        """Read through a new connection from the next query on: the live feed found the database
+        again after losing it, perhaps on another node (this connection may be on the old primary)."""
+        self._renew = True
+
     async def _connection(self) -> psycopg.AsyncConnection[Row]:
+        if self._conn is not None and not self._conn.closed and (self._renew or server_read_only(self._conn)):
+            await self._conn.close()  # a read-only server said so with its last answer, at no cost
+        self._renew = False
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = await psycopg.AsyncConnection.connect(
                 self.url, autocommit=True, row_factory=dict_row, application_name="mailroom-console"
@@ -345,7 +356,8 @@ class ConsoleData:
         return self._conn
 
     async def fetch(self, query: str, params: dict[str, Any] | None = None) -> list[Row]:
-        """Run one read query; a broken connection is replaced once before giving up."""
+        """Run one read query; a connection that met an unavailable database is replaced once before
+        giving up."""
         async with self._lock:
             for attempt in (1, 2):
                 conn = await self._connection()
@@ -353,9 +365,10 @@ class ConsoleData:
                     # Never prepared: the optional-filter queries need a custom plan for each set of values.
                     cur = await conn.execute(query, params or {}, prepare=False)
                     return await cur.fetchall()
-                except psycopg.OperationalError:
-                    if attempt == 2 or not conn.broken:
+                except psycopg.Error as exc:
+                    if attempt == 2 or not database_unavailable(exc):
                         raise
+                    await conn.close()
                     self._conn = None
         raise AssertionError("unreachable")
 

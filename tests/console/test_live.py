@@ -1,4 +1,5 @@
-"""Live updates: changes made elsewhere reach the screen, bursts coalesce, a dropped LISTEN reconnects."""
+"""Live updates: changes made elsewhere reach the screen, bursts coalesce, a dropped LISTEN reconnects,
+and a failover leaves the console on the new primary."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
+import pytest
 from rich.console import Console
 from textual.widgets import Static
 
@@ -14,6 +16,8 @@ from console.app import MailroomConsole
 from console.live import ALL_TABLES, Coalescer
 from tests.console.helpers import WAIT, cell, open_screen, row_keys
 from tests.console.seed import FROZEN_NOW
+from tests.fixtures_failover import Pair
+from tests.worker.helpers import add_sender
 
 
 async def test_a_change_committed_by_another_connection_appears_by_notify(
@@ -151,3 +155,25 @@ def test_coalescer_flushes_once_per_interval_with_every_table_it_saw() -> None:
     now[0] += 0.20
     scheduled.pop()[1]()
     assert flushed[1] == {ALL_TABLES, "accounts"}
+
+
+@pytest.mark.e2e  # a PostgreSQL 15 pair
+async def test_after_a_failover_the_console_reads_and_listens_on_the_new_primary_and_says_so(
+    pg15_pair: Pair, make_console: Callable[..., MailroomConsole]
+) -> None:
+    url = pg15_pair.url()  # both nodes, target_session_attrs=read-write
+    add_sender(url, 2525, name="primary")
+    app = make_console(url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(app, pilot, "3")
+        # The primary turns read-only and stays up; the standby takes over.
+        pg15_pair.primary.demote()
+        pg15_pair.standby.promote()
+        with psycopg.connect(url, autocommit=True) as other:  # written on the new primary alone
+            other.execute("UPDATE mailroom.sender_accounts SET status = 'paused' WHERE name = 'primary'")
+        # Well under the 30 s fallback timer, which would only read the old primary again anyway.
+        assert await app.wait_until_shown(lambda: cell(app, "senders", "primary", 1) == "paused", 3 * WAIT)
+        assert app.states[-2:] == ["reconnecting", "live"]
+        said = [text for _, text in app.notices]
+        assert any(t.startswith("lost the database (") and "takes no writes" in t for t in said), said
+        assert "reconnected to the database; everything shown is read again" in said

@@ -1,4 +1,5 @@
-"""Drills: PostgreSQL fails over under a running worker, and nothing is lost or sent twice for it.
+"""PostgreSQL fails over under Mailroom (worker.core.failover): the pool and the LISTEN connection leave
+a server that stopped taking writes, and in the drills nothing is lost or sent twice for a failover.
 
 A PostgreSQL 15 primary with a synchronous standby (`tests.fixtures_failover`), a `mailroom worker`
 process on the multi-host URL (`target_session_attrs=read-write`) delivering to a sink in this
@@ -18,18 +19,87 @@ the 10 to 15 s the pair takes to build once per test process.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import errors
 
 from tests.fixtures_failover import Bouncer, Pair
 from tests.worker.failover_drill import CONCURRENCY, Figures, crash, demote, promote, run_drill, worker_env
 from tests.worker.helpers import statuses
+from worker.core.failover import DatabaseCircuit, Pool
+from worker.core.listen import Listener, Waker
 from worker.devtools.sink import RunningSink
 
-pytestmark = pytest.mark.e2e  # a PostgreSQL pair, PgBouncers and a worker process
-
 EMAILS = 2000
+
+
+async def _pid(conn: psycopg.AsyncConnection[object]) -> int:
+    return conn.info.backend_pid
+
+
+async def _write_refused_as_read_only(pool: Pool, pids: list[int]) -> None:
+    """A write that the server refuses as read-only with nothing reported first (PgBouncer passes no
+    parameter on): the statement's 25006 is what tells."""
+    async with pool.connection() as conn:
+        pids.append(await _pid(conn))
+        async with conn.transaction():
+            await conn.execute("SET TRANSACTION READ ONLY")
+            await conn.execute("INSERT INTO mailroom.workers (name) VALUES ('w')")
+
+
+async def test_the_pool_never_lends_again_a_connection_whose_server_stopped_taking_writes(
+    db_url: str,
+) -> None:
+    circuit = DatabaseCircuit("worker")
+    pool = Pool(db_url, circuit=circuit, min_size=1, max_size=1, open=False, kwargs={"autocommit": True})
+    async with pool:
+        async with pool.connection() as conn:
+            said_so = await _pid(conn)
+            # What a demoted primary reports to every session after its reload (here: this session's own).
+            await conn.execute("SET default_transaction_read_only = on")
+        pids: list[int] = []
+        with pytest.raises(errors.ReadOnlySqlTransaction):
+            await _write_refused_as_read_only(pool, pids)
+        refused = pids[0]
+        assert refused != said_so  # the check closed the one that said so; the pool opened another
+        assert circuit.failures == 1 and circuit.view().reason == "read-only"
+        async with pool.connection() as conn:
+            assert await _pid(conn) not in (said_so, refused)
+            cur = await conn.execute("INSERT INTO mailroom.workers (name) VALUES ('w') RETURNING name")
+            assert await cur.fetchone() == ("w",)
+        assert circuit.failures == 0  # the database is back for this process
+
+
+@pytest.mark.e2e  # a PostgreSQL pair
+async def test_the_listener_leaves_a_demoted_primary_for_the_new_one_and_says_so(
+    pg15_pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    waker = Waker()
+    listener = Listener(pg15_pair.url(), ("mailroom_queue",), waker)
+    ticket = waker.ticket()
+    task = asyncio.create_task(listener.run())
+    try:
+        assert await waker.wait(10, ticket)  # every (re)connect wakes everyone
+        pg15_pair.primary.demote()
+        await asyncio.to_thread(pg15_pair.standby.promote)
+
+        async def notify_on_the_new_primary() -> bool:
+            ticket = waker.ticket()
+            with psycopg.connect(pg15_pair.standby.owner_url, autocommit=True) as conn:
+                conn.execute("NOTIFY mailroom_queue")
+            return await waker.wait(2, ticket)
+
+        # The first wake may be the reconnect's own; two in a row are the new primary's NOTIFYs.
+        heard = [await notify_on_the_new_primary() for _ in range(8)]
+        assert heard[-2:] == [True, True], heard
+        assert listener.live
+        assert "LISTEN connection's server turned read-only; reconnecting to the primary" in caplog.messages
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def _check(figures: Figures, pair: Pair, log: Path) -> None:
@@ -44,6 +114,7 @@ def _check(figures: Figures, pair: Pair, log: Path) -> None:
     assert statuses(pair.url()) == {"sent": EMAILS + 1}, said
 
 
+@pytest.mark.e2e  # a PostgreSQL pair and a worker process
 def test_a_crashed_primary_loses_no_email_and_sends_none_twice(
     pg15_pair: Pair, smtp_sink: RunningSink, secret_key: str, tmp_path: Path
 ) -> None:
@@ -53,6 +124,7 @@ def test_a_crashed_primary_loses_no_email_and_sends_none_twice(
     _check(figures, pg15_pair, log)
 
 
+@pytest.mark.e2e  # a PostgreSQL pair, PgBouncer and a worker process
 def test_a_demoted_primary_behind_pgbouncer_loses_no_email_and_stops_no_worker(
     pg15_pair: Pair, pgbouncer: Bouncer, smtp_sink: RunningSink, secret_key: str, tmp_path: Path
 ) -> None:

@@ -288,3 +288,28 @@ def test_an_unknown_sqlstate_is_still_a_database_error() -> None:
     assert _error_class("23514") is psycopg.errors.CheckViolation
     assert _error_class("ZZ999") is psycopg.DatabaseError
     assert _error_class("") is psycopg.OperationalError
+
+
+async def test_the_journal_commits_as_the_server_says_unless_told_to_commit_asynchronously(
+    db_url: str, settings: Settings
+) -> None:
+    from dataclasses import replace
+
+    from worker.engine.delivery import Worker, WorkerOptions
+
+    # What this database's operator chose (a synchronous standby's remote_apply, say): new sessions get it.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        name = conn.info.dbname
+        conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = remote_apply')
+
+    async def journal_commits(durable: bool) -> str:
+        worker = Worker(db_url, replace(settings, journal_durable=durable), WorkerOptions())
+        async with await worker._connect_for_recording() as conn:
+            row = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    # Durable, what the relay accepted is on the standby before the next message goes out: a failover
+    # then never makes the lease rescue send it again.
+    assert await journal_commits(durable=True) == "remote_apply"
+    assert await journal_commits(durable=False) == "off"

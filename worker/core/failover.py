@@ -102,6 +102,23 @@ async def check_writable(conn: psycopg.AsyncConnection[Any]) -> None:
         raise ReadOnlyServer("the server turned read-only (a standby, or a demoted primary)")
 
 
+# How often an idle LISTEN connection (the worker's, the console's) asks whether its server still takes
+# writes: a LISTEN on a demoted primary that stays up would hear nothing while the new one takes them.
+WRITABLE_CHECK_SECONDS = 2.0
+# Answered for the statement's own transaction: on for a hot standby, and for a primary whose
+# default_transaction_read_only was turned on (a node losing its leadership). Asked, not read from the
+# reported parameters: an idle session hears of a reload only when it next runs a statement.
+_TAKES_WRITES = "SHOW transaction_read_only"
+
+
+async def check_takes_writes(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Raise `ReadOnlyServer` when the connection's server takes no writes (one round trip)."""
+    cur = await conn.execute(_TAKES_WRITES)
+    row = await cur.fetchone()
+    if row is not None and row[0] == "on":
+        raise ReadOnlyServer("the server takes no writes (a standby, or a demoted primary)")
+
+
 @dataclass(frozen=True)
 class CircuitView:
     """What health and the console say about a process's database circuit."""

@@ -2,8 +2,8 @@
 
 A LISTEN connection hears only what its own server's commits notify: one left on a primary that was
 demoted and stays up (read-only) would hear nothing while the new primary takes the writes. So the
-listener asks its server every `CHECK_SECONDS` whether it still takes writes, and before it LISTENs
-at all, and leaves one that does not for the primary the multi-host URL leads to now.
+listener asks its server every `WRITABLE_CHECK_SECONDS` whether it still takes writes, and before it
+LISTENs at all, and leaves one that does not for the primary the multi-host URL leads to now.
 """
 
 from __future__ import annotations
@@ -17,15 +17,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from worker.core.failover import ReadOnlyServer
+from worker.core.failover import WRITABLE_CHECK_SECONDS, ReadOnlyServer, check_takes_writes
 
 log = logging.getLogger("mailroom.listen")
-
-# How often an idle LISTEN connection asks its server whether it still takes writes.
-CHECK_SECONDS = 2.0
-# `SHOW transaction_read_only` answers for the statement's own transaction: on for a hot standby, and
-# for a primary whose default_transaction_read_only was turned on (a node losing its leadership).
-READ_ONLY = "SHOW transaction_read_only"
 
 
 class Waker:
@@ -88,7 +82,7 @@ class Listener:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-                    await _still_writable(conn)  # never LISTEN on a standby or a demoted primary
+                    await check_takes_writes(conn)  # never LISTEN on a standby or a demoted primary
                     for channel in self.channels:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     self.live = True
@@ -106,13 +100,13 @@ class Listener:
             delay = min(delay * 2, 5.0)
 
     async def _hear(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Wake whoever a notification concerns; every `CHECK_SECONDS` of quiet, make sure the server
+        """Wake whoever a notification concerns; every `WRITABLE_CHECK_SECONDS`, make sure the server
         still takes writes (raises `ReadOnlyServer` when it does not)."""
         while True:
-            async for note in conn.notifies(timeout=CHECK_SECONDS):
+            async for note in conn.notifies(timeout=WRITABLE_CHECK_SECONDS):
                 for waker in self._routes.get(note.channel, ()):
                     waker.notify()
-            await _still_writable(conn)
+            await check_takes_writes(conn)
 
     def _lost(self, exc: psycopg.Error) -> None:
         if self.live:
@@ -122,14 +116,3 @@ class Listener:
                 log.warning("LISTEN connection lost (%s); reconnecting", exc)
         self.live = False
         self._wake_all()
-
-
-async def _still_writable(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Raise `ReadOnlyServer` when the connection's server takes no writes (asked, not taken from what
-    it reported: an idle session hears of a reload only when it next runs a statement)."""
-    cur = await conn.execute(READ_ONLY)
-    row = await cur.fetchone()
-    if row is not None and row[0] == "on":
-        raise ReadOnlyServer(
-            "the LISTEN connection's server takes no writes (a standby, or a demoted primary)"
-        )
