@@ -193,6 +193,33 @@ def test_a_schema_of_another_version_makes_every_role_unready(
         assert probe(f"{base}/healthz")[0] == 200
 
 
+def test_an_open_database_circuit_makes_the_process_unready_and_the_scrape_counts_why(
+    db_url: str, settings: Settings, listeners: list[MetricsServer]
+) -> None:
+    from psycopg import errors
+
+    from worker.core.failover import DatabaseCircuit
+
+    base = _serve(listeners, db_url, settings, TRACKER)  # counting in this process from now on
+    assert probe(f"{base}/readyz")[0] == 200
+    # This process met a demoted primary again and again (its own probe, connecting anew, reaches one
+    # that takes writes): it waits before each try, and says so.
+    circuit = DatabaseCircuit("tracker", threshold=2, base_seconds=0.0)
+    for _ in range(3):
+        circuit.failed(errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"))
+    status, body = probe(f"{base}/readyz")
+    assert status == 503 and body["ok"] is False
+    assert body["reasons"][0].startswith("this tracker process has found the database unavailable for "), body
+    assert "(read-only: cannot execute INSERT in a read-only transaction); next try in " in body["reasons"][0]
+    assert probe(f"{base}/healthz")[0] == 200  # alive: restarting it would not help
+    _, _, text = get(f"{base}/metrics")
+    assert value(text, "mailroom_database_unavailable_total", role="tracker", reason="read-only") == 3
+    assert value(text, "mailroom_database_circuit_open", role="tracker") == 1
+    circuit.succeeded()
+    assert probe(f"{base}/readyz")[0] == 200
+    assert value(get(f"{base}/metrics")[2], "mailroom_database_circuit_open", role="tracker") == 0
+
+
 def test_database_gauges_are_read_once_per_cache_period(
     db_url: str, settings: Settings, listeners: list[MetricsServer]
 ) -> None:

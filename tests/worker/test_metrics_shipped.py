@@ -28,7 +28,7 @@ _HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 def _exported() -> set[str]:
     """Every series name the code says it exports."""
-    names = set(GAUGE_NAMES) | {"mailroom_exporter_info"}
+    names = set(GAUGE_NAMES) | set(metrics.PROCESS_GAUGE_NAMES) | {"mailroom_exporter_info"}
     names |= {f"{name}_total" for name in metrics.COUNTER_NAMES}
     names |= {name + suffix for name in metrics.HISTOGRAM_NAMES for suffix in _HISTOGRAM_SERIES}
     return names
@@ -93,6 +93,6 @@ def test_a_scrape_shows_every_family_the_code_declares(db_url: str, settings: Se
         server.close()
         metrics.disable()
     assert status == 200
-    declared = set(GAUGE_NAMES) | {"mailroom_exporter_info"}
+    declared = set(GAUGE_NAMES) | set(metrics.PROCESS_GAUGE_NAMES) | {"mailroom_exporter_info"}
     declared |= {f"{name}_total" for name in metrics.COUNTER_NAMES} | set(metrics.HISTOGRAM_NAMES)
     assert declared <= family_names(text), sorted(declared - family_names(text))

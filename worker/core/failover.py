@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -131,6 +132,15 @@ class CircuitView:
     retry_in_seconds: float
 
 
+# Every circuit of this process, for its health probes (`worker.ops.metrics_server`).
+_CIRCUITS: weakref.WeakSet[DatabaseCircuit] = weakref.WeakSet()
+
+
+def open_circuits() -> list[tuple[str, CircuitView]]:
+    """The role and view of each of this process's circuits that is open now."""
+    return [(c.role, view) for c in list(_CIRCUITS) if (view := c.view()).open]
+
+
 class DatabaseCircuit:
     """One process's view of its database: available, failing, or open (failed `threshold` times in a
     row, so every task waits before trying again, the wait doubling up to `cap_seconds`).
@@ -161,6 +171,7 @@ class DatabaseCircuit:
         self._retry_at = 0.0
         self._reason = ""
         self._error = ""
+        _CIRCUITS.add(self)
 
     def failed(self, exc: BaseException) -> None:
         """Count one failure of a database operation (the reason from `unavailable_reason`)."""

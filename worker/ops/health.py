@@ -29,6 +29,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.config import Settings
+from worker.core.failover import CircuitView
 from worker.core.reputation import Reputation, sender_reputations
 from worker.ops.dmarc_report import dmarc_findings
 from worker.ops.quarantine_upkeep import QuarantineUsage, quarantine_usage
@@ -85,7 +86,8 @@ class Finding:
     """One reason the queue is unhealthy (a problem) or at risk (a warning), said for people and kept apart.
 
     `kind` is one of: backlog, oldest_pending, idle, no_sender, sender_unreachable, sender_suspended,
-    no_worker, attempt_failures, bounce_rate, complaint_rate, quarantine_full, quarantine_dropped,
+    no_worker, database_unavailable (this process's database circuit is open: see
+    `database_findings`), attempt_failures, bounce_rate, complaint_rate, quarantine_full, quarantine_dropped,
     sender_dns (the latest DNS check of a sender: a problem when DKIM does not verify), dmarc_full,
     dmarc_refused, dmarc_disputed (warnings: see worker.ops.dmarc_report.dmarc_findings).
     `advice` is what to run about it.
@@ -207,6 +209,22 @@ def check_health(
     for f in dmarc_findings(conn, settings.dmarc_max_records):
         report.add(f.kind, f.text, f.advice, severity=WARNING)
     return report
+
+
+def database_findings(circuits: list[tuple[str, CircuitView]]) -> list[Finding]:
+    """A problem for each open database circuit of this process (`worker.core.failover.open_circuits`):
+    it has found the database unavailable again and again and waits before each try. What its own
+    probe, which connects anew, cannot see: a process left on a demoted primary, or cut off from it."""
+    return [
+        Finding(
+            "database_unavailable",
+            f"this {role} process has found the database unavailable for {_duration(view.unavailable_seconds)}"
+            f" ({view.reason}: {view.error}); next try in {view.retry_in_seconds:.0f} s",
+            "a failover under way? MAILROOM_DATABASE_URL should name every node with"
+            " target_session_attrs=read-write (docs/high-availability.md)",
+        )
+        for role, view in circuits
+    ]
 
 
 def undeliverable(conn: psycopg.Connection[Any], settings: Settings) -> Finding | None:

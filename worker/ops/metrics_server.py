@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from worker.core.config import Settings
 from worker.core.db import head_revision
+from worker.core.failover import open_circuits
 from worker.ops.metrics import DatabaseGauges
 from worker.ops.metrics_listener import Limits, Listener, bind, responder
 
@@ -77,12 +78,23 @@ class Probes:
         return True, {"ok": True, "role": self.role, "reasons": []}
 
     def ready(self) -> Verdict:
-        """The process can do its work (cached for `cache_seconds`)."""
+        """The process can do its work (cached for `cache_seconds`), and its database circuit is closed
+        (read each time: it is the process's own state, free to read)."""
         with self._lock:
             now = time.monotonic()
             if self._ready is None or now - self._ready[0] >= self.cache_seconds:
                 self._ready = (now, self._check_ready())
-            return self._ready[1]
+            ok, body = self._ready[1]
+        from worker.ops.health import database_findings
+
+        circuits = database_findings(open_circuits())
+        if not circuits:
+            return ok, body
+        return False, {
+            **body,
+            "ok": False,
+            "reasons": [f.line for f in circuits] + list(body.get("reasons", [])),
+        }
 
     def _check_ready(self) -> Verdict:
         try:

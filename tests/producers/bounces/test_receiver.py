@@ -20,6 +20,7 @@ from tests.producers.bounces.corpus import (
 from tests.producers.bounces.receivers import Clock, ReceiverFactory, send_report
 from tests.worker.helpers import add_sender, run_until_drained
 from worker.core.config import Settings
+from worker.core.failover import DatabaseCircuit
 from worker.core.outbox import EmailRequest, enqueue
 from worker.core.return_path import parse_return_path, return_path
 from worker.devtools.sink import RunningSink
@@ -107,6 +108,45 @@ async def test_a_database_outage_answers_451_and_the_server_keeps_serving(
     assert code == 451 and "4.3.0" in message
     code, _ = await send_report(down.port, b"Subject: x\n\nhi\n", f"bounces@{BOUNCE_DOMAIN}")
     assert code == 451
+
+
+async def test_a_read_only_database_is_waited_for_not_tried_per_message_and_nothing_is_quarantined(
+    db_url: str,
+) -> None:
+    # A primary demoted in a failover: every session of this database is read-only from now on.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET default_transaction_read_only = on')
+    clock = Clock()
+    tried: list[int] = []
+    process = database_processor(db_url, FIXTURE_KEY)
+
+    def counted(raw: bytes, recipients: list[str], client: str) -> object:
+        tried.append(1)
+        return process(raw, recipients, client)
+
+    circuit = DatabaseCircuit("bounce-receiver", threshold=2, base_seconds=1.0, cap_seconds=4.0, clock=clock)
+    handler = BounceHandler(
+        counted, frozenset({BOUNCE_DOMAIN}), RateLimiter(600, 100, Clock()), circuit=circuit
+    )  # type: ignore[arg-type]
+    server = BounceServer(handler, "127.0.0.1", 0)
+    await server.start()
+    to, raw = f"bounces@{BOUNCE_DOMAIN}", b"Subject: x\n\nhi\n"
+    try:
+        codes = [(await send_report(server.port, raw, to))[0]]
+        clock.now += 1.5
+        codes.append((await send_report(server.port, raw, to))[0])  # two failures over more than a blip
+        codes.append((await send_report(server.port, raw, to))[0])  # the circuit is open: not tried
+        assert codes == [451, 451, 451] and len(tried) == 2 and circuit.opened
+        with psycopg.connect(db_url, autocommit=True) as conn:  # the new primary takes writes
+            conn.execute("SET default_transaction_read_only = off")
+            conn.execute(f'ALTER DATABASE "{conn.info.dbname}" RESET default_transaction_read_only')
+        clock.now += 1.5  # its wait is over: the next message is tried, and taken
+        assert (await send_report(server.port, raw, to))[0] == 250
+        assert len(tried) == 3 and not circuit.opened
+    finally:
+        await server.close()
+    with psycopg.connect(db_url) as conn:  # the refusals were the database's state, not the message's
+        assert conn.execute("SELECT count(*) FROM mailroom.bounce_quarantine").fetchone() == (1,)
 
 
 async def test_mutated_reports_and_junk_never_stop_the_receiver(

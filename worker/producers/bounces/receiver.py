@@ -30,6 +30,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from worker.core.config import Settings
 from worker.core.connection_gate import ConnectionGate, client_key
+from worker.core.failover import DatabaseCircuit, database_unavailable
 from worker.core.masking import mask_address, mask_addresses
 from worker.core.rate_limit import RateLimiter as RateLimiter  # where callers found it
 from worker.producers.bounces.intake import Outcome
@@ -47,6 +48,7 @@ MAX_RECIPIENTS = 20  # a DSN has one envelope recipient; more is somebody probin
 # The one reply to every message taken into intake: the outcome is logged, never told to the sender.
 ACCEPTED = "250 2.0.0 OK: message accepted"
 REPORTS_BUSY = "451 4.3.2 Too many DMARC reports at once, try again later"
+TRY_LATER = "451 4.3.0 Temporary failure, try again later"
 REFUSED_CONNECTION = b"421 4.7.0 Too many connections from your network, try again later\r\n"
 # Commands that move no mail; a session needs a handful at most (EHLO, perhaps a RSET between
 # messages). aiosmtpd answers the one past its budget `421 4.7.0` and closes the connection.
@@ -164,6 +166,9 @@ class BounceHandler:
     limiter: RateLimiter
     sender_domains: SenderDomains | None = None
     reports: ReportLane = field(default_factory=ReportLane)
+    # After repeated database failures the receiver answers 451 at once for a while (the sending MTA
+    # keeps the message and tries later) instead of trying each one.
+    circuit: DatabaseCircuit = field(default_factory=lambda: DatabaseCircuit("bounce-receiver"))
     received: int = 0
     outcomes: list[str] = field(default_factory=list)
 
@@ -188,7 +193,7 @@ class BounceHandler:
             return "553 5.1.3 Bad recipient address syntax"
         if not await self._serves(domain.lower().rstrip(".")):
             if self.sender_domains is not None and self.sender_domains.failed:
-                return "451 4.3.0 Temporary failure, try again later"  # perhaps a sender's domain
+                return TRY_LATER  # perhaps a sender's domain
             log.info("bounce receiver: refused relay to %s", mask_address(address))
             return "550 5.7.1 Relay denied"
         if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
@@ -208,6 +213,8 @@ class BounceHandler:
         if isinstance(envelope.content, bytes) and not raw:
             raw = envelope.content
         recipients = [str(r) for r in envelope.rcpt_tos]
+        if self.circuit.opened and self.circuit.wait_seconds() > 0:
+            return TRY_LATER  # the circuit said so in the log when it opened
         try:
             if any(is_report_address(r) for r in recipients):
                 outcome = await self.reports.run(self.process, bytes(raw), recipients, _client(session))
@@ -218,9 +225,13 @@ class BounceHandler:
                     return REPORTS_BUSY
             else:
                 outcome = await asyncio.to_thread(self.process, bytes(raw), recipients, _client(session))
-        except Exception:  # a database outage or a bug: the sending MTA retries later
-            log.exception("bounce receiver: message to %s not stored", mask_addresses(recipients))
-            return "451 4.3.0 Temporary failure, try again later"
+        except Exception as exc:  # a database outage or a bug: the sending MTA retries later
+            if database_unavailable(exc):
+                self.circuit.failed(exc)  # said once for the outage, not once a message
+            else:
+                log.exception("bounce receiver: message to %s not stored", mask_addresses(recipients))
+            return TRY_LATER
+        self.circuit.succeeded()
         self.received += 1
         self.outcomes.append(outcome.verdict)
         del self.outcomes[:-100]
