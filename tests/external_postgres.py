@@ -136,6 +136,9 @@ def _make_owner(port: int, superuser_password: str, owner_password: str) -> None
         # The one superuser-only setting a test changes: tests/worker/test_bulk_speedpaths.py counts
         # trigger calls in pg_stat_xact_user_functions (GRANT SET ON PARAMETER: PostgreSQL 15 and later).
         conn.execute(sql.SQL("GRANT SET ON PARAMETER track_functions TO {}").format(sql.Identifier(OWNER)))
+        # What docs/install.md asks for the operator's role: other sessions' state in pg_stat_activity,
+        # which names who holds the audit trail's head (tests/ops/test_audit_head.py).
+        conn.execute(sql.SQL("GRANT pg_read_all_stats TO {}").format(sql.Identifier(OWNER)))
 
 
 def clean(directory: Path) -> list[str]:
