@@ -97,8 +97,9 @@ def adopt_role(conn: psycopg.Connection[Any], role: str) -> None:
     """Make the connection's user a member of `role`, as SET ROLE and DROP OWNED BY it need.
 
     The embedded server's user is a superuser and needs nothing; a deployment's owner (CREATEDB and
-    CREATEROLE, not SUPERUSER) creates roles without being one of them."""
-    member = conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()
+    CREATEROLE, not SUPERUSER) creates roles without being one of them (from 16 on it may administer
+    them, which is no membership whose privileges it has: hence USAGE, not MEMBER)."""
+    member = conn.execute("SELECT pg_has_role(current_user, %s, 'USAGE')", (role,)).fetchone()
     if member is not None and not member[0]:
         conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(role)))
 
