@@ -73,6 +73,27 @@ async def test_the_pool_never_lends_again_a_connection_whose_server_stopped_taki
         assert circuit.failures == 0  # the database is back for this process
 
 
+async def test_a_server_found_read_only_takes_the_pools_idle_connections_with_it(db_url: str) -> None:
+    pool = Pool(
+        db_url,
+        circuit=DatabaseCircuit("worker"),
+        min_size=3,
+        max_size=3,
+        open=False,
+        kwargs={"autocommit": True},
+    )
+    async with pool:
+        await pool.wait()
+        async with pool.connection() as a, pool.connection() as b, pool.connection() as c:
+            before = {await _pid(a), await _pid(b), await _pid(c)}
+        # One of them meets the read-only server: the other two are on it too, and go without a check each.
+        with pytest.raises(errors.ReadOnlySqlTransaction):
+            await _write_refused_as_read_only(pool, [])
+        async with pool.connection() as a, pool.connection() as b, pool.connection() as c:
+            after = {await _pid(a), await _pid(b), await _pid(c)}
+        assert not before & after
+
+
 @pytest.mark.e2e  # a PostgreSQL pair
 async def test_the_listener_leaves_a_demoted_primary_for_the_new_one_and_says_so(
     pg15_pair: Pair, caplog: pytest.LogCaptureFixture
