@@ -115,6 +115,20 @@ def drop_roles(db_url: str, *roles: str) -> None:
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
+@pytest.fixture
+def embedded_home() -> Iterator[Path]:
+    """A MAILROOM_HOME for an embedded server of the test's own, outside pytest's basetemp: that is private to
+    its user (0700), and run as root the embedded PostgreSQL runs as another user (pgserver) that could not
+    reach it. Any server left running there is stopped, and the folder removed."""
+    path = Path(tempfile.mkdtemp(prefix="mailroom-embedded-"))
+    yield path
+    server = EmbeddedPostgres(path)
+    if server.running_pid() is not None:
+        server.start()
+        server.stop()
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def template_db(pg_admin_url: str) -> str:
     """Create the migrated template database once per run."""

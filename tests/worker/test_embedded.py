@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,14 +25,8 @@ sys.stdin.readline()
 
 
 @pytest.fixture
-def home() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="mailroom-embedded-"))
-    yield path
-    server = EmbeddedPostgres(path)
-    if server.running_pid() is not None:
-        server.start()
-        server.stop()
-    shutil.rmtree(path, ignore_errors=True)
+def home(embedded_home: Path) -> Path:
+    return embedded_home
 
 
 def _holder(home: Path) -> tuple[subprocess.Popen[str], int]:

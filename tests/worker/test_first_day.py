@@ -123,9 +123,9 @@ def _mailroom(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProce
 
 @pytest.mark.e2e
 def test_the_tours_first_step_in_a_fresh_home_makes_the_secret_key_once_and_says_so(
-    tmp_path: Path, db_url: str
+    tmp_path: Path, db_url: str, embedded_home: Path
 ) -> None:
-    home = tmp_path / "fresh"
+    home = embedded_home  # the embedded server's user must reach it (tmp_path is 0700 under root)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILROOM_")}
     env.update(MAILROOM_HOME=str(home), SMTP_PASSWORD="relay-secret")
 
