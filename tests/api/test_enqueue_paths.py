@@ -23,7 +23,7 @@ from tests.ops.suppression_helpers import list_bounce
 from worker.core.campaign_mail import MISSING_POSTAL
 
 # ("refused", field, message) or ("stored", the earlier email's id?, what the caller is told of its
-# suppression, status, track_opens, track_clicks); then the queue rows the call added.
+# suppression, status, track_opens, track_clicks); then the queue rows the call added (but the filler).
 Outcome = tuple[Any, ...]
 HTML = '<p>Spring is here. <a href="https://shop.example/sale">See the sale</a></p>'
 
@@ -95,9 +95,16 @@ CASES = {
 }
 
 
+# Sent after the request by the batch paths, so that their many-row INSERT is the one that runs.
+FILLER = EmailRequest(to="filler@example.com", subject="Another email", text="Of the same call")
+
+
 def _count(db_url: str) -> int:
+    """The queue's rows but the filler's."""
     with psycopg.connect(db_url) as conn:
-        row = conn.execute("SELECT count(*) FROM mailroom.email_queue").fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM mailroom.email_queue WHERE recipient_email <> %s", (FILLER.to,)
+        ).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -111,15 +118,26 @@ def _stored(db_url: str, email_id: int, told: str | None, earlier: int | None) -
     return ("stored", email_id == earlier, told, *row)
 
 
-def _through_python(call: Callable[[EmailRequest], mailroom.Enqueued]) -> Callable[..., Outcome]:
+def _through_python(call: Callable[[list[EmailRequest]], list[mailroom.Enqueued]]) -> Callable[..., Outcome]:
+    """A path of the Python API: `call` enqueues the requests it is given and returns their ids."""
+
     def path(db_url: str, fields: dict[str, Any], earlier: int | None, **_: Any) -> Outcome:
         try:
-            got = call(EmailRequest(**fields))
+            got = call([EmailRequest(**fields), FILLER])[0]
         except mailroom.ValidationError as exc:
             return ("refused", exc.field, exc.message)
         return _stored(db_url, got, got.suppression_reason, earlier)
 
     return path
+
+
+def _one(db_url: str, call: Callable[[Any, EmailRequest], Any]) -> Callable[[list[EmailRequest]], Any]:
+    """`call(conn, request)` on the first request only, on a connection."""
+    return lambda requests: [_connected(db_url, lambda c: call(c, requests[0]))]
+
+
+def _one_async(db_url: str, call: Callable[[Any, EmailRequest], Any]) -> Callable[[list[EmailRequest]], Any]:
+    return lambda requests: [asyncio.run(_connected_async(db_url, lambda c: call(c, requests[0])))]
 
 
 def _connected(db_url: str, use: Callable[[psycopg.Connection[Any]], Any]) -> Any:
@@ -145,15 +163,13 @@ def _bulk(
 
 def _paths(db_url: str) -> dict[str, Callable[..., Outcome]]:
     return {
-        "enqueue": _through_python(lambda r: _connected(db_url, lambda c: mailroom.enqueue(c, r))),
-        "enqueue_async": _through_python(
-            lambda r: asyncio.run(_connected_async(db_url, lambda c: mailroom.enqueue_async(c, r)))
-        ),
+        "enqueue": _through_python(_one(db_url, mailroom.enqueue)),
+        "enqueue_async": _through_python(_one_async(db_url, mailroom.enqueue_async)),
         "enqueue_many": _through_python(
-            lambda r: _connected(db_url, lambda c: mailroom.enqueue_many(c, [r]))[0]
+            lambda rs: _connected(db_url, lambda c: mailroom.enqueue_many(c, rs))
         ),
         "enqueue_many_async": _through_python(
-            lambda r: asyncio.run(_connected_async(db_url, lambda c: mailroom.enqueue_many_async(c, [r])))[0]
+            lambda rs: asyncio.run(_connected_async(db_url, lambda c: mailroom.enqueue_many_async(c, rs)))
         ),
         "mailroom enqueue (COPY)": _bulk,
     }

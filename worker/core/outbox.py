@@ -86,22 +86,29 @@ _TYPES = {
 # Arrays go in binary, whose dumping costs a quarter of the text form's (that was more than `prepare`);
 # scheduled_for's as text, which also takes a list mixing naive and aware times.
 _FORMATS = {"scheduled_for": PyFormat.TEXT}
-# Composed once into plain text: a Composed statement is rendered again on every execute.
+# One INSERT for one email or many: the rows come from VALUES for one (their arrays would cost more to
+# send than the email) and from unnest for many (one statement: the queue's statement triggers run once).
 # RETURNING gives the inserted rows in the order of the SELECT's ORDER BY (PostgreSQL inserts and
 # returns row by row; SQLAlchemy's insertmanyvalues relies on the same), without the rows a repeated
 # idempotency key kept out; each answer carries its key, so `_answers` matches them to the requests and
 # checks it. The verdict is the enqueue-time check's, computed as the statement trigger computes it
 # (RETURNING runs before that trigger stores the email suppressed): the caller is told at once, the
 # reason only if it may read the suppression list (mailroom.suppression_told).
-INSERT_MANY = (
-    sql.SQL(
-        "INSERT INTO mailroom.email_queue ({columns}) SELECT {values}"
-        " FROM unnest({arrays}) WITH ORDINALITY AS given({columns}, n) ORDER BY n"
-        " ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-        " RETURNING id, idempotency_key,"
-        " mailroom.enqueue_suppression(status, recipient_email, to_extra, cc, bcc, transactional)"
-    )
-    .format(
+_INSERT = sql.SQL(
+    "INSERT INTO mailroom.email_queue ({columns}) {rows}"
+    " ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+    " RETURNING id, idempotency_key,"
+    " mailroom.enqueue_suppression(status, recipient_email, to_extra, cc, bcc, transactional)"
+)
+_UNNEST = sql.SQL("SELECT {values} FROM unnest({arrays}) WITH ORDINALITY AS given({columns}, n) ORDER BY n")
+# Composed once into plain text: a Composed statement is rendered again on every execute.
+INSERT_ONE = _INSERT.format(
+    columns=COLUMN_LIST,
+    rows=sql.SQL("VALUES ({})").format(sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS)),
+).as_string(None)
+INSERT_MANY = _INSERT.format(
+    columns=COLUMN_LIST,
+    rows=_UNNEST.format(
         columns=COLUMN_LIST,
         values=sql.SQL(", ").join(
             sql.SQL("given.{}::text[]" if c in _LISTS else "given.{}").format(sql.Identifier(c))
@@ -113,12 +120,11 @@ INSERT_MANY = (
             )
             for c in COLUMNS
         ),
-    )
-    .as_string(None)
-)
+    ),
+).as_string(None)
 # An idempotency key belongs to the role that enqueued (`enqueued_by`, session_user by default): the
 # same key from another role is another email, and the lookup never answers with another role's id.
-# Why it is suppressed as the caller may be told it (mailroom.suppression_told), as INSERT_MANY's answer.
+# Why it is suppressed as the caller may be told it (mailroom.suppression_told), as the INSERT's answer.
 SELECT_BY_KEYS = (
     "SELECT idempotency_key, id,"
     " mailroom.suppression_told(CASE WHEN status = 'suppressed' THEN suppression_reason END)"
@@ -248,7 +254,7 @@ def _enqueue_steps(
     catalog = (yield from _catalog_steps(settings)) if any(r.template for r in batch) else None
     book = yield from _book_steps(batch)
     rows = _prepared(batch, catalog, settings, created_by, book, indexed=indexed)
-    answers, written = _answers(rows, (yield Query(INSERT_MANY, _column_arrays(rows))))
+    answers, written = _answers(rows, (yield _insert(rows)))
     if stored_before := sorted({row[_KEY] for row, got in zip(rows, answers, strict=True) if got is None}):
         found = yield Query(SELECT_BY_KEYS, (stored_before,))
         firsts = {key: from_row((email_id, told)) for key, email_id, told in found}
@@ -297,6 +303,13 @@ def _prepared(
     return rows
 
 
+def _insert(rows: Sequence[tuple[Any, ...]]) -> Query:
+    """The INSERT of the rows: `INSERT_ONE` for one, `INSERT_MANY` with its column arrays for more."""
+    if len(rows) == 1:
+        return Query(INSERT_ONE, rows[0][:LINKS])
+    return Query(INSERT_MANY, _column_arrays(rows))
+
+
 def _column_arrays(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
     """`INSERT_MANY`'s parameters: one list per column, the lists of addresses as array literals."""
     arrays = [list(values) for values in islice(zip(*rows, strict=True), LINKS)]
@@ -306,7 +319,7 @@ def _column_arrays(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
 
 
 def _answers(rows: Sequence[tuple[Any, ...]], returned: Rows) -> tuple[list[Enqueued | None], list[bool]]:
-    """Each row's answer from `INSERT_MANY` (None: its key was stored before this call), and whether
+    """Each row's answer from the INSERT (None: its key was stored before this call), and whether
     it was written. The answers come in the rows' order, without the rows a key kept out."""
     answers: list[Enqueued | None] = []
     written: list[bool] = []
