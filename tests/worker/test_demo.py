@@ -56,7 +56,7 @@ def test_headless_demo_feeds_every_source_delivers_and_stops_its_worker(
     first = demo()
     assert first.returncode == 0, first.stdout + first.stderr
     # Not waited for (the wait took its whole 60 s for them, "still working after 60s"): said.
-    assert "  the worker handled everything due within 60s\n" in first.stdout, first.stdout
+    assert "  the worker handled everything that was due\n" in first.stdout, first.stdout
     left = re.search(
         r"left for later: (\d+) emails? due later .*, (\d+) birthday emails? due this week", first.stdout
     )
@@ -67,7 +67,7 @@ def test_headless_demo_feeds_every_source_delivers_and_stops_its_worker(
     done = demo()
     assert done.returncode == 0, done.stdout + done.stderr
     assert "unreachable" not in done.stdout and "refused" not in done.stdout, done.stdout
-    assert "the worker handled everything due" in done.stdout
+    assert "the worker handled everything that was due" in done.stdout
     pid = int(done.stdout.split("worker: pid ")[1].split(",")[0])
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     with psycopg.connect(db_url) as conn:
@@ -109,7 +109,7 @@ def test_headless_demo_prints_its_summary_on_stdout_and_its_logs_in_demo_log(
     assert summary[0].startswith("Mailroom demo in ")
     assert all(line.startswith("  ") for line in summary[1:]), summary
     assert not any(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ", line) for line in summary)
-    assert "the worker handled everything due" in done.stdout
+    assert "the worker handled everything that was due" in done.stdout
     log_path = Path(cli_env["MAILROOM_HOME"]) / "demo.log"
     assert f"  log: {log_path}" in summary
     assert " INFO " not in done.stderr

@@ -206,9 +206,11 @@ def start_demo(settings: Settings, *, concurrency: int = 2, say: Callable[[str],
     return DemoStack(settings, url, sink, worker, worker_log, feed, tracker)
 
 
-WAIT_UNTIL = "SELECT now() + make_interval(secs => %s) AS until"
+# The wait is for what is due when it begins: a retry the SMTP server deferred during it (the demo's sink
+# refuses a share of addresses with 450 every time) is left for later, not waited for.
+WAIT_UNTIL = "SELECT now() AS until"
 
-# What the worker has yet to do before %(until)s, the end of the wait: email due by then or being sent,
+# What the worker has yet to do of what was due at %(until)s, the wait's start: email due by then or being sent,
 # activation tokens not mailed yet, birthday events due by then (a failed one once its retry is due).
 # Then what is left for after it: email retried (or scheduled) later, birthday email due within a week.
 WORK = """
@@ -242,7 +244,7 @@ class Waited:
 
     @property
     def done(self) -> bool:
-        """Whether the worker handled everything due within the wait."""
+        """Whether the worker handled everything that was due when the wait began."""
         return self.due == 0
 
     def later(self) -> str | None:
@@ -262,13 +264,13 @@ def _next(when: datetime | None) -> str:
 
 
 def wait_for_worker(url: str, timeout: float) -> Waited:
-    """Wait up to `timeout` seconds until the worker has handled everything due within them.
+    """Wait up to `timeout` seconds until the worker has handled everything that was due when the wait began.
 
-    What comes due only after the wait (a retry an hour away, a birthday tomorrow) is not waited
+    What comes due only after that (a retry the relay deferred, a birthday tomorrow) is not waited
     for: `Waited.later` says it. The database is asked four times a second: the worker's progress
     has no one notification to wait on."""
     with connect(url) as conn:
-        row = conn.execute(WAIT_UNTIL, (timeout,)).fetchone()
+        row = conn.execute(WAIT_UNTIL).fetchone()
         assert row is not None
         until = row["until"]
         deadline = time.monotonic() + timeout
@@ -341,7 +343,7 @@ def _headless(settings: Settings, rounds: int, timeout: float) -> int:
         with connect(stack.url) as conn:
             stats = queue_stats(conn)
         if waited.done:
-            print(f"  the worker handled everything due within {timeout:.0f}s")
+            print("  the worker handled everything that was due")
         else:
             print(
                 f"  still working after {timeout:.0f}s: {waited.due} still due (email, tokens, birthday events)"

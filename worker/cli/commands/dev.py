@@ -32,8 +32,8 @@ every producer, a stream of demo activity for each producer, and the console in 
 console stops everything the demo started; its data stays in $MAILROOM_HOME.
 
 Without a terminal, or with --headless, it feeds --rounds of activity, waits up to a minute for the
-worker to handle what is due within it, and prints a summary on standard output, with what is left
-for later (a retry after the minute, a birthday tomorrow); log lines go to $MAILROOM_HOME/demo.log,
+worker to handle what is due, and prints a summary on standard output, with what is left for later
+(a retry the SMTP server deferred, a birthday tomorrow); log lines go to $MAILROOM_HOME/demo.log,
 never among the summary. Exit status 0, 1 when the demo's worker stopped.
 
 Examples:
