@@ -25,7 +25,7 @@ from tests.fixtures_failover import Pair
 from tests.worker.helpers import add_sender
 from worker.core.config import Settings
 from worker.core.outbox import EmailRequest, enqueue
-from worker.devtools.sink import RunningSink
+from worker.devtools.sink import ReceivedMessage, RunningSink
 
 CONCURRENCY = 4
 # Short, so that claims cut off by the failure outlive their lease and are rescued within the drill.
@@ -101,11 +101,11 @@ def bulk_enqueue(url: str, n: int) -> None:
             copy.write_row((f"drill{i}@example.com", f"Failover drill {i}", "body"))
 
 
-def _copies(sink: RunningSink) -> tuple[int, int, int]:
+def _copies(messages: list[ReceivedMessage]) -> tuple[int, int, int]:
     """Distinct Message-IDs, extra copies, and the most emails of one connection sent again."""
     first_peer: dict[bytes, str | None] = {}
     sent_again: Counter[str | None] = Counter()
-    for message in sink.messages:
+    for message in messages:
         found = _MESSAGE_ID.search(message.content)
         key = found.group(1) if found else message.content
         if key in first_peer:
@@ -118,12 +118,16 @@ def _copies(sink: RunningSink) -> tuple[int, int, int]:
 def _wait_for_every_email(sink: RunningSink, emails: int, bound: float, log: Path) -> None:
     """Until every email's Message-ID has arrived (copies do not count); fails past `bound` seconds."""
     deadline = time.monotonic() + bound
-    while (distinct := _copies(sink)[0]) < emails:
+    while True:
+        messages = sink.messages  # one snapshot: what is still missing is counted against it
+        distinct = _copies(messages)[0]
+        if distinct >= emails:
+            return
         left = deadline - time.monotonic()
         if left <= 0:
             said = log.read_text(encoding="utf-8", errors="replace")[-4000:]
             raise AssertionError(f"{distinct} of {emails} emails arrived within {bound:.0f}s\n{said}")
-        sink.wait_for_sync(len(sink.messages) + emails - distinct, timeout=left)
+        sink.wait_for_sync(len(messages) + emails - distinct, timeout=left)
 
 
 def _seconds_to_resume(sink: RunningSink, promoted: datetime, bound: float = 30.0) -> float:
@@ -181,7 +185,7 @@ def run_drill(
         resumed = _seconds_to_resume(sink, promoted)
         _wait_for_every_email(sink, emails, 60, log)
         new_email = _new_email_seconds(sink, url)
-        distinct, duplicates, most = _copies(sink)
+        distinct, duplicates, most = _copies(sink.messages)
         return Figures(emails, distinct, duplicates, most, in_outage, resumed, new_email, worker.poll())
     finally:
         if worker.poll() is None:

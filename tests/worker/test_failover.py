@@ -13,8 +13,8 @@ resumes within 30 s of the promotion, and an email enqueued afterwards arrives w
 worker LISTENs on the new primary, not on the demoted one).
 
 2,000 emails a drill (the issue measured with 3,000 and asks for 10,000): on the two shared, busy
-cores of the test machine the crash drill then takes about 35 s and the demotion about 22 s, besides
-the 10 to 15 s the pair takes to build once per test process.
+cores of the test machine a drill then takes about 20 s (up to 35 s when the host is at its
+busiest), besides the 10 to 15 s the pair takes to build once per test process.
 """
 
 from __future__ import annotations
