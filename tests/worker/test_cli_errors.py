@@ -125,3 +125,18 @@ def test_senders_add_refuses_a_login_without_password_and_warns_of_doubtful_choi
     assert "no --port given: using 587" in added.stderr
     assert "crosses the network unencrypted" in added.stderr
     assert "no password" in added.stderr
+
+
+def test_a_read_only_database_says_to_point_at_the_primary_and_exit_3(
+    db_url: str, capsys: pytest.CaptureFixture[str], cli_env: dict[str, str]
+) -> None:
+    from tests.cli import run
+
+    # A standby, or a primary demoted in a failover: it answers, and refuses every write.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET default_transaction_read_only = on')
+    code, _, err = run(capsys, "suppressions", "add", "someone@example.com", "--reason", "asked")
+    assert code == 3, err
+    line = next(line for line in err.splitlines() if line.startswith("error: "))
+    assert "the database takes no writes (cannot execute INSERT in a read-only transaction)" in line, line
+    assert "target_session_attrs=read-write" in line
