@@ -6,6 +6,8 @@ them by one clock whatever its host's drifts. The engine's clock therefore says 
 `MovedClock` a test has moved forward makes the engine see backed-off retries and scheduled email as
 due that many seconds early, without anyone sleeping. Leases stay on the database's clock alone:
 another worker judges them, and moving one worker's clock must never let it take another's claim.
+Its steady clock (`monotonic`) says how long this worker's own leases are still known to hold
+(`worker.engine.leases.HeldLeases`); a test makes the process `stand_still` past one.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class Clock(Protocol):
         ...
 
     def monotonic(self) -> float:
-        """Steady seconds for deadlines and intervals (never moved: a wall clock that jumps leaves it be)."""
+        """Steady seconds for deadlines and intervals (a wall clock that jumps leaves it be)."""
         ...
 
     async def sleep(self, seconds: float) -> None:
@@ -60,10 +62,20 @@ class MovedClock(SystemClock):
 
     def __init__(self) -> None:
         self.ahead = 0.0
+        self.stood_still = 0.0
 
     def advance(self, seconds: float) -> None:
         """Move wall-clock time (and the due times the engine sees) forward."""
         self.ahead += seconds
+
+    def stand_still(self, seconds: float) -> None:
+        """The process stood still this long (paused, swapped out, its event loop starved): steady time
+        moved on, and so did the database's, so due times stay where they are."""
+        self.stood_still += seconds
+
+    def monotonic(self) -> float:
+        """`time.monotonic()` plus how long the process was said to stand still."""
+        return time.monotonic() + self.stood_still
 
     def now(self) -> datetime:
         """The host's wall-clock time plus how far this clock was moved."""

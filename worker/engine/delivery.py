@@ -17,7 +17,6 @@ import logging
 import os
 import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from worker.core.config import Settings
 from worker.core.db import connection_kwargs
 from worker.core.failover import DatabaseCircuit, database_unavailable
 from worker.core.listen import Listener, Waker
+from worker.core.logs import event
 from worker.core.metrics import observe_claim_finished
 from worker.engine import claim as claiming
 from worker.engine import leases
@@ -37,10 +37,11 @@ from worker.engine.clock import SYSTEM, Clock
 from worker.engine.completer import Completer, Recording
 from worker.engine.counting import count_claim, count_result
 from worker.engine.database import Borrowed, Pool
-from worker.engine.execute import execute
+from worker.engine.execute import Built, execute
 from worker.engine.leases import drained, idle_seconds
 from worker.engine.producer import Producer, run_producer
 from worker.engine.recording import SentRecorder
+from worker.engine.rows import ClaimedEmail
 from worker.engine.sender_book import Sender, SenderBook
 from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
 from worker.engine.traces import ClaimTraces, claim_attributes, outcome
@@ -101,7 +102,8 @@ class Worker:
         self.failure: str | None = None  # why a supervised task stopped the worker
         self._recorder: SentRecorder | None = None  # the sent journal's group commit (while `run` runs)
         self._completer: Completer | None = None
-        self._tokens: set[uuid.UUID] = set()
+        # This process's claims, and how long each lease is known to hold (see `leases.HeldLeases`).
+        self._held = leases.HeldLeases(settings.lease_seconds, options.clock)
         # Per slot: the end of its last delivered claim, written beside its next claim.
         self._finishing: dict[int, asyncio.Task[None]] = {}
         self._sent_earlier = 0  # by the completers of earlier runs of this worker
@@ -192,7 +194,7 @@ class Worker:
         tasks: dict[str, Callable[[], Awaitable[None]]] = {
             "recorder": recorder.run,
             "listener": self.listener.run,
-            "lease renewal": lambda: leases.renew_forever(pool, lease_seconds, self._tokens),
+            "lease renewal": lambda: leases.renew_forever(pool, self._held),
             "lease rescue": lambda: leases.rescue_forever(
                 pool, lease_seconds, settings.queue_lifetime_seconds, self.waker, self.options.clock
             ),
@@ -272,6 +274,7 @@ class Worker:
             limit = 1  # the probe: one email tells whether the relay is back
         await self.book.use(sender, connections)
         # Claim, reserve quota for what was claimed and record the claim: one transaction.
+        claimed_at = self.options.clock.monotonic()
         with tracing.span("mailroom.claim", {"mailroom.sender.id": sender.id}) as claim_span:
             claim = await claiming.take(self.pool, self.lease, sender.id, limit)
             tracing.note(claim_span, claim_attributes(claim))
@@ -282,7 +285,7 @@ class Worker:
             self.book.set_aside(sender.id)  # its limit is reached: the surplus went straight back
         if not claim.emails:
             return True
-        self._tokens.add(claim.token)
+        self._held.add(claim.token, claimed_at)
         try:
             sender = await self.book.with_campaigns(sender, claim.emails)
             unsent = await self._deliver(sender, claim, connections[sender.id], claim_span)
@@ -318,7 +321,7 @@ class Worker:
             await self.completer.finish(claim, unsent)
             observe_claim_finished(time.monotonic() - claim.claimed_at)
         finally:
-            self._tokens.discard(claim.token)
+            self._held.discard(claim.token)
             if self.options.drain:
                 # Slots of a draining worker that found nothing wait for in-flight claims like this one.
                 self.waker.notify()
@@ -342,6 +345,10 @@ class Worker:
             # before it (see SmtpConnection.send).
             upcoming = build(pending[0]) if pending else None
             while pending and not self.stopping.is_set():
+                if not self._held.fresh(claim.token):
+                    pending, upcoming = await self._still_held(claim, pending, build)
+                    if not pending:
+                        break
                 email = pending.pop(0)
                 built = upcoming
                 assert built is not None
@@ -364,6 +371,22 @@ class Worker:
             connection.forget_announced()  # a stop or a lost lease leaves the next one unsent
             await db.give_back()
         return [e.id for e in pending]
+
+    async def _still_held(
+        self, claim: claiming.Claim, pending: list[ClaimedEmail], build: Callable[[ClaimedEmail], Built]
+    ) -> tuple[list[ClaimedEmail], Built | None]:
+        """Renew a claim whose lease is not known to hold for long enough to send the next message (see
+        `leases.HeldLeases`): the emails it still holds, and the first one's message. The others were
+        rescued while this worker stood still, and another worker sends them."""
+        held = await leases.renew_claim(self.pool, self._held, claim.token)
+        kept = [e for e in pending if e.id in held]
+        if len(kept) < len(pending):
+            log.warning(
+                "lease lost for %d claimed email(s) while this worker stood still; leaving them to the queue",
+                len(pending) - len(kept),
+                extra=event("lease_lost", count=len(pending) - len(kept)),
+            )
+        return kept, build(kept[0]) if kept else None
 
     async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
         """The sent journal's own connection (durable unless MAILROOM_JOURNAL_DURABLE is false: see
@@ -397,7 +420,7 @@ class Worker:
         return await drained(
             self.pool,
             self.settings.lease_seconds,
-            bool(self._tokens),
+            bool(self._held),
             self.book.all_exhausted(),
             self.options.clock,
         )

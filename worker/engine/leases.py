@@ -29,24 +29,84 @@ HEARTBEAT_SECONDS = 15.0
 EXPIRE_EVERY_SECONDS = 600.0
 
 
-async def renew_forever(pool: Pool, lease_seconds: float, tokens: set[uuid.UUID]) -> None:
-    """Every third of a lease, extend the leases of the claims in `tokens`; raise `Fatal` when the
-    database refused to renew them for half a lease (other workers would soon rescue, and re-send, what
-    this one sends). A database that is unavailable (lost, failing over) is waited for instead: while
-    it is, no slot sends past the one message its journal waits for, and a claim whose lease ran out
-    meanwhile is rescued and never journalled by this worker (`queue_sql.JOURNAL_SENT`)."""
+class HeldLeases:
+    """The lease tokens of this process's claims, and until when each is known to hold on the engine's
+    steady clock: from the moment the statement that last set it was sent (the claim, or a renewal),
+    one lease on.
+
+    A slot sends the next message of a claim only while at least half of its lease is known to be left
+    (`fresh`); otherwise it renews that claim first (`renew_claim`) and sends only the emails the
+    renewal found still held. A worker that stood still past its lease (a paused VM, a swap storm, a
+    starved event loop, a renewal stuck behind a lock) has had its claim rescued and handed to
+    another worker meanwhile: without this, it would send the next message too, and that email
+    would go out twice."""
+
+    def __init__(self, seconds: float, clock: Clock = SYSTEM) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self._since: dict[uuid.UUID, float] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._since)
+
+    def tokens(self) -> list[uuid.UUID]:
+        """The tokens held now."""
+        return list(self._since)
+
+    def add(self, token: uuid.UUID, since: float) -> None:
+        """A claim taken by a statement sent at `since` (the engine clock's `monotonic()`)."""
+        self._since[token] = since
+
+    def discard(self, token: uuid.UUID) -> None:
+        """A claim ended."""
+        self._since.pop(token, None)
+
+    def renewed(self, tokens: list[uuid.UUID], since: float) -> None:
+        """These leases were extended by a statement sent at `since` (ended claims are left out)."""
+        for token in tokens:
+            if token in self._since:
+                self._since[token] = max(self._since[token], since)
+
+    def fresh(self, token: uuid.UUID) -> bool:
+        """Whether at least half of the lease is known to be left."""
+        since = self._since.get(token)
+        return since is not None and self.clock.monotonic() - since < self.seconds / 2
+
+
+async def renew_claim(pool: Pool, held: HeldLeases, token: uuid.UUID) -> set[int]:
+    """Renew one claim's lease now; the ids of its emails it still holds (none: rescued and handed on)."""
+    since = held.clock.monotonic()
+    params = {"lease": held.seconds, "tokens": [token]}
+    async with pool.connection() as conn:
+        await conn.execute(q.RENEW_CLAIMS, params)
+        cur = await conn.execute(q.RENEW_LEASES, params)
+        ids = {int(row[0]) for row in await cur.fetchall()}
+    held.renewed([token], since)
+    return ids
+
+
+async def renew_forever(pool: Pool, held: HeldLeases) -> None:
+    """Every third of a lease, extend the leases of the claims `held`; raise `Fatal` when the database
+    refused to renew them for half a lease (other workers would soon rescue, and re-send, what this one
+    sends). A database that is unavailable (lost, failing over) is waited for instead: while it is, no
+    slot sends past the one message its journal waits for, and a claim whose lease ran out meanwhile is
+    rescued and never journalled by this worker (`queue_sql.JOURNAL_SENT`)."""
+    lease_seconds = held.seconds
     interval = max(lease_seconds / 3, 0.05)
     renewed = time.monotonic()
     while True:
         await asyncio.sleep(interval)
+        tokens = held.tokens()
         if not tokens:
             renewed = time.monotonic()
             continue
         try:
-            params = {"lease": lease_seconds, "tokens": list(tokens)}
+            since = held.clock.monotonic()
+            params = {"lease": lease_seconds, "tokens": tokens}
             async with pool.connection() as conn:
                 await conn.execute(q.RENEW_CLAIMS, params)
                 await conn.execute(q.RENEW_LEASES, params)
+            held.renewed(tokens, since)
             renewed = time.monotonic()
         except psycopg.Error as exc:
             if database_unavailable(exc):

@@ -244,6 +244,7 @@ WHERE lease_token = ANY(%(tokens)s::uuid[])
 RENEW_LEASES = """
 UPDATE mailroom.email_queue SET lease_expires_at = now() + make_interval(secs => %(lease)s)
 WHERE status = 'assigned' AND lease_token = ANY(%(tokens)s::uuid[])
+RETURNING id
 """
 
 # Every transaction that touches a claim takes its locks in one order -- the claim row, the sender
