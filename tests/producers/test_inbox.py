@@ -230,16 +230,21 @@ def test_concurrent_duplicates_from_threads_and_processes_make_one_email_each(
     path.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
     # Three processes (the CLI) and six threads deliver the same 100 events at the same time: the
     # threads start once every process has ingested its first line.
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-m", "worker.cli.main", "orders", "ingest", str(path)],
-            env=cli_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(3)
-    ]
+    # stderr goes to files: with two pipes, `communicate` reads the file descriptors directly and
+    # would lose whatever the `readline` below had already buffered of stdout.
+    errs = [tmp_path / f"ingest-{n}.err" for n in range(3)]
+    processes = []
+    for err in errs:
+        with err.open("w") as err_file:
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "worker.cli.main", "orders", "ingest", str(path)],
+                    env=cli_env,
+                    stdout=subprocess.PIPE,
+                    stderr=err_file,
+                    text=True,
+                )
+            )
     barrier = threading.Barrier(7)
     results: list[int] = []
     errors: list[BaseException] = []
@@ -267,10 +272,12 @@ def test_concurrent_duplicates_from_threads_and_processes_make_one_email_each(
     barrier.wait()
     for t in threads:
         t.join()
-    outputs = [
-        (first + out, err)
-        for first, (out, err) in zip(first_lines, (p.communicate(timeout=60) for p in processes), strict=True)
-    ]
+    outputs = []
+    for first, p, err in zip(first_lines, processes, errs, strict=True):
+        assert p.stdout is not None
+        out = first + p.stdout.read()  # the rest, from the buffer `readline` filled on
+        p.wait(timeout=60)
+        outputs.append((out, err.read_text()))
     assert not errors
     assert [p.returncode for p in processes] == [0, 0, 0], outputs
     cli_ids = {json.loads(line)["email_id"] for out, _ in outputs for line in out.splitlines()}
