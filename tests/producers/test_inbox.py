@@ -275,7 +275,8 @@ def test_concurrent_duplicates_from_threads_and_processes_make_one_email_each(
     outputs = []
     for first, p, err in zip(first_lines, processes, errs, strict=True):
         assert p.stdout is not None
-        out = first + p.stdout.read()  # the rest, from the buffer `readline` filled on
+        with p.stdout:
+            out = first + p.stdout.read()  # the rest, from the buffer `readline` filled on
         p.wait(timeout=60)
         outputs.append((out, err.read_text()))
     assert not errors
