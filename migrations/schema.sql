@@ -539,7 +539,7 @@ CREATE TABLE mailroom.claims (
     CONSTRAINT claims_used_not_negative CHECK ((used >= 0))
 );
 
-COMMENT ON TABLE mailroom.claims IS 'One batch claimed under one lease token for one sender: its lease and the quota reserved for it. Locked before its emails; ended by the worker or by lease rescue, which return the unused quota with the unsent emails.';
+COMMENT ON TABLE mailroom.claims IS 'One batch claimed under one lease token for one sender: its lease and the quota reserved for it. Every transaction that touches a claim locks in one order: the claim row, then its sender row (sender_accounts, FOR UPDATE), then its emails in id order, so workers claiming, finishing and rescuing at once never deadlock (an email''s sender_account_id is a foreign key: writing it share-locks the sender row, and a quota reservation taken after that would wait on the next worker''s share lock, and it on ours). Ended by the worker or by lease rescue, which return the unused quota with the unsent emails.';
 
 COMMENT ON COLUMN mailroom.claims.owner IS 'The worker that made the claim.';
 COMMENT ON COLUMN mailroom.claims.day IS 'The UTC day the quota was reserved on; unused quota goes back to that day.';
@@ -1072,7 +1072,7 @@ BEGIN
         SELECT e.id FROM expired e WHERE mailroom.rescue_unclaimed(e.id);
 END $$;
 
-COMMENT ON FUNCTION mailroom.rescue_expired_claims() IS 'Return every expired claim: apply its sent journal, return the rest to the queue, give back the unused quota; returns the ids returned.';
+COMMENT ON FUNCTION mailroom.rescue_expired_claims() IS 'Return every expired claim: lock the claim, its sender, then its emails, and only then look: each statement after the locks sees what was committed before they were granted, so a send the late owner journalled a moment earlier is applied (sent, with its attempt logged), never returned to the queue and sent again. The rest goes back to the queue and the quota neither a send nor a permanent refusal used is given back. Emails under an expired lease without a claim row are returned by mailroom.rescue_unclaimed. Returns the ids returned to the queue.';
 
 CREATE FUNCTION mailroom.rescue_unclaimed(email bigint) RETURNS boolean
     LANGUAGE plpgsql

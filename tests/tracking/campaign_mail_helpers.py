@@ -84,7 +84,7 @@ def sent_bytes(
     campaigns: dict[str, Campaign] | None = None,
     key: bytes | None = None,
 ) -> bytes:
-    """The bytes the worker's sender account builds for the row (`Sender.build` without DKIM)."""
+    """The bytes the worker's sender account builds for the row (`worker.engine.execute.build` without DKIM)."""
     dress = dress_for(
         row,
         sender=sender,

@@ -128,3 +128,18 @@ BYPASS_RULES = (
     "ALTER TABLE mailroom.email_queue DISABLE TRIGGER email_queue_content_rules_insert;"
     " ALTER TABLE mailroom.email_queue DISABLE TRIGGER email_queue_content_rules_update"
 )
+
+
+def sender_row(db_url: str, name: str = "primary") -> dict[str, Any]:
+    """The sender account as `mailroom senders list` shows it."""
+    from worker.ops.senders import list_senders
+
+    with psycopg.connect(db_url) as conn:
+        return next(s for s in list_senders(conn) if s["name"] == name)
+
+
+def circuit_state(db_url: str) -> str:
+    """The (only) sender account's circuit state."""
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT circuit_state FROM mailroom.sender_accounts").fetchone()
+    return str(row[0]) if row else ""

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = {
     "LISTEN": {"worker/core/listen.py", "console/live.py"},
     "session advisory lock": {"worker/core/db.py", "worker/ops/retention.py"},
-    "named prepared statement": {"worker/engine/recording.py"},
+    "named prepared statement": {"worker/engine/sent_journal.py"},
     "startup option": {"worker/core/db.py"},
 }
 SQL_MARKS = {

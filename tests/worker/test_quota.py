@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from worker.engine.senders import RELEASE_QUOTA, RESERVE
+from worker.engine.queue_sql import RELEASE_QUOTA, RESERVE
 
 SENDER = (
     "INSERT INTO mailroom.sender_accounts (name, from_email, smtp_host, smtp_port, daily_limit)"

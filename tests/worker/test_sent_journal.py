@@ -15,7 +15,7 @@ from tests.worker.helpers import add_sender, enqueue_many, refuse_writes, run_un
 from worker.core.config import Settings
 from worker.devtools.sink import RunningSink
 from worker.engine import queue_sql as q
-from worker.engine.recording import Sent, SentRecorder
+from worker.engine.sent_journal import Sent, SentRecorder
 
 DEAD = uuid.UUID("00000000-0000-0000-0000-00000000dead")
 LIVE = uuid.UUID("00000000-0000-0000-0000-0000000011fe")
@@ -283,7 +283,7 @@ def test_a_journal_write_racing_a_lease_rescue_waits_for_it_and_journals_nothing
 
 
 def test_an_unknown_sqlstate_is_still_a_database_error() -> None:
-    from worker.engine.recording import _error_class
+    from worker.engine.sent_journal import _error_class
 
     assert _error_class("23514") is psycopg.errors.CheckViolation
     assert _error_class("ZZ999") is psycopg.DatabaseError

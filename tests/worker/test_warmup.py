@@ -13,7 +13,7 @@ from psycopg.rows import dict_row
 
 from worker.cli.main import main
 from worker.core import db
-from worker.engine.senders import RESERVE
+from worker.engine.queue_sql import RESERVE
 from worker.ops.senders import set_sender_status
 
 Conn = psycopg.Connection[dict[str, Any]]

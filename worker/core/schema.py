@@ -212,7 +212,7 @@ _NAMED_NOT_NULL = re.compile(r"^( {4}(\w+) .*?)CONSTRAINT (\w+) NOT NULL", re.M)
 # Before 16 every column of a view over one relation carries the relation's name (email_queue.id).
 _CREATE_VIEW = re.compile(rf"^CREATE VIEW {SCHEMA}\.\w+ .*?;$", re.M | re.S)
 _FROM = re.compile(r"\b(?:FROM|JOIN)\s+([\w.]+)(?:[ \t]+(?!WHERE\b|GROUP\b|ORDER\b|UNION\b|LIMIT\b)(\w+))?")
-# Revision 0002 makes event ids with uuidv7() where the server has it (18 and later).
+# mailroom.new_event_id() makes event ids with uuidv7() where the server has it (18 and later).
 _NEW_EVENT_ID = (
     f"CREATE FUNCTION {SCHEMA}.new_event_id() RETURNS uuid\n    LANGUAGE sql\n    AS $$SELECT {{}}()$$;"
 )

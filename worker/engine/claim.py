@@ -26,8 +26,8 @@ from worker.core.message import recipient_kinds
 from worker.engine import queue_sql as q
 from worker.engine.clock import SYSTEM, Clock
 from worker.engine.database import Pool
+from worker.engine.queue_sql import RESERVE
 from worker.engine.rows import ClaimedEmail, claimed_email
-from worker.engine.senders import RESERVE
 
 log = logging.getLogger("mailroom.worker")
 

@@ -1,10 +1,16 @@
 """The completer: the one place that persists what executing an email came to.
 
 A `Result` goes in; out of here come the journal row of a send (through the group commit of
-`worker.engine.recording`), a failure or retry with its backoff, the lists and counters a refusal
+`worker.engine.sent_journal`), a failure or retry with its backoff, the lists and counters a refusal
 touches, and the quota: charged per result (a send or a permanent refusal, what the provider counted)
 and the rest refunded when the claim ends (`finish`), whether it sent all, some or none of its emails.
 The quota is reserved with the claim itself (`worker.engine.claim.take`), in the claim's transaction.
+
+What else an email's completion writes, the schema's triggers on `mailroom.email_queue` write in the
+same transaction (see `migrations/schema.sql`): `email_queue_event_outcome` copies the outcome to the
+birthday event it was sent for (`mailroom.events_follow_email`),
+`email_queue_reminder_outcome` to the signature reminder it sent (`mailroom.reminder_logs_follow_email`),
+and `email_queue_notify_update` tells the console and the producers (`mailroom_queue`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -32,15 +39,23 @@ from worker.engine.classify import Reply, Verdict, backoff_seconds, classify
 from worker.engine.clock import Clock
 from worker.engine.database import Borrowed, Pool
 from worker.engine.outcomes import OutcomeKind, Result
-from worker.engine.recording import Sent, SentRecorder
+from worker.engine.queue_sql import RELEASE_QUOTA
 from worker.engine.rows import ClaimedEmail
-from worker.engine.senders import RELEASE_QUOTA
+from worker.engine.sent_journal import Sent, SentRecorder
 from worker.engine.smtp import Attempt
 
 log = logging.getLogger("mailroom.worker")
 
-# A statement and its parameters, run in a failure's transaction.
-Statement = tuple[str, dict[str, object]]
+
+class Statement(NamedTuple):
+    """A statement and its parameters, run in an attempt's transaction. `needs_held`: the statement
+    returns a row only while the claim still holds the email (`queue_sql.COMPLETE`); without one the
+    email was rescued meanwhile, and the whole transaction is undone (`record_attempt`)."""
+
+    sql: str
+    params: dict[str, object]
+    needs_held: bool = False
+
 
 SENT_IDS_KEPT = 100_000
 
@@ -53,8 +68,9 @@ class _Rollback(Exception):
 
 
 @dataclass(frozen=True)
-class Recording:
-    """Who records (the worker's name), how long a lost database is retried, and the clock backoff reads."""
+class CompleterOptions:
+    """How a completer records: as which worker (its name), retrying a lost database how long, and
+    reading backoff from which clock."""
 
     owner: str
     retry_seconds: float
@@ -64,11 +80,13 @@ class Recording:
 class Completer:
     """Records results and ends claims for one worker process; counts the emails it sent."""
 
-    def __init__(self, pool: Pool, recorder: SentRecorder, settings: Settings, recording: Recording) -> None:
+    def __init__(
+        self, pool: Pool, recorder: SentRecorder, settings: Settings, options: CompleterOptions
+    ) -> None:
         self.pool = pool
         self.recorder = recorder
         self.settings = settings
-        self.recording = recording
+        self.options = options
         # Emails sent, each counted once however often it went out (a lost lease's email sent again):
         # ids remembered in rounds of SENT_IDS_KEPT, so a long-running worker's memory stays flat.
         self._sent_ids: set[int] = set()
@@ -93,15 +111,16 @@ class Completer:
             claim.used += 1
         retry_at = self._retry_at(result)
         _log_result(result, retry_at)
-        owner, retry_seconds = self.recording.owner, self.recording.retry_seconds
+        owner, retry_seconds = self.options.owner, self.options.retry_seconds
         if result.kind is not OutcomeKind.SENT:
             statements = failure_statements(result, retry_at, sender_id, claim.token, owner)
-            return await record_failure(db, statements, result.email.id, retry_seconds)
+            return await record_attempt(db, statements, result.email.id, retry_seconds)
         held = await self._record_sent(db, result, sender_id, claim.token)
         if result.attempt.refused:
-            # Sent to the others: the refusals are facts about those addresses, recorded lease held or not.
+            # Sent to the others: the refusals are facts about those addresses, recorded lease held or
+            # not (none of these statements needs the claim to hold the email).
             statements = refusal_statements(result.email, result.attempt, sender_id)
-            await record_failure(db, statements, result.email.id, retry_seconds)
+            await record_attempt(db, statements, result.email.id, retry_seconds)
         if held:
             if len(self._sent_ids) >= SENT_IDS_KEPT:
                 self._sent_before += len(self._sent_ids)
@@ -117,7 +136,7 @@ class Completer:
         delay = backoff_seconds(
             result.email.retry_count, settings.retry_base_seconds, settings.retry_cap_seconds, random.random()
         )
-        return self.recording.clock.now() + timedelta(seconds=delay)
+        return self.options.clock.now() + timedelta(seconds=delay)
 
     async def _record_sent(self, db: Borrowed, result: Result, sender_id: int, token: uuid.UUID) -> bool:
         reply = result.attempt.reply
@@ -131,11 +150,9 @@ class Completer:
             # The journal refused this row for its content (the rest of its group commit went in):
             # record the send on its own, with a reply text that can be stored.
             log.error("email %s: the sent journal refused it (%s); recording it directly", sent.email_id, exc)
-            statement, params = failure_statements(result, None, sender_id, token, self.recording.owner)[0]
-            params["response"] = f"(reply not storable: {type(exc).__name__})"
-            return await record_failure(
-                db, [(statement, params)], sent.email_id, self.recording.retry_seconds
-            )
+            complete = complete_statement(result, None, sender_id, token, self.options.owner)
+            complete.params["response"] = f"(reply not storable: {type(exc).__name__})"
+            return await record_attempt(db, [complete], sent.email_id, self.options.retry_seconds)
 
     async def finish(self, claim: Claim, unsent: list[int]) -> None:
         """End the claim in one transaction: claim row locked first, its journal applied, `unsent`
@@ -186,25 +203,11 @@ async def _finish(pool: Pool, claim: Claim, unsent: list[int]) -> None:
 def failure_statements(
     result: Result, retry_at: datetime | None, sender_id: int, token: uuid.UUID, owner: str
 ) -> list[Statement]:
-    """The statements that record an attempt that did not send, one of them `COMPLETE` (the email's new
-    state: it returns a row only while the claim still holds the email), then the lists and counters."""
-    reply = result.attempt.reply
-    complete: dict[str, object] = {
-        "id": result.email.id,
-        "outcome": result.kind.value,
-        "log_outcome": result.verdict.value,
-        "code": reply.code,
-        "enhanced": reply.enhanced,
-        "response": reply.text or "(no text)",
-        "duration_ms": result.attempt.duration_ms,
-        "retry_at": retry_at,
-        "message_id": result.message_id,
-        "sender": sender_id,
-        "token": token,
-        "owner": owner,
-    }
-    statements: list[Statement] = [(q.COMPLETE, complete)]
+    """The statements that record an attempt that did not send: the email's new state
+    (`complete_statement`), then the lists and counters."""
+    statements = [complete_statement(result, retry_at, sender_id, token, owner)]
     email = result.email
+    reply = result.attempt.reply
     if result.attempt.many:
         # Each recipient had its own transaction: its refusal (at MAIL, RCPT or DATA) is tied to it
         # and puts that address alone on the bounce list; the email's reply is that of its last copy.
@@ -222,15 +225,37 @@ def failure_statements(
             "campaigns": [email.campaign_id],
             "sender": sender_id,
         }
-        statements.append((q.RECORD_BOUNCES, bounce))
-    statements.append((q.COUNT_USAGE, {"sender": sender_id, "bounces": int(bounced), "errors": 1}))
+        statements.append(Statement(q.RECORD_BOUNCES, bounce))
+    statements.append(Statement(q.COUNT_USAGE, {"sender": sender_id, "bounces": int(bounced), "errors": 1}))
     return _charged(statements, result, token)
+
+
+def complete_statement(
+    result: Result, retry_at: datetime | None, sender_id: int, token: uuid.UUID, owner: str
+) -> Statement:
+    """`COMPLETE`: the email's new state and its attempt's log row, while the claim still holds it."""
+    reply = result.attempt.reply
+    complete: dict[str, object] = {
+        "id": result.email.id,
+        "outcome": result.kind.value,
+        "log_outcome": result.verdict.value,
+        "code": reply.code,
+        "enhanced": reply.enhanced,
+        "response": reply.text or "(no text)",
+        "duration_ms": result.attempt.duration_ms,
+        "retry_at": retry_at,
+        "message_id": result.message_id,
+        "sender": sender_id,
+        "token": token,
+        "owner": owner,
+    }
+    return Statement(q.COMPLETE, complete, needs_held=True)
 
 
 def _charged(statements: list[Statement], result: Result, token: uuid.UUID) -> list[Statement]:
     if result.kind is not OutcomeKind.SENT and result.charged:
         # A permanent refusal used quota like a send. The claim row first: the lock order of rescue.
-        statements.insert(0, (q.COUNT_USED, {"token": token}))
+        statements.insert(0, Statement(q.COUNT_USED, {"token": token}))
     return statements
 
 
@@ -244,7 +269,7 @@ def accepted_statements(email: ClaimedEmail, attempt: Attempt, kinds: Kinds | No
         {"recipient": address, "kind": kinds.get(address.lower(), (address, "to"))[1]}
         for address in attempt.accepted
     ]
-    return [(q.RECORD_ACCEPTED, {"email_id": email.id, "accepted": Jsonb(accepted)})]
+    return [Statement(q.RECORD_ACCEPTED, {"email_id": email.id, "accepted": Jsonb(accepted)})]
 
 
 def refusal_statements(
@@ -265,7 +290,7 @@ def refusal_statements(
     ]
     statements: list[Statement] = []
     if refused:
-        statements.append((q.RECORD_REFUSED, {"email_id": email.id, "refused": Jsonb(refused)}))
+        statements.append(Statement(q.RECORD_REFUSED, {"email_id": email.id, "refused": Jsonb(refused)}))
     bounced = [(address, reply) for address, reply in attempt.refused if classify(reply) is Verdict.BOUNCE]
     if bounced:
         bounce: dict[str, object] = {
@@ -276,26 +301,29 @@ def refusal_statements(
             "campaigns": [email.campaign_id] * len(bounced),
             "sender": sender_id,
         }
-        statements.append((q.RECORD_BOUNCES, bounce))
+        statements.append(Statement(q.RECORD_BOUNCES, bounce))
     if bounced or errors:
-        statements.append((q.COUNT_USAGE, {"sender": sender_id, "bounces": len(bounced), "errors": errors}))
+        statements.append(
+            Statement(q.COUNT_USAGE, {"sender": sender_id, "bounces": len(bounced), "errors": errors})
+        )
     return statements
 
 
-async def record_failure(
+async def record_attempt(
     db: Borrowed, statements: list[Statement], email_id: int, retry_seconds: float
 ) -> bool:
-    """Commit a failed attempt in one transaction, retrying a lost database for `retry_seconds`;
-    False if the claim no longer held the email (its lease expired), and then nothing changes."""
+    """Commit an attempt's statements in one transaction, retrying a lost database for `retry_seconds`;
+    False if a statement that `needs_held` found the email no longer held by the claim (its lease
+    expired and it was rescued), and then nothing changes."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + retry_seconds
     while True:
         try:
             conn = await db.get()
             async with conn.transaction():
-                for statement, params in statements:
-                    cur = await conn.execute(statement, params)
-                    if statement is q.COMPLETE and await cur.fetchone() is None:
+                for statement in statements:
+                    cur = await conn.execute(statement.sql, statement.params)
+                    if statement.needs_held and await cur.fetchone() is None:
                         raise _Rollback  # not held any more (rescued): lists and counters stay as they are
             db.pool.circuit.succeeded()
             return True

@@ -32,17 +32,18 @@ from worker.core.logs import event
 from worker.core.metrics import observe_claim_finished
 from worker.engine import claim as claiming
 from worker.engine import leases
-from worker.engine.circuits import Circuits
 from worker.engine.clock import SYSTEM, Clock
-from worker.engine.completer import Completer, Recording
+from worker.engine.completer import Completer, CompleterOptions
 from worker.engine.counting import count_claim, count_result
 from worker.engine.database import Borrowed, Pool
 from worker.engine.execute import Built, execute
+from worker.engine.execute import build as build_message_for
 from worker.engine.leases import drained, idle_seconds
 from worker.engine.producer import Producer, run_producer
-from worker.engine.recording import SentRecorder
 from worker.engine.rows import ClaimedEmail
 from worker.engine.sender_book import Sender, SenderBook
+from worker.engine.sender_health import SenderHealth
+from worker.engine.sent_journal import SentRecorder
 from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
 from worker.engine.traces import ClaimTraces, claim_attributes, outcome
 from worker.engine.transport import Transport
@@ -98,7 +99,7 @@ class Worker:
         self.stopping = asyncio.Event()
         self._pool: Pool | None = None
         self._book: SenderBook | None = None
-        self._circuits: Circuits | None = None
+        self._health: SenderHealth | None = None
         self.failure: str | None = None  # why a supervised task stopped the worker
         self._recorder: SentRecorder | None = None  # the sent journal's group commit (while `run` runs)
         self._completer: Completer | None = None
@@ -132,10 +133,10 @@ class Worker:
         return self._book
 
     @property
-    def circuits(self) -> Circuits:
-        """The sender circuits (while `run` runs)."""
-        assert self._circuits is not None
-        return self._circuits
+    def health(self) -> SenderHealth:
+        """What attempts do to their sender accounts: suspension and circuits (while `run` runs)."""
+        assert self._health is not None
+        return self._health
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -154,7 +155,7 @@ class Worker:
         )
         await self._pool.open(wait=True, timeout=30)
         self._book = SenderBook(self._pool, self.settings)
-        self._circuits = Circuits(self._pool, self.settings)
+        self._health = SenderHealth(self._pool, self.settings)
         self._recorder = recorder = SentRecorder(
             self._connect_for_recording,
             self.options.owner,
@@ -162,10 +163,10 @@ class Worker:
             prepared=not self.settings.transaction_pooler,
             circuit=self.circuit,
         )
-        recording = Recording(self.options.owner, self._retry_seconds(), self.options.clock)
+        completing = CompleterOptions(self.options.owner, self._retry_seconds(), self.options.clock)
         if self._completer is not None:
             self._sent_earlier += self._completer.sent
-        self._completer = Completer(self._pool, recorder, self.settings, recording)
+        self._completer = Completer(self._pool, recorder, self.settings, completing)
         slots = [
             asyncio.create_task(self._slot(i), name=f"slot-{i}") for i in range(self.options.concurrency)
         ]
@@ -268,7 +269,7 @@ class Worker:
             return None
         limit = claiming.claim_size(sender.send_delay_ms, self.options.batch_size, sender.batch_size)
         if sender.circuit_state != "closed":
-            if not await self.circuits.take_probe(sender):
+            if not await self.health.take_probe(sender):
                 self.book.set_aside(sender.id)  # another worker probes it
                 return True
             limit = 1  # the probe: one email tells whether the relay is back
@@ -340,7 +341,9 @@ class Worker:
         try:
             # Spans only while tracing is on: otherwise one test a claim and a no-op a message.
             traces = await ClaimTraces.load(db, pending, claim_span, sender.id) if tracing.active() else None
-            build = sender.build if traces is None else functools.partial(traces.build, sender.build)
+            build = functools.partial(build_message_for, sender)
+            if traces is not None:
+                build = functools.partial(traces.build, build)
             # Each message is built one turn ahead, so its MAIL, RCPT and DATA can ride behind the body
             # before it (see SmtpConnection.send).
             upcoming = build(pending[0]) if pending else None
@@ -365,7 +368,7 @@ class Worker:
                     log.warning("lease lost for %d claimed email(s); leaving them to the queue", len(pending))
                     pending.clear()
                     break
-                if not await self.circuits.judge(sender, result, self.book):
+                if not await self.health.after_attempt(sender, result, self.book):
                     break
         finally:
             connection.forget_announced()  # a stop or a lost lease leaves the next one unsent

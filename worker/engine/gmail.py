@@ -3,7 +3,7 @@
 
 A slot holds a `GmailConnection` where it would hold an `SmtpConnection` (same `send`, `close`,
 `forget_announced`), so claims, quotas, warm-up, pacing, circuits and health are the SMTP path's own
-code. The body is the built message (`Sender.build`: the same builder, relay tag and DKIM signature),
+code. The body is the built message (`worker.engine.execute.build`: the same builder, relay tag and DKIM signature),
 base64url-encoded in `{"raw": ...}`. Gmail sets the envelope itself: the return path is the user's
 address whatever the message says, so DSNs reach that mailbox (a mailbox poll collects them), not a
 VERP address. Gmail sends to every address in the headers, so an email with several recipients (each

@@ -1,4 +1,8 @@
-"""The worker's SQL for the queue: claim, lease renewal, journal, completion, release and rescue."""
+"""The engine's SQL, all of it: claim, lease renewal, journal, completion, release and rescue; and the
+sender accounts as the engine reads and charges them (eligibility, quota, pacing, circuits).
+
+The rules behind these statements live in the schema (`migrations/schema.sql`): the functions they
+call carry their reasoning in their `COMMENT ON`."""
 
 from __future__ import annotations
 
@@ -174,7 +178,7 @@ FROM done d JOIN r ON r.id = d.id
 RETURNING email_id
 """
 
-# Record accepted email in the journal (see revision 0003's sent_journal), many at once: the
+# Record accepted email in the journal (mailroom.sent_journal in schema.sql), many at once: the
 # group commit of every slot's sends. Only emails still held under the claim that sent them are
 # recorded; the ids returned are those, so a slot whose lease was lost stops sending.
 JOURNAL_SENT = """
@@ -248,9 +252,8 @@ RETURNING id
 """
 
 # Every transaction that touches a claim takes its locks in one order -- the claim row, the sender
-# row, then the emails -- so workers claiming, finishing and rescuing at once never deadlock. (An
-# email's sender_account_id is a foreign key: writing it takes a share lock on the sender row, and a
-# quota reservation's FOR UPDATE after that would wait on the next worker's share lock, and it on ours.)
+# row, then the emails -- so workers claiming, finishing and rescuing at once never deadlock: why, with
+# mailroom.claims in schema.sql.
 LOCK_SENDER = "SELECT 1 FROM mailroom.sender_accounts WHERE id = %s FOR UPDATE"
 
 # A claim's row, written in the claim's own transaction with the quota reserved for it.
@@ -289,8 +292,8 @@ WORKER_GONE = "DELETE FROM mailroom.workers WHERE name = %(name)s"
 
 # Rows whose worker died: back to the queue, except those its journal says were sent, which become
 # sent (with their attempt logged). Only rows still under the expired lease are touched.
-# Expired claims back to the queue with their journal applied and unused quota refunded; see
-# mailroom.rescue_expired_claims (revision 0005) for the lock order that keeps sent email sent.
+# Expired claims back to the queue with their journal applied and unused quota refunded; the lock
+# order that keeps sent email sent is described with mailroom.rescue_expired_claims in schema.sql.
 RESCUE_EXPIRED = "SELECT * FROM mailroom.rescue_expired_claims()"
 
 # Journal rows nobody will apply: their claim lost its email (rescued, then handed on) while the
@@ -319,4 +322,49 @@ SELECT EXISTS (SELECT 1 FROM mailroom.email_queue
 ANY_HELD = """
 SELECT EXISTS (SELECT 1 FROM mailroom.claims)
     OR EXISTS (SELECT 1 FROM mailroom.email_queue WHERE status = 'assigned')
+"""
+
+
+# == sender accounts: which are eligible, quota, pacing, circuits ==
+
+ELIGIBLE_SENDERS = """
+SELECT id, name, from_email, from_name, smtp_host, smtp_port, smtp_security, smtp_username,
+       smtp_password_encrypted, send_delay_ms, batch_size, max_connections,
+       dkim_domain, dkim_selector, dkim_private_key_encrypted, circuit_state,
+       connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds,
+       bounce_domain, relay_provider, auth_type, oauth_token_url, oauth_client_id,
+       oauth_client_secret_encrypted, oauth_refresh_token_encrypted, allow_plaintext_login,
+       gmail_subject_email, gmail_key_encrypted, postal_address
+FROM mailroom.sender_accounts
+WHERE (status IN ('active', 'warming_up')
+       OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date))
+  -- an open circuit is left alone until its backoff has passed, then one worker probes it
+  AND (circuit_state = 'closed' OR circuit_retry_at <= now())
+ORDER BY id
+"""
+
+# A refresh token the OAuth2 endpoint rotated replaces the one it was given, and nothing an operator
+# stored since (or a key rotation re-encrypted): then the stored one stays, and is used next time.
+SAVE_ROTATED_GRANT = """
+UPDATE mailroom.sender_accounts SET oauth_refresh_token_encrypted = %(new)s
+WHERE id = %(id)s AND auth_type = 'oauth2' AND oauth_refresh_token_encrypted = %(old)s
+RETURNING oauth_refresh_token_encrypted
+"""
+
+OPEN_CIRCUIT = "SELECT mailroom.open_circuit(%s, %s, %s, %s)"
+TAKE_PROBE = "SELECT mailroom.take_probe(%s, %s)"
+CLOSE_CIRCUIT = "SELECT mailroom.close_circuit(%s)"
+
+# The day is the one reserve_quota counts on (now() is the statement's transaction time in both).
+RESERVE = "SELECT mailroom.reserve_quota(%s, %s) AS granted, (now() AT TIME ZONE 'UTC')::date AS day"
+RELEASE_QUOTA = "SELECT mailroom.release_quota(%s, %s, %s)"
+
+# Take the next send slot of a paced account; returns how many seconds to wait for it (0: now).
+# The row lock orders every worker's sends, so together they keep one send per send_delay_ms.
+TAKE_SEND_SLOT = """
+INSERT INTO mailroom.sender_pacing AS p (sender_account_id, next_send_at)
+VALUES (%(sender)s, clock_timestamp() + make_interval(secs => %(delay)s))
+ON CONFLICT (sender_account_id) DO UPDATE
+SET next_send_at = greatest(p.next_send_at, clock_timestamp()) + make_interval(secs => %(delay)s)
+RETURNING greatest(0, extract(epoch FROM p.next_send_at - clock_timestamp())::float8 - %(delay)s)
 """

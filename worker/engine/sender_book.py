@@ -12,17 +12,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
-from worker.core.campaign_mail import SELECT_CAMPAIGNS, Campaign, dress_for
+from worker.core.campaign_mail import SELECT_CAMPAIGNS, Campaign
 from worker.core.config import ConfigError, Settings
 from worker.core.crypto import SecretBox, secret_box
-from worker.core.dkim import DkimKey, sign_envelope
-from worker.core.message import Envelope, build_message
-from worker.core.relay_tags import tag_for_relay
-from worker.core.return_path import envelope_sender, optional_bounce_key
+from worker.core.dkim import DkimKey
+from worker.core.return_path import optional_bounce_key
 from worker.engine.database import Pool, fetch_scalar
 from worker.engine.oauth import OAuthClient, TokenCache
+from worker.engine.queue_sql import ELIGIBLE_SENDERS, SAVE_ROTATED_GRANT, TAKE_SEND_SLOT
 from worker.engine.rows import ClaimedEmail
-from worker.engine.senders import ELIGIBLE_SENDERS, SAVE_ROTATED_GRANT, TAKE_SEND_SLOT
 from worker.engine.smtp import SmtpAccount, SmtpConnection
 from worker.engine.transport import Transport
 
@@ -68,42 +66,6 @@ class Sender:
     def id(self) -> int:
         """The sender account's id."""
         return self.account.sender_id
-
-    def build(self, email: ClaimedEmail) -> Envelope | Exception:
-        """The email as it goes on the wire from this sender (DKIM-signed if it has a key), or why it cannot be built."""
-        try:
-            row = email.as_row()
-            dress = dress_for(
-                row,
-                sender=self.name,
-                from_email=self.from_email,
-                sender_postal_address=self.postal_address,
-                campaigns=self.campaigns,
-                default_postal_address=self.default_postal_address,
-                footer_transactional=self.footer_transactional,
-            )
-            envelope = build_message(row, self.from_email, self.from_name, self.message_key, dress)
-            if not envelope.copies:
-                return self._finish(envelope, email.id)
-            copies = tuple(self._finish(c, email.id) for c in envelope.copies)
-            first = copies[0]
-            return replace(envelope, sender=first.sender, content=first.content, copies=copies)
-        except (TypeError, ValueError, AttributeError) as exc:
-            return exc
-
-    def _finish(self, envelope: Envelope, email_id: int) -> Envelope:
-        """One message for one recipient: its own return path, the relay's tag, the DKIM signature."""
-        if self.bounce_settings is not None:
-            sender = envelope_sender(
-                self.bounce_settings, email_id, envelope.recipient, self.from_email, self.bounce_domain
-            )
-            envelope = replace(envelope, sender=sender)
-        if self.relay_provider is not None:
-            envelope = tag_for_relay(envelope, self.relay_provider, email_id)
-        if self.dkim is not None:
-            # Inline on the event loop on purpose (~1 ms a message): see worker.core.dkim.
-            envelope = sign_envelope(envelope, self.dkim)
-        return envelope
 
 
 class SenderBook:

@@ -68,7 +68,7 @@ class ClaimTraces:
         return cls(stored, claim_span, sender_id)
 
     def build(self, build: Any, email: ClaimedEmail) -> Envelope | Exception:
-        """`Sender.build` in a span under the email's enqueuing span."""
+        """`worker.engine.execute.build` in a span under the email's enqueuing span."""
         with tracing.span(
             "mailroom.message.build",
             {"mailroom.email.id": email.id},

@@ -1,9 +1,10 @@
 """Reminder emails to expected signers who have not signed yet (reference 04).
 
 Each reminder is a `reminder_logs` row and an email enqueued through `worker.core.outbox` in the same
-transaction, the email pointing back at its log row (`reference_type = 'reminder_log'`). A trigger
-of revision 0002 (`30_signatures.sql`) copies the email's outcome (sent, failed, bounced,
-suppressed, cancelled) into the log row, so the delivery engine knows nothing of reminders.
+transaction, the email pointing back at its log row (`reference_type = 'reminder_log'`). The trigger
+`email_queue_reminder_outcome` (`mailroom.reminder_logs_follow_email` in schema.sql) copies the email's
+outcome (sent, failed, bounced, suppressed, cancelled) into the log row, so the delivery engine knows
+nothing of reminders.
 
 A signer reminded less than the configured interval ago (`MAILROOM_REMINDER_INTERVAL_SECONDS`) is
 refused with the reason; reminders that failed or were cancelled do not count, since nobody got

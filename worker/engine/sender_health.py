@@ -1,4 +1,5 @@
-"""Per-sender circuits: a relay's faults are the sender's, never its emails'.
+"""What an attempt says about its sender account: a failed login suspends it, a relay's fault opens its
+circuit, a relay that answered closes it. A relay's faults are the sender's, never its emails'.
 
 A sender-level fault (connection refused, DNS, TLS, greeting or command timeout, 421 at connect, or
 `MAILROOM_CIRCUIT_MAIL_REFUSALS` refusals of MAIL FROM in a row) opens the sender's circuit in the
@@ -18,22 +19,24 @@ from worker.engine import queue_sql as q
 from worker.engine.classify import Reply, Verdict
 from worker.engine.database import Pool, fetch_scalar
 from worker.engine.outcomes import Result
+from worker.engine.queue_sql import CLOSE_CIRCUIT, OPEN_CIRCUIT, TAKE_PROBE
 from worker.engine.sender_book import Sender, SenderBook
-from worker.engine.senders import CLOSE_CIRCUIT, OPEN_CIRCUIT, TAKE_PROBE
 
 log = logging.getLogger("mailroom.worker")
 
 
-class Circuits:
-    """Opens, probes and closes sender circuits; counts MAIL FROM refusals in a row per sender."""
+class SenderHealth:
+    """Suspends sender accounts, opens, probes and closes their circuits; counts MAIL FROM refusals in a
+    row per sender."""
 
     def __init__(self, pool: Pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
         self._mail_refusals: dict[int, int] = {}
 
-    async def judge(self, sender: Sender, outcome: Result, book: SenderBook) -> bool:
-        """What an attempt says about the sender; False when its batch must stop (suspended, circuit open)."""
+    async def after_attempt(self, sender: Sender, outcome: Result, book: SenderBook) -> bool:
+        """Act on what an attempt says about the sender; False when its batch must stop (suspended,
+        circuit open)."""
         reply = outcome.attempt.reply
         if outcome.verdict is Verdict.AUTH:
             await self.suspend(sender, reply)
