@@ -15,13 +15,16 @@ from jinja2.sandbox import SandboxedEnvironment
 from worker.core.validation import ValidationError
 
 BUILTIN_DIR = Path(__file__).parent / "templates"
+# Pieces several templates show alike (an order's items in every locale), for `{% include "name" %}`.
+PARTS_DIR = BUILTIN_DIR / "_parts"
 _LOCALE = re.compile(r"^[a-z]{2}(-[A-Z]{2})?$")
 
+_PARTS = jinja2.FileSystemLoader(PARTS_DIR, encoding="utf-8")
 _TEXT_ENV = SandboxedEnvironment(
-    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
+    loader=_PARTS, undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
 )
 _HTML_ENV = SandboxedEnvironment(
-    undefined=jinja2.StrictUndefined, autoescape=True, keep_trailing_newline=True
+    loader=_PARTS, undefined=jinja2.StrictUndefined, autoescape=True, keep_trailing_newline=True
 )
 
 
@@ -117,6 +120,10 @@ class TemplateCatalog:
             raise ValidationError("data", f"template {name!r} needs {exc.message}") from None
         except jinja2.exceptions.SecurityError as exc:
             raise ValidationError("data", f"template {name!r} refused unsafe access: {exc}") from None
+        except jinja2.TemplateNotFound as exc:
+            raise ValidationError(
+                "template", f"template {name!r} includes unknown part {exc.name!r}"
+            ) from None
         return Rendered(subject=subject, text_body=text, html_body=html, locale=source.locale)
 
 
