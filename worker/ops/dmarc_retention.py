@@ -7,13 +7,13 @@ transaction of its own, like the other logs' retention. The days of refusals hea
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from worker.core.config import Settings
-from worker.ops.chunked_delete import delete_in_chunks
+from worker.ops.chunked_delete import Purge
 from worker.ops.maintenance_report import MaintenanceReport, StepReport
 
 # Reports per transaction: each carries its records (up to tens of thousands), so fewer than archiving's rows.
@@ -26,18 +26,18 @@ DELETE FROM mailroom.dmarc_reports
 WHERE id IN (SELECT id FROM mailroom.dmarc_reports WHERE received_at < %s LIMIT %s)
 """
 
+PURGE = Purge(
+    "purge_dmarc_reports",
+    COUNT_OLD,
+    DELETE_OLD,
+    DELETE_CHUNK,
+    "DMARC reports received before",
+    daily=DELETE_OLD_REFUSALS,
+)
+
 
 def purge_dmarc_reports(
     conn: psycopg.Connection[Any], settings: Settings, now: datetime, report: MaintenanceReport
 ) -> StepReport:
     """Delete DMARC reports (and their records) received more than `dmarc_retention_days` ago."""
-    step = StepReport("purge_dmarc_reports")
-    cutoff = now - timedelta(days=settings.dmarc_retention_days)
-    step.rows = delete_in_chunks(
-        conn, count=COUNT_OLD, delete=DELETE_OLD, cutoff=cutoff, chunk=DELETE_CHUNK, dry_run=report.dry_run
-    )
-    if not report.dry_run:
-        with conn.transaction():
-            conn.execute(DELETE_OLD_REFUSALS, (cutoff.astimezone(UTC).date(),))
-    step.details.append(f"DMARC reports received before {cutoff.isoformat()}: {step.rows}")
-    return step
+    return PURGE.run(conn, now - timedelta(days=settings.dmarc_retention_days), report)

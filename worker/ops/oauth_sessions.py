@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from worker.core.config import Settings
-from worker.ops.chunked_delete import delete_in_chunks
+from worker.ops.chunked_delete import Purge
 from worker.ops.maintenance_report import MaintenanceReport, StepReport
 
 IDLE_DAYS = 37  # the session rule of worker.tracking.oidc.sessions
@@ -24,15 +24,11 @@ DELETE FROM mailroom.oauth_sessions
 WHERE id IN (SELECT id FROM mailroom.oauth_sessions WHERE updated_at <= %s LIMIT %s)
 """
 
+PURGE = Purge("purge_oauth_sessions", COUNT_IDLE, DELETE_IDLE, DELETE_CHUNK, "login sessions unused since")
+
 
 def purge_oauth_sessions(
     conn: psycopg.Connection[Any], settings: Settings, now: datetime, report: MaintenanceReport
 ) -> StepReport:
     """Delete login sessions last used `IDLE_DAYS` days or more before `now`."""
-    step = StepReport("purge_oauth_sessions")
-    cutoff = now - timedelta(days=IDLE_DAYS)
-    step.rows = delete_in_chunks(
-        conn, count=COUNT_IDLE, delete=DELETE_IDLE, cutoff=cutoff, chunk=DELETE_CHUNK, dry_run=report.dry_run
-    )
-    step.details.append(f"login sessions unused since {cutoff.isoformat()}: {step.rows}")
-    return step
+    return PURGE.run(conn, now - timedelta(days=IDLE_DAYS), report)

@@ -8,14 +8,14 @@ The intake keeps the quarantine within its size and per-client bounds as message
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
-from worker.ops.chunked_delete import delete_in_chunks
+from worker.ops.chunked_delete import Purge
 from worker.ops.maintenance_report import MaintenanceReport, StepReport
 
 # Rows deleted per transaction, as archiving does (imported from there it would pull the engine into the console).
@@ -27,6 +27,15 @@ DELETE FROM mailroom.bounce_quarantine
 WHERE id IN (SELECT id FROM mailroom.bounce_quarantine WHERE received_at < %s LIMIT %s)
 """
 DELETE_OLD_COUNTS = "DELETE FROM mailroom.bounce_quarantine_clients WHERE day < %s"
+
+PURGE = Purge(
+    "purge_quarantine",
+    COUNT_OLD,
+    DELETE_OLD,
+    DELETE_CHUNK,
+    "quarantined messages received before",
+    daily=DELETE_OLD_COUNTS,
+)
 
 # What the intake holds the quarantine's size to (worker.producers.bounces.quarantine.TOTAL), kept by
 # triggers in one row; and what was dropped today.
@@ -58,13 +67,4 @@ def purge_quarantine(
     conn: psycopg.Connection[Any], settings: Settings, now: datetime, report: MaintenanceReport
 ) -> StepReport:
     """Delete quarantined messages received more than `quarantine_retention_days` ago, and their counts."""
-    step = StepReport("purge_quarantine")
-    cutoff = now - timedelta(days=settings.quarantine_retention_days)
-    step.rows = delete_in_chunks(
-        conn, count=COUNT_OLD, delete=DELETE_OLD, cutoff=cutoff, chunk=DELETE_CHUNK, dry_run=report.dry_run
-    )
-    if not report.dry_run:
-        with conn.transaction():
-            conn.execute(DELETE_OLD_COUNTS, (cutoff.astimezone(UTC).date(),))
-    step.details.append(f"quarantined messages received before {cutoff.isoformat()}: {step.rows}")
-    return step
+    return PURGE.run(conn, now - timedelta(days=settings.quarantine_retention_days), report)

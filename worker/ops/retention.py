@@ -21,7 +21,7 @@ from worker.core.config import Settings
 from worker.core.logs import event
 from worker.ops.archiving import DELETE_CHUNK, FINAL_STATES, Checkpoint, Progress, archive_state, day_start
 from worker.ops.audit_retention import link_audit, prune_audit
-from worker.ops.chunked_delete import delete_in_chunks
+from worker.ops.chunked_delete import Purge
 from worker.ops.dmarc_retention import purge_dmarc_reports
 from worker.ops.maintenance_report import MaintenanceReport, StateCounts, StepReport
 from worker.ops.oauth_sessions import purge_oauth_sessions
@@ -40,24 +40,16 @@ DELETE_OLD_INBOX = """
 DELETE FROM mailroom.inbox WHERE (message_id, consumer) IN
     (SELECT message_id, consumer FROM mailroom.inbox WHERE received_at < %s LIMIT %s)
 """
+PURGE_INBOX = Purge(
+    "purge_inbox", COUNT_OLD_INBOX, DELETE_OLD_INBOX, DELETE_CHUNK, "inbox rows received before"
+)
 
 
 def purge_inbox(
     conn: psycopg.Connection[Any], settings: Settings, now: datetime, report: MaintenanceReport
 ) -> StepReport:
     """Delete inbox rows received more than `inbox_retention_days` ago (the de-duplication window)."""
-    step = StepReport("purge_inbox")
-    cutoff = now - timedelta(days=settings.inbox_retention_days)
-    step.rows = delete_in_chunks(
-        conn,
-        count=COUNT_OLD_INBOX,
-        delete=DELETE_OLD_INBOX,
-        cutoff=cutoff,
-        chunk=DELETE_CHUNK,
-        dry_run=report.dry_run,
-    )
-    step.details.append(f"inbox rows received before {cutoff.isoformat()}: {step.rows}")
-    return step
+    return PURGE_INBOX.run(conn, now - timedelta(days=settings.inbox_retention_days), report)
 
 
 def _first(row: Any) -> Any:
