@@ -44,21 +44,27 @@ def _usable(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> boo
 
 
 @contextmanager
-def traced(conn: psycopg.Connection[Any], correlation_id: str | None = None) -> Iterator[Any]:
-    """Enqueue in the block as the span `mailroom.enqueue`; the emails written in it keep its context."""
+def _enqueue_span(correlation_id: str | None) -> Iterator[tuple[Any, tuple[str, str, str] | None]]:
+    """The span `mailroom.enqueue` and the settings to set in it; (None, None) outside a trace.
+
+    What `traced` and `traced_async` decide, written once: they differ only in awaiting the statements."""
     if not tracing.active() and correlation_id is None:
-        yield None
+        yield None, None
         return
     with tracing.span("mailroom.enqueue", _attributes(correlation_id), kind="producer") as span:
-        values = _settings(correlation_id)
-        if values is None:
-            yield span
-            return
-        conn.execute(SET, values)
+        yield span, _settings(correlation_id)
+
+
+@contextmanager
+def traced(conn: psycopg.Connection[Any], correlation_id: str | None = None) -> Iterator[Any]:
+    """Enqueue in the block as the span `mailroom.enqueue`; the emails written in it keep its context."""
+    with _enqueue_span(correlation_id) as (span, values):
+        if values is not None:
+            conn.execute(SET, values)
         try:
             yield span
         finally:
-            if _usable(conn):
+            if values is not None and _usable(conn):
                 conn.execute(SET, _CLEAR)
 
 
@@ -67,17 +73,11 @@ async def traced_async(
     conn: psycopg.AsyncConnection[Any], correlation_id: str | None = None
 ) -> AsyncIterator[Any]:
     """Async twin of `traced`."""
-    if not tracing.active() and correlation_id is None:
-        yield None
-        return
-    with tracing.span("mailroom.enqueue", _attributes(correlation_id), kind="producer") as span:
-        values = _settings(correlation_id)
-        if values is None:
-            yield span
-            return
-        await conn.execute(SET, values)
+    with _enqueue_span(correlation_id) as (span, values):
+        if values is not None:
+            await conn.execute(SET, values)
         try:
             yield span
         finally:
-            if _usable(conn):
+            if values is not None and _usable(conn):
                 await conn.execute(SET, _CLEAR)
