@@ -183,6 +183,17 @@ def yes_option(what: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
     return click.option("--yes", is_flag=True, help=f"confirm: {what}")
 
 
+def max_connections_option(variable: str, default: int) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """`--max-connections-per-client N` of a public server, passed as `max_connections_per_client`
+    (None: the setting `variable`, else `default`)."""
+    return click.option(
+        "--max-connections-per-client",
+        type=at_least(0),
+        metavar="N",
+        help=f"connections one client network may hold, 0 for no cap (default {variable}, else {default})",
+    )
+
+
 # --- asking the operator --------------------------------------------------------------------------
 
 

@@ -8,12 +8,24 @@ from typing import TYPE_CHECKING
 
 import click
 
+from worker.cli.framework import HostPort
+
 if TYPE_CHECKING:
     from worker.core.config import Settings
     from worker.ops.metrics_server import MetricsServer
 
 # Addresses that listen on every interface: they overlap any host on the same port.
 _ANY = ("", "0.0.0.0", "::")  # noqa: S104 -- compared with, never bound
+
+
+def metrics_listen_option(example_port: int) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """`--metrics-listen HOST:PORT`, passed as `metrics_listen` (None: off); port 0 lets the system choose
+    (tests). `example_port` is the command's usual one, shown when a value is malformed."""
+    return click.option(
+        "--metrics-listen",
+        type=HostPort(port_required=True, lowest_port=0, example=f"127.0.0.1:{example_port}"),
+        help="serve Prometheus metrics, /healthz and /readyz on this address (default: not at all)",
+    )
 
 
 def refuse_public_port(metrics: tuple[str, int], host: str, port: int) -> None:

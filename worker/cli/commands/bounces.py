@@ -19,9 +19,11 @@ from worker.cli.framework import (
     HostPort,
     at_least,
     json_option,
+    max_connections_option,
     with_database,
     with_settings,
 )
+from worker.cli.metrics_option import metrics_listen_option, serve_metrics
 
 if TYPE_CHECKING:
     from worker.core.config import Settings
@@ -208,18 +210,8 @@ def _read(path: str, max_bytes: int) -> bytes:
     default=20,
     help="messages at once per client (default 20)",
 )
-@click.option(
-    "--max-connections-per-client",
-    type=at_least(0),
-    metavar="N",
-    help="connections one client network may hold, 0 for no cap"
-    " (default MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT, else 20)",
-)
-@click.option(
-    "--metrics-listen",
-    type=HostPort(port_required=True, lowest_port=0, example="127.0.0.1:9466"),
-    help="serve Prometheus metrics, /healthz and /readyz on this address (default: not at all)",
-)
+@max_connections_option("MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT", 20)
+@metrics_listen_option(9466)
 @with_database
 def receive(
     db: Database,
@@ -237,7 +229,6 @@ def receive(
     import signal
     from dataclasses import replace
 
-    from worker.cli.metrics_option import serve_metrics
     from worker.core.return_path import bounce_key
     from worker.producers.bounces.counting import counted
     from worker.producers.bounces.receiver import (

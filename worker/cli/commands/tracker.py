@@ -6,7 +6,8 @@ from urllib.parse import urlsplit
 
 import click
 
-from worker.cli.framework import Command, Database, HostPort, at_least, with_database
+from worker.cli.framework import Command, Database, max_connections_option, with_database
+from worker.cli.metrics_option import metrics_listen_option, serve_metrics
 
 DESCRIPTION = """\
 Serve the tracking endpoint: GET /o/TOKEN.gif records an open, GET /c/TOKEN records a click and
@@ -37,18 +38,8 @@ Examples:
 @click.option(
     "--port", type=int, help="port to listen on (default: the port of MAILROOM_BASE_URL, else 8025)"
 )
-@click.option(
-    "--max-connections-per-client",
-    type=at_least(0),
-    metavar="N",
-    help="connections one client network may hold, 0 for no cap"
-    " (default MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT, else 100)",
-)
-@click.option(
-    "--metrics-listen",
-    type=HostPort(port_required=True, lowest_port=0, example="127.0.0.1:9465"),
-    help="serve Prometheus metrics, /healthz and /readyz on this address (default: not at all)",
-)
+@max_connections_option("MAILROOM_TRACKER_MAX_CONNECTIONS_PER_CLIENT", 100)
+@metrics_listen_option(9465)
 @with_database
 def tracker(
     db: Database,
@@ -70,8 +61,6 @@ def tracker(
     port = port if port is not None else (urlsplit(settings.base_url).port or 8025)
     if max_connections_per_client is not None:
         settings = replace(settings, tracker_max_connections_per_client=max_connections_per_client)
-    from worker.cli.metrics_option import serve_metrics
-
     listener = serve_metrics(metrics_listen, (host, port), db.url, settings, "tracker")
     click.echo(f"tracker on http://{host}:{port}, public base URL {settings.base_url}")
     sink = event_sink(optional_bounce_key(settings))

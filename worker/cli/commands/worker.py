@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from worker.cli.framework import Command, Database, HostPort, at_least, with_database
-
-# Off by default; port 0 lets the system choose (tests).
-METRICS_LISTEN = HostPort(port_required=True, lowest_port=0, example="127.0.0.1:9464")
+from worker.cli.framework import Command, Database, at_least, with_database
+from worker.cli.metrics_option import metrics_listen_option
 
 DESCRIPTION = """\
 Claim due email with FOR UPDATE SKIP LOCKED, send it over SMTP through the sender accounts, retry
@@ -64,11 +62,7 @@ Examples:
     default=True,
     help="run the producers (lifecycle, birthdays, retention, ...) in this process, or deliver only",
 )
-@click.option(
-    "--metrics-listen",
-    type=METRICS_LISTEN,
-    help="serve Prometheus metrics, /healthz and /readyz on this address (default: not at all)",
-)
+@metrics_listen_option(9464)
 @click.option("--metrics-dir", hidden=True, help="(set by the supervisor) count into this directory")
 @with_database
 def worker(
