@@ -8,7 +8,6 @@ command line itself.
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import click
@@ -115,10 +114,7 @@ def gmail_key_from(given: Given, *, ask: bool) -> str | None:
     source = key_source(given)
     source.check()
     if source.env:
-        value = os.environ.get(source.env)
-        if value is None:
-            raise ConfigError(f"environment variable {source.env} is not set")
-        return value
+        return source.env_value()
     if source.file is not None:
         try:
             with source.file.open("rb") as file:

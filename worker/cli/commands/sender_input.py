@@ -46,6 +46,15 @@ class SecretSource:
         stem = f"--{self.option}"
         at_most_one({f"{stem}-env": self.env, f"{stem}-file": self.file, f"{stem}-prompt": self.prompt})
 
+    def env_value(self) -> str:
+        """The value of the variable `--<option>-env` names; a ConfigError when it is not set."""
+        from worker.core.config import ConfigError
+
+        value = os.environ.get(self.env or "")
+        if value is None:
+            raise ConfigError(f"environment variable {self.env} is not set")
+        return value
+
 
 @dataclass
 class Given:
@@ -188,10 +197,7 @@ def secret_from(source: SecretSource, *, ask: Callable[[], str | None], strip: b
 
     source.check()
     if source.env:
-        value = os.environ.get(source.env)
-        if value is None:
-            raise ConfigError(f"environment variable {source.env} is not set")
-        return value
+        return source.env_value()
     if source.file is not None:
         try:
             lines = source.file.read_text(encoding="utf-8").splitlines()
