@@ -183,13 +183,20 @@ def yes_option(what: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
     return click.option("--yes", is_flag=True, help=f"confirm: {what}")
 
 
+def number_option(
+    *names: str, help: str, minimum: int = 1, **more: Any
+) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """An option taking a whole number of `minimum` or more (`at_least`), shown as N unless `more` names a
+    metavar; `more` passes the rest (default, show_default, ...) to `click.option`."""
+    return click.option(*names, type=at_least(minimum), help=help, **{"metavar": "N", **more})
+
+
 def max_connections_option(variable: str, default: int) -> Callable[[Callable[..., int]], Callable[..., int]]:
     """`--max-connections-per-client N` of a public server, passed as `max_connections_per_client`
     (None: the setting `variable`, else `default`)."""
-    return click.option(
+    return number_option(
         "--max-connections-per-client",
-        type=at_least(0),
-        metavar="N",
+        minimum=0,
         help=f"connections one client network may hold, 0 for no cap (default {variable}, else {default})",
     )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from worker.cli.framework import Command, Database, Group, at_least, json_option, with_database
+from worker.cli.framework import Command, Database, Group, json_option, number_option, with_database
 
 DESCRIPTION = """\
 User accounts and the emails of their lifecycle (activation and password recovery). An account
@@ -111,7 +111,7 @@ def create(db: Database, email: str, login: str, locale: str) -> int:
 
 @accounts.command("list", cls=Command, help=LIST, short_help="list accounts")
 @click.option("--status", type=click.Choice(("provisioned", "active", "suspended")), help="only this status")
-@click.option("--limit", type=at_least(1), metavar="N", default=1000, help="at most this many (default 1000)")
+@number_option("--limit", default=1000, help="at most this many (default 1000)")
 @json_option
 @with_database
 def list_accounts(db: Database, status: str | None, limit: int, as_json: bool) -> int:

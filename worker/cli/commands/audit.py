@@ -14,8 +14,8 @@ from worker.cli.framework import (
     Command,
     Database,
     Group,
-    at_least,
     json_option,
+    number_option,
     with_database,
     yes_option,
 )
@@ -104,7 +104,7 @@ ISO_TIME = IsoTime()
 
 
 @click.group(cls=Group, help=AUDIT, invoke_without_command=True)
-@click.option("--limit", type=at_least(1), default=50, metavar="N", help="show at most N rows (default 50)")
+@number_option("--limit", default=50, help="show at most N rows (default 50)")
 @click.option(
     "--since", type=ISO_TIME, metavar="ISO", help="only rows from this date or time on (UTC unless given)"
 )

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from worker.cli.framework import Command, Database, at_least, json_option, with_database
+from worker.cli.framework import Command, Database, json_option, number_option, with_database
 
 LIST = """\
 List every bounce, complaint and suppression recorded, newest first, however it arrived: a relay's
@@ -37,7 +37,7 @@ Examples:
 )
 @click.option("--sender", metavar="NAME", help="only those of email sent through this sender account")
 @click.option("--campaign", metavar="ID", help="only those of this campaign's email")
-@click.option("--limit", type=at_least(1), metavar="N", default=50, help="show at most N (default 50)")
+@number_option("--limit", default=50, help="show at most N (default 50)")
 @json_option
 @with_database
 def list_bounces(

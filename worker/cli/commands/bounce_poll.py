@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from worker.cli.framework import Command, HostPort, at_least, with_settings
+from worker.cli.framework import Command, HostPort, number_option, with_settings
 
 if TYPE_CHECKING:
     from worker.core.config import Settings
@@ -101,22 +101,9 @@ class PollOptions:
 @click.option("--insecure", is_flag=True, help="no TLS at all (127.0.0.1 and localhost only)")
 @click.option("--cafile", metavar="FILE", help="verify the server against these certificates")
 @click.option("--once", is_flag=True, help="poll once and exit (the default)")
-@click.option("--every", type=at_least(1), metavar="SECONDS", help="poll every SECONDS until stopped")
-@click.option(
-    "--max",
-    "max_",
-    type=at_least(1),
-    metavar="N",
-    default=100,
-    help="messages per poll (default 100)",
-)
-@click.option(
-    "--timeout",
-    type=at_least(1),
-    default=30,
-    metavar="SECONDS",
-    help="network timeout (default 30)",
-)
+@number_option("--every", metavar="SECONDS", help="poll every SECONDS until stopped")
+@number_option("--max", "max_", default=100, help="messages per poll (default 100)")
+@number_option("--timeout", default=30, metavar="SECONDS", help="network timeout (default 30)")
 @with_settings
 def poll(settings: Settings, /, max_: int, **options: Any) -> int:
     """Poll the bounce mailbox once, or every --every seconds."""

@@ -17,9 +17,9 @@ from worker.cli.framework import (
     Database,
     Group,
     HostPort,
-    at_least,
     json_option,
     max_connections_option,
+    number_option,
     with_database,
     with_settings,
 )
@@ -128,13 +128,7 @@ def bounces() -> None:
 )
 @click.argument("file", default="-", required=False, metavar="[FILE]")
 @click.option("--envelope-recipient", metavar="ADDRESS", help="the address the MTA delivered it to")
-@click.option(
-    "--max-bytes",
-    type=at_least(1),
-    metavar="N",
-    default=TEN_MIB,
-    help="read at most N bytes (default 10 MiB)",
-)
+@number_option("--max-bytes", default=TEN_MIB, help="read at most N bytes (default 10 MiB)")
 @with_settings
 def ingest(settings: Settings, file: str, envelope_recipient: str | None, max_bytes: int) -> int:
     """Process one message from a file or standard input."""
@@ -189,27 +183,9 @@ def _read(path: str, max_bytes: int) -> bytes:
     help="address to listen on",
 )
 @click.option("--domain", "domains", multiple=True, metavar="DOMAIN", help="a bounce domain (repeatable)")
-@click.option(
-    "--max-bytes",
-    type=at_least(1),
-    metavar="N",
-    default=TEN_MIB,
-    help="largest message (default 10 MiB)",
-)
-@click.option(
-    "--rate",
-    type=at_least(1),
-    metavar="N",
-    default=60,
-    help="messages a minute per client (default 60)",
-)
-@click.option(
-    "--burst",
-    type=at_least(1),
-    metavar="N",
-    default=20,
-    help="messages at once per client (default 20)",
-)
+@number_option("--max-bytes", default=TEN_MIB, help="largest message (default 10 MiB)")
+@number_option("--rate", default=60, help="messages a minute per client (default 60)")
+@number_option("--burst", default=20, help="messages at once per client (default 20)")
 @max_connections_option("MAILROOM_RECEIVER_MAX_CONNECTIONS_PER_CLIENT", 20)
 @metrics_listen_option(9466)
 @with_database
@@ -298,8 +274,8 @@ bounces.add_command(list_bounces)
 @bounces.command(
     "quarantine", cls=Command, help=QUARANTINE, short_help="list the messages that could not be used"
 )
-@click.option("--limit", type=at_least(1), metavar="N", default=50, help="show at most N (default 50)")
-@click.option("--show", type=at_least(1), metavar="ID", help="write the kept bytes of message ID")
+@number_option("--limit", default=50, help="show at most N (default 50)")
+@number_option("--show", metavar="ID", help="write the kept bytes of message ID")
 @json_option
 @with_database
 def quarantine(db: Database, limit: int, show: int | None, as_json: bool) -> int:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from worker.cli.framework import Command, at_least, with_settings
+from worker.cli.framework import Command, number_option, with_settings
 
 if TYPE_CHECKING:
     from worker.core.config import Settings
@@ -43,13 +43,8 @@ Examples:
 
 def demo_options(function: Callable[..., int]) -> Callable[..., int]:
     """`--headless` and `--rounds`, shared by the headless demo and the console's."""
-    function = click.option(
-        "--rounds",
-        type=at_least(1),
-        metavar="N",
-        default=20,
-        show_default=True,
-        help="rounds of demo activity to feed",
+    function = number_option(
+        "--rounds", default=20, show_default=True, help="rounds of demo activity to feed"
     )(function)
     return click.option(
         "--headless",
@@ -70,14 +65,7 @@ def demo(settings: Settings, headless: bool, rounds: int) -> int:
 
 @click.command(cls=Command, help=SINK)
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
-@click.option(
-    "--port",
-    type=at_least(0),
-    metavar="N",
-    default=2525,
-    show_default=True,
-    help="port to listen on",
-)
+@number_option("--port", minimum=0, default=2525, show_default=True, help="port to listen on")
 @click.option("--maildir", help="also store every message in this Maildir")
 @with_settings
 def sink(settings: Settings, host: str, port: int, maildir: str | None) -> int:

@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from worker.cli.framework import Command, Database, Group, at_least, json_option, with_database, with_settings
+from worker.cli.framework import (
+    Command,
+    Database,
+    Group,
+    json_option,
+    number_option,
+    with_database,
+    with_settings,
+)
 
 if TYPE_CHECKING:
     from worker.core.config import Settings
@@ -126,13 +134,7 @@ def _read(path: str, cap: int) -> bytes:
 @dmarc.command("report", cls=Command, help=REPORT, short_help="pass and fail by source and alignment")
 @click.option("--since", type=click.DateTime(formats=["%Y-%m-%d"]), metavar="DATE", help="YYYY-MM-DD (UTC)")
 @click.option("--domain", metavar="DOMAIN", help="only this From (or policy) domain")
-@click.option(
-    "--limit",
-    type=at_least(1),
-    metavar="N",
-    default=500,
-    help="show at most N sources (default 500)",
-)
+@number_option("--limit", default=500, help="show at most N sources (default 500)")
 @json_option
 @with_database
 def report(db: Database, since: datetime | None, domain: str | None, limit: int, as_json: bool) -> int:

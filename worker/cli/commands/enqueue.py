@@ -12,7 +12,7 @@ from typing import IO
 
 import click
 
-from worker.cli.framework import Command, Database, at_least, with_database
+from worker.cli.framework import Command, Database, number_option, with_database
 from worker.cli.progress import Progress, ReadPosition
 
 
@@ -66,26 +66,14 @@ Examples:
 
 @click.command(cls=Command, help=DESCRIPTION)
 @click.argument("path", default="-", metavar="[PATH]")
-@click.option(
-    "--batch-size",
-    type=at_least(1),
-    metavar="N",
-    default=5000,
-    show_default=True,
-    help="lines per COPY batch and commit",
-)
+@number_option("--batch-size", default=5000, show_default=True, help="lines per COPY batch and commit")
 @click.option(
     "--progress/--no-progress",
     default=None,
     help="progress on standard error (default: a bar when it is a terminal, nothing when piped)",
 )
-@click.option(
-    "--jobs",
-    type=at_least(1),
-    metavar="N",
-    default=2,
-    show_default=True,
-    help="processes validating a large input (1 = this process only)",
+@number_option(
+    "--jobs", default=2, show_default=True, help="processes validating a large input (1 = this process only)"
 )
 @with_database
 def enqueue(db: Database, path: str, batch_size: int, progress: bool | None, jobs: int) -> int:

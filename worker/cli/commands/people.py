@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from worker.cli.framework import Command, Database, Group, at_least, json_option, with_database
+from worker.cli.framework import Command, Database, Group, json_option, number_option, with_database
 
 # The states `events list --status` takes (kept here: `--help` must not import the producers).
 OUTCOME_FILTERS = ("queued", "failed", "missed", "retrying")
@@ -229,7 +229,7 @@ def update(
 
 
 @people.command("list", cls=Command, help=LIST, short_help="list people")
-@click.option("--limit", type=at_least(1), metavar="N", default=1000, help="at most this many (default 1000)")
+@number_option("--limit", default=1000, help="at most this many (default 1000)")
 @json_option
 @with_database
 def list_people(db: Database, limit: int, as_json: bool) -> int:
@@ -294,7 +294,7 @@ def events() -> None:
 
 @events.command("upcoming", cls=Command, help=UPCOMING, short_help="pending events due soon")
 @click.option("--hours", type=Hours(), default=24.0, help="look this far ahead (default 24)")
-@click.option("--limit", type=at_least(1), metavar="N", default=1000, help="at most this many (default 1000)")
+@number_option("--limit", default=1000, help="at most this many (default 1000)")
 @json_option
 @with_database
 def upcoming(db: Database, hours: float, limit: int, as_json: bool) -> int:
@@ -325,7 +325,7 @@ def upcoming(db: Database, hours: float, limit: int, as_json: bool) -> int:
 @events.command("list", cls=Command, help=OUTCOMES, short_help="what became of birthday events")
 @click.option("--status", type=click.Choice(OUTCOME_FILTERS), help="only events in this state")
 @click.option("--person", "person_id", type=PERSON, help="every event of this person")
-@click.option("--limit", type=at_least(1), metavar="N", default=100, help="at most this many (default 100)")
+@number_option("--limit", default=100, help="at most this many (default 100)")
 @json_option
 @with_database
 def list_events(

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from worker.cli.framework import Command, Database, Group, at_least, json_option, with_database
+from worker.cli.framework import Command, Database, Group, json_option, number_option, with_database
 
 KIND_CHOICE = click.Choice(("hard", "soft", "complaint", "unsubscribe", "manual"))
 
@@ -128,7 +128,7 @@ def suppressions() -> None:
 @suppressions.command("list", cls=Command, help=LIST, short_help="list the suppressed addresses")
 @click.option("--kind", type=KIND_CHOICE, help="only this kind")
 @click.option("--search", metavar="TEXT", help="only addresses or reasons containing TEXT")
-@click.option("--limit", type=at_least(1), metavar="N", default=100, help="show at most N (default 100)")
+@number_option("--limit", default=100, help="show at most N (default 100)")
 @json_option
 @with_database
 def list_command(db: Database, kind: str | None, search: str | None, limit: int, as_json: bool) -> int:
@@ -178,7 +178,7 @@ def list_command(db: Database, kind: str | None, search: str | None, limit: int,
 
 @suppressions.command("history", cls=Command, help=HISTORY, short_help="every event of one address")
 @click.argument("address")
-@click.option("--limit", type=at_least(1), metavar="N", default=200, help="show at most N (default 200)")
+@number_option("--limit", default=200, help="show at most N (default 200)")
 @json_option
 @with_database
 def history_command(db: Database, address: str, limit: int, as_json: bool) -> int:

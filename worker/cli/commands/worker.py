@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from worker.cli.framework import Command, Database, at_least, with_database
+from worker.cli.framework import Command, Database, number_option, with_database
 from worker.cli.metrics_option import metrics_listen_option
 
 DESCRIPTION = """\
@@ -27,27 +27,16 @@ Examples:
 
 
 @click.command(cls=Command, help=DESCRIPTION)
-@click.option(
-    "--concurrency",
-    type=at_least(1),
-    metavar="N",
-    default=4,
-    show_default=True,
-    help="parallel SMTP connections per process",
-)
-@click.option(
+@number_option("--concurrency", default=4, show_default=True, help="parallel SMTP connections per process")
+@number_option(
     "--processes",
-    type=at_least(1),
-    metavar="N",
     default=1,
     show_default=True,
     help="worker processes to run under this one; a Python process sends on one CPU core, so use one per core. "
     "Only the first runs the producers; a process that dies is started again",
 )
-@click.option(
+@number_option(
     "--batch-size",
-    type=at_least(1),
-    metavar="N",
     default=300,
     show_default=True,
     help="emails claimed per slot at a time (a sender paced by send_delay_ms gets claims of at most 5 seconds of "
