@@ -64,7 +64,7 @@ class ScriptedServer:
             writer.close()
             return False
         if action == "stall":
-            await asyncio.sleep(3600)
+            await asyncio.Event().wait()  # a relay that never answers: until the client hangs up
             return False
         writer.write(action.encode() + b"\r\n")
         await writer.drain()
