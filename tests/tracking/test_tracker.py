@@ -13,7 +13,7 @@ from psycopg import sql
 
 from tests.tracking import email_row, enqueue_one, running_tracker, scalar
 from worker.core.config import Settings
-from worker.tracking.server import PIXEL
+from worker.tracking.server import PIXEL, POOL
 
 FLOOD = 1_000
 CLICK = re.compile(r'href="http://localhost:8025(/c/[0-9a-f-]{36})"')
@@ -119,6 +119,32 @@ async def test_one_click_post_form_encoded_unsubscribes_at_once(db_url: str, set
         assert resp.request_info.headers["Content-Type"] == "application/x-www-form-urlencoded"
     assert _unsubscribed(db_url) == [("reader@example.com", "one_click")]
     assert scalar(db_url, "SELECT campaign_id FROM mailroom.unsubscribe_list") == "spring"
+
+
+async def test_an_unsubscribe_commits_durably_though_the_trackers_events_commit_asynchronously(
+    db_url: str, settings: Settings
+) -> None:
+    # A trigger notes the commit level of the transaction that lists the address: the tracker's pool
+    # runs with synchronous_commit off (opens and clicks), which a crash right after the "unsubscribed"
+    # page, or a failover to a standby without the row, would turn into more email to that person.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE public.commit_levels (level text);"
+            " CREATE FUNCTION public.note_commit_level() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN INSERT INTO public.commit_levels VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$;"
+            " CREATE TRIGGER note_commit_level AFTER INSERT ON mailroom.unsubscribe_list"
+            " FOR EACH ROW EXECUTE FUNCTION public.note_commit_level()"
+        )
+    row = email_row(db_url, enqueue_one(db_url, settings))
+    async with running_tracker(db_url, settings) as server, aiohttp.ClientSession() as http:
+        async with http.post(
+            server.make_url(f"/u/{row['unsubscribe_token']}"), data={"List-Unsubscribe": "One-Click"}
+        ) as resp:
+            assert resp.status == 200
+        async with server.app[POOL].connection() as conn:
+            level = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+    assert level == ("off",)  # the pool's own level: events stay cheap
+    assert scalar(db_url, "SELECT string_agg(level, ',') FROM public.commit_levels") == "on"
 
 
 async def test_one_click_post_multipart_unsubscribes_at_once(db_url: str, settings: Settings) -> None:

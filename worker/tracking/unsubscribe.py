@@ -37,6 +37,9 @@ LIMIT 1
 
 IS_UNSUBSCRIBED = "SELECT EXISTS (SELECT 1 FROM mailroom.unsubscribe_list WHERE email = %s)"
 
+# This transaction's commit waits for the disk and a synchronous standby, whatever the connection's level.
+DURABLE_COMMIT = "SET LOCAL synchronous_commit = on"
+
 # Immediate and idempotent: the address is on the list when this statement commits.
 UNSUBSCRIBE = """
 INSERT INTO mailroom.unsubscribe_list (email, reason, source, campaign_id, email_id, user_agent, ip_address)
@@ -89,7 +92,11 @@ async def unsubscribe(
     ip: str | None,
     user_agent: str | None,
 ) -> None:
-    """Put the target's address (and only it) on the unsubscribe list."""
+    """Put the target's address (and only it) on the unsubscribe list, durably: the tracker's
+    connections commit asynchronously (an open or a click lost to a crash costs nothing), but a
+    person told "unsubscribed" must never be mailed again because the primary crashed a moment later
+    or failed over to a standby that had not yet received the row. This transaction waits as
+    `synchronous_commit = on` says: flushed here, and on a synchronous standby where there is one."""
     params = {
         "email": target.address.lower(),
         "reason": reason,
@@ -99,4 +106,6 @@ async def unsubscribe(
         "ua": user_agent,
         "ip": ip,
     }
-    await conn.execute(UNSUBSCRIBE, params)
+    async with conn.transaction():
+        await conn.execute(DURABLE_COMMIT)
+        await conn.execute(UNSUBSCRIBE, params)
