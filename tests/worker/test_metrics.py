@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,7 +23,7 @@ from worker.core import metrics
 from worker.core.config import Settings
 from worker.devtools.sink_script import RefuseShare
 from worker.ops.metrics import EXACT_UP_TO, capped
-from worker.ops.metrics_server import RECEIVER, TRACKER, WORKER, MetricsServer, serve_here
+from worker.ops.metrics_server import RECEIVER, TRACKER, WORKER, MetricsServer, serve_children, serve_here
 
 ACTIVE = "SELECT count(*) FROM mailroom.email_queue WHERE status IN ('pending', 'assigned', 'unrendered')"
 
@@ -160,6 +163,61 @@ def test_a_database_down_fails_both_probes_and_the_scrape_says_so(
     assert status == 200  # the scrape still answers: the figure says the database is gone
     assert value(text, "mailroom_database_up") == 0
     assert "mailroom_queue_emails" not in names(text)
+
+
+# A worker process under a supervisor, as far as its database circuit goes: it counts into the
+# supervisor's directory, meets a read-only server three times (its circuit opens), and closes the
+# circuit when told. Each step is said on stdout.
+_CHILD = """
+import sys
+from psycopg import errors
+from worker.core import metrics
+from worker.core.failover import DatabaseCircuit
+
+metrics.enable_for_supervisor(sys.argv[1])
+circuit = DatabaseCircuit("worker", threshold=2, base_seconds=0.0)
+for _ in range(3):
+    circuit.failed(errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"))
+print("open", flush=True)
+sys.stdin.readline()
+circuit.succeeded()
+print("closed", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_supervisor_is_unready_while_a_worker_process_under_it_has_its_database_circuit_open(
+    db_url: str, settings: Settings, tmp_path: Path
+) -> None:
+    # The circuits are the children's: the supervisor's own probe connects anew and could not tell.
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    server = serve_children("127.0.0.1", 0, db_url, settings, str(directory))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        assert child.stdout.readline() == "open\n"
+        status, body = probe(f"{base}/readyz")
+        assert status == 503 and body["ok"] is False, body
+        assert body["reasons"][0].startswith(
+            "a worker process under this supervisor has found the database"
+        ), body
+        assert probe(f"{base}/healthz")[0] == 200  # alive: restarting it would not help
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "closed\n"
+        assert probe(f"{base}/readyz")[0] == 200
+    finally:
+        child.stdin.close()
+        child.stdout.close()
+        child.wait(timeout=30)
+        server.close()
 
 
 def test_no_usable_sender_with_email_due_makes_a_worker_unready_but_not_the_tracker(

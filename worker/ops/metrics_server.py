@@ -55,6 +55,9 @@ class Probes:
     settings: Settings
     role: str
     cache_seconds: float = READY_CACHE_SECONDS
+    # Under a supervisor: the roles of its children whose database circuit is open (their circuits
+    # are theirs, not this process's; see `children_circuits`).
+    children: Callable[[], list[str]] | None = None
     _head: str = field(default_factory=head_revision)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ready: tuple[float, Verdict] | None = None
@@ -87,14 +90,16 @@ class Probes:
             ok, body = self._ready[1]
         from worker.ops.health import database_findings
 
-        circuits = database_findings(open_circuits())
-        if not circuits:
+        reasons = [f.line for f in database_findings(open_circuits())]
+        if self.children is not None:
+            reasons += [
+                f"a {role} process under this supervisor has found the database unavailable again and again"
+                " and waits before each try (its circuit is open)"
+                for role in self.children()
+            ]
+        if not reasons:
             return ok, body
-        return False, {
-            **body,
-            "ok": False,
-            "reasons": [f.line for f in circuits] + list(body.get("reasons", [])),
-        }
+        return False, {**body, "ok": False, "reasons": reasons + list(body.get("reasons", []))}
 
     def _check_ready(self) -> Verdict:
         try:
@@ -221,14 +226,16 @@ def start(
     settings: Settings,
     role: str,
     limits: Limits | None = None,
+    children: Callable[[], list[str]] | None = None,
 ) -> MetricsServer:
-    """Serve `registry` plus the database's gauges, the exporter's identity and the probes on HOST:PORT."""
+    """Serve `registry` plus the database's gauges, the exporter's identity and the probes on HOST:PORT
+    (`children`: see `Probes.children`)."""
     sock = bind(host, port)  # first: an address in use fails before anything is registered
     try:
         gauges = DatabaseGauges(url, settings)
         registry.register(gauges)
         registry.register(Identity(role))
-        respond = responder(_handler(registry, Probes(url, settings, role)))
+        respond = responder(_handler(registry, Probes(url, settings, role, children=children)))
         listener = Listener(sock, respond, limits or Limits(), PROBE_PATHS)
         listener.start()
     except BaseException:
@@ -255,4 +262,16 @@ def serve_children(host: str, port: int, url: str, settings: Settings, directory
 
     registry = CollectorRegistry(auto_describe=False)
     MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
-    return start(host, port, registry, url, settings, WORKER)
+    return start(host, port, registry, url, settings, WORKER, children=lambda: children_circuits(registry))
+
+
+def children_circuits(registry: CollectorRegistry) -> list[str]:
+    """The roles whose `mailroom_database_circuit_open` gauge is 1 in some live child (the gauge's
+    multiprocess mode keeps the highest value of the processes still running)."""
+    return sorted(
+        str(sample.labels.get("role", ""))
+        for family in registry.collect()
+        if family.name == "mailroom_database_circuit_open"
+        for sample in family.samples
+        if sample.value >= 1
+    )
