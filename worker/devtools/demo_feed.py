@@ -7,7 +7,6 @@ email, exactly as in production.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import random
 import threading
@@ -21,6 +20,7 @@ import psycopg
 
 from worker.core.config import Settings
 from worker.core.db import connect
+from worker.core.failover import database_unavailable
 from worker.core.outbox import EmailRequest, enqueue
 
 FIRST = ["Ada", "Grace", "Alan", "Edsger", "Barbara", "Donald", "Margaret", "Ken", "Frances", "Radia"]
@@ -401,9 +401,13 @@ class Feed:
     def run(self, interval: float) -> None:
         """Run rounds every `interval` seconds until `stop()`."""
         while not self._stop.is_set():
-            # The database may be restarting, or going away with the demo: try again next round.
-            with contextlib.suppress(psycopg.OperationalError):
+            # The database may be restarting, or going away with the demo: try again next round
+            # (unavailable as every Mailroom process judges it: `worker.core.failover`).
+            try:
                 self.round()
+            except psycopg.Error as exc:
+                if not database_unavailable(exc):
+                    raise
             self._stop.wait(interval)
 
     def stop(self) -> None:
