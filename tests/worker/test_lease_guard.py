@@ -90,3 +90,70 @@ async def test_a_worker_that_stood_still_but_still_holds_its_claim_renews_it_and
     assert await _drain(db_url, settings, clock) == 3
     assert sorted(m.rcpt_tos[0] for m in sink.messages) == [f"u{i}@example.com" for i in range(3)]
     assert statuses(db_url) == {"sent": 3}
+
+
+# Once, on the first wait for a paced sender's next send slot after its first (an UPDATE of its
+# pacing row): the claim's u1 is handed to a worker that died at once, as a rescue during that wait would.
+_HAND_U1_DURING_THE_WAIT = """
+CREATE TABLE public.handed (done boolean);
+CREATE FUNCTION public.hand_u1_on() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM public.handed) THEN
+        INSERT INTO public.handed VALUES (true);
+        UPDATE mailroom.email_queue
+        SET lease_token = gen_random_uuid(), lease_owner = 'other:1', lease_expires_at = now()
+        WHERE recipient_email = 'u1@example.com';
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER hand_u1_on AFTER UPDATE ON mailroom.sender_pacing FOR EACH ROW EXECUTE FUNCTION public.hand_u1_on();
+"""
+
+
+async def test_a_paced_worker_that_stood_still_asks_after_its_wait_for_the_send_slot_not_before(
+    db_url: str, settings: Settings, smtp_sink_factory: Any
+) -> None:
+    # The process stands still at u0 (its lease not known to hold any more); the email is taken from
+    # it during the wait for the next send slot. Asked before that wait, the database would still say
+    # "held", and u1 would go out from here and again after its rescue.
+    clock = MovedClock()
+    sink: RunningSink = smtp_sink_factory(handler=_StandsStill(db_url, clock, "SELECT 1"))
+    add_sender(db_url, sink.port)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE mailroom.sender_accounts SET send_delay_ms = 1")
+        conn.execute(_HAND_U1_DURING_THE_WAIT)
+    enqueue_many(db_url, 3)
+    assert await _drain(db_url, settings, clock) == 3
+    assert sorted(m.rcpt_tos[0] for m in sink.messages) == [f"u{i}@example.com" for i in range(3)]
+    assert statuses(db_url) == {"sent": 3}
+
+
+async def test_a_renewal_that_finds_the_claim_rescued_does_not_make_its_lease_fresh(
+    db_url: str, settings: Settings, smtp_sink: RunningSink
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    from worker.engine import claim as claiming
+    from worker.engine import leases
+    from worker.engine.queue_sql import RESCUE_EXPIRED
+
+    sender = add_sender(db_url, smtp_sink.port)
+    enqueue_many(db_url, 2)
+    clock = MovedClock()
+    async with AsyncConnectionPool(db_url, open=False, kwargs={"autocommit": True}) as pool:
+        await pool.open()
+        held = leases.HeldLeases(LEASE, clock)
+        since = clock.monotonic()
+        claim = await claiming.take(pool, claiming.Lease("w:1", LEASE, clock=clock), sender, 10)  # type: ignore[arg-type]
+        held.add(claim.token, since)
+        # The process stood still past its lease, and another worker rescued the claim meanwhile.
+        clock.stand_still(LEASE)
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("UPDATE mailroom.claims SET expires_at = now() - interval '1 second'")
+            assert len(conn.execute(RESCUE_EXPIRED).fetchall()) == 2
+        # The periodic renewal runs before the slot looks: it must not vouch for the rescued claim.
+        await leases.renew_once(pool, held)  # type: ignore[arg-type]
+        assert not held.fresh(claim.token)
+        assert await leases.renew_claim(pool, held, claim.token) == set()  # type: ignore[arg-type]
+        assert not held.fresh(claim.token)
+    assert statuses(db_url) == {"pending": 2}

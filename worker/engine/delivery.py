@@ -348,15 +348,18 @@ class Worker:
             # before it (see SmtpConnection.send).
             upcoming = build(pending[0]) if pending else None
             while pending and not self.stopping.is_set():
+                # Paced: the wait for this sender's next send slot comes first. Then the lease, right
+                # before the message goes out: a process that stood still anywhere before (in that
+                # wait, or recording the last result) asks the database what it still holds.
+                await self.book.pace(sender)
                 if not self._held.fresh(claim.token):
-                    pending, upcoming = await self._still_held(claim, pending, build)
+                    pending, upcoming = await self._still_held(claim, pending, build, upcoming)
                     if not pending:
                         break
                 email = pending.pop(0)
                 built = upcoming
                 assert built is not None
                 upcoming = build(pending[0]) if pending else None
-                await self.book.pace(sender)
                 with tracing.NOOP if traces is None else traces.delivering(email) as span:
                     result = await execute(email, built, upcoming, connection)
                     count_result(sender.name, result, self.options.clock.now())
@@ -376,11 +379,16 @@ class Worker:
         return [e.id for e in pending]
 
     async def _still_held(
-        self, claim: claiming.Claim, pending: list[ClaimedEmail], build: Callable[[ClaimedEmail], Built]
+        self,
+        claim: claiming.Claim,
+        pending: list[ClaimedEmail],
+        build: Callable[[ClaimedEmail], Built],
+        upcoming: Built | None,
     ) -> tuple[list[ClaimedEmail], Built | None]:
         """Renew a claim whose lease is not known to hold for long enough to send the next message (see
-        `leases.HeldLeases`): the emails it still holds, and the first one's message. The others were
-        rescued while this worker stood still, and another worker sends them."""
+        `leases.HeldLeases`): the emails it still holds, and the first one's message (`upcoming` when
+        that is still the first). The others were rescued while this worker stood still, and another
+        worker sends them."""
         held = await leases.renew_claim(self.pool, self._held, claim.token)
         kept = [e for e in pending if e.id in held]
         if len(kept) < len(pending):
@@ -389,7 +397,9 @@ class Worker:
                 len(pending) - len(kept),
                 extra=event("lease_lost", count=len(pending) - len(kept)),
             )
-        return kept, build(kept[0]) if kept else None
+        if not kept:
+            return kept, None
+        return kept, upcoming if kept[0] is pending[0] else build(kept[0])
 
     async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
         """The sent journal's own connection (durable unless MAILROOM_JOURNAL_DURABLE is false: see

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 import uuid
+from typing import Any
 
 import psycopg
 
@@ -62,7 +63,8 @@ class HeldLeases:
         self._since.pop(token, None)
 
     def renewed(self, tokens: list[uuid.UUID], since: float) -> None:
-        """These leases were extended by a statement sent at `since` (ended claims are left out)."""
+        """These leases were extended by a statement sent at `since`: only the tokens whose claim row
+        the renewal found (a rescued claim's is gone; ended claims are left out)."""
         for token in tokens:
             if token in self._since:
                 self._since[token] = max(self._since[token], since)
@@ -78,11 +80,31 @@ async def renew_claim(pool: Pool, held: HeldLeases, token: uuid.UUID) -> set[int
     since = held.clock.monotonic()
     params = {"lease": held.seconds, "tokens": [token]}
     async with pool.connection() as conn:
-        await conn.execute(q.RENEW_CLAIMS, params)
+        renewed = await _renew(conn, params)
         cur = await conn.execute(q.RENEW_LEASES, params)
         ids = {int(row[0]) for row in await cur.fetchall()}
-    held.renewed([token], since)
-    return ids
+    held.renewed(renewed, since)
+    return ids if renewed else set()
+
+
+async def renew_once(pool: Pool, held: HeldLeases) -> None:
+    """Extend the leases of every claim `held`; a claim rescued meanwhile is not renewed and stays
+    not `fresh`, so its slot asks again before its next message (`renew_claim`) and leaves it."""
+    tokens = held.tokens()
+    if not tokens:
+        return
+    since = held.clock.monotonic()
+    params = {"lease": held.seconds, "tokens": tokens}
+    async with pool.connection() as conn:
+        renewed = await _renew(conn, params)
+        await conn.execute(q.RENEW_LEASES, params)
+    held.renewed(renewed, since)
+
+
+async def _renew(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[uuid.UUID]:
+    """Extend the claim rows; the tokens of those it found."""
+    cur = await conn.execute(q.RENEW_CLAIMS, params)
+    return [row[0] for row in await cur.fetchall()]
 
 
 async def renew_forever(pool: Pool, held: HeldLeases) -> None:
@@ -96,17 +118,8 @@ async def renew_forever(pool: Pool, held: HeldLeases) -> None:
     renewed = time.monotonic()
     while True:
         await asyncio.sleep(interval)
-        tokens = held.tokens()
-        if not tokens:
-            renewed = time.monotonic()
-            continue
         try:
-            since = held.clock.monotonic()
-            params = {"lease": lease_seconds, "tokens": tokens}
-            async with pool.connection() as conn:
-                await conn.execute(q.RENEW_CLAIMS, params)
-                await conn.execute(q.RENEW_LEASES, params)
-            held.renewed(tokens, since)
+            await renew_once(pool, held)
             renewed = time.monotonic()
         except psycopg.Error as exc:
             if database_unavailable(exc):

@@ -241,9 +241,11 @@ RETURNING id
 
 # Two statements, each its own transaction: renewal never holds a claim row while it waits for an
 # email row (finish and rescue take the claim row first), so it cannot take part in a deadlock.
+# The tokens returned are the claims renewed: a rescued claim's row is gone, and its lease with it.
 RENEW_CLAIMS = """
 UPDATE mailroom.claims SET expires_at = now() + make_interval(secs => %(lease)s)
 WHERE lease_token = ANY(%(tokens)s::uuid[])
+RETURNING lease_token
 """
 RENEW_LEASES = """
 UPDATE mailroom.email_queue SET lease_expires_at = now() + make_interval(secs => %(lease)s)
