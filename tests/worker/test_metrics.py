@@ -182,7 +182,11 @@ print("open", flush=True)
 sys.stdin.readline()
 circuit.succeeded()
 print("closed", flush=True)
-sys.stdin.readline()
+if sys.stdin.readline() == "open again\\n":
+    for _ in range(3):
+        circuit.failed(errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"))
+    print("open", flush=True)
+    sys.stdin.readline()
 """
 
 
@@ -212,6 +216,15 @@ def test_a_supervisor_is_unready_while_a_worker_process_under_it_has_its_databas
         child.stdin.write("\n")
         child.stdin.flush()
         assert child.stdout.readline() == "closed\n"
+        assert probe(f"{base}/readyz")[0] == 200
+        # Killed with its circuit open: its value stays until the supervisor forgets the dead child.
+        child.stdin.write("open again\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "open\n"
+        child.kill()
+        child.wait(timeout=30)
+        assert probe(f"{base}/readyz")[0] == 503
+        metrics.child_gone(str(directory), child.pid)  # what the supervisor does when it reaps it
         assert probe(f"{base}/readyz")[0] == 200
     finally:
         child.stdin.close()

@@ -137,3 +137,14 @@ def test_a_child_started_after_sigterm_arrived_is_stopped_too(cli_env: dict[str,
     (child,) = supervisor._children.values()
     # It stops (by the signal itself, or as a worker does on SIGTERM once its handlers are in place).
     assert child.process.wait(timeout=30) in (0, -signal.SIGTERM)
+
+
+def test_the_supervisor_says_which_child_ended_so_its_live_metrics_are_forgotten(
+    cli_env: dict[str, str],
+) -> None:
+    from worker.engine.processes import Supervisor
+
+    ended: list[int] = []
+    supervisor = Supervisor(2, lambda index: ["--version"], cli_env, drain=True, on_exit=ended.append)
+    assert supervisor.run() == 0
+    assert len(ended) == 2 and len(set(ended)) == 2 and os.getpid() not in ended

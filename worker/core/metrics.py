@@ -160,6 +160,14 @@ def _histograms(kw: dict[str, Any]) -> tuple[Histogram, Histogram, Histogram, Hi
     )
 
 
+def child_gone(directory: str, pid: int) -> None:
+    """A worker process under the supervisor ended: its live gauges (its database circuit's among them)
+    no longer count; its counters stay in the sums."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
+
+
 def enable_for_supervisor(directory: str) -> None:
     """Count into `directory`, which the supervising process's listener reads (prometheus-client's
     multiprocess mode), and serve nothing here."""

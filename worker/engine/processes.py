@@ -62,6 +62,8 @@ class Supervisor:
     env: Mapping[str, str]
     drain: bool = False
     max_pause: float = 30.0
+    # Called with the pid of each child reaped (the metrics directory forgets its live gauges).
+    on_exit: Callable[[int], None] | None = None
     _children: dict[int, _Child] = field(default_factory=dict)
     _stopping: bool = False
 
@@ -107,6 +109,8 @@ class Supervisor:
                 child = self._children.pop(pid, None)
                 if child is None:
                     continue
+                if self.on_exit is not None:
+                    self.on_exit(pid)
                 code = os.waitstatus_to_exitcode(status)
                 child.process.returncode = code
                 if self._stopping or self.drain:

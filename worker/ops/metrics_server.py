@@ -261,16 +261,18 @@ def serve_children(host: str, port: int, url: str, settings: Settings, directory
     from prometheus_client.multiprocess import MultiProcessCollector
 
     registry = CollectorRegistry(auto_describe=False)
-    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
-    return start(host, port, registry, url, settings, WORKER, children=lambda: children_circuits(registry))
+    children = MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    return start(host, port, registry, url, settings, WORKER, children=lambda: children_circuits(children))
 
 
-def children_circuits(registry: CollectorRegistry) -> list[str]:
-    """The roles whose `mailroom_database_circuit_open` gauge is 1 in some live child (the gauge's
-    multiprocess mode keeps the highest value of the processes still running)."""
+def children_circuits(children: Collector) -> list[str]:
+    """The roles whose `mailroom_database_circuit_open` gauge is 1 in some child still running (the
+    gauge's multiprocess mode keeps the highest value of the live processes; the supervisor forgets a
+    dead child's files, `worker.core.metrics.child_gone`). Only the children's files are read: not the
+    database's gauges, which a probe must never wait for."""
     return sorted(
         str(sample.labels.get("role", ""))
-        for family in registry.collect()
+        for family in children.collect()
         if family.name == "mailroom_database_circuit_open"
         for sample in family.samples
         if sample.value >= 1

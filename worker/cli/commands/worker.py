@@ -127,6 +127,7 @@ def _supervise(
     producers: bool,
 ) -> int:
     """Run `processes` worker processes; with --metrics-listen, serve all their figures from here."""
+    import functools
     import os
     import shutil
     import tempfile
@@ -159,7 +160,12 @@ def _supervise(
             )
             where = _address(metrics_listen[0], listener.port)
             click.echo(f"worker: metrics on {where}", err=True)
-        code = Supervisor(processes, argv, env, drain=drain).run()
+        on_exit = None
+        if directory:
+            from worker.core.metrics import child_gone
+
+            on_exit = functools.partial(child_gone, directory)
+        code = Supervisor(processes, argv, env, drain=drain, on_exit=on_exit).run()
     finally:
         if listener is not None:
             listener.close()
