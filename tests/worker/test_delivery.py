@@ -446,8 +446,12 @@ async def test_pacing_holds_across_workers_not_only_within_one(
     with psycopg.connect(db_url) as conn:
         conn.execute("UPDATE mailroom.sender_accounts SET send_delay_ms = %s", (int(delay * 1000),))
     enqueue_many(db_url, total)
+    # Not about leases: a 2-second one can run out on a loaded host and send an email again.
+    patient = replace(fast_settings, lease_seconds=60.0)
     workers = [
-        Worker(db_url, fast_settings, WorkerOptions(concurrency=1, batch_size=total // 2, drain=True))
+        Worker(
+            db_url, patient, WorkerOptions(concurrency=1, batch_size=total // 2, drain=True, poll_seconds=0.2)
+        )
         for _ in range(2)
     ]
     await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers)), timeout=30)
