@@ -80,7 +80,7 @@ async def renew_claim(pool: Pool, held: HeldLeases, token: uuid.UUID) -> set[int
     since = held.clock.monotonic()
     params = {"lease": held.seconds, "tokens": [token]}
     async with pool.connection() as conn:
-        renewed = await _renew(conn, params)
+        renewed = await _renew(conn, [token], held.seconds)
         cur = await conn.execute(q.RENEW_LEASES, params)
         ids = {int(row[0]) for row in await cur.fetchall()}
     held.renewed(renewed, since)
@@ -96,14 +96,16 @@ async def renew_once(pool: Pool, held: HeldLeases) -> None:
     since = held.clock.monotonic()
     params = {"lease": held.seconds, "tokens": tokens}
     async with pool.connection() as conn:
-        renewed = await _renew(conn, params)
+        renewed = await _renew(conn, tokens, held.seconds)
         await conn.execute(q.RENEW_LEASES, params)
     held.renewed(renewed, since)
 
 
-async def _renew(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[uuid.UUID]:
+async def _renew(
+    conn: psycopg.AsyncConnection[Any], tokens: list[uuid.UUID], seconds: float
+) -> list[uuid.UUID]:
     """Extend the claim rows; the tokens of those it found."""
-    cur = await conn.execute(q.RENEW_CLAIMS, params)
+    cur = await conn.execute(q.RENEW_CLAIMS, {"lease": seconds, "tokens": tokens})
     return [row[0] for row in await cur.fetchall()]
 
 
