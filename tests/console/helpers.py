@@ -13,7 +13,9 @@ from textual.widgets import DataTable, Static
 from console.app import MailroomConsole
 from console.widgets.dialogs import ConfirmScreen
 
-WAIT = 5.0
+# How long a test waits for what it expects to see: a bound, not a duration (waits end as soon as it shows);
+# generous, since a fresh-clone run beside another on two cores once took more than 5 s to open a dialog.
+WAIT = 30.0
 
 
 def email_status(url: str, *ids: int) -> dict[int, str]:
