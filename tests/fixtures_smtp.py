@@ -58,9 +58,13 @@ def smtp_sink(smtp_sink_factory: SinkFactory) -> RunningSink:
 
 async def until_closed(reader: asyncio.StreamReader, bound: float = 10.0) -> bytes:
     """Everything a server still sends until it closes the connection; fails past `bound` seconds
-    (generous: a wait cut off, never a duration asserted)."""
+    (generous: a wait cut off, never a duration asserted). A reset is a close too: a server that
+    hangs up on a client still sending (bytes left unread) makes its kernel answer with RST, not FIN."""
     seen = b""
     async with asyncio.timeout(bound):
-        while chunk := await reader.read(4096):
-            seen += chunk
+        try:
+            while chunk := await reader.read(4096):
+                seen += chunk
+        except ConnectionResetError:
+            pass
     return seen
