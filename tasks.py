@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,8 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / ".mailroom-deps"
 LOCK = ROOT / "requirements.lock"
+# The distribution's name before it became pyproject's (another project holds "mailroom" on the index).
+OLD_DISTRIBUTION = "mailroom"
 
 
 def _say(message: str) -> None:
@@ -46,6 +49,10 @@ def ensure_venv() -> None:
         _say(f"creating virtual environment in {VENV.name}/")
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     _say("installing Mailroom and its dependencies (first run takes a minute)")
+    stale = f"site-packages/{OLD_DISTRIBUTION}-*.dist-info"
+    if any(VENV.glob(f"lib/python*/{stale}")) or any(VENV.glob(f"Lib/{stale}")):
+        # An environment made before the rename: its editable install under the old name goes first.
+        _run(PYTHON, "-m", "pip", "uninstall", "-y", "-qq", "--disable-pip-version-check", OLD_DISTRIBUTION)
     _pip(PYTHON, "-e", ".[dev]")
     STAMP.write_text(wanted)
 
@@ -55,6 +62,18 @@ def _pip(python: Path, *requirements: str) -> None:
     _run(python, "-m", "pip", "install", "-qq", "--disable-pip-version-check", "-c", LOCK, *requirements)
 
 
+def _canonical(name: str) -> str:
+    """A distribution's name as the package index compares it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distribution() -> str:
+    """The project's distribution name, from pyproject.toml (not the import name `mailroom`)."""
+    import tomllib  # 3.11+: after ensure_venv's version check
+
+    return str(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"])
+
+
 def lock() -> None:
     """Write requirements.lock from the environment (after changing a dependency range)."""
     ensure_venv()
@@ -62,7 +81,13 @@ def lock() -> None:
         [str(PYTHON), "-m", "pip", "freeze", "--exclude-editable", "--disable-pip-version-check"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    lines = [line for line in frozen.splitlines() if line and not line.lower().startswith("mailroom")]
+    # The project itself is no dependency (--exclude-editable leaves out its editable install already).
+    own = {_canonical(distribution()), _canonical(OLD_DISTRIBUTION)}
+    lines = [
+        line
+        for line in frozen.splitlines()
+        if line and _canonical(re.split(r"[\s=@<>!~;\[]", line)[0]) not in own
+    ]
     LOCK.write_text(
         "# The versions the test and demo environments use: python3 tasks.py lock\n" + "\n".join(lines) + "\n"
     )
@@ -87,11 +112,13 @@ def wheel_smoke() -> None:
             work / "dist",
             ROOT,
         )
-        wheel = next((work / "dist").glob("mailroom-*.whl"))
+        name = distribution()
+        # A wheel's file name spells the distribution with underscores: mailroom_pg-0.1.0-py3-none-any.whl.
+        wheel = next((work / "dist").glob(f"{_canonical(name).replace('-', '_')}-*.whl"))
         _say(f"installing {wheel.name}[all] into a fresh environment")
         venv.EnvBuilder(with_pip=True).create(work / "venv")
         python = work / "venv" / BIN.name / PYTHON.name
-        _pip(python, f"mailroom[all] @ {wheel.as_uri()}")
+        _pip(python, f"{name}[all] @ {wheel.as_uri()}")
         # Run from a copy outside the checkout: the script's folder leads sys.path, and tests/ has a worker/.
         script = work / "wheel_smoke.py"
         script.write_bytes((ROOT / "tests" / "wheel_smoke.py").read_bytes())

@@ -150,7 +150,10 @@ def explain(exc: BaseException, command: str) -> tuple[int, str]:
         )
     if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in EXTRAS:
         extra = EXTRAS[(exc.name or "").split(".")[0]]
-        return EXIT_USAGE, f"`mailroom {command}` needs the [{extra}] extra: pip install 'mailroom[{extra}]'"
+        return (
+            EXIT_USAGE,
+            f"`mailroom {command}` needs the [{extra}] extra: pip install 'mailroom-pg[{extra}]'",
+        )
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
         option = _LISTEN_OPTION.get(command, "--port")
         return EXIT_USAGE, f"the address is already in use ({_first_line(exc)}); choose another {option}"

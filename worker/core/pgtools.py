@@ -69,7 +69,7 @@ def client_tool(name: str, major: int) -> Path:
             return path
     raise ConfigError(
         f"no {name} for PostgreSQL {major} found; install the client tools of that version "
-        f"(Debian: apt-get install postgresql-client-{major}) or mailroom[embedded], which bundles them"
+        f"(Debian: apt-get install postgresql-client-{major}) or mailroom-pg[embedded], which bundles them"
     )
 
 

@@ -80,7 +80,7 @@ def configure(service: str = "mailroom") -> bool:
         from worker.core.tracing_sdk import provider_from_env
     except ImportError as exc:
         log.warning(
-            "tracing asked for but OpenTelemetry is not installed (%s): pip install 'mailroom[otel]'", exc
+            "tracing asked for but OpenTelemetry is not installed (%s): pip install 'mailroom-pg[otel]'", exc
         )
         return False
     provider = provider_from_env(service)

@@ -10,6 +10,7 @@ import pickle
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -49,8 +50,13 @@ def test_the_package_says_what_is_public_and_nothing_else_leaks() -> None:
     assert names - {"annotations"} == set(mailroom.__all__)
 
 
+def _distribution() -> str:
+    """The distribution's name (mailroom-pg), which differs from the import name `mailroom`."""
+    return str(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"])
+
+
 def test_the_version_is_the_installed_distributions() -> None:
-    assert mailroom.__version__ == importlib.metadata.version("mailroom")
+    assert mailroom.__version__ == importlib.metadata.version(_distribution())
 
 
 def test_every_field_of_an_email_request_is_documented_in_its_docstring() -> None:
@@ -94,7 +100,7 @@ def test_import_mailroom_loads_only_the_core() -> None:
 
 def _core_distributions() -> set[str]:
     """Mailroom's dependencies without extras, and theirs (with the extras they ask for), by canonical name."""
-    wanted: list[tuple[str, frozenset[str]]] = [("mailroom", frozenset())]
+    wanted: list[tuple[str, frozenset[str]]] = [(_distribution(), frozenset())]
     found: set[str] = set()
     while wanted:
         name, extras = wanted.pop()
@@ -109,7 +115,7 @@ def _core_distributions() -> set[str]:
 
 
 def test_import_mailroom_needs_no_extra() -> None:
-    """A core-only install (`pip install mailroom`, no [worker] or other extras) can import and enqueue."""
+    """A core-only install (`pip install mailroom-pg`, no [worker] or other extras) can import and enqueue."""
     code = (
         "import sys; before = set(sys.modules); import mailroom; print(' '.join(set(sys.modules) - before))"
     )
