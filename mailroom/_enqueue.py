@@ -1,25 +1,44 @@
-"""Enqueue one email or many, inside the caller's psycopg transaction (synchronous and async).
+"""Enqueue one email or many, inside the caller's transaction (synchronous and async).
 
-Each call is a thin way to `worker.core.outbox`, the one home of enqueue's rules (content, campaign
-policy, tracking, suppression verdict, idempotency), adding the caller's transaction and trace span.
+The caller passes a psycopg connection, or a SQLAlchemy connection or session on the psycopg dialect,
+whose transaction's psycopg connection `mailroom._connections` finds. Each call is a thin way to
+`worker.core.outbox`, the one home of enqueue's rules (content, campaign policy, tracking, suppression
+verdict, idempotency), adding the caller's transaction and trace span.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from mailroom._connections import psycopg_async_connection, psycopg_connection
 from mailroom._request import EmailRequest
 from worker.core import outbox
 from worker.core.enqueue_trace import traced, traced_async
 from worker.core.enqueued import Enqueued
 
+if TYPE_CHECKING:  # SQLAlchemy is imported only by an application that uses it
+    import sqlalchemy
+    import sqlalchemy.ext.asyncio
+    import sqlalchemy.orm
 
-def enqueue(conn: psycopg.Connection[Any], request: EmailRequest) -> Enqueued:
+
+def enqueue(
+    conn: psycopg.Connection[Any]
+    | sqlalchemy.Connection
+    | sqlalchemy.orm.Session
+    | sqlalchemy.orm.scoped_session[Any],
+    request: EmailRequest,
+) -> Enqueued:
     """Enqueue one email in the caller's transaction on `conn` and return its id.
+
+    `conn` is a psycopg `Connection`, or a SQLAlchemy `Connection` or `Session` (a `scoped_session`
+    too) on the psycopg 3 dialect (`postgresql+psycopg://`): the email is written on the psycopg
+    connection under it, in its transaction (a `Session` without one begins it). Anything else,
+    an async connection included, raises `TypeError`.
 
     The id is an `Enqueued`, an `int` that also says whether the email will be sent: when every
     recipient is on the suppression list it is stored `suppressed` at once, `.suppressed` is True
@@ -39,11 +58,18 @@ def enqueue(conn: psycopg.Connection[Any], request: EmailRequest) -> Enqueued:
 
     SQL equivalent: `SELECT mailroom.enqueue(recipients => ARRAY[...], subject => ..., ...)`.
     """
-    with _atomic(conn), traced(conn):
-        return outbox.enqueue(conn, request)
+    pg = psycopg_connection(conn, "mailroom.enqueue")
+    with _atomic(pg), traced(pg):
+        return outbox.enqueue(pg, request)
 
 
-def enqueue_many(conn: psycopg.Connection[Any], requests: Iterable[EmailRequest]) -> list[Enqueued]:
+def enqueue_many(
+    conn: psycopg.Connection[Any]
+    | sqlalchemy.Connection
+    | sqlalchemy.orm.Session
+    | sqlalchemy.orm.scoped_session[Any],
+    requests: Iterable[EmailRequest],
+) -> list[Enqueued]:
     """Enqueue several emails in the caller's transaction on `conn`; their ids, in the requests' order.
 
     Each id is an `Enqueued`, as `enqueue` returns: `.suppressed` tells the emails stored suppressed.
@@ -54,24 +80,42 @@ def enqueue_many(conn: psycopg.Connection[Any], requests: Iterable[EmailRequest]
     caller's transaction commits. A request repeating an `idempotency_key` (stored earlier, or
     earlier in the same call) gets the first email's id. Raises as `enqueue` does otherwise.
 
-    SQL equivalent: one `SELECT mailroom.enqueue(...)` per email, in one transaction.
+    `conn` is what `enqueue` takes. SQL equivalent: one `SELECT mailroom.enqueue(...)` per email, in one
+    transaction.
     """
-    with _atomic(conn), traced(conn):
-        return outbox.enqueue_many(conn, requests)
+    pg = psycopg_connection(conn, "mailroom.enqueue_many")
+    with _atomic(pg), traced(pg):
+        return outbox.enqueue_many(pg, requests)
 
 
-async def enqueue_async(conn: psycopg.AsyncConnection[Any], request: EmailRequest) -> Enqueued:
-    """Async twin of `enqueue`, for applications on `psycopg.AsyncConnection`."""
-    async with _atomic_async(conn), traced_async(conn):
-        return await outbox.enqueue_async(conn, request)
+async def enqueue_async(
+    conn: psycopg.AsyncConnection[Any]
+    | sqlalchemy.ext.asyncio.AsyncConnection
+    | sqlalchemy.ext.asyncio.AsyncSession
+    | sqlalchemy.ext.asyncio.async_scoped_session[Any],
+    request: EmailRequest,
+) -> Enqueued:
+    """Async twin of `enqueue`, on a psycopg or SQLAlchemy `AsyncConnection`, or an `AsyncSession`.
+
+    SQLAlchemy's must be on the psycopg 3 dialect (`create_async_engine("postgresql+psycopg://...")`);
+    a synchronous connection or session raises `TypeError`.
+    """
+    pg = await psycopg_async_connection(conn, "mailroom.enqueue_async")
+    async with _atomic_async(pg), traced_async(pg):
+        return await outbox.enqueue_async(pg, request)
 
 
 async def enqueue_many_async(
-    conn: psycopg.AsyncConnection[Any], requests: Iterable[EmailRequest]
+    conn: psycopg.AsyncConnection[Any]
+    | sqlalchemy.ext.asyncio.AsyncConnection
+    | sqlalchemy.ext.asyncio.AsyncSession
+    | sqlalchemy.ext.asyncio.async_scoped_session[Any],
+    requests: Iterable[EmailRequest],
 ) -> list[Enqueued]:
-    """Async twin of `enqueue_many`, for applications on `psycopg.AsyncConnection`."""
-    async with _atomic_async(conn), traced_async(conn):
-        return await outbox.enqueue_many_async(conn, requests)
+    """Async twin of `enqueue_many`, on what `enqueue_async` takes."""
+    pg = await psycopg_async_connection(conn, "mailroom.enqueue_many_async")
+    async with _atomic_async(pg), traced_async(pg):
+        return await outbox.enqueue_many_async(pg, requests)
 
 
 def _atomic(conn: psycopg.Connection[Any]) -> AbstractContextManager[object]:
