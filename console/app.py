@@ -119,6 +119,11 @@ class MailroomConsole(App[int]):
         self.notices: list[tuple[str, str]] = []
         self.states: list[str] = []
         self.refreshes = 0
+        # Each screen's last data shown, by the number of the load that read it (`begin_load`): a wait
+        # for what a key asked (another screen, another page) must not take a load begun before it,
+        # landing late, for the one the key began.
+        self.loads_begun = 0
+        self.shown_by: dict[object, int] = {}
         self.health_checks = 0
         self._refreshed = asyncio.Condition()
         self._feed_task: asyncio.Task[None] | None = None
@@ -179,10 +184,17 @@ class MailroomConsole(App[int]):
         """Refresh the visible screen now (after an action, or when a screen is shown)."""
         self.coalescer.add({ALL_TABLES})
 
-    async def data_shown(self) -> None:
-        """A screen finished showing fresh data: stamp the header and wake anyone waiting for it."""
+    def begin_load(self) -> int:
+        """A screen begins reading its data: the load's number, for `data_shown`."""
+        self.loads_begun += 1
+        return self.loads_begun
+
+    async def data_shown(self, screen: object = None, load: int = 0) -> None:
+        """A screen finished showing the data of its load number `load`: stamp the header and wake
+        anyone waiting for it."""
         self.updated_at = self.clock()
         self.refreshes += 1
+        self.shown_by[screen] = load
         await self.wake_waiters()
 
     async def wake_waiters(self) -> None:

@@ -122,8 +122,12 @@ class ConsoleContext(Protocol):
         """Run a read-only question (a count for a confirmation) off the UI thread."""
         ...
 
-    async def data_shown(self) -> None:
-        """A screen finished showing fresh data."""
+    def begin_load(self) -> int:
+        """A screen begins reading its data: the load's number, for `data_shown`."""
+        ...
+
+    async def data_shown(self, screen: object = None, load: int = 0) -> None:
+        """A screen (`screen`) finished showing the data of its load number `load`."""
         ...
 
     async def wake_waiters(self) -> None:

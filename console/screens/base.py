@@ -97,6 +97,7 @@ class DataScreen(Screen[None], Generic[DataT]):
 
     @work(exclusive=True, group="refresh", exit_on_error=False)
     async def _load(self) -> None:
+        load = self.console.begin_load()
         try:
             data = await self.fetch()
             self.show(data)
@@ -104,7 +105,7 @@ class DataScreen(Screen[None], Generic[DataT]):
             self.console.say(f"refresh failed: {exc}".splitlines()[0], severity="error")
             await self.console.wake_waiters()
             return
-        await self.console.data_shown()
+        await self.console.data_shown(self, load)
 
     async def fetch(self) -> DataT:
         """Read this screen's data (runs in a worker, never in an event handler)."""

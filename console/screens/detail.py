@@ -87,6 +87,7 @@ class EmailDetailScreen(Screen[None]):
     @work(exclusive=True, group="detail", exit_on_error=False)
     async def _load(self) -> None:
         app = context_of(self)
+        load = app.begin_load()
         try:
             email, history = await app.data.email_detail(self.email_id)
         except Exception as exc:  # shown, not swallowed
@@ -97,7 +98,7 @@ class EmailDetailScreen(Screen[None]):
             await app.wake_waiters()
             return
         self._show(app, email, history)
-        await app.data_shown()
+        await app.data_shown(self, load)
 
     def _show(self, app: ConsoleContext, email: dict[str, Any] | None, history: list[dict[str, Any]]) -> None:
         now = app.clock()

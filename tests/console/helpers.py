@@ -47,9 +47,15 @@ def noticed(app: MailroomConsole, text: str) -> Callable[[], bool]:
 async def open_screen(app: MailroomConsole, pilot: Any, key: str) -> None:
     """Press a screen's number key and wait for its data."""
     assert await app.wait_until_shown(lambda: app.live_state == "live" and app.refreshes > 0, WAIT)
-    before = app.refreshes
-    await pilot.press(key)
-    assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+    await shown_after(app, pilot, key)
+
+
+async def shown_after(app: MailroomConsole, pilot: Any, *keys: str) -> None:
+    """Press `keys` and wait until the screen then in front shows data it began reading after them: a
+    load begun before them (the previous screen's, the previous page's) may land after the keys."""
+    begun = app.loads_begun
+    await pilot.press(*keys)
+    assert await app.wait_until_shown(lambda: app.shown_by.get(app.screen, 0) > begun, WAIT)
 
 
 async def asked(app: MailroomConsole, pilot: Any, *keys: str) -> ConfirmScreen:

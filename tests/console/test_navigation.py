@@ -62,9 +62,9 @@ async def test_o_and_header_clicks_sort_and_the_header_shows_the_sort(
         # By number, not by text: 0/1000 < 25/25 < 171/200 < 412/2000.
         assert row_keys(app, "senders") == ["backup", "low-limit", "warming", "primary"]
         # A refresh keeps the sort.
-        before = app.refreshes
+        begun = app.loads_begun
         app.request_refresh()
-        assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+        assert await app.wait_until_shown(lambda: app.shown_by.get(app.screen, 0) > begun, WAIT)
         assert row_keys(app, "senders") == ["backup", "low-limit", "warming", "primary"]
 
 

@@ -10,7 +10,7 @@ from textual.widgets import DataTable
 
 from console.app import MailroomConsole
 from console.screens.detail import EmailDetailScreen
-from tests.console.helpers import WAIT, fields_text, open_screen
+from tests.console.helpers import fields_text, open_screen, shown_after
 
 HOSTILE = "550 [red]fake[/red] [@click=app.quit]quit[/] \x1b]0;pwned\x07\x1b[2J\u202eend"
 SHOWN = "550 [red]fake[/red] [@click=app.quit]quit[/] \\x1b]0;pwned\\x07\\x1b[2J\\u202eend"
@@ -33,9 +33,7 @@ async def test_a_hostile_last_error_is_shown_literally_in_the_failures_table_and
         assert shown and all(cell.plain.startswith(SHOWN[: len(cell.plain) - 1]) for cell in shown)
         assert all(not cell.spans for cell in shown)  # no style, no @click action taken from the text
         assert not [c for c in cells if "\x1b" in (c.plain if isinstance(c, Text) else str(c))]
-        before = app.refreshes
-        await pilot.press("enter")
-        assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+        await shown_after(app, pilot, "enter")
         assert isinstance(app.screen, EmailDetailScreen)
         fields = fields_text(app)
         assert SHOWN in fields and "[b]Reset[/b] [@click=app.quit]now[/]" in fields

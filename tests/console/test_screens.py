@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 from console.app import MailroomConsole
 from console.screens.detail import EmailDetailScreen
 from console.widgets.header import ConsoleHeader
-from tests.console.helpers import WAIT, fields_text, noticed, open_screen, panel_text, row_keys
+from tests.console.helpers import WAIT, fields_text, noticed, open_screen, panel_text, row_keys, shown_after
 
 
 def divide_by_zero(conn: psycopg.Connection[Any]) -> str:
@@ -26,9 +26,7 @@ async def test_email_detail_has_the_header_and_follows_changes_made_elsewhere(
     app = make_console(seeded_url)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(app, pilot, "2")
-        before = app.refreshes
-        await pilot.press("enter")
-        assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+        await shown_after(app, pilot, "enter")
         assert isinstance(app.screen, EmailDetailScreen)
         header = app.screen.query_one(ConsoleHeader)
         assert "mailroom@test" in str(header.render()) and "● live" in str(header.render())

@@ -12,10 +12,10 @@ from textual.widgets import DataTable
 
 from console.app import MailroomConsole
 from console.widgets.dialogs import ConfirmScreen
+from tests.console.helpers import WAIT, shown_after
 from tests.console.seed import FROZEN_NOW
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
-WAIT = 10.0
 
 
 def showing(key: str | None, *then: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
@@ -32,9 +32,7 @@ def showing(key: str | None, *then: str) -> Callable[[Pilot[Any]], Awaitable[Non
                 lambda: app.screen.query_one("#ov-senders", DataTable).row_count == 4, WAIT
             )
         if key is not None:
-            before = app.refreshes
-            await pilot.press(key)
-            assert await app.wait_until_shown(lambda: app.refreshes > before, WAIT)
+            await shown_after(app, pilot, key)
         if then:
             await pilot.press(*then)
             # A confirmation counts in the database before it opens: wait for it to be up.
