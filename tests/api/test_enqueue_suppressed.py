@@ -300,12 +300,13 @@ def test_an_application_is_told_its_email_will_not_be_sent_never_why(
 def test_a_role_writing_the_queue_through_the_python_api_learns_no_kind(
     db_url: str, settings: Settings
 ) -> None:
-    """The Python API's privileges without the list's: INSERT ... RETURNING, the lookup by key, the batch."""
+    """An application role that may also write the queue (the bulk command's COPY), without the list's
+    privileges: the Python API's door, its lookup by key, the batch, and the bulk path."""
     _list_all(db_url)
     with psycopg.connect(db_url) as conn:
         conn.execute("CREATE ROLE mr_sup_writer LOGIN")
         for grant in (
-            "GRANT USAGE ON SCHEMA mailroom TO mr_sup_writer",
+            "SELECT mailroom.grant_app_role('mr_sup_writer')",
             "GRANT SELECT, INSERT ON mailroom.email_queue, mailroom.tracked_links TO mr_sup_writer",
             "GRANT USAGE ON ALL SEQUENCES IN SCHEMA mailroom TO mr_sup_writer",
             "GRANT EXECUTE ON FUNCTION mailroom.enqueue_suppression TO mr_sup_writer",

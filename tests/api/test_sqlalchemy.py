@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,8 @@ from sqlalchemy.pool import NullPool
 
 import mailroom
 from mailroom import EmailRequest
+from tests.fixtures_db import drop_roles, role_url
+from worker.ops import roles
 
 KINDS = ["Connection", "Session", "AsyncConnection", "AsyncSession"]
 TAKES = "takes a psycopg Connection, or a SQLAlchemy Connection or Session on the psycopg dialect; got "
@@ -47,14 +49,23 @@ def sqlalchemy_url(conninfo: str) -> sqlalchemy.URL:
     )
 
 
-@pytest.fixture
-def app_url(db_url: str) -> sqlalchemy.URL:
-    """The URL the application's engine connects with: the test database's owner for now.
+@pytest.fixture(params=["owner", "app role"])
+def app_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[sqlalchemy.URL]:
+    """The URL the application's engine connects with: the test database's owner, and a least-privilege
+    role made by `mailroom db grant app` (no privilege on any table: every case goes through the door).
 
-    Every case below connects through this fixture alone and reads what was stored as the owner
-    (`db_url`), so parametrizing it (a least-privilege role's URL) runs them all as that role.
+    Every case below connects through this fixture alone and reads what was stored as the owner (`db_url`).
     """
-    return sqlalchemy_url(db_url)
+    if request.param == "owner":
+        yield sqlalchemy_url(db_url)
+        return
+    request.getfixturevalue("role_lock")
+    with psycopg.connect(db_url) as conn:
+        roles.grant(conn, "app", "mr_sqla_app", create=True, actor="tester")
+    try:
+        yield sqlalchemy_url(role_url(db_url, "mr_sqla_app"))
+    finally:
+        drop_roles(db_url, "mr_sqla_app")
 
 
 def _email(to: str = "ada@example.com") -> EmailRequest:
@@ -118,7 +129,7 @@ async def caller(request: pytest.FixtureRequest, app_url: sqlalchemy.URL) -> Asy
 
 async def test_an_email_exists_once_the_callers_transaction_commits(caller: Caller, db_url: str) -> None:
     email_id = await caller.enqueue(_email())
-    seen = await caller.call("execute", text("SELECT id FROM mailroom.email_queue"))
+    seen = await caller.call("execute", text("SELECT id FROM mailroom.my_emails"))
     assert seen.scalars().all() == [email_id]  # the caller's own transaction sees it
     assert _stored(db_url) == []  # nobody else, before the commit
     await caller.call("commit")

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import mailroom
 from tests.fixtures_db import drop_roles, role_url
 from worker.ops import roles
 
@@ -95,6 +96,8 @@ def test_every_mailroom_object_named_to_applications_is_theirs_to_use(app: psyco
             " WHERE n.nspname = 'mailroom' AND p.proname = %s",
             (name, name),
         ).fetchone()
+        if row is not None and row[0] is None and name in mailroom.__all__:
+            continue  # the Python API's name (`mailroom.enqueue_async`), no object in the database
         if row is None or row[0] is not True:
             refused.append(name)
     assert refused == []

@@ -36,22 +36,23 @@ def _as(db_url: str, role: str) -> psycopg.Connection[Any]:
 
 @pytest.fixture
 def make_role(db_url: str) -> Iterator[Callable[[str, str], str]]:
-    """Create a login role of a kind ("app", "read-only", or "writer": the Python API's privileges)."""
+    """Create a login role of a kind ("app", "read-only", or "writer": an application role that may also
+    write the queue directly, as the bulk command's COPY does)."""
     made: list[str] = []
 
     def make(kind: str, role: str) -> str:
         with psycopg.connect(db_url) as conn:
             if kind == "writer":
-                # What the Python API needs when it connects as its own role: write the queue directly.
                 conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
                 for grant in (
-                    "GRANT USAGE ON SCHEMA mailroom TO {}",
+                    "SELECT mailroom.grant_app_role({})",
                     "GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA mailroom TO {}",
                     "GRANT USAGE ON ALL SEQUENCES IN SCHEMA mailroom TO {}",
                     # What the Python API's INSERT ... RETURNING asks: would this email be suppressed?
                     "GRANT EXECUTE ON FUNCTION mailroom.enqueue_suppression TO {}",
                 ):
-                    conn.execute(sql.SQL(grant).format(sql.Identifier(role)))
+                    name = sql.Literal(role) if "grant_app_role" in grant else sql.Identifier(role)
+                    conn.execute(sql.SQL(grant).format(name))
             else:
                 roles.grant(conn, kind, role, create=True, actor="tester")
         made.append(role)

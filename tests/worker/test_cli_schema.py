@@ -71,6 +71,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "docs links": ["contract"],
     "docs checksum": ["contract", "--file", __file__],
     "enqueue": ["-"],
+    "my": [],
     "health": [],
     "orders ingest": ["-"],
     "keys rotate": [],

@@ -128,6 +128,12 @@ def explain(exc: BaseException, command: str) -> tuple[int, str]:
             EXIT_SCHEMA,
             f"{_first_line(exc)}: the Mailroom schema is missing or old; run: mailroom db upgrade",
         )
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return EXIT_FAILED, (
+            f"{_first_line(exc)}: the database role may not do this; `mailroom {command}` needs a role that"
+            " owns Mailroom's schema (an application role, from `mailroom db grant app`, may run"
+            " `mailroom enqueue` and `mailroom my`)"
+        )
     if isinstance(exc, psycopg.errors.LockNotAvailable):
         # An OperationalError, but the database answered: a lock waited for too long. The message may
         # name the session holding it (mailroom.audit_take_head): its role and application name are

@@ -3,6 +3,10 @@
 Validation and COPY formatting are pure Python and CPU-bound, so on a large input they run
 in a pool of processes (the GIL would serialise threads); a small input is handled inline.
 A writer thread commits one batch while the next is being prepared.
+
+COPY needs a role that may write the queue (an operator's). An application role (`mailroom db grant
+app`) may not: its lines are prepared by the same `prepare` and written through the door every
+application uses, `mailroom.enqueue_rows` (`worker.core.outbox.write_rows`), a batch at a time.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from worker.core.campaign_mail import CampaignBook, load_book
+from worker.core.campaign_mail import CampaignBook, load_book, load_policies
 from worker.core.config import Settings
 from worker.core.copy_rows import CopyRow, copy_row, insert_copy_rows
-from worker.core.email_rows import prepare_json
+from worker.core.email_rows import EmailRequest, prepare, prepare_json, request_from_json
 from worker.core.json_lines import decode_line
+from worker.core.outbox import write_rows
 from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.core.validation import ValidationError
 
@@ -75,7 +80,7 @@ def prepare_chunk(lines: list[tuple[int, str]]) -> Batch:
                 (number, copy_row(prepare_json(decode_line(text), _catalog, _settings, "cli", _book)))
             )
         except ValidationError as exc:
-            rejected.append((number, json.dumps({"line": number, "error": str(exc), "field": exc.field})))
+            rejected.append((number, _rejected_line(number, exc)))
     return accepted, rejected
 
 
@@ -165,6 +170,8 @@ def enqueue_lines(
     committed and emitted in input order.
     """
     chunks = _chunks(lines, batch_size)
+    if not may_copy(url):
+        return _through_the_door(url, chunks, settings, emit)
     # Read a few batches ahead to know whether the input is long enough for processes.
     ahead = list(islice(chunks, POOL_AFTER_BATCHES + 1))
     parallel = jobs > 1 and len(ahead) > POOL_AFTER_BATCHES
@@ -185,6 +192,63 @@ def enqueue_lines(
     if run.turns.error is not None:
         raise run.turns.error
     return run.counts
+
+
+# COPY writes the queue and its links itself (and reads every campaign's policy from its table).
+_MAY_COPY = (
+    "SELECT has_table_privilege('mailroom.email_queue', 'INSERT')"
+    " AND has_table_privilege('mailroom.tracked_links', 'INSERT')"
+    " AND has_table_privilege('mailroom.campaigns', 'SELECT')"
+)
+
+
+def may_copy(url: str) -> bool:
+    """Whether the role `url` connects as may load by COPY (else it goes through the door)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(_MAY_COPY).fetchone()
+    return bool(row and row[0])
+
+
+def _through_the_door(
+    url: str, chunks: Iterable[list[tuple[int, str]]], settings: Settings, emit: Callable[[Results], None]
+) -> BulkCounts:
+    """An application role's bulk load: each batch prepared here, line by line, and written through
+    `mailroom.enqueue_rows` in one transaction, committed, then emitted."""
+    counts = BulkCounts()
+    with psycopg.connect(url) as conn:
+        with conn.cursor(row_factory=dict_row) as cur:
+            catalog = catalog_from_rows(cur.execute(SELECT_TEMPLATES).fetchall(), settings.default_locale)
+        conn.commit()
+        for chunk in chunks:
+            done: Results = []
+            requests: list[tuple[int, EmailRequest]] = []
+            for number, text in chunk:
+                try:
+                    requests.append((number, request_from_json(decode_line(text))))
+                except ValidationError as exc:
+                    done.append((number, _rejected_line(number, exc)))
+            book = load_policies(conn, [r for _, r in requests])
+            rows: list[tuple[int, tuple[Any, ...]]] = []
+            for number, request in requests:
+                try:
+                    rows.append((number, prepare(request, catalog, settings, "cli", book)))
+                except ValidationError as exc:
+                    done.append((number, _rejected_line(number, exc)))
+            with conn.transaction():
+                answers = write_rows(conn, [row for _, row in rows])
+            done += [
+                (n, _accepted_line(n, int(a), a.suppression_reason if a.suppressed else None))
+                for (n, _), a in zip(rows, answers, strict=True)
+            ]
+            done.sort(key=lambda result: result[0])
+            emit(done)
+            counts.accepted += len(answers)
+            counts.rejected += len(done) - len(answers)
+    return counts
+
+
+def _rejected_line(number: int, exc: ValidationError) -> str:
+    return json.dumps({"line": number, "error": str(exc), "field": exc.field})
 
 
 class _BulkRun:

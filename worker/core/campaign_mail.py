@@ -273,6 +273,19 @@ def book_from_policies(rows: Iterable[Sequence[Any]]) -> CampaignBook:
 NO_CAMPAIGNS = CampaignBook({}, frozenset(), False)
 
 
+def load_policies(conn: Any, requests: Iterable[Any]) -> CampaignBook:
+    """The policies of the campaigns these requests' rows need (`POLICIES`, which any application role
+    may ask); no statement when none does."""
+    from psycopg.rows import tuple_row
+
+    from worker.core.email_rows import campaigns_to_ask
+
+    if not (campaigns := campaigns_to_ask(requests)):
+        return NO_CAMPAIGNS
+    with conn.cursor(row_factory=tuple_row) as cur:
+        return book_from_policies(cur.execute(POLICIES, (campaigns,)).fetchall())
+
+
 def load_book(conn: Any) -> CampaignBook:
     """Every campaign's policy at once, for a bulk load whose campaigns are not known in advance."""
     from psycopg.rows import tuple_row

@@ -139,11 +139,25 @@ def head_revision() -> str:
 def current_revision(url: str) -> str | None:
     """Return the revision the database is at, or None when Mailroom was never installed there."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT to_regclass('mailroom.alembic_version') IS NOT NULL").fetchone()
-        if not row or not row[0]:
+        row = conn.execute(_REVISION_READABLE).fetchone()
+        if not row or row[0] is None:
             return None
-        version = conn.execute("SELECT version_num FROM mailroom.alembic_version").fetchone()
-        return str(version[0]) if version else None
+        # An application role may not read the table: it asks the function granted to it (revision 0012).
+        version = conn.execute(_REVISION_FROM[bool(row[0])]).fetchone()
+        return str(version[0]) if version and version[0] is not None else None
+
+
+# NULL when Mailroom is not installed (or the role may not even see its schema), else whether the
+# role may read alembic_version itself; a role that may do neither is told so by the database.
+_REVISION_READABLE = (
+    "SELECT CASE WHEN to_regclass('mailroom.alembic_version') IS NULL THEN NULL"
+    " ELSE has_column_privilege('mailroom.alembic_version', 'version_num', 'SELECT')"
+    " OR to_regprocedure('mailroom.schema_revision()') IS NULL END"
+)
+_REVISION_FROM = {
+    True: "SELECT version_num FROM mailroom.alembic_version",
+    False: "SELECT mailroom.schema_revision()",
+}
 
 
 def _run_alembic(url: str, action: str, revision: str) -> None:

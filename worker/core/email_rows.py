@@ -9,7 +9,7 @@ written once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -166,6 +166,11 @@ def campaign_to_ask(request: EmailRequest) -> str | None:
     ):
         return None
     return campaign_id
+
+
+def campaigns_to_ask(requests: Iterable[EmailRequest]) -> list[str]:
+    """The campaigns whose policy these requests' rows need, each once, sorted."""
+    return sorted({c for request in requests if (c := campaign_to_ask(request)) is not None})
 
 
 def address_array(addresses: Sequence[str]) -> str:

@@ -4,9 +4,10 @@ enqueue, for one email or many, synchronous or async.
 Every enqueue takes the same steps, written once in `_enqueue_steps`: read the templates when a request
 names one; ask the database what it says of the campaigns whose email is dressed with tracking or an
 unsubscribe link (`mailroom.campaign_mail_policy`: open pixel, postal address); check and render every
-request into its row (`worker.core.email_rows.prepare`, pure); insert the rows in one statement, which
-answers each email's id and suppression verdict; give a repeated idempotency key the first email's id;
-store the tracked links. One email is a batch of one, so `enqueue` and `enqueue_many` cannot disagree.
+request into its row (`worker.core.email_rows.prepare`, pure); hand the rows and their tracked links to
+`mailroom.enqueue_rows`, the door every role may use, which answers each email's id (the first email's
+for a repeated idempotency key) and suppression verdict. One email is a batch of one, so `enqueue` and
+`enqueue_many` cannot disagree.
 
 Sync and async: the steps are a generator that yields each statement (`Query`) and is sent its rows,
 the way psycopg writes its connection logic once as generators that `wait` and `wait_async` drive.
@@ -37,7 +38,7 @@ from worker.core.email_rows import (
     LINKS,
     EmailRequest,
     address_array,
-    campaign_to_ask,
+    campaigns_to_ask,
     prepare,
     prepare_json,
     render_stored,
@@ -63,6 +64,7 @@ __all__ = [
     "prepare_json",
     "render_stored",
     "request_from_json",
+    "write_rows",
 ]
 
 _T = TypeVar("_T")
@@ -86,55 +88,28 @@ _TYPES = {
 # Arrays go in binary, whose dumping costs a quarter of the text form's (that was more than `prepare`);
 # scheduled_for's as text, which also takes a list mixing naive and aware times.
 _FORMATS = {"scheduled_for": PyFormat.TEXT}
-# One INSERT for one email or many: the rows come from VALUES for one (their arrays would cost more to
-# send than the email) and from unnest for many (one statement: the queue's statement triggers run once).
-# RETURNING gives the inserted rows in the order of the SELECT's ORDER BY (PostgreSQL inserts and
-# returns row by row; SQLAlchemy's insertmanyvalues relies on the same), without the rows a repeated
-# idempotency key kept out; each answer carries its key, so `_answers` matches them to the requests and
-# checks it. The verdict is the enqueue-time check's, computed as the statement trigger computes it
-# (RETURNING runs before that trigger stores the email suppressed): the caller is told at once, the
-# reason only if it may read the suppression list (mailroom.suppression_told).
-_INSERT = sql.SQL(
-    "INSERT INTO mailroom.email_queue ({columns}) {rows}"
-    " ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-    " RETURNING id, idempotency_key,"
-    " mailroom.enqueue_suppression(status, recipient_email, to_extra, cc, bcc, transactional)"
-)
-_UNNEST = sql.SQL("SELECT {values} FROM unnest({arrays}) WITH ORDINALITY AS given({columns}, n) ORDER BY n")
-# Composed once into plain text: a Composed statement is rendered again on every execute.
-INSERT_ONE = _INSERT.format(
-    columns=COLUMN_LIST,
-    rows=sql.SQL("VALUES ({})").format(sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS)),
-).as_string(None)
-INSERT_MANY = _INSERT.format(
-    columns=COLUMN_LIST,
-    rows=_UNNEST.format(
-        columns=COLUMN_LIST,
-        values=sql.SQL(", ").join(
-            sql.SQL("given.{}::text[]" if c in _LISTS else "given.{}").format(sql.Identifier(c))
-            for c in COLUMNS
-        ),
+_LINK_TYPES = ("integer", "integer", "uuid", "text")
+# Every writer goes through one door, `mailroom.enqueue_rows` (migrations/versions/0012): a SECURITY
+# DEFINER function an application role may call without any privilege on the queue's tables. It writes
+# the rows in one statement (the queue's statement triggers run once) with their tracked links, and
+# answers one row per request in the requests' order: its id (the first email's for a key this role
+# used before, in this call or earlier), and its suppression as the caller may be told it
+# (mailroom.suppression_told).
+ENQUEUE_ROWS = (
+    sql.SQL("SELECT id, suppression FROM mailroom.enqueue_rows({arrays})")
+    .format(
         arrays=sql.SQL(", ").join(
-            sql.SQL("{}::{}[]").format(
-                sql.Placeholder(format=_FORMATS.get(c, PyFormat.BINARY)), sql.SQL(_TYPES.get(c, "text"))
-            )
-            for c in COLUMNS
-        ),
-    ),
-).as_string(None)
-# An idempotency key belongs to the role that enqueued (`enqueued_by`, session_user by default): the
-# same key from another role is another email, and the lookup never answers with another role's id.
-# Why it is suppressed as the caller may be told it (mailroom.suppression_told), as the INSERT's answer.
-SELECT_BY_KEYS = (
-    "SELECT idempotency_key, id,"
-    " mailroom.suppression_told(CASE WHEN status = 'suppressed' THEN suppression_reason END)"
-    " FROM mailroom.email_queue WHERE enqueued_by = session_user AND idempotency_key = ANY(%s)"
+            [
+                sql.SQL("{}::{}[]").format(
+                    sql.Placeholder(format=_FORMATS.get(c, PyFormat.BINARY)), sql.SQL(_TYPES.get(c, "text"))
+                )
+                for c in COLUMNS
+            ]
+            + [sql.SQL("%b::{}[]").format(sql.SQL(t)) for t in _LINK_TYPES]
+        )
+    )
+    .as_string(None)
 )
-INSERT_LINKS = (
-    "INSERT INTO mailroom.tracked_links (token, email_id, position, url)"
-    " SELECT * FROM unnest(%b::uuid[], %b::bigint[], %b::integer[], %b::text[])"
-)
-_KEY = COLUMNS.index("idempotency_key")
 _LIST_INDEXES = tuple(COLUMNS.index(c) for c in _LISTS)
 
 Rows = list[Any]
@@ -208,6 +183,13 @@ async def enqueue_many_async(
     return await _run_async(conn, _enqueue_steps(list(requests), settings, created_by, indexed=True))
 
 
+def write_rows(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> list[Enqueued]:
+    """Write rows `prepare` made through the door (`mailroom.enqueue_rows`), in the caller's transaction;
+    each row's answer in their order. For a caller that prepares rows itself (the bulk command, line by
+    line), so one refused line does not refuse the others."""
+    return _run(conn, _write_steps(rows)) if rows else []
+
+
 def load_catalog(conn: psycopg.Connection[Any], settings: Settings) -> TemplateCatalog:
     """Read the template catalog visible to this connection's transaction."""
     return _run(conn, _catalog_steps(settings))
@@ -254,19 +236,14 @@ def _enqueue_steps(
     catalog = (yield from _catalog_steps(settings)) if any(r.template for r in batch) else None
     book = yield from _book_steps(batch)
     rows = _prepared(batch, catalog, settings, created_by, book, indexed=indexed)
-    answers, written = _answers(rows, (yield _insert(rows)))
-    if stored_before := sorted({row[_KEY] for row, got in zip(rows, answers, strict=True) if got is None}):
-        found = yield Query(SELECT_BY_KEYS, (stored_before,))
-        firsts = {key: from_row((email_id, told)) for key, email_id, told in found}
-        answers = [
-            firsts.get(row[_KEY]) if got is None else got for row, got in zip(rows, answers, strict=True)
-        ]
-    ids = [got for got in answers if got is not None]
-    assert len(ids) == len(rows)  # every key stored before this call was found
-    links = _link_arrays([(row, got) for row, got, new in zip(rows, ids, written, strict=True) if new])
-    if links[0]:
-        yield Query(INSERT_LINKS, links)
-    return ids
+    return (yield from _write_steps(rows))
+
+
+def _write_steps(rows: Sequence[tuple[Any, ...]]) -> Steps[list[Enqueued]]:
+    answers = yield Query(ENQUEUE_ROWS, _arrays(rows))
+    if len(answers) != len(rows):
+        raise RuntimeError("enqueue: mailroom.enqueue_rows answered another number of rows than it was given")
+    return [from_row(answer) for answer in answers]
 
 
 def _catalog_steps(settings: Settings) -> Steps[TemplateCatalog]:
@@ -276,8 +253,7 @@ def _catalog_steps(settings: Settings) -> Steps[TemplateCatalog]:
 
 def _book_steps(batch: Sequence[EmailRequest]) -> Steps[CampaignBook]:
     """What the database says of the campaigns whose policy the batch's rows need (no statement if none)."""
-    campaigns = sorted({c for request in batch if (c := campaign_to_ask(request)) is not None})
-    if not campaigns:
+    if not (campaigns := campaigns_to_ask(batch)):
         return NO_CAMPAIGNS
     return book_from_policies((yield Query(POLICIES, (campaigns,))))
 
@@ -303,55 +279,17 @@ def _prepared(
     return rows
 
 
-def _insert(rows: Sequence[tuple[Any, ...]]) -> Query:
-    """The INSERT of the rows: `INSERT_ONE` for one, `INSERT_MANY` with its column arrays for more."""
-    if len(rows) == 1:
-        return Query(INSERT_ONE, rows[0][:LINKS])
-    return Query(INSERT_MANY, _column_arrays(rows))
-
-
-def _column_arrays(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
-    """`INSERT_MANY`'s parameters: one list per column, the lists of addresses as array literals."""
+def _arrays(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
+    """`ENQUEUE_ROWS`'s parameters: one list per column (the lists of addresses as array literals),
+    then the tracked links as four lists: the email's position (from 1), the link's, token, url."""
     arrays = [list(values) for values in islice(zip(*rows, strict=True), LINKS)]
     for i in _LIST_INDEXES:
         arrays[i] = [None if v is None else address_array(v) for v in arrays[i]]
-    return arrays
-
-
-def _answers(rows: Sequence[tuple[Any, ...]], returned: Rows) -> tuple[list[Enqueued | None], list[bool]]:
-    """Each row's answer from the INSERT (None: its key was stored before this call), and whether
-    it was written. The answers come in the rows' order, without the rows a key kept out."""
-    answers: list[Enqueued | None] = []
-    written: list[bool] = []
-    firsts: dict[str, Enqueued] = {}  # keys written by this call: a repeat gets the first email's answer
-    position = 0
-    for row in rows:
-        key = row[_KEY]
-        got = returned[position] if position < len(returned) else None
-        if got is not None and got[1] == key and key not in firsts:
-            answer = from_row((got[0], got[2]))
-            position += 1
-            if key is not None:
-                firsts[key] = answer
-            answers.append(answer)
-            written.append(True)
-        elif key is None:  # only a key keeps a row out: anything else is an answer out of order
-            raise RuntimeError("enqueue: the INSERT's answers do not follow the requests' order")
-        else:
-            answers.append(firsts.get(key))
-            written.append(False)
-    if position != len(returned):
-        raise RuntimeError("enqueue: the INSERT answered rows that match no request")
-    return answers, written
-
-
-def _link_arrays(written: Sequence[tuple[tuple[Any, ...], Enqueued]]) -> list[list[Any]]:
-    """`INSERT_LINKS`'s parameters (tokens, email ids, positions, urls) for the emails written."""
-    arrays: list[list[Any]] = [[], [], [], []]
-    for row, email_id in written:
+    links: list[list[Any]] = [[], [], [], []]
+    for n, row in enumerate(rows, 1):
         for position, (token, url) in enumerate(row[LINKS]):
-            arrays[0].append(token)
-            arrays[1].append(int(email_id))
-            arrays[2].append(position)
-            arrays[3].append(url)
-    return arrays
+            links[0].append(n)
+            links[1].append(position)
+            links[2].append(token)
+            links[3].append(url)
+    return arrays + links

@@ -23,7 +23,7 @@ AREAS: tuple[Area, ...] = (
     Area(
         "schema and shared functions",
         ("alembic_version",),
-        ("clock", "forbid_created_at_change", "notify_change", "touch_row"),
+        ("clock", "forbid_created_at_change", "notify_change", "schema_revision", "touch_row"),
     ),
     Area(
         "queue and delivery",
@@ -142,6 +142,8 @@ AREAS: tuple[Area, ...] = (
             "app_audit",
             "enqueue",
             "enqueue_outcome",
+            "enqueue_rows",
+            "enqueue_templates",
             "grant_app_role",
             "grant_read_only_role",
             "is_secret_column",

@@ -127,7 +127,8 @@ class TemplateCatalog:
         return Rendered(subject=subject, text_body=text, html_body=html, locale=source.locale)
 
 
-SELECT_TEMPLATES = "SELECT name, locale, subject, text_body, html_body FROM mailroom.templates"
+# Through the function an application role may call (it may not read the table): the one way to read them.
+SELECT_TEMPLATES = "SELECT name, locale, subject, text_body, html_body FROM mailroom.enqueue_templates()"
 
 
 def catalog_from_rows(rows: Iterable[Mapping[str, Any]], default_locale: str) -> TemplateCatalog:

@@ -20,6 +20,7 @@ DELIVER, STEER, SENDERS, PEOPLE, ADMIN = (
 
 ENTRIES: dict[str, Entry] = {
     "enqueue": Entry(_M + "enqueue:enqueue", "enqueue email from JSON lines", DELIVER),
+    "my": Entry(_M + "my:my", "the email your database role enqueued, and what became of it", DELIVER),
     "worker": Entry(_M + "worker:worker", "deliver email (run one or many, on any hosts)", DELIVER),
     "tracker": Entry(
         _M + "tracker:tracker",

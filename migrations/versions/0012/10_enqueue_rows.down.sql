@@ -1,0 +1,3 @@
+DROP FUNCTION mailroom.schema_revision();
+DROP FUNCTION mailroom.enqueue_templates();
+DROP FUNCTION mailroom.enqueue_rows;

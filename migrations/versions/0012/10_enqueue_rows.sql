@@ -1,0 +1,141 @@
+-- The Python API's door (mailroom.enqueue_many and every way built on it: the CLI, the SQLAlchemy and
+-- Django adapters): it checks and renders in the application's process, then hands the rows to this
+-- function, which writes them as the schema's owner. An application role needs no privilege on the
+-- queue's tables, so it reads nothing of another role's email.
+--
+-- What the caller cannot choose: who enqueued (enqueued_by is session_user, the column default), the
+-- status (pending; the queue's statement trigger stores a suppressed address suppressed), the ids,
+-- and which emails its tracked links belong to (only the emails this call wrote). created_by, a
+-- label operators read, is taken as given only from a role that may write the queue itself (Mailroom's
+-- producers); any other role's email says who it is. Content goes through the queue's own checks and
+-- content-rule triggers, as any writer's does.
+--
+-- One row per given email, in the given order (n, from 1): its id, whether this call wrote it (false:
+-- its idempotency key was this role's already, earlier in this call or before it, and id is that
+-- email's), and what the caller may be told of its suppression (mailroom.suppression_told).
+CREATE FUNCTION mailroom.enqueue_rows(
+    recipient_email text[],
+    recipient_name text[],
+    subject text[],
+    text_body text[],
+    html_body text[],
+    headers jsonb[],
+    template text[],
+    locale text[],
+    template_data jsonb[],
+    priority integer[],
+    scheduled_for timestamptz[],
+    max_retries integer[],
+    idempotency_key text[],
+    campaign_id text[],
+    transactional boolean[],
+    reference_type text[],
+    reference_id text[],
+    created_by text[],
+    tracking_token uuid[],
+    unsubscribe_token uuid[],
+    track_opens boolean[],
+    track_clicks boolean[],
+    to_extra text[],
+    cc text[],
+    bcc text[],
+    reply_to text[],
+    link_email integer[] DEFAULT '{}',
+    link_position integer[] DEFAULT '{}',
+    link_token uuid[] DEFAULT '{}',
+    link_url text[] DEFAULT '{}'
+) RETURNS TABLE (n integer, id bigint, written boolean, suppression text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- The arguments are named as the columns: in the statement a bare name is the column (the arguments
+-- are only read by unnest, where no column is in scope).
+#variable_conflict use_column
+DECLARE
+    -- to_extra, cc, bcc and reply_to come as one text[] literal per email: an array of arrays would
+    -- have to be rectangular.
+    trusted boolean := has_table_privilege(session_user, 'mailroom.email_queue', 'INSERT');
+    ns integer[];
+    ids bigint[];
+    keys text[];
+    wrote boolean[];
+BEGIN
+    IF cardinality(link_email) <> cardinality(link_position) OR cardinality(link_email) <> cardinality(link_token)
+       OR cardinality(link_email) <> cardinality(link_url) THEN
+        RAISE EXCEPTION 'links: link_email, link_position, link_token and link_url must be as long as each other'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    WITH given AS MATERIALIZED (
+        SELECT g.*, nextval('mailroom.email_queue_id_seq'::regclass) AS new_id
+        FROM unnest(recipient_email, recipient_name, subject, text_body, html_body, headers, template, locale,
+                    template_data, priority, scheduled_for, max_retries, idempotency_key, campaign_id,
+                    transactional, reference_type, reference_id, created_by, tracking_token, unsubscribe_token,
+                    track_opens, track_clicks, to_extra, cc, bcc, reply_to)
+             WITH ORDINALITY AS g(recipient_email, recipient_name, subject, text_body, html_body, headers,
+                                  template, locale, template_data, priority, scheduled_for, max_retries,
+                                  idempotency_key, campaign_id, transactional, reference_type, reference_id,
+                                  created_by, tracking_token, unsubscribe_token, track_opens, track_clicks,
+                                  to_extra, cc, bcc, reply_to, n)
+    ), written AS (
+        INSERT INTO mailroom.email_queue AS q (
+            id, recipient_email, recipient_name, subject, text_body, html_body, headers, template, locale,
+            template_data, priority, scheduled_for, max_retries, idempotency_key, campaign_id, transactional,
+            reference_type, reference_id, created_by, tracking_token, unsubscribe_token, track_opens,
+            track_clicks, to_extra, cc, bcc, reply_to)
+        SELECT g.new_id, g.recipient_email, g.recipient_name, g.subject, g.text_body, g.html_body,
+               coalesce(g.headers, '{}'), g.template, g.locale, g.template_data, coalesce(g.priority, 0),
+               g.scheduled_for, coalesce(g.max_retries, 5), g.idempotency_key, g.campaign_id,
+               coalesce(g.transactional, g.campaign_id IS NULL), g.reference_type, g.reference_id,
+               CASE WHEN trusted THEN g.created_by ELSE session_user END, g.tracking_token,
+               g.unsubscribe_token, coalesce(g.track_opens, false), coalesce(g.track_clicks, false),
+               g.to_extra::text[], g.cc::text[], g.bcc::text[], g.reply_to::text[]
+        FROM given g ORDER BY g.n
+        ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING q.id
+    ), links AS (
+        INSERT INTO mailroom.tracked_links (token, email_id, position, url)
+        SELECT l.token, w.id, l.position, l.url
+        FROM unnest(link_email, link_position, link_token, link_url) AS l(n, position, token, url)
+        JOIN given g ON g.n = l.n
+        JOIN written w ON w.id = g.new_id
+    )
+    SELECT array_agg(g.n::integer ORDER BY g.n), array_agg(w.id ORDER BY g.n),
+           array_agg(g.idempotency_key ORDER BY g.n), array_agg(w.id IS NOT NULL ORDER BY g.n)
+    INTO ns, ids, keys, wrote
+    FROM given g LEFT JOIN written w ON w.id = g.new_id;
+    -- The answers, read in a statement of their own: the queue's statement trigger has stored suppressed
+    -- what will not be sent (its verdict, read back here, costs one index lookup a row, where asking it
+    -- again in RETURNING cost more than the insert), and a row not written finds the email of its key,
+    -- which is this role's: written earlier in this call, or before it, or (under READ COMMITTED) by
+    -- another transaction that committed while ON CONFLICT waited on it.
+    RETURN QUERY
+    SELECT u.n, e.id, u.wrote,
+           mailroom.suppression_told(CASE WHEN e.status = 'suppressed' THEN e.suppression_reason END)
+    FROM unnest(ns, ids, keys, wrote) AS u(n, id, key, wrote)
+    LEFT JOIN LATERAL (
+        SELECT q.id, q.status, q.suppression_reason FROM mailroom.email_queue q
+        WHERE q.id = coalesce(u.id, (SELECT k.id FROM mailroom.email_queue k
+                                     WHERE k.enqueued_by = session_user AND k.idempotency_key = u.key))
+    ) e ON true
+    ORDER BY u.n;
+END $$;
+REVOKE EXECUTE ON FUNCTION mailroom.enqueue_rows FROM PUBLIC;
+COMMENT ON FUNCTION mailroom.enqueue_rows IS
+    'The Python API''s door: write checked and rendered emails (one array per column, the tracked links beside them) as the schema''s owner, so an application role needs no privilege on the queue. Forces enqueued_by (session_user), the status and the ids; created_by only from a role that may write the queue. Returns each given email''s position, id, whether it was written (false: its idempotency key was this role''s already) and its suppression as the caller may be told it. Granted to application roles by mailroom.grant_app_role.';
+
+-- The templates an application renders with, without SELECT on the table.
+CREATE FUNCTION mailroom.enqueue_templates()
+RETURNS TABLE (name text, locale text, subject text, text_body text, html_body text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT t.name, t.locale, t.subject, t.text_body, t.html_body FROM mailroom.templates t
+$$;
+REVOKE EXECUTE ON FUNCTION mailroom.enqueue_templates() FROM PUBLIC;
+COMMENT ON FUNCTION mailroom.enqueue_templates() IS
+    'The stored templates, for an application that renders at enqueue (the Python API) without SELECT on mailroom.templates. Granted to application roles by mailroom.grant_app_role.';
+
+-- The schema's revision, for a command run as an application role (which cannot read alembic_version).
+CREATE FUNCTION mailroom.schema_revision() RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT v.version_num FROM mailroom.alembic_version v
+$$;
+COMMENT ON FUNCTION mailroom.schema_revision() IS
+    'The revision the schema is at (mailroom.alembic_version), for a command run as an application role, which may not read that table. Granted to application roles by mailroom.grant_app_role.';
+REVOKE EXECUTE ON FUNCTION mailroom.schema_revision() FROM PUBLIC;
