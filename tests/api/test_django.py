@@ -1,0 +1,300 @@
+"""`mailroom.contrib.django.EmailBackend`: Django's send_mail and EmailMessage enqueue in Django's own
+transaction, on the connection of its database alias, as the owner and as an application role."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import django
+import psycopg
+import pytest
+from django.conf import settings
+from django.core import mail
+from django.core.mail import EmailMessage, EmailMultiAlternatives, send_mail
+from django.db import connections, transaction
+from django.db.utils import DatabaseError, ProgrammingError
+from django.utils.connection import ConnectionDoesNotExist
+from psycopg.conninfo import conninfo_to_dict
+
+import mailroom
+from mailroom.contrib.django import EmailBackend
+from tests.fixtures_db import drop_roles, role_url
+from tests.worker.helpers import add_sender, run_until_drained
+from worker.core.config import Settings
+from worker.devtools.sink import RunningSink
+from worker.ops import roles
+
+FROM = "noreply@example.org"  # the From of the tests' sender account (tests.worker.helpers.add_sender)
+
+if not settings.configured:
+    settings.configure(
+        DATABASES={
+            "default": {"ENGINE": "django.db.backends.postgresql", "NAME": "unset"},
+            "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+        },
+        INSTALLED_APPS=[],
+        EMAIL_BACKEND="mailroom.contrib.django.EmailBackend",
+        DEFAULT_FROM_EMAIL=FROM,
+        USE_TZ=True,
+    )
+    django.setup()
+
+
+@pytest.fixture(autouse=True)
+def _default_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The public API reads `MAILROOM_*` itself: each test starts from the defaults."""
+    for name in [n for n in os.environ if n.startswith("MAILROOM_")]:
+        monkeypatch.delenv(name)
+
+
+@contextmanager
+def _point_django_at(conninfo: str) -> Iterator[None]:
+    """Django's default connection on `conninfo` (this test's database) for the test, closed after."""
+    params: dict[str, Any] = {key: str(value) for key, value in conninfo_to_dict(conninfo).items()}
+    connection = connections["default"]
+    connection.close()
+    saved = dict(connection.settings_dict)
+    connection.settings_dict.update(
+        NAME=params.pop("dbname", ""),
+        USER=params.pop("user", ""),
+        PASSWORD=params.pop("password", ""),
+        HOST=params.pop("host", ""),
+        PORT=params.pop("port", ""),
+        OPTIONS=params,  # any other libpq parameter, as Django passes OPTIONS to psycopg
+    )
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+
+
+@pytest.fixture(params=["owner", "app role"])
+def django_db(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
+    """Django connected as the test database's owner, and as a role made by `mailroom db grant app`
+    (no privilege on any table); every case reads what was stored as the owner (`db_url`)."""
+    if request.param == "owner":
+        with _point_django_at(db_url):
+            yield db_url
+        return
+    request.getfixturevalue("role_lock")
+    with psycopg.connect(db_url) as conn:
+        roles.grant(conn, "app", "mr_django_app", create=True, actor="tester")
+    try:
+        with _point_django_at(role_url(db_url, "mr_django_app")):
+            yield db_url
+    finally:
+        drop_roles(db_url, "mr_django_app")
+
+
+def _stored(db_url: str) -> list[str]:
+    """The recipients of the committed queue rows, seen from another connection."""
+    with psycopg.connect(db_url) as other:
+        rows = other.execute("SELECT recipient_email FROM mailroom.email_queue ORDER BY id").fetchall()
+    return [row[0] for row in rows]
+
+
+class Boom(Exception):
+    pass
+
+
+def _send_then_fail(to: str) -> None:
+    """Send in an atomic block that then raises: the block rolls back (a savepoint, when nested)."""
+    with transaction.atomic():
+        send_mail("Hi", "Text.", None, [to])
+        raise Boom
+
+
+def test_send_mail_inside_atomic_commits_with_the_transaction(django_db: str, db_url: str) -> None:
+    with transaction.atomic():
+        sent = send_mail("Order 42 received", "Thank you.", None, ["ada@example.com"])
+        assert sent == 1
+        assert _stored(db_url) == []  # nobody else sees it before the commit
+    assert _stored(db_url) == ["ada@example.com"]
+
+
+def test_send_mail_outside_a_transaction_is_its_own(django_db: str, db_url: str) -> None:
+    assert send_mail("Hi", "Text.", FROM, ["ada@example.com", "bob@example.com"]) == 1
+    assert connections["default"].get_autocommit()
+    assert _stored(db_url) == ["ada@example.com"]
+
+
+def test_an_exception_inside_atomic_leaves_no_email(django_db: str, db_url: str) -> None:
+    with pytest.raises(Boom):
+        _send_then_fail("ada@example.com")
+    assert _stored(db_url) == []
+
+
+def test_a_rolled_back_inner_atomic_takes_only_its_own_email(django_db: str, db_url: str) -> None:
+    with transaction.atomic():
+        send_mail("Outer", "Text.", None, ["outer@example.com"])
+        with pytest.raises(Boom):
+            _send_then_fail("inner@example.com")
+    assert _stored(db_url) == ["outer@example.com"]
+
+
+def test_every_field_of_a_multi_alternatives_message_is_stored(django_db: str, db_url: str) -> None:
+    message = EmailMultiAlternatives(
+        subject="Your invoice",
+        body="Plain text.",
+        from_email=FROM,
+        to=["Ada Lovelace <ada@example.com>", "second@example.com"],
+        cc=["cc@example.com"],
+        bcc=["bcc@example.com"],
+        reply_to=["support@example.org"],
+        headers={"X-Order": "42", "X-Mailroom-Idempotency-Key": "invoice-42"},
+    )
+    message.attach_alternative("<p>HTML</p>", "text/html")
+    assert message.send() == 1
+    assert message.send() == 1  # the same idempotency key: the first email, nothing new
+    with psycopg.connect(db_url) as owner:
+        row = owner.execute(
+            "SELECT recipient_email, recipient_name, to_extra, subject, text_body, html_body, cc, bcc,"
+            " reply_to, headers, idempotency_key FROM mailroom.email_queue"
+        ).fetchall()
+    assert row == [
+        (
+            "ada@example.com",
+            "Ada Lovelace",
+            ["second@example.com"],
+            "Your invoice",
+            "Plain text.",
+            "<p>HTML</p>",
+            ["cc@example.com"],
+            ["bcc@example.com"],
+            ["support@example.org"],
+            {"X-Order": "42"},
+            "invoice-42",
+        )
+    ]
+
+
+def test_an_html_body_and_a_reply_to_header_go_to_their_fields(django_db: str, db_url: str) -> None:
+    message = EmailMessage(
+        "Hi", "<b>Hi</b>", None, ["ada@example.com"], headers={"Reply-To": "h@example.org"}
+    )
+    message.content_subtype = "html"
+    assert message.send() == 1
+    with psycopg.connect(db_url) as owner:
+        row = owner.execute(
+            "SELECT text_body, html_body, reply_to, headers FROM mailroom.email_queue"
+        ).fetchone()
+    assert row is not None
+    assert row[:3] == (None, "<b>Hi</b>", ["h@example.org"])
+    assert not row[3]
+
+
+def test_a_refused_message_raises_or_returns_0_and_writes_nothing(django_db: str, db_url: str) -> None:
+    good = EmailMessage("Hi", "Text.", None, ["ada@example.com"])
+    bad = EmailMessage("Hi", "Text.", None, ["not an address"])
+    with pytest.raises(mailroom.ValidationError) as refused:
+        EmailBackend().send_messages([good, bad])
+    assert isinstance(refused.value, mailroom.BatchValidationError)
+    assert refused.value.index == 1
+    assert EmailBackend(fail_silently=True).send_messages([good, bad]) == 0
+    assert send_mail("Hi", "Text.", None, ["not an address"], fail_silently=True) == 0
+    assert _stored(db_url) == []
+
+
+def test_a_swallowed_failure_leaves_the_callers_transaction_usable(django_db: str, db_url: str) -> None:
+    with transaction.atomic():
+        assert send_mail("Hi", "Text.", None, ["not an address"], fail_silently=True) == 0
+        assert send_mail("Hi", "Text.", None, ["ada@example.com"]) == 1
+    assert _stored(db_url) == ["ada@example.com"]
+
+
+@pytest.mark.parametrize("header", ["Message-ID", "Date"])
+def test_a_header_mailroom_sets_itself_is_refused(django_db: str, db_url: str, header: str) -> None:
+    message = EmailMessage("Hi", "Text.", None, ["ada@example.com"], headers={header: "x"})
+    with pytest.raises(mailroom.ValidationError):
+        message.send()
+    assert _stored(db_url) == []
+
+
+def test_a_foreign_from_raises_and_writes_nothing(django_db: str, db_url: str) -> None:
+    with pytest.raises(ValueError, match="a From per email is not supported yet"):
+        send_mail("Hi", "Text.", "someone@else.example", ["ada@example.com"])
+    with pytest.raises(ValueError, match="From per email"):
+        EmailMessage("Hi", "Text.", None, ["ada@example.com"], headers={"From": "x@else.example"}).send()
+    with pytest.raises(ValueError, match="From per email"):  # not swallowed: it would drop the From
+        send_mail("Hi", "Text.", "someone@else.example", ["ada@example.com"], fail_silently=True)
+    assert _stored(db_url) == []
+
+
+def test_attachments_raise_and_write_nothing(django_db: str, db_url: str) -> None:
+    message = EmailMessage("Hi", "Text.", None, ["ada@example.com"])
+    message.attach("invoice.txt", "42", "text/plain")
+    with pytest.raises(ValueError, match="attachments are not supported yet; nothing was enqueued"):
+        EmailBackend().send_messages([EmailMessage("Hi", "Text.", None, ["bob@example.com"]), message])
+    with pytest.raises(ValueError, match="attachments"):
+        EmailBackend(fail_silently=True).send_messages([message])
+    assert _stored(db_url) == []
+
+
+def test_a_to_header_differing_from_the_recipients_is_refused(django_db: str, db_url: str) -> None:
+    message = EmailMessage("Hi", "Text.", None, ["ada@example.com"], headers={"To": "bob@example.com"})
+    with pytest.raises(ValueError, match="To header"):
+        message.send()
+    assert _stored(db_url) == []
+
+
+@pytest.fixture
+def no_grant(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
+    """Django connected as a role that may log in and nothing else (no `mailroom db grant`)."""
+    request.getfixturevalue("role_lock")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE mr_django_none LOGIN")
+    try:
+        with _point_django_at(role_url(db_url, "mr_django_none")):
+            yield db_url
+    finally:
+        drop_roles(db_url, "mr_django_none")
+
+
+def test_a_database_error_comes_out_as_djangos(no_grant: str, db_url: str) -> None:
+    with pytest.raises(DatabaseError) as failed:
+        send_mail("Hi", "Text.", None, ["ada@example.com"])
+    assert isinstance(failed.value, ProgrammingError)  # permission denied for schema mailroom
+    assert isinstance(failed.value.__cause__, psycopg.Error)
+    assert send_mail("Hi", "Text.", None, ["ada@example.com"], fail_silently=True) == 0
+    with transaction.atomic():  # the savepoint took the failure: the caller's transaction goes on
+        assert send_mail("Hi", "Text.", None, ["ada@example.com"], fail_silently=True) == 0
+        assert connections["default"].cursor().execute("SELECT 1") is not None
+    assert _stored(db_url) == []
+
+
+def test_the_backend_writes_on_the_alias_it_is_given(django_db: str, db_url: str) -> None:
+    backend = mail.get_connection(using="default")
+    assert isinstance(backend, EmailBackend) and backend.using == "default"
+    message = EmailMessage("Hi", "Text.", None, ["a@example.com"])
+    with pytest.raises(ConnectionDoesNotExist, match="other"):
+        EmailBackend(using="other").send_messages([message])
+    with pytest.raises(
+        TypeError, match="needs database 'lite' on Django's PostgreSQL backend with psycopg 3"
+    ):
+        EmailBackend(using="lite").send_messages([message])
+    connections["lite"].close()
+    assert _stored(db_url) == []
+
+
+def test_a_django_message_is_delivered_with_its_html_alternative(
+    db_url: str, settings: Settings, smtp_sink: RunningSink
+) -> None:
+    add_sender(db_url, smtp_sink.port)
+    with _point_django_at(db_url):
+        message = EmailMultiAlternatives("Welcome", "Plain welcome.", None, ["ada@example.com"])
+        message.attach_alternative("<p>HTML welcome</p>", "text/html")
+        with transaction.atomic():
+            assert message.send() == 1
+    assert asyncio.run(run_until_drained(db_url, settings)) == 1
+    [received] = smtp_sink.messages
+    assert received.message["Subject"] == "Welcome"
+    assert received.message["From"].endswith(FROM + ">") or received.message["From"] == FROM
+    plain, html = received.message.get_body(("plain",)), received.message.get_body(("html",))
+    assert plain is not None and "Plain welcome." in plain.get_content()
+    assert html is not None and "<p>HTML welcome</p>" in html.get_content()
