@@ -52,6 +52,16 @@ def _row(db_url: str, email_id: int) -> dict[str, Any]:
     return row
 
 
+def _render(db_url: str, settings: Settings) -> int:
+    """One pass of the worker's renderer, as the owner: how many emails it handled."""
+
+    async def render() -> int:
+        async with await psycopg.AsyncConnection.connect(db_url) as conn:
+            return await render_once(conn, settings)
+
+    return asyncio.run(render())
+
+
 def test_an_application_role_enqueues_through_every_way_of_the_python_api(
     db_url: str, apps: tuple[str, str]
 ) -> None:
@@ -121,11 +131,7 @@ def test_sql_takes_campaign_transactional_and_track_and_the_worker_dresses_as_py
     assert receipt_row["status"] == "pending" and receipt_row["campaign_id"] == "receipts"
     assert receipt_row["transactional"] and receipt_row["unsubscribe_token"] is None
 
-    async def render() -> int:
-        async with await psycopg.AsyncConnection.connect(db_url) as conn:
-            return await render_once(conn, settings)
-
-    assert asyncio.run(render()) == 1
+    assert _render(db_url, settings) == 1
     dressed = _row(db_url, email_id)
     assert dressed["status"] == "pending" and dressed["dress"] is None
     assert not dressed["transactional"] and dressed["track_clicks"] and dressed["links"] == 1
@@ -147,18 +153,14 @@ def test_sql_campaign_mail_the_renderer_cannot_dress_fails_with_the_reason_and_a
     email_id = int(row[0])
     no_address = Settings(home=settings.home, database_url=db_url, secret_key=settings.secret_key)
 
-    async def render(with_settings: Settings) -> None:
-        async with await psycopg.AsyncConnection.connect(db_url) as conn:
-            await render_once(conn, with_settings)
-
-    asyncio.run(render(no_address))  # no postal address anywhere: campaign mail may not leave
+    _render(db_url, no_address)  # no postal address anywhere: campaign mail may not leave
     failed = _row(db_url, email_id)
     assert failed["status"] == "failed" and "campaign dress" in failed["last_error"]
     assert "postal address" in failed["last_error"]
     with psycopg.connect(db_url) as conn:
         conn.execute("UPDATE mailroom.email_queue SET status = 'pending' WHERE id = %s", (email_id,))
     assert _row(db_url, email_id)["status"] == "unrendered"  # a retry goes back to the renderer, not out
-    asyncio.run(render(settings))
+    _render(db_url, settings)
     dressed = _row(db_url, email_id)
     assert dressed["status"] == "pending" and dressed["unsubscribe_token"] is not None
 

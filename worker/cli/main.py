@@ -110,8 +110,6 @@ _LISTEN_OPTION = {"bounces": "--listen"}
 
 def explain(exc: BaseException, command: str) -> tuple[int, str]:
     """The exit status and the one line that says what went wrong and what to do."""
-    import psycopg
-
     from worker.core.config import ConfigError
     from worker.core.db import SchemaMismatch
     from worker.core.validation import ValidationError
@@ -120,6 +118,34 @@ def explain(exc: BaseException, command: str) -> tuple[int, str]:
         return EXIT_USAGE, str(exc)
     if isinstance(exc, SchemaMismatch):
         return EXIT_SCHEMA, str(exc)
+    if (database := _explain_database(exc, command)) is not None:
+        return database
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in EXTRAS:
+        extra = EXTRAS[(exc.name or "").split(".")[0]]
+        return (
+            EXIT_USAGE,
+            f"`mailroom {command}` needs the [{extra}] extra: pip install 'mailroom-pg[{extra}]'",
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        option = _LISTEN_OPTION.get(command, "--port")
+        return EXIT_USAGE, f"the address is already in use ({_first_line(exc)}); choose another {option}"
+    if isinstance(exc, OSError):
+        return EXIT_FAILED, _first_line(exc)
+    from worker.ops.backup import BackupError
+
+    if isinstance(exc, BackupError):
+        return EXIT_FAILED, str(exc)
+    from worker.engine.supervision import WorkerFailed
+
+    if isinstance(exc, WorkerFailed):
+        return EXIT_FAILED, f"the worker stopped: {exc}"
+    return EXIT_FAILED, f"{type(exc).__name__}: {_first_line(exc)} (run with -v for the traceback)"
+
+
+def _explain_database(exc: BaseException, command: str) -> tuple[int, str] | None:
+    """`explain` for what the database said (None: not the database's)."""
+    import psycopg
+
     if isinstance(
         exc,
         psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction | psycopg.errors.InvalidSchemaName,
@@ -154,26 +180,7 @@ def explain(exc: BaseException, command: str) -> tuple[int, str]:
         return EXIT_DATABASE, (
             f"cannot reach the database ({_first_line(exc)}); check MAILROOM_DATABASE_URL and that PostgreSQL is up"
         )
-    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in EXTRAS:
-        extra = EXTRAS[(exc.name or "").split(".")[0]]
-        return (
-            EXIT_USAGE,
-            f"`mailroom {command}` needs the [{extra}] extra: pip install 'mailroom-pg[{extra}]'",
-        )
-    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
-        option = _LISTEN_OPTION.get(command, "--port")
-        return EXIT_USAGE, f"the address is already in use ({_first_line(exc)}); choose another {option}"
-    if isinstance(exc, OSError):
-        return EXIT_FAILED, _first_line(exc)
-    from worker.ops.backup import BackupError
-
-    if isinstance(exc, BackupError):
-        return EXIT_FAILED, str(exc)
-    from worker.engine.supervision import WorkerFailed
-
-    if isinstance(exc, WorkerFailed):
-        return EXIT_FAILED, f"the worker stopped: {exc}"
-    return EXIT_FAILED, f"{type(exc).__name__}: {_first_line(exc)} (run with -v for the traceback)"
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
