@@ -35,9 +35,10 @@ class EmailBackend(BaseEmailBackend):  # type: ignore[misc]  # Django has no stu
     """Enqueues Django's `EmailMessage`s (and `EmailMultiAlternatives`) with `mailroom.enqueue_many`.
 
     `using` names the database alias to write on (default: the `MAILROOM_DJANGO_DATABASE` setting,
-    else `"default"`). With `fail_silently`, a refused message or a database error makes the call
-    return 0 instead of raising; what is not supported yet (attachments, a From of the message's own)
-    raises `ValueError` either way, so that nothing is dropped without a word.
+    else `"default"`). Without `fail_silently` the messages of a call are one batch: all or nothing,
+    and a refused message raises. With `fail_silently`, as Django's SMTP backend sends each message on
+    its own, each is enqueued in a savepoint of its own: a refused message (`ValueError`, Mailroom's
+    `ValidationError`, a database error) is skipped, not counted, and the others are enqueued.
     """
 
     def __init__(self, fail_silently: bool = False, *, using: str | None = None, **kwargs: Any) -> None:
@@ -45,37 +46,62 @@ class EmailBackend(BaseEmailBackend):  # type: ignore[misc]  # Django has no stu
         self.using: str = using or getattr(settings, "MAILROOM_DJANGO_DATABASE", None) or "default"
 
     def send_messages(self, email_messages: Sequence[EmailMessage]) -> int:
-        """Enqueue the messages as one batch; return how many were enqueued (all of them, or 0).
+        """Enqueue the messages; return how many were enqueued.
 
-        Every message is checked before any is written: one refused message (`mailroom.ValidationError`,
-        with the message's `index`) enqueues none of them.
+        Without `fail_silently`: one batch, every message checked before any is written; one refused
+        message (`ValueError`, or `mailroom.BatchValidationError` with the message's `index`) raises
+        and enqueues none of them. With `fail_silently`: each message on its own, the count of those
+        enqueued. A suppressed email or an idempotent repeat counts as enqueued: Mailroom stored (or
+        found) it.
         """
         if not email_messages:
             return 0
-        requests = [email_request(message) for message in email_messages]
-        try:
+        if not self.fail_silently:
+            requests = [email_request(message) for message in email_messages]
             return len(self._enqueue(requests))
-        except (mailroom.ValidationError, mailroom.ConfigError, DatabaseError):
-            if not self.fail_silently:
-                raise
+        try:
+            return self._enqueue_each(email_messages)
+        except DatabaseError:  # the outer transaction itself failed (its commit, say): nothing stored
             return 0
 
     def _enqueue(self, requests: Iterable[mailroom.EmailRequest]) -> list[mailroom.Enqueued]:
-        connection = connections[self.using]
-        # A savepoint inside the caller's atomic block, the whole transaction outside one: a failure
-        # (even one fail_silently swallows) leaves the caller's transaction usable.
+        # A savepoint inside the caller's atomic block, the whole transaction outside one.
         with transaction.atomic(using=self.using):
-            connection.ensure_connection()
-            if not isinstance(connection.connection, psycopg.Connection):
-                raise TypeError(
-                    f"mailroom.contrib.django.EmailBackend needs database {self.using!r} on Django's"
-                    f" PostgreSQL backend with psycopg 3, which Mailroom installs; its connection is"
-                    f" {type(connection.connection).__module__}.{type(connection.connection).__qualname__}"
-                )
+            connection = self._psycopg_connection()
             # psycopg's errors come out as Django's (IntegrityError, ProgrammingError, ...), and
             # Django learns that its connection saw them.
             with connection.wrap_database_errors:
                 return mailroom.enqueue_many(connection.connection, requests)
+
+    def _enqueue_each(self, email_messages: Sequence[EmailMessage]) -> int:
+        """Each message in a savepoint of its own inside one `atomic()`; how many were enqueued.
+
+        A failure rolls back only its message's savepoint: the caller's transaction goes on.
+        """
+        enqueued = 0
+        with transaction.atomic(using=self.using):
+            connection = self._psycopg_connection()
+            for message in email_messages:
+                try:
+                    request = email_request(message)
+                    with transaction.atomic(using=self.using), connection.wrap_database_errors:
+                        mailroom.enqueue_many(connection.connection, [request])
+                except (ValueError, mailroom.ConfigError, DatabaseError):
+                    continue  # fail_silently: this message is not sent, as Django's SMTP backend does
+                enqueued += 1
+        return enqueued
+
+    def _psycopg_connection(self) -> Any:
+        """Django's connection of the alias, connected; `TypeError` unless it holds a psycopg 3 one."""
+        connection = connections[self.using]
+        connection.ensure_connection()
+        if not isinstance(connection.connection, psycopg.Connection):
+            raise TypeError(
+                f"mailroom.contrib.django.EmailBackend needs database {self.using!r} on Django's"
+                f" PostgreSQL backend with psycopg 3, which Mailroom installs; its connection is"
+                f" {type(connection.connection).__module__}.{type(connection.connection).__qualname__}"
+            )
+        return connection
 
 
 def email_request(message: EmailMessage) -> mailroom.EmailRequest:
@@ -88,14 +114,17 @@ def email_request(message: EmailMessage) -> mailroom.EmailRequest:
 
     to = _recipients("To", message.to, header.get("to"))
     cc = _recipients("Cc", message.cc, header.get("cc"))
-    reply_to = _addresses(header["reply-to"]) if "reply-to" in header else _bare(message.reply_to)
+    bcc = [_one("Bcc", entry)[1] for entry in message.bcc]
+    if "reply-to" in header:
+        reply_to = _addresses(header["reply-to"])
+    else:
+        reply_to = [_one("Reply-To", entry)[1] for entry in message.reply_to]
     text, html = _bodies(message)
-    first_name, first = getaddresses(to[:1])[0] if to else ("", "")
     return mailroom.EmailRequest(
-        to=[first, *_bare(to[1:])] if to else [],
-        to_name=first_name or None,
-        cc=_bare(cc),
-        bcc=_bare(message.bcc),
+        to=[address for _, address in to],
+        to_name=(to[0][0] or None) if to else None,
+        cc=[address for _, address in cc],
+        bcc=bcc,
         reply_to=reply_to,
         subject=str(message.subject),
         text=text,
@@ -106,28 +135,44 @@ def email_request(message: EmailMessage) -> mailroom.EmailRequest:
 
 
 def _check_from(from_email: str | None, from_header: str | None) -> None:
-    """Accept the From the operator configured senders for (`DEFAULT_FROM_EMAIL`), or none."""
+    """Accept a From the operator configured (`DEFAULT_FROM_EMAIL`, or `SERVER_EMAIL`, which
+    `mail_admins`, `mail_managers` and `AdminEmailHandler` send from), or none."""
     default = str(getattr(settings, "DEFAULT_FROM_EMAIL", "") or "").strip()
+    server = str(getattr(settings, "SERVER_EMAIL", "") or "").strip()
     for given in (from_email, from_header):
-        if given and str(given).strip() != default:
+        if given and str(given).strip() not in (default, server):
             raise ValueError(
                 f"a From per email is not supported yet: Mailroom sends with the From of the sender"
-                f" account; leave from_email empty or set it to DEFAULT_FROM_EMAIL ({default!r}),"
-                f" not {str(given)!r}; nothing was enqueued"
+                f" account; leave from_email empty or set it to DEFAULT_FROM_EMAIL ({default!r}) or"
+                f" SERVER_EMAIL ({server!r}), not {str(given)!r}; nothing was enqueued"
             )
 
 
-def _recipients(name: str, listed: Sequence[str], header: str | None) -> list[str]:
-    """The message's list, or its header's addresses when the list is empty; both must agree."""
+def _recipients(name: str, listed: Sequence[str], header: str | None) -> list[tuple[str, str]]:
+    """The (display name, address) of the message's list, or of its header when the list is empty;
+    both must agree."""
+    pairs = [_one(name, entry) for entry in listed]
     if header is None:
-        return [str(address) for address in listed]
-    from_header = [f"{display} <{address}>" if display else address for display, address in _pairs(header)]
-    if listed and _bare(listed) != _bare(from_header):
+        return pairs
+    from_header = _pairs(header)
+    if pairs and [address for _, address in pairs] != [address for _, address in from_header]:
         raise ValueError(
             f"a {name} header that differs from the message's {name.lower()} list is not supported:"
             f" Mailroom writes {name} from the recipients; nothing was enqueued"
         )
-    return from_header if not listed else [str(address) for address in listed]
+    return pairs or from_header
+
+
+def _one(name: str, entry: str) -> tuple[str, str]:
+    """The (display name, address) of one entry of a recipient list, which must hold exactly one
+    address, as Django requires: `"Ada <a@x.com>, b@y.com"` is refused, not cut to its first."""
+    pairs = getaddresses([str(entry)])
+    if len(pairs) != 1:
+        raise ValueError(
+            f"each {name} entry must be exactly one address, not {len(pairs)}: {str(entry)!r}; give"
+            f" every address its own entry of the list; nothing was enqueued"
+        )
+    return pairs[0]
 
 
 def _bodies(message: EmailMessage) -> tuple[str | None, str | None]:
@@ -155,8 +200,3 @@ def _pairs(header: str) -> list[tuple[str, str]]:
 
 def _addresses(header: str) -> list[str]:
     return [address for _, address in _pairs(header)]
-
-
-def _bare(addresses: Iterable[str]) -> list[str]:
-    """The addresses without display names (only the first To's name is kept, as `to_name`)."""
-    return [address for _, address in getaddresses([str(a) for a in addresses])]

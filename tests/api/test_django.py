@@ -4,7 +4,10 @@ transaction, on the connection of its database alias, as the owner and as an app
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,10 +17,19 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.core import mail
-from django.core.mail import EmailMessage, EmailMultiAlternatives, send_mail
+from django.core.mail import (
+    EmailMessage,
+    EmailMultiAlternatives,
+    mail_admins,
+    mail_managers,
+    send_mail,
+    send_mass_mail,
+)
 from django.db import connections, transaction
 from django.db.utils import DatabaseError, ProgrammingError
+from django.test import override_settings
 from django.utils.connection import ConnectionDoesNotExist
+from django.utils.log import AdminEmailHandler
 from psycopg.conninfo import conninfo_to_dict
 
 import mailroom
@@ -40,6 +52,7 @@ if not settings.configured:
         EMAIL_BACKEND="mailroom.contrib.django.EmailBackend",
         DEFAULT_FROM_EMAIL=FROM,
         USE_TZ=True,
+        SECRET_KEY="tests",  # Django's error report (AdminEmailHandler) reads it, hidden
     )
     django.setup()
 
@@ -189,16 +202,44 @@ def test_an_html_body_and_a_reply_to_header_go_to_their_fields(django_db: str, d
     assert not row[3]
 
 
-def test_a_refused_message_raises_or_returns_0_and_writes_nothing(django_db: str, db_url: str) -> None:
+def test_a_refused_message_raises_and_its_batch_writes_nothing(django_db: str, db_url: str) -> None:
     good = EmailMessage("Hi", "Text.", None, ["ada@example.com"])
     bad = EmailMessage("Hi", "Text.", None, ["not an address"])
     with pytest.raises(mailroom.ValidationError) as refused:
         EmailBackend().send_messages([good, bad])
     assert isinstance(refused.value, mailroom.BatchValidationError)
     assert refused.value.index == 1
-    assert EmailBackend(fail_silently=True).send_messages([good, bad]) == 0
+    with pytest.raises(mailroom.ValidationError):
+        send_mass_mail(
+            [("Hi", "Text.", None, ["bob@example.com"]), ("Hi", "Text.", None, ["not an address"])]
+        )
     assert send_mail("Hi", "Text.", None, ["not an address"], fail_silently=True) == 0
     assert _stored(db_url) == []
+
+
+def test_fail_silently_skips_only_the_refused_messages(django_db: str, db_url: str) -> None:
+    """As Django's SMTP backend, which sends each message on its own and counts those sent."""
+    attached = EmailMessage("Hi", "Text.", None, ["attached@example.com"])
+    attached.attach("invoice.txt", "42", "text/plain")
+    messages = [
+        EmailMessage("Hi", "Text.", None, ["ada@example.com"]),
+        EmailMessage("Hi", "Text.", None, ["not an address"]),  # Mailroom's ValidationError
+        EmailMessage("Hi", "Text.", "someone@else.example", ["foreign@example.com"]),  # a foreign From
+        attached,
+        EmailMessage("Hi", "Text.", None, ["Two <two@example.com>, three@example.com"]),
+        EmailMessage("Hi", "Text.", None, ["bob@example.com"]),
+    ]
+    assert EmailBackend(fail_silently=True).send_messages(messages) == 2
+    assert _stored(db_url) == ["ada@example.com", "bob@example.com"]
+    datatuple = [
+        ("Hi", "Text.", None, ["carol@example.com"]),
+        ("Hi", "Text.", None, ["not an address"]),
+        ("Hi", "Text.", None, ["dave@example.com"]),
+    ]
+    with transaction.atomic():  # in the caller's transaction: the refused one takes only its savepoint
+        assert send_mass_mail(datatuple, fail_silently=True) == 2
+        assert send_mail("Hi", "Text.", None, ["erin@example.com"]) == 1
+    assert _stored(db_url)[2:] == ["carol@example.com", "dave@example.com", "erin@example.com"]
 
 
 def test_a_swallowed_failure_leaves_the_callers_transaction_usable(django_db: str, db_url: str) -> None:
@@ -216,14 +257,42 @@ def test_a_header_mailroom_sets_itself_is_refused(django_db: str, db_url: str, h
     assert _stored(db_url) == []
 
 
-def test_a_foreign_from_raises_and_writes_nothing(django_db: str, db_url: str) -> None:
+def test_a_foreign_from_raises_or_is_skipped_silently(django_db: str, db_url: str) -> None:
     with pytest.raises(ValueError, match="a From per email is not supported yet"):
         send_mail("Hi", "Text.", "someone@else.example", ["ada@example.com"])
     with pytest.raises(ValueError, match="From per email"):
         EmailMessage("Hi", "Text.", None, ["ada@example.com"], headers={"From": "x@else.example"}).send()
-    with pytest.raises(ValueError, match="From per email"):  # not swallowed: it would drop the From
-        send_mail("Hi", "Text.", "someone@else.example", ["ada@example.com"], fail_silently=True)
+    assert send_mail("Hi", "Text.", "someone@else.example", ["ada@example.com"], fail_silently=True) == 0
     assert _stored(db_url) == []
+
+
+ADMINS = [("Ops", "ops@example.com")]
+
+
+@override_settings(ADMINS=ADMINS, MANAGERS=[("Boss", "boss@example.com")])
+def test_mail_admins_and_managers_send_from_server_email(django_db: str, db_url: str) -> None:
+    """They send from SERVER_EMAIL, "root@localhost" unless set: Mailroom takes it as the sender's From."""
+    assert settings.SERVER_EMAIL == "root@localhost"
+    mail_admins("Disk full", "98% used.")
+    mail_managers("New order", "Order 42.")
+    with override_settings(SERVER_EMAIL="errors@example.org"):
+        mail_admins("Disk full again", "99% used.", fail_silently=True)
+        EmailMessage("Hi", "Text.", "errors@example.org", ["ada@example.com"]).send()
+    assert _stored(db_url) == ["ops@example.com", "boss@example.com", "ops@example.com", "ada@example.com"]
+
+
+@override_settings(ADMINS=ADMINS)
+def test_djangos_error_reports_reach_the_admins(django_db: str, db_url: str) -> None:
+    """AdminEmailHandler mails an error logged by Django with fail_silently=True, from SERVER_EMAIL."""
+    handler = AdminEmailHandler()
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        record = logging.LogRecord(
+            "django.request", logging.ERROR, __file__, 1, "Failed: %s", ("/x",), sys.exc_info()
+        )
+    handler.emit(record)
+    assert _stored(db_url) == ["ops@example.com"]
 
 
 def test_attachments_raise_and_write_nothing(django_db: str, db_url: str) -> None:
@@ -231,9 +300,41 @@ def test_attachments_raise_and_write_nothing(django_db: str, db_url: str) -> Non
     message.attach("invoice.txt", "42", "text/plain")
     with pytest.raises(ValueError, match="attachments are not supported yet; nothing was enqueued"):
         EmailBackend().send_messages([EmailMessage("Hi", "Text.", None, ["bob@example.com"]), message])
-    with pytest.raises(ValueError, match="attachments"):
-        EmailBackend(fail_silently=True).send_messages([message])
+    assert EmailBackend(fail_silently=True).send_messages([message]) == 0
     assert _stored(db_url) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "name"), [("to", "To"), ("cc", "Cc"), ("bcc", "Bcc"), ("reply_to", "Reply-To")]
+)
+def test_an_entry_of_two_addresses_is_refused_not_cut(
+    django_db: str, db_url: str, field: str, name: str
+) -> None:
+    """Each entry of a recipient list is one address, as Django requires: the second is not dropped."""
+    entry = "Alice <alice@example.com>, bob@example.com"
+    lists: dict[str, list[str]] = {"to": ["ada@example.com"], field: [entry, "carol@example.com"]}
+    message = EmailMessage("Hi", "Text.", None, **lists)
+    with pytest.raises(
+        ValueError, match=re.escape(f"each {name} entry must be exactly one address, not 2: {entry!r}")
+    ):
+        message.send()
+    assert EmailBackend(fail_silently=True).send_messages([message]) == 0
+    assert _stored(db_url) == []
+
+
+def test_every_address_of_the_to_list_is_kept(django_db: str, db_url: str) -> None:
+    to = ["Alice <alice@example.com>", '"Doe, Bob" <bob@example.com>', "carol@example.com"]
+    assert EmailMessage("Hi", "Text.", None, to, cc=["Dan <dan@example.com>"]).send() == 1
+    with psycopg.connect(db_url) as owner:
+        row = owner.execute(
+            "SELECT recipient_email, recipient_name, to_extra, cc FROM mailroom.email_queue"
+        ).fetchone()
+    assert row == (
+        "alice@example.com",
+        "Alice",
+        ["bob@example.com", "carol@example.com"],
+        ["dan@example.com"],
+    )
 
 
 def test_a_to_header_differing_from_the_recipients_is_refused(django_db: str, db_url: str) -> None:
