@@ -19,6 +19,7 @@ from mailroom import EmailRequest, enqueue, enqueue_async, enqueue_many
 from tests.cli import run
 from tests.fixtures_db import TEST_POSTAL_ADDRESS, drop_roles, role_url
 from worker.core.config import Settings
+from worker.core.email_rows import COLUMNS
 from worker.ops import roles
 from worker.producers.rendering import render_once
 
@@ -63,7 +64,7 @@ def _render(db_url: str, settings: Settings) -> int:
 
 
 def test_an_application_role_enqueues_through_every_way_of_the_python_api(
-    db_url: str, apps: tuple[str, str]
+    db_url: str, apps: tuple[str, str], settings: Settings
 ) -> None:
     shop, _ = apps
     with psycopg.connect(shop) as conn:
@@ -100,6 +101,13 @@ def test_an_application_role_enqueues_through_every_way_of_the_python_api(
     from_async = asyncio.run(later())
     assert again == one
     assert "bob" in _row(db_url, templated)["subject"]
+    # Campaign email from an application role is dressed by the worker: the role never sees its tokens.
+    waiting = _row(db_url, campaign)
+    assert (
+        waiting["status"] == "unrendered" and waiting["unsubscribe_token"] is None and waiting["links"] == 0
+    )
+    assert waiting["dress"] == {"track": True} and "https://shop.example/sale" in waiting["html_body"]
+    assert _render(db_url, settings) == 1
     dressed = _row(db_url, campaign)
     assert dressed["status"] == "pending" and dressed["links"] == 1
     assert dressed["unsubscribe_token"] is not None and "List-Unsubscribe" in dressed["headers"]
@@ -185,7 +193,7 @@ def test_the_enqueue_and_my_commands_work_as_an_application_role(
     assert [r["line"] for r in results] == [1, 2, 3, 4]
     assert results[1]["field"] == "to" and results[0]["id"] == results[3]["id"]
     news = _row(db_url, results[2]["id"])
-    assert news["enqueued_by"] == SHOP and news["unsubscribe_token"] is not None
+    assert news["enqueued_by"] == SHOP and news["status"] == "unrendered" and news["dress"] is not None
 
     code, out, err = run(capsys, "my", "--json")
     mine = json.loads(out)
@@ -248,7 +256,7 @@ def test_an_application_role_reads_no_other_roles_email_through_any_table_view_o
             assert "secret@example.com" not in repr(conn.execute(call).fetchall())
 
 
-def test_a_hostile_direct_call_of_the_door_cannot_pass_for_another_role_or_reach_its_email(
+def test_a_hostile_direct_call_of_the_door_cannot_pass_for_another_role_or_choose_what_mailroom_makes(
     db_url: str, apps: tuple[str, str]
 ) -> None:
     """An application calling `mailroom.enqueue_rows` itself, with values the Python API never sends."""
@@ -258,30 +266,81 @@ def test_a_hostile_direct_call_of_the_door_cannot_pass_for_another_role_or_reach
             enqueue(conn, EmailRequest(to="x@example.com", subject="s", text="t", idempotency_key="k"))
         )
         conn.commit()
-    one = ["a@example.com"], [None], ["Hi"], ["x"], [None], ["{}"], [None], [None], [None], [0], [None], [5]
-    rest = [["k"], [None], [True], [None], [None], ["producer:birthdays"], [None], [None], [False], [False]]
-    lists = [[None], [None], [None], [None]]
     call = sql.SQL("SELECT n, id, written, suppression FROM mailroom.enqueue_rows({})").format(
-        sql.SQL(", ").join([sql.Placeholder()] * 30)
+        sql.SQL(", ").join([sql.Placeholder()] * 31)
     )
+
+    def args(n: int = 1, **given: list[Any]) -> list[Any]:
+        """The door's 31 arrays for n plain emails, with `given` columns replaced."""
+        columns = {
+            "recipient_email": [f"a{i}@example.com" for i in range(n)], "subject": ["Hi"] * n,
+            "text_body": ["x"] * n, "headers": ["{}"] * n, "priority": [0] * n, "max_retries": [5] * n,
+        }  # fmt: skip
+        columns.update(given)
+        names = [*COLUMNS, "dress"]
+        return [columns.get(name, [None] * n) for name in names] + [[], [], [], []]
+
     with psycopg.connect(shop) as conn:
-        # A link said to belong to the 2nd email of a call of one, and one to the 1st: only the 1st lands.
-        links = [
-            [2, 1],
-            [0, 0],
-            ["00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"],
-            ["https://evil.example/", "https://shop.example/"],
-        ]
-        rows = conn.execute(call, [*one, *rest, *lists, *links]).fetchall()
+        # Passing for one of Mailroom's producers, reusing another role's key: its own email, its own name.
+        rows = conn.execute(call, args(idempotency_key=["k"], created_by=["producer:birthdays"])).fetchall()
         conn.commit()
-    assert len(rows) == 1 and rows[0][0] == 1 and rows[0][2] is True
-    mine = int(rows[0][1])
+        assert len(rows) == 1 and rows[0][0] == 1 and rows[0][2] is True
+        mine = int(rows[0][1])
+        # Campaign email without its dress: stored for the worker to dress, never pending undressed.
+        bare = conn.execute(call, args(campaign_id=["news"], transactional=[False])).fetchall()
+        conn.commit()
     assert mine != theirs  # the other role's key "k" is not this role's: a new email, never its id
     row = _row(db_url, mine)
     assert row["enqueued_by"] == SHOP and row["created_by"] == SHOP  # not the producer it claimed to be
-    assert row["links"] == 1 and _row(db_url, theirs)["links"] == 0
+    campaign = _row(db_url, int(bare[0][1]))
+    assert campaign["status"] == "unrendered" and campaign["dress"] == {"track": None}
+    refused = [
+        # tokens and links it chose: an unsubscribe token it knows would unsubscribe whoever it mailed
+        args(unsubscribe_token=["00000000-0000-4000-8000-000000000001"]),
+        args(tracking_token=["00000000-0000-4000-8000-000000000002"], track_opens=[True]),
+        [*args()[:-4], [1], [0], ["00000000-0000-4000-8000-000000000003"], ["https://evil.example/"]],
+    ]
+    for given in refused:
+        with (
+            psycopg.connect(shop) as conn,
+            pytest.raises(errors.InsufficientPrivilege, match="made by Mailroom"),
+        ):
+            conn.execute(call, given)
+    # A column one value short would be padded with NULL by unnest: a lost key, a lost flag.
+    for given in (
+        args(2, idempotency_key=["k1"]),
+        args(2, transactional=[False]),
+        args(recipient_email=[["a@x.io"]]),
+    ):
+        with (
+            psycopg.connect(shop) as conn,
+            pytest.raises(errors.InvalidParameterValue, match="one value per email"),
+        ):
+            conn.execute(call, given)
     with psycopg.connect(db_url) as conn:
-        urls = conn.execute("SELECT email_id, url FROM mailroom.tracked_links ORDER BY url").fetchall()
-    assert urls == [(mine, "https://shop.example/")]
-    with psycopg.connect(shop) as conn, pytest.raises(errors.InvalidParameterValue):
-        conn.execute(call, [*one, *rest, *lists, [1], [0, 1], [], []])
+        assert conn.execute("SELECT count(*) FROM mailroom.tracked_links").fetchone() == (0,)
+
+
+def test_an_application_roles_bulk_load_commits_each_batch_before_it_prints_it(
+    db_url: str, apps: tuple[str, str], settings: Settings
+) -> None:
+    """A printed id is a stored email: a batch whose campaign policy was read first is committed too."""
+    from worker.core.bulk import enqueue_lines
+
+    shop, _ = apps
+    lines = [
+        (n, json.dumps({"to": f"r{n}@example.com", "subject": "News", "text": "t", "campaign_id": "news"}))
+        for n in (1, 2)
+    ]
+    committed: list[bool] = []
+
+    def emit(results: list[tuple[int, str]]) -> None:
+        ids = [json.loads(text)["id"] for _, text in results]
+        with psycopg.connect(db_url) as other:  # another session sees what was printed
+            found = other.execute(
+                "SELECT count(*) FROM mailroom.email_queue WHERE id = ANY(%s)", (ids,)
+            ).fetchone()
+        committed.append(found == (len(ids),))
+
+    counts = enqueue_lines(shop, lines, settings, emit, batch_size=1)
+    assert counts.accepted == 2 and committed == [True, True]

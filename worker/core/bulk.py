@@ -32,7 +32,7 @@ from worker.core.config import Settings
 from worker.core.copy_rows import CopyRow, copy_row, insert_copy_rows
 from worker.core.email_rows import EmailRequest, prepare, prepare_json, request_from_json
 from worker.core.json_lines import decode_line
-from worker.core.outbox import write_rows
+from worker.core.outbox import may_dress, write_rows
 from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.core.validation import ValidationError
 
@@ -215,10 +215,12 @@ def _through_the_door(
     """An application role's bulk load: each batch prepared here, line by line, and written through
     `mailroom.enqueue_rows` in one transaction, committed, then emitted."""
     counts = BulkCounts()
-    with psycopg.connect(url) as conn:
+    # Autocommit: each batch is its own transaction (`conn.transaction()` below), committed before its
+    # lines are printed; nothing read between batches holds a transaction open.
+    with psycopg.connect(url, autocommit=True) as conn:
         with conn.cursor(row_factory=dict_row) as cur:
             catalog = catalog_from_rows(cur.execute(SELECT_TEMPLATES).fetchall(), settings.default_locale)
-        conn.commit()
+        dress_here = may_dress(conn)
         for chunk in chunks:
             done: Results = []
             requests: list[tuple[int, EmailRequest]] = []
@@ -231,7 +233,9 @@ def _through_the_door(
             rows: list[tuple[int, tuple[Any, ...]]] = []
             for number, request in requests:
                 try:
-                    rows.append((number, prepare(request, catalog, settings, "cli", book)))
+                    rows.append(
+                        (number, prepare(request, catalog, settings, "cli", book, dress_here=dress_here))
+                    )
                 except ValidationError as exc:
                     done.append((number, _rejected_line(number, exc)))
             with conn.transaction():

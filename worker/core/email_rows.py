@@ -82,8 +82,10 @@ COLUMNS = (
     "bcc",
     "reply_to",
 )
-# A prepared row is COLUMNS followed by one more item: the email's tracked links, (token, url) each.
+# A prepared row is COLUMNS followed by two more items: the email's tracked links, (token, url) each,
+# and the dress the worker is to apply (JSON text, or None when applied or none is owed).
 LINKS = len(COLUMNS)
+DRESS = LINKS + 1
 
 
 def request_from_json(obj: object) -> EmailRequest:
@@ -102,11 +104,16 @@ def prepare(
     settings: Settings,
     created_by: str | None = None,
     book: CampaignBook | None = None,
+    *,
+    dress_here: bool = True,
 ) -> tuple[Any, ...]:
-    """Validate and render one request into the row that will be stored (`COLUMNS` order, then `LINKS`).
+    """Validate and render one request into the row that will be stored (`COLUMNS` order, then `LINKS`,
+    then `DRESS`).
 
     `book` is what the database says of the request's campaign (`outbox` asks it); without one, no
-    campaign has a postal address of its own and only `settings.postal_address` lets campaign email in."""
+    campaign has a postal address of its own and only `settings.postal_address` lets campaign email in.
+    Campaign dress (tracking, the unsubscribe link) is applied here, or with `dress_here` false only
+    asked for (`DRESS`): an application role's email is dressed by the worker, whose tokens it never sees."""
     r = request
     return _prepare_fields(
         r.to,
@@ -134,6 +141,7 @@ def prepare(
         settings,
         created_by,
         book,
+        dress_here,
     )
 
 
@@ -156,6 +164,11 @@ def is_transactional(campaign_id: str | None, transactional: bool | None) -> boo
 def dressed(track: bool | None, transactional: bool) -> bool:
     """Whether an email gets tracking or unsubscribe dress, and so its campaign's policy (`CampaignBook`)."""
     return bool(track) or not transactional
+
+
+def needs_dress(request: EmailRequest) -> bool:
+    """Whether this request's email gets tracking or an unsubscribe link."""
+    return dressed(request.track, is_transactional(request.campaign_id, request.transactional))
 
 
 def campaign_to_ask(request: EmailRequest) -> str | None:
@@ -206,6 +219,7 @@ def _prepare_fields(
     settings: Settings,
     created_by: str | None,
     book: CampaignBook | None = None,
+    dress_here: bool = True,
 ) -> tuple[Any, ...]:
     if headers is None:  # no headers: from Python (EmailRequest) as from a JSON line's "headers": null
         headers = {}
@@ -219,19 +233,23 @@ def _prepare_fields(
     max_retries = _check_limits(priority, max_retries, idempotency_key, campaign_id, settings)
     transactional = is_transactional(campaign_id, transactional)
     tracked: tracking.Tracking | None = None
+    dress: str | None = None
     # The one check the common bulk case pays: transactional email without tracking adds nothing.
     if dressed(track, transactional):
         book = book or NO_CAMPAIGNS
         book.require_postal_address(campaign_id, transactional, settings.postal_address)
-        opens = book.opens(campaign_id)
-        tracked = _tracked(html, headers, track, transactional, campaign_id, settings, opens)
-        html, headers = tracked.html, tracked.headers
-    # In `COLUMNS` order, then the tracked links.
+        if dress_here:
+            opens = book.opens(campaign_id)
+            tracked = _tracked(html, headers, track, transactional, campaign_id, settings, opens)
+            html, headers = tracked.html, tracked.headers
+        else:  # the worker dresses it, with tokens the application never sees (`mailroom.enqueue_rows`)
+            dress = json.dumps({"track": track})
+    # In `COLUMNS` order, then the tracked links, then the dress the worker is to apply (or None).
     return (
         recipient, to_name, subject, text, html, json.dumps(headers) if headers else "{}", template,
         locale if template else given_locale, json.dumps(data) if data is not None else None, priority,
         scheduled_for, max_retries, idempotency_key, campaign_id, transactional, reference_type,
-        reference_id, created_by, *_tracking_columns(tracked), *more, _links(tracked),
+        reference_id, created_by, *_tracking_columns(tracked), *more, _links(tracked), dress,
     )  # fmt: skip
 
 

@@ -35,10 +35,12 @@ from worker.core.campaign_mail import NO_CAMPAIGNS, POLICIES, CampaignBook, book
 from worker.core.config import Settings
 from worker.core.email_rows import (
     COLUMNS,
+    DRESS,
     LINKS,
     EmailRequest,
     address_array,
     campaigns_to_ask,
+    needs_dress,
     prepare,
     prepare_json,
     render_stored,
@@ -60,6 +62,7 @@ __all__ = [
     "enqueue_many_async",
     "load_catalog",
     "load_catalog_async",
+    "may_dress",
     "prepare",
     "prepare_json",
     "render_stored",
@@ -95,6 +98,8 @@ _LINK_TYPES = ("integer", "integer", "uuid", "text")
 # answers one row per request in the requests' order: its id (the first email's for a key this role
 # used before, in this call or earlier), and its suppression as the caller may be told it
 # (mailroom.suppression_told).
+# Who may dress its own campaign email: a role that may write the queue (the door's `trusted`).
+TRUSTED = "SELECT has_table_privilege(session_user, 'mailroom.email_queue', 'INSERT')"
 ENQUEUE_ROWS = (
     sql.SQL("SELECT id, suppression FROM mailroom.enqueue_rows({arrays})")
     .format(
@@ -105,6 +110,7 @@ ENQUEUE_ROWS = (
                 )
                 for c in COLUMNS
             ]
+            + [sql.SQL("%b::jsonb[]")]  # the dress the worker is to apply
             + [sql.SQL("%b::{}[]").format(sql.SQL(t)) for t in _LINK_TYPES]
         )
     )
@@ -183,6 +189,12 @@ async def enqueue_many_async(
     return await _run_async(conn, _enqueue_steps(list(requests), settings, created_by, indexed=True))
 
 
+def may_dress(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the connected role dresses its own campaign email (it may write the queue), else the
+    worker does: `prepare(..., dress_here=may_dress(conn))` for rows given to `write_rows`."""
+    return _run(conn, _trusted_steps())
+
+
 def write_rows(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> list[Enqueued]:
     """Write rows `prepare` made through the door (`mailroom.enqueue_rows`), in the caller's transaction;
     each row's answer in their order. For a caller that prepares rows itself (the bulk command, line by
@@ -235,8 +247,15 @@ def _enqueue_steps(
     settings = settings or Settings.from_env()
     catalog = (yield from _catalog_steps(settings)) if any(r.template for r in batch) else None
     book = yield from _book_steps(batch)
-    rows = _prepared(batch, catalog, settings, created_by, book, indexed=indexed)
+    dress_here = (yield from _trusted_steps()) if any(needs_dress(r) for r in batch) else True
+    rows = _prepared(batch, catalog, settings, created_by, book, indexed=indexed, dress_here=dress_here)
     return (yield from _write_steps(rows))
+
+
+def _trusted_steps() -> Steps[bool]:
+    """Whether the connected role may write the queue itself, and so dress its own campaign email: an
+    application role's is dressed by the worker, with tokens it never sees (`mailroom.enqueue_rows`)."""
+    return bool((yield Query(TRUSTED))[0][0])
 
 
 def _write_steps(rows: Sequence[tuple[Any, ...]]) -> Steps[list[Enqueued]]:
@@ -266,12 +285,13 @@ def _prepared(
     book: CampaignBook,
     *,
     indexed: bool,
+    dress_here: bool = True,
 ) -> list[tuple[Any, ...]]:
     """Every request checked and rendered into its row, or the first refusal (with its position if `indexed`)."""
     rows: list[tuple[Any, ...]] = []
     for index, request in enumerate(batch):
         try:
-            rows.append(prepare(request, catalog, settings, created_by, book))
+            rows.append(prepare(request, catalog, settings, created_by, book, dress_here=dress_here))
         except ValidationError as exc:
             if not indexed:
                 raise
@@ -292,4 +312,4 @@ def _arrays(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
             links[1].append(position)
             links[2].append(token)
             links[3].append(url)
-    return arrays + links
+    return [*arrays, [row[DRESS] for row in rows], *links]

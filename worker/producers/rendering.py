@@ -17,7 +17,6 @@ from worker.core.config import Settings
 from worker.core.email_rows import COLUMNS, LINKS, EmailRequest, prepare
 from worker.core.outbox import load_catalog_async, render_stored
 from worker.core.templates import TemplateCatalog
-from worker.core.validation import ValidationError
 from worker.engine.producer import Producer
 
 log = logging.getLogger("mailroom.worker")
@@ -94,7 +93,12 @@ async def _render_one(
             await conn.execute(
                 RENDERED, {"id": row["id"], "subject": subject, "text": text, "html": html, "locale": locale}
             )
-    except (ValidationError, psycopg.errors.CheckViolation) as exc:
+    except psycopg.OperationalError:
+        raise  # the database is gone: the batch is tried again, nothing is the email's fault
+    except Exception as exc:
+        # Whatever this one email's content or settings make fail (a refused rule, a malformed setting,
+        # a token clash) fails this email with the reason, never the batch: a batch rolled back would
+        # come first again, and every unrendered email would wait behind it for ever.
         what = f"template {row['template']!r}" if row["template"] else "its campaign dress"
         reason = f"cannot render {what}: {exc}".splitlines()[0][:1000]
         log.warning("email %s: %s", row["id"], reason)

@@ -108,11 +108,22 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- Email that still owes its campaign dress cannot be described by the old schema: its renderer, or a
+-- retry, would send it without its unsubscribe link. The downgrade waits for the worker to dress it
+-- (or an operator to cancel it) rather than lose that.
+DO $$
+DECLARE
+    owed bigint;
+BEGIN
+    SELECT count(*) INTO owed FROM mailroom.email_queue WHERE dress IS NOT NULL AND status IN ('unrendered', 'failed');
+    IF owed > 0 THEN
+        RAISE EXCEPTION '% email(s) still owe campaign dress the schema before 0012 cannot apply', owed
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'let the worker render them, or cancel them (mailroom cancel), then downgrade again';
+    END IF;
+END $$;
 ALTER TABLE mailroom.email_queue DROP CONSTRAINT email_queue_unrendered_has_work;
 ALTER TABLE mailroom.email_queue DROP CONSTRAINT email_queue_dress_object;
--- Email still waiting for its dress cannot be described by the old schema: it fails, with the reason.
-UPDATE mailroom.email_queue SET status = 'failed', last_error = 'enqueued with campaign dress the downgraded schema cannot apply'
-WHERE status = 'unrendered' AND template IS NULL;
 ALTER TABLE mailroom.email_queue ADD CONSTRAINT email_queue_unrendered_has_template
     CHECK (status <> 'unrendered' OR template IS NOT NULL);
 ALTER TABLE mailroom.email_queue DROP COLUMN dress;
