@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -52,9 +53,12 @@ async def settled(pilot: Pilot[Any]) -> None:
     app = pilot.app
     assert isinstance(app, MailroomConsole)
     while True:
-        if app.coalescer.pending:
-            # the flush posts a Reload to the screen, whose data_shown wakes this wait
-            assert await app.wait_until_shown(lambda: not app.coalescer.pending, WAIT)
+        # The flush posts a Reload the screen may not take (its tables did not change), so nothing
+        # would wake a wait for it: looked at every few frames, for at most WAIT.
+        give_up = asyncio.get_running_loop().time() + WAIT
+        while app.coalescer.pending:
+            assert asyncio.get_running_loop().time() < give_up, "a refresh stayed scheduled"
+            await pilot.pause(0.05)
         await pilot.pause()  # the screen takes what waits in its queue (a Reload starts its load)
         loading = [w for w in app.workers if w.group != "confirm" and not w.is_finished]
         if not loading and not app.coalescer.pending:

@@ -130,7 +130,15 @@ def _wait_for_every_email(sink: RunningSink, emails: int, bound: float, log: Pat
         sink.wait_for_sync(len(messages) + emails - distinct, timeout=left)
 
 
-def _seconds_to_resume(sink: RunningSink, promoted: datetime, bound: float = 30.0) -> float:
+# Bounds on waiting, not figures asserted: each wait ends as soon as what it waits for shows, and a
+# loaded host may take long (a drill of 10,000 emails on a busy 2-core machine: minutes). The figures
+# are printed; docs/high-availability.md quotes them from a quiet host.
+RESUME_BOUND = 120.0
+NEW_EMAIL_BOUND = 60.0
+EVERY_EMAIL_BOUND = 400.0
+
+
+def _seconds_to_resume(sink: RunningSink, promoted: datetime, bound: float = RESUME_BOUND) -> float:
     """Seconds from the promotion to the tenth message received after it (sends resumed, not one
     straggler); `bound` past them when fewer arrived by then."""
     sink.wait_for_sync(len(sink.messages) + 10, timeout=bound)
@@ -138,7 +146,7 @@ def _seconds_to_resume(sink: RunningSink, promoted: datetime, bound: float = 30.
     return (after[9] - promoted).total_seconds() if len(after) >= 10 else bound
 
 
-def _new_email_seconds(sink: RunningSink, url: str, bound: float = 10.0) -> float:
+def _new_email_seconds(sink: RunningSink, url: str, bound: float = NEW_EMAIL_BOUND) -> float:
     """Enqueue one email through the Python API; seconds until the sink has it (`bound` when it has not
     arrived by then)."""
     started = time.monotonic()
@@ -180,7 +188,7 @@ def run_drill(
     bulk_enqueue(url, emails)
     worker = start_worker(env, log)
     try:
-        assert sink.wait_for_sync(emails // 4, timeout=60), log.read_text()[-3000:]
+        assert sink.wait_for_sync(emails // 4, timeout=EVERY_EMAIL_BOUND), log.read_text()[-3000:]
         before = len(sink.messages)
         fail(pair)
         time.sleep(OUTAGE_SECONDS)  # the failover manager deciding: part of the scenario, not a wait
@@ -188,7 +196,7 @@ def run_drill(
         promoted = datetime.now(UTC)
         in_outage = len(sink.messages) - before
         resumed = _seconds_to_resume(sink, promoted)
-        _wait_for_every_email(sink, emails, 60, log)
+        _wait_for_every_email(sink, emails, EVERY_EMAIL_BOUND, log)
         new_email = _new_email_seconds(sink, url)
         distinct, duplicates, most = _copies(sink.messages)
         return Figures(emails, distinct, duplicates, most, in_outage, resumed, new_email, worker.poll())

@@ -25,7 +25,17 @@ import pytest
 from psycopg import errors
 
 from tests.fixtures_failover import Bouncer, Pair
-from tests.worker.failover_drill import CONCURRENCY, Figures, crash, demote, promote, run_drill, worker_env
+from tests.worker.failover_drill import (
+    CONCURRENCY,
+    NEW_EMAIL_BOUND,
+    RESUME_BOUND,
+    Figures,
+    crash,
+    demote,
+    promote,
+    run_drill,
+    worker_env,
+)
 from tests.worker.helpers import statuses
 from worker.core.failover import DatabaseCircuit, Pool
 from worker.core.listen import Listener, Waker
@@ -128,12 +138,15 @@ def _check(figures: Figures, pair: Pair, log: Path) -> None:
     assert figures.distinct == EMAILS + 1, said  # nothing lost, the email after the drill included
     assert figures.most_from_one_connection <= 1, said
     assert figures.duplicates <= CONCURRENCY, said
-    assert figures.resumed_seconds <= 30, said
-    assert figures.new_email_seconds <= 2, said
+    # Delivery resumed after the promotion, and an email enqueued afterwards arrived: liveness within
+    # generous bounds, not a speed (tests assert no wall-clock figure; the figures are printed above).
+    assert figures.resumed_seconds < RESUME_BOUND, said
+    assert figures.new_email_seconds < NEW_EMAIL_BOUND, said
     assert statuses(pair.url()) == {"sent": EMAILS + 1}, said
 
 
 @pytest.mark.e2e  # a PostgreSQL pair and a worker process
+@pytest.mark.timeout(900)  # the drill's own bounds end it first (failover_drill)
 def test_a_crashed_primary_loses_no_email_and_sends_none_twice(
     pg15_pair: Pair, smtp_sink: RunningSink, secret_key: str, tmp_path: Path
 ) -> None:
@@ -144,6 +157,7 @@ def test_a_crashed_primary_loses_no_email_and_sends_none_twice(
 
 
 @pytest.mark.e2e  # a PostgreSQL pair, PgBouncer and a worker process
+@pytest.mark.timeout(900)  # the drill's own bounds end it first (failover_drill)
 def test_a_demoted_primary_behind_pgbouncer_loses_no_email_and_stops_no_worker(
     pg15_pair: Pair, pgbouncer: Bouncer, smtp_sink: RunningSink, secret_key: str, tmp_path: Path
 ) -> None:
