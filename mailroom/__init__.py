@@ -13,18 +13,24 @@ Each call has an SQL twin (`mailroom.enqueue(...)` in the database) for applicat
 
 from __future__ import annotations
 
+from mailroom._cancel import Cancelled, cancel, cancel_async
 from mailroom._enqueue import enqueue, enqueue_async, enqueue_many, enqueue_many_async
 from mailroom._errors import BatchValidationError, ConfigError, ValidationError
 from mailroom._request import EmailRequest
 from worker import __version__ as __version__
+from worker.core.attachments import Attachment
 from worker.core.enqueued import Enqueued
 
 __all__ = [
+    "Attachment",
     "BatchValidationError",
+    "Cancelled",
     "ConfigError",
     "EmailRequest",
     "Enqueued",
     "ValidationError",
+    "cancel",
+    "cancel_async",
     "enqueue",
     "enqueue_async",
     "enqueue_many",

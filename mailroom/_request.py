@@ -42,6 +42,16 @@ class EmailRequest(outbox.EmailRequest):
             `MAILROOM_MAX_RETRIES`, 5).
         idempotency_key: 1 to 255 characters. Enqueuing the same key again from the same
             database role returns the first email's id and stores nothing new.
+        expires_at: a time zone-aware `datetime` after which the email is never sent (a one-time
+            code's expiry): it ends `failed` as expired, with the reason. Must be later than
+            `scheduled_for` (or now). `mailroom.cancel` stops an email before that.
+
+    Files:
+        attachments: a list of `mailroom.Attachment(filename, content, content_type=None,
+            content_id=None)`. A file with a `content_id` is an inline image the HTML shows as
+            `<img src="cid:...">`. At most 100 files, each at most `MAILROOM_MAX_ATTACHMENT_BYTES`
+            (default 10 MiB) and together at most `MAILROOM_MAX_ATTACHMENTS_BYTES` (15 MiB); the
+            filename is a name, never a path. Each content is stored once however many emails carry it.
 
     Kind and bookkeeping:
         campaign_id: marks campaign email (at most 100 characters): it gets an unsubscribe

@@ -195,6 +195,7 @@ def _claim_plan(conn: psycopg.Connection[Any], sender: int, settings: str | None
         "lifetime": 86400,
         "ahead": 0,
         "expired": "expired",
+        "own_expired": "expired",
     }
     with conn.transaction():
         if settings:

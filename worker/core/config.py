@@ -80,6 +80,8 @@ class Settings:
     max_subject_chars: int = 998
     max_body_bytes: int = 10 * 1024 * 1024
     max_recipients: int = 50
+    max_attachment_bytes: int = 10 * 1024 * 1024
+    max_attachments_bytes: int = 15 * 1024 * 1024
     default_max_retries: int = 5
     retry_base_seconds: float = 60.0
     retry_cap_seconds: float = 6 * 3600.0
@@ -240,6 +242,17 @@ def _recipients_limit(s: Setting) -> int:
     return value
 
 
+# The database refuses more than this in one file and in one email's files (revision 0013).
+ATTACHMENT_CEILING = 25 * 1024 * 1024
+
+
+def _attachment_limit(s: Setting) -> int:
+    value = _whole(s)
+    if value > ATTACHMENT_CEILING:
+        raise ConfigError(f"{s.env} must be at most {ATTACHMENT_CEILING} (25 MiB), got {value}")
+    return value
+
+
 def _dns_servers(s: Setting) -> tuple[str, ...]:
     """Resolvers separated by commas or spaces, each an IP address with an optional port."""
     from worker.core.dns_servers import format_dns_server, parse_dns_server
@@ -288,6 +301,11 @@ DECLARED: tuple[Setting, ...] = (
        "locale a template falls back to when the email's locale has none", _text),
     _S("MAILROOM_MAX_SUBJECT_CHARS", "max_subject_chars", "longest subject enqueued", _whole, 1),
     _S("MAILROOM_MAX_BODY_BYTES", "max_body_bytes", "largest text or HTML body enqueued", _whole, 1),
+    _S("MAILROOM_MAX_ATTACHMENT_BYTES", "max_attachment_bytes",
+       "largest file attached to an email (at most 25 MiB, the database's ceiling)", _attachment_limit, 1),
+    _S("MAILROOM_MAX_ATTACHMENTS_BYTES", "max_attachments_bytes",
+       "all the files of one email together, before base64 (at most 25 MiB, the database's ceiling)",
+       _attachment_limit, 1),
     _S("MAILROOM_MAX_RECIPIENTS", "max_recipients", "recipients of one email, To, Cc and Bcc together "
        "(at most 100, the database's ceiling)", _recipients_limit, 1),
     # delivery

@@ -16,8 +16,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from worker.core.email_rows import COLUMNS, LINKS, address_array
+from worker.core.email_rows import COLUMNS, FILES, LINKS, address_array
 from worker.core.outbox import COLUMN_LIST
+from worker.core.validation import ValidationError
 
 _ID_SEQUENCE = "SELECT pg_get_serial_sequence('mailroom.email_queue', 'id')"
 # The sequence comes as a parameter, looked up once: pg_get_serial_sequence in the select list runs
@@ -93,7 +94,14 @@ _NULL = "\x01"
 
 
 def copy_row(row: tuple[Any, ...]) -> CopyRow:
-    """Format a prepared row (from `prepare`) as COPY text once, wherever it was validated."""
+    """Format a prepared row (from `prepare`) as COPY text once, wherever it was validated. A row with
+    files is refused: COPY writes the queue alone, and its files go through the door (`write_rows`)."""
+    if row[FILES]:
+        raise ValidationError(
+            "attachments",
+            "the COPY load takes no files: enqueue email with attachments through the door (the Python API,"
+            " or `mailroom enqueue` as a role made by `mailroom db grant app`)",
+        )
     scheduled_for = row[_SCHEDULED]
     values = row[:_SCHEDULED] + row[_SCHEDULED + 1 : LINKS]
     if scheduled_for is not None:

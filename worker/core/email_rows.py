@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from worker.core import links as tracking
+from worker.core.attachments import Attachment, File, check_files
 from worker.core.campaign_mail import NO_CAMPAIGNS, CampaignBook
 from worker.core.config import Settings
 from worker.core.request_json import json_fields
@@ -51,6 +52,9 @@ class EmailRequest:
     cc: Sequence[str] | None = None
     bcc: Sequence[str] | None = None
     reply_to: Sequence[str] | None = None
+    # past it the email is never sent: it ends failed, expired (a one-time code's expiry, say)
+    expires_at: datetime | None = None
+    attachments: Sequence[Attachment] | None = None
 
 
 # Column order shared by the single INSERT and the bulk COPY.
@@ -81,11 +85,14 @@ COLUMNS = (
     "cc",
     "bcc",
     "reply_to",
+    "expires_at",
 )
-# A prepared row is COLUMNS followed by two more items: the email's tracked links, (token, url) each,
-# and the dress the worker is to apply (JSON text, or None when applied or none is owed).
+# A prepared row is COLUMNS followed by three more items: the email's tracked links, (token, url) each,
+# the dress the worker is to apply (JSON text, or None when applied or none is owed), and its files
+# (`worker.core.attachments.File`, none for most).
 LINKS = len(COLUMNS)
 DRESS = LINKS + 1
+FILES = LINKS + 2
 
 
 def request_from_json(obj: object) -> EmailRequest:
@@ -137,6 +144,8 @@ def prepare(
         r.cc,
         r.bcc,
         r.reply_to,
+        r.expires_at,
+        r.attachments,
         catalog,
         settings,
         created_by,
@@ -215,6 +224,8 @@ def _prepare_fields(
     cc: Sequence[str] | None,
     bcc: Sequence[str] | None,
     reply_to: Sequence[str] | None,
+    expires_at: datetime | None,
+    attachments: Sequence[Attachment] | None,
     catalog: TemplateCatalog | None,
     settings: Settings,
     created_by: str | None,
@@ -231,25 +242,22 @@ def _prepare_fields(
         raise ValidationError("data", "data is only used with a template")
     subject = _check_content(subject, text, html, to_name, settings)
     max_retries = _check_limits(priority, max_retries, idempotency_key, campaign_id, settings)
+    files = _lifetime_and_files(expires_at, scheduled_for, attachments, html, settings)
     transactional = is_transactional(campaign_id, transactional)
     tracked: tracking.Tracking | None = None
     dress: str | None = None
     # The one check the common bulk case pays: transactional email without tracking adds nothing.
     if dressed(track, transactional):
-        book = book or NO_CAMPAIGNS
-        book.require_postal_address(campaign_id, transactional, settings.postal_address)
-        if dress_here:
-            opens = book.opens(campaign_id)
-            tracked = _tracked(html, headers, track, transactional, campaign_id, settings, opens)
-            html, headers = tracked.html, tracked.headers
-        else:  # the worker dresses it, with tokens the application never sees (`mailroom.enqueue_rows`)
-            dress = json.dumps({"track": track})
-    # In `COLUMNS` order, then the tracked links, then the dress the worker is to apply (or None).
+        html, headers, tracked, dress = _dressing(
+            html, headers, track, transactional, campaign_id, settings, book or NO_CAMPAIGNS, dress_here
+        )
+    # In `COLUMNS` order, then the tracked links, the dress the worker is to apply (or None), the files.
     return (
         recipient, to_name, subject, text, html, json.dumps(headers) if headers else "{}", template,
         locale if template else given_locale, json.dumps(data) if data is not None else None, priority,
         scheduled_for, max_retries, idempotency_key, campaign_id, transactional, reference_type,
-        reference_id, created_by, *_tracking_columns(tracked), *more, _links(tracked), dress,
+        reference_id, created_by, *_tracking_columns(tracked), *more, expires_at, _links(tracked), dress,
+        files,
     )  # fmt: skip
 
 
@@ -294,6 +302,27 @@ def _address_list(field_name: str, addresses: Sequence[str] | None) -> list[str]
         addresses = [addresses]
     found = [normalise_address(f"{field_name}[{i}]", a) for i, a in enumerate(addresses, 1)]
     return found or None
+
+
+def _dressing(
+    html: str | None,
+    headers: Mapping[str, str],
+    track: bool | None,
+    transactional: bool,
+    campaign_id: str | None,
+    settings: Settings,
+    book: CampaignBook,
+    dress_here: bool,
+) -> tuple[str | None, Mapping[str, str], tracking.Tracking | None, str | None]:
+    """Campaign dress (tracking, the unsubscribe link) applied here, or with `dress_here` false only asked
+    for: html, headers, what tracking made and the dress the worker is to apply."""
+    book.require_postal_address(campaign_id, transactional, settings.postal_address)
+    if (
+        not dress_here
+    ):  # the worker dresses it, with tokens the application never sees (`mailroom.enqueue_rows`)
+        return html, headers, None, json.dumps({"track": track})
+    tracked = _tracked(html, headers, track, transactional, campaign_id, settings, book.opens(campaign_id))
+    return tracked.html, tracked.headers, tracked, None
 
 
 def _tracked(
@@ -407,6 +436,30 @@ def _encoded_size(label: str, content: str) -> int:
         return len(content.encode("utf-8"))
     except UnicodeEncodeError:
         raise ValidationError(label, "contains an unpaired surrogate (not valid Unicode text)") from None
+
+
+def _lifetime_and_files(
+    expires_at: datetime | None,
+    scheduled_for: datetime | None,
+    attachments: Sequence[Attachment] | None,
+    html: str | None,
+    settings: Settings,
+) -> tuple[File, ...]:
+    """The email's own lifetime checked, and its files (none for most)."""
+    if expires_at is not None:
+        _check_lifetime(expires_at, scheduled_for)
+    if not attachments:
+        return ()
+    return check_files(attachments, html, settings.max_attachment_bytes, settings.max_attachments_bytes)
+
+
+def _check_lifetime(expires_at: datetime, scheduled_for: datetime | None) -> None:
+    """An email's own lifetime: a time zone-aware moment after it is due."""
+    if not isinstance(expires_at, datetime) or expires_at.tzinfo is None or expires_at.utcoffset() is None:
+        raise ValidationError("expires_at", "must be a time zone-aware datetime")
+    due = scheduled_for if scheduled_for is not None and scheduled_for.tzinfo is not None else None
+    if expires_at <= (due or datetime.now(UTC)):
+        raise ValidationError("expires_at", "must be later than the email is due (scheduled_for, or now)")
 
 
 def _check_limits(

@@ -11,7 +11,7 @@ import binascii
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.headerregistry import Address
@@ -19,6 +19,7 @@ from email.policy import SMTP
 from email.utils import format_datetime
 from typing import Any
 
+from worker.core.attachments import File, with_files
 from worker.core.campaign_mail import Dress, add_footer, unsubscribe_url
 from worker.core.html_text import text_from_html
 from worker.core.recipient_tokens import message_id, unsubscribe_token
@@ -209,16 +210,14 @@ def build_message(
     With a `dress` (`worker.core.campaign_mail.dress_for`, which the engine always gives) the message
     gets its List-Id and Feedback-ID, a text part even when only HTML was stored, and the footer with
     the copy's own unsubscribe link (the one in its List-Unsubscribe) and the postal address.
+    A row's `files` go with it (`worker.core.attachments.with_files`).
     """
     check_row(email)
     get = email.get
     # The common email has none of these lists: its headers are written as they always were.
     lists = get("to_extra") or get("cc") or get("bcc") or get("reply_to")
-    to = (
-        _recipient_headers(email)
-        if lists
-        else _address_header("To", get("recipient_name"), email["recipient_email"])
-    )
+    named = get("recipient_name")
+    to = _recipient_headers(email) if lists else _address_header("To", named, email["recipient_email"])
     top = "".join((_address_header("From", from_name, from_email), to, _header("Subject", email["subject"])))
     top += _date_header()
     headers: Mapping[str, str] = email.get("headers") or {}
@@ -227,6 +226,7 @@ def build_message(
         text = text_from_html(html or "")
     body = "" if dress is not None and dress.footer else _body(text, html)
     domain = from_email.rpartition("@")[2] or "mailroom.invalid"
+    files = get("files") or ()  # each with its base64 lines (`worker.engine.files`)
 
     def copy(recipient: str, copy_headers: Mapping[str, str]) -> Envelope:
         if key is None:
@@ -244,7 +244,7 @@ def build_message(
                 url = unsubscribe_url(copy_headers)
                 own = _body(*add_footer(text, html, url, dress.postal_address))
         head.append("MIME-Version: 1.0\r\n")
-        return Envelope(from_email, recipient, mid, ("".join(head) + own).encode("utf-8"))
+        return Envelope(from_email, recipient, mid, _assembled(head, own, files))
 
     if not lists or not has_more_recipients(email):
         return copy(email["recipient_email"], headers)
@@ -252,6 +252,15 @@ def build_message(
     copies = tuple(copy(r, _recipient_unsubscribe(headers, r, key)) for r in recipients)
     first = copies[0]
     return Envelope(from_email, first.recipient, first.message_id, first.content, recipients, copies)
+
+
+def _assembled(head: list[str], body: str, files: Sequence[tuple[File, bytes]]) -> bytes:
+    """The message's bytes: its headers, then its body, with its files when it has any (their base64
+    lines are shared by every copy and every email carrying them: joined once, here)."""
+    if not files:
+        return ("".join(head) + body).encode("utf-8")
+    pieces = with_files(body.encode("utf-8"), files, f"=_mailroom_{secrets.token_hex(12)}")
+    return b"".join([("".join(head)).encode("utf-8"), *pieces])
 
 
 def _body(text: str | None, html: str | None) -> str:

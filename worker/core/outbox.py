@@ -36,6 +36,7 @@ from worker.core.config import Settings
 from worker.core.email_rows import (
     COLUMNS,
     DRESS,
+    FILES,
     LINKS,
     EmailRequest,
     address_array,
@@ -81,6 +82,7 @@ _TYPES = {
     "template_data": "jsonb",
     "priority": "integer",
     "scheduled_for": "timestamptz",
+    "expires_at": "timestamptz",
     "max_retries": "integer",
     "transactional": "boolean",
     "tracking_token": "uuid",
@@ -90,8 +92,23 @@ _TYPES = {
 }
 # Arrays go in binary, whose dumping costs a quarter of the text form's (that was more than `prepare`);
 # scheduled_for's as text, which also takes a list mixing naive and aware times.
-_FORMATS = {"scheduled_for": PyFormat.TEXT}
-_LINK_TYPES = ("integer", "integer", "uuid", "text")
+_FORMATS = {"scheduled_for": PyFormat.TEXT, "expires_at": PyFormat.TEXT}
+# After the columns: the dress, the tracked links, then the files (each naming its email by its place in
+# the call, from 1, and its content by its place in `contents`, where each content appears once).
+_MORE = (
+    ("dress", "jsonb"),
+    ("link_email", "integer"),
+    ("link_position", "integer"),
+    ("link_token", "uuid"),
+    ("link_url", "text"),
+    ("attachment_email", "integer"),
+    ("attachment_position", "integer"),
+    ("attachment_filename", "text"),
+    ("attachment_type", "text"),
+    ("attachment_cid", "text"),
+    ("attachment_data", "integer"),
+    ("contents", "bytea"),
+)
 # Every writer goes through one door, `mailroom.enqueue_rows` (migrations/versions/0012): a SECURITY
 # DEFINER function an application role may call without any privilege on the queue's tables. It writes
 # the rows in one statement (the queue's statement triggers run once) with their tracked links, and
@@ -105,13 +122,14 @@ ENQUEUE_ROWS = (
     .format(
         arrays=sql.SQL(", ").join(
             [
-                sql.SQL("{}::{}[]").format(
-                    sql.Placeholder(format=_FORMATS.get(c, PyFormat.BINARY)), sql.SQL(_TYPES.get(c, "text"))
+                sql.SQL("{} => {}::{}[]").format(
+                    sql.Identifier(c),
+                    sql.Placeholder(format=_FORMATS.get(c, PyFormat.BINARY)),
+                    sql.SQL(_TYPES.get(c, "text")),
                 )
                 for c in COLUMNS
             ]
-            + [sql.SQL("%b::jsonb[]")]  # the dress the worker is to apply
-            + [sql.SQL("%b::{}[]").format(sql.SQL(t)) for t in _LINK_TYPES]
+            + [sql.SQL("{} => %b::{}[]").format(sql.Identifier(n), sql.SQL(t)) for n, t in _MORE]
         )
     )
     .as_string(None)
@@ -301,7 +319,8 @@ def _prepared(
 
 def _arrays(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
     """`ENQUEUE_ROWS`'s parameters: one list per column (the lists of addresses as array literals),
-    then the tracked links as four lists: the email's position (from 1), the link's, token, url."""
+    the dress, the tracked links as four lists (the email's position from 1, the link's, token, url),
+    then the files (`_file_arrays`)."""
     arrays = [list(values) for values in islice(zip(*rows, strict=True), LINKS)]
     for i in _LIST_INDEXES:
         arrays[i] = [None if v is None else address_array(v) for v in arrays[i]]
@@ -312,4 +331,22 @@ def _arrays(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
             links[1].append(position)
             links[2].append(token)
             links[3].append(url)
-    return [*arrays, [row[DRESS] for row in rows], *links]
+    return [*arrays, [row[DRESS] for row in rows], *links, *_file_arrays(rows)]
+
+
+def _file_arrays(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
+    """The files of the rows as six lists (email's place from 1, file's place, filename, content type,
+    Content-ID, content's place in `contents` from 1) and `contents`, each distinct content once."""
+    arrays: list[list[Any]] = [[], [], [], [], [], [], []]
+    places: dict[bytes, int] = {}
+    for n, row in enumerate(rows, 1):
+        for file in row[FILES]:
+            place = places.get(file.content)
+            if place is None:
+                arrays[6].append(file.content)
+                place = places[file.content] = len(arrays[6])
+            for i, value in enumerate(
+                (n, file.position, file.filename, file.content_type, file.content_id, place)
+            ):
+                arrays[i].append(value)
+    return arrays

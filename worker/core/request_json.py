@@ -6,20 +6,21 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from worker.core.attachments import Attachment, attachments_from_json
 from worker.core.validation import ValidationError
 
 
-def _parse_time(value: object) -> datetime | None:
+def _parse_time(value: object, field: str = "scheduled_for") -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise ValidationError("scheduled_for", "must be an ISO 8601 timestamp string")
+        raise ValidationError(field, "must be an ISO 8601 timestamp string")
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise ValidationError("scheduled_for", f"{value!r} is not an ISO 8601 timestamp") from None
+        raise ValidationError(field, f"{value!r} is not an ISO 8601 timestamp") from None
     if parsed.tzinfo is None:
-        raise ValidationError("scheduled_for", "include a UTC offset, e.g. 2026-11-21T09:00:00Z")
+        raise ValidationError(field, "include a UTC offset, e.g. 2026-11-21T09:00:00Z")
     return parsed
 
 
@@ -45,7 +46,7 @@ FIELDS = (
     _TEXT_FIELDS
     | _INT_FIELDS
     | _ADDRESS_FIELDS
-    | {"data", "headers", "transactional", "track", "scheduled_for"}
+    | {"data", "headers", "transactional", "track", "scheduled_for", "expires_at", "attachments"}
 )
 
 
@@ -72,6 +73,8 @@ Fields = tuple[
     Sequence[str] | None,
     Sequence[str] | None,
     Sequence[str] | None,
+    datetime | None,
+    Sequence[Attachment] | None,
 ]
 
 
@@ -101,7 +104,7 @@ def json_fields(obj: object) -> Fields:
         elif key in ("transactional", "track"):
             if type(value) is not bool:
                 raise ValidationError(key, "must be true or false")
-        elif key != "scheduled_for":
+        elif key not in ("scheduled_for", "expires_at", "attachments"):
             raise ValidationError(key, f"unknown field; known fields: {', '.join(sorted(FIELDS))}")
     get = obj.get
     to = get("to")
@@ -129,6 +132,8 @@ def json_fields(obj: object) -> Fields:
         _listed(get("cc")),
         _listed(get("bcc")),
         _listed(get("reply_to")),
+        _parse_time(get("expires_at"), "expires_at"),
+        attachments_from_json(get("attachments")),
     )
 
 

@@ -34,6 +34,8 @@ AREAS: tuple[Area, ...] = (
             "send_logs",
             "recipient_outcomes",
             "archived_emails",
+            "email_attachments",
+            "attachment_contents",
             "templates",
             "workers",
         ),
@@ -42,6 +44,7 @@ AREAS: tuple[Area, ...] = (
             "address_problem",
             "apply_sent_journal",
             "content_rules",
+            "drop_unused_attachments",
             "email_content_problem",
             "ensure_month_partitions",
             "header_text_problem",
@@ -52,6 +55,7 @@ AREAS: tuple[Area, ...] = (
             "refuse_content",
             "rescue_expired_claims",
             "rescue_unclaimed",
+            "store_attachments",
         ),
     ),
     Area(
@@ -140,6 +144,7 @@ AREAS: tuple[Area, ...] = (
         ("my_emails",),
         (
             "app_audit",
+            "cancel_my_email",
             "enqueue",
             "enqueue_outcome",
             "enqueue_rows",

@@ -35,6 +35,7 @@ log = logging.getLogger("mailroom.worker")
 PACED_CLAIM_SECONDS = 5
 
 EXPIRED = "expired: in the queue longer than the queue lifetime (MAILROOM_QUEUE_LIFETIME_SECONDS)"
+OWN_EXPIRED = "expired: its own lifetime ended (expires_at) before it could be sent"
 
 
 class Dropped(TypedDict):
@@ -98,6 +99,7 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
         "sender": sender_id,
         "lifetime": lease.lifetime_seconds,
         "expired": EXPIRED,
+        "own_expired": OWN_EXPIRED,
         "ahead": lease.clock.ahead,
     }
     async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:

@@ -31,7 +31,7 @@ from worker.core.listen import Listener, Waker
 from worker.core.logs import event
 from worker.core.metrics import observe_claim_finished
 from worker.engine import claim as claiming
-from worker.engine import leases
+from worker.engine import files, leases
 from worker.engine.clock import SYSTEM, Clock
 from worker.engine.completer import Completer, CompleterOptions
 from worker.engine.counting import count_claim, count_result
@@ -341,12 +341,10 @@ class Worker:
         try:
             # Spans only while tracing is on: otherwise one test a claim and a no-op a message.
             traces = await ClaimTraces.load(db, pending, claim_span, sender.id) if tracing.active() else None
-            build = functools.partial(build_message_for, sender)
-            if traces is not None:
-                build = functools.partial(traces.build, build)
+            build = self._builder(sender, traces, db)
             # Each message is built one turn ahead, so its MAIL, RCPT and DATA can ride behind the body
             # before it (see SmtpConnection.send).
-            upcoming = build(pending[0]) if pending else None
+            upcoming = await build(pending[0]) if pending else None
             while pending and not self.stopping.is_set():
                 # Paced: the wait for this sender's next send slot comes first. Then the lease, right
                 # before the message goes out: a process that stood still anywhere before (in that
@@ -359,7 +357,7 @@ class Worker:
                 email = pending.pop(0)
                 built = upcoming
                 assert built is not None
-                upcoming = build(pending[0]) if pending else None
+                upcoming = await build(pending[0]) if pending else None
                 with tracing.NOOP if traces is None else traces.delivering(email) as span:
                     result = await execute(email, built, upcoming, connection)
                     count_result(sender.name, result, self.options.clock.now())
@@ -378,11 +376,32 @@ class Worker:
             await db.give_back()
         return [e.id for e in pending]
 
+    @staticmethod
+    def _builder(
+        sender: Sender, traces: ClaimTraces | None, db: Borrowed
+    ) -> Callable[[ClaimedEmail], Awaitable[Built]]:
+        """How the batch's emails are built: as this sender sends them, traced when tracing is on, each
+        with its files read first (`worker.engine.files`) when it carries any."""
+        build = functools.partial(build_message_for, sender)
+        if traces is not None:
+            build = functools.partial(traces.build, build)
+        shelf = files.Shelf()
+
+        async def built(email: ClaimedEmail) -> Built:
+            if email.attachments:
+                try:
+                    email = await files.with_files(await db.get(), shelf, email)
+                except ValueError as exc:
+                    return exc
+            return build(email)
+
+        return built
+
     async def _still_held(
         self,
         claim: claiming.Claim,
         pending: list[ClaimedEmail],
-        build: Callable[[ClaimedEmail], Built],
+        build: Callable[[ClaimedEmail], Awaitable[Built]],
         upcoming: Built | None,
     ) -> tuple[list[ClaimedEmail], Built | None]:
         """Renew a claim whose lease is not known to hold for long enough to send the next message (see
@@ -399,7 +418,7 @@ class Worker:
             )
         if not kept:
             return kept, None
-        return kept, upcoming if kept[0] is pending[0] else build(kept[0])
+        return kept, upcoming if kept[0] is pending[0] else await build(kept[0])
 
     async def _connect_for_recording(self) -> psycopg.AsyncConnection[Any]:
         """The sent journal's own connection (durable unless MAILROOM_JOURNAL_DURABLE is false: see

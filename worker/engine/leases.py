@@ -16,7 +16,7 @@ from worker.core.failover import database_unavailable
 from worker.core.listen import Waker
 from worker.core.logs import event
 from worker.engine import queue_sql as q
-from worker.engine.claim import EXPIRED
+from worker.engine.claim import EXPIRED, OWN_EXPIRED
 from worker.engine.clock import SYSTEM, Clock
 from worker.engine.database import Pool, fetch_row, fetch_scalar
 from worker.engine.supervision import Fatal
@@ -151,8 +151,13 @@ async def rescue_once(pool: Pool, lease_seconds: float) -> list[int]:
 
 
 async def expire_pending(pool: Pool, lifetime_seconds: float, clock: Clock = SYSTEM) -> int:
-    """Fail pending email older than the queue lifetime; how many."""
-    params = {"reason": EXPIRED, "lifetime": lifetime_seconds, "ahead": clock.ahead}
+    """Fail pending email older than the queue lifetime, and unsent email past its own; how many."""
+    params = {
+        "reason": EXPIRED,
+        "own_reason": OWN_EXPIRED,
+        "lifetime": lifetime_seconds,
+        "ahead": clock.ahead,
+    }
     async with pool.connection() as conn:
         cur = await conn.execute(q.EXPIRE_PENDING, params)
         expired = len(await cur.fetchall())

@@ -33,7 +33,9 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ), verdict AS MATERIALIZED (
     SELECT d.id,
-           q.created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s) AS expired,
+           q.created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s)
+               OR q.expires_at <= now() + make_interval(secs => %(ahead)s) AS expired,
+           q.expires_at <= now() + make_interval(secs => %(ahead)s) AS own_lifetime_ended,
            mailroom.suppression_verdict(b.bounce_type, b.bounce_count, u.email IS NOT NULL, q.transactional)
                AS reason,
            CASE WHEN b.bounce_type = 'soft'
@@ -83,7 +85,9 @@ SET status = v.next_status,
                               -- every recipient suppressed, the first To among them: its reason stands for all
                               WHEN (v.many ->> 'all')::boolean THEN 'every recipient suppressed; the first: ' || v.reason
                          END,
-    last_error = CASE WHEN v.expired THEN %(expired)s ELSE q.last_error END,
+    last_error = CASE WHEN v.own_lifetime_ended THEN %(own_expired)s
+                      WHEN v.expired THEN %(expired)s
+                      ELSE q.last_error END,
     failure_kind = CASE WHEN v.expired THEN 'expired' END,
     lease_owner = CASE WHEN v.next_status = 'pending' THEN NULL ELSE %(owner)s END,
     lease_token = CASE WHEN v.next_status = 'pending' THEN NULL ELSE %(token)s::uuid END,
@@ -94,7 +98,7 @@ WHERE q.id = v.id
 RETURNING q.id, q.status, q.last_error, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
           q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason,
           q.to_extra, q.cc, q.bcc, q.reply_to, v.many -> 'dropped' AS dropped,
-          q.transactional, q.template, q.reference_type
+          q.transactional, q.template, q.reference_type, q.attachments
 """
 
 # What the claim dropped from many-recipient emails, once per recipient however often the email is claimed.
@@ -277,11 +281,22 @@ COUNT_USED = "UPDATE mailroom.claims SET used = used + 1 WHERE lease_token = %(t
 LOCK_CLAIM = "SELECT reserved, used, day FROM mailroom.claims WHERE lease_token = %s FOR UPDATE"
 END_CLAIM = "DELETE FROM mailroom.claims WHERE lease_token = %s"
 
-# Pending email past the queue lifetime fails with the reason (claiming catches the rest).
+# Pending email past the queue lifetime, and pending or unrendered email past its own (expires_at),
+# fails with the reason, due or not (claiming catches the rest).
 EXPIRE_PENDING = """
-UPDATE mailroom.email_queue SET status = 'failed', last_error = %(reason)s, failure_kind = 'expired'
-WHERE status = 'pending' AND created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s)
-RETURNING id
+WITH ended AS (
+    SELECT id, true AS own FROM mailroom.email_queue
+    WHERE expires_at <= now() + make_interval(secs => %(ahead)s) AND status IN ('pending', 'unrendered')
+    UNION
+    SELECT id, false FROM mailroom.email_queue
+    WHERE status = 'pending' AND created_at < now() + make_interval(secs => %(ahead)s - %(lifetime)s)
+)
+UPDATE mailroom.email_queue q
+SET status = 'failed', failure_kind = 'expired',
+    last_error = CASE WHEN e.own THEN %(own_reason)s ELSE %(reason)s END
+FROM (SELECT id, bool_or(own) AS own FROM ended GROUP BY id) e
+WHERE q.id = e.id AND q.status IN ('pending', 'unrendered')
+RETURNING q.id
 """
 
 # A killed worker's row is forgotten a day after its last beat (health counts only recent ones).

@@ -43,6 +43,10 @@ class ClaimedEmail:
     transactional: bool | None = None
     template: str | None = None
     reference_type: str | None = None
+    # How many files it carries, and once read for building (`worker.engine.files`) each file with
+    # its base64 lines.
+    attachments: int = 0
+    files: tuple[tuple[Any, bytes], ...] = ()
 
     def as_row(self) -> dict[str, Any]:
         """The email as a plain row, column name to value: how `worker.core.message` reads a stored email

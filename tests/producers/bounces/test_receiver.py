@@ -58,6 +58,7 @@ async def test_a_dsn_sent_to_the_return_path_bounces_the_email_and_later_email_i
                 "lifetime": 86400.0,
                 "ahead": 0.0,
                 "expired": "expired",
+                "own_expired": "expired",
                 "owner": "t",
                 "token": "00000000-0000-0000-0000-000000000001",
                 "lease": 60.0,

@@ -64,7 +64,7 @@ def test_copy_row_formats_exactly_like_the_per_value_formatter(
     if odd is not None:
         values[odd[0]] = odd[1]
     links = ((uuid.uuid4(), "https://example.com/"),)
-    key, text, got_links, scheduled = copy_row((*values, links))
+    key, text, got_links, scheduled = copy_row((*values, links, None, ()))
     # scheduled_for goes last, and only when the email has one (COPY_COLUMNS leave it out).
     at = COLUMNS.index("scheduled_for")
     ordered = values[:at] + values[at + 1 :] + ([] if values[at] is None else [values[at]])
@@ -76,7 +76,7 @@ def test_copy_row_formats_exactly_like_the_per_value_formatter(
 
 def test_copy_row_keeps_null_distinct_from_a_literal_backslash_n() -> None:
     values: list[Any] = ["\\N", None, "\x01", "\x00", *[None] * (LINKS - 4)]
-    _, text, _, _ = copy_row((*values, ()))
+    _, text, _, _ = copy_row((*values, (), None, ()))
     assert text.split("\t")[:4] == ["\\\\N", "\\N", "\x01", "\x00"]
 
 
