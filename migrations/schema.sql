@@ -799,10 +799,10 @@ ALTER TABLE ONLY mailroom.email_attachments
     ADD CONSTRAINT email_attachments_pkey PRIMARY KEY (email_id, "position");
 
 ALTER TABLE ONLY mailroom.email_attachments
-    ADD CONSTRAINT email_attachments_email_id_fkey FOREIGN KEY (email_id) REFERENCES mailroom.email_queue(id) ON DELETE CASCADE;
+    ADD CONSTRAINT email_attachments_content FOREIGN KEY (sha256) REFERENCES mailroom.attachment_contents(sha256);
 
 ALTER TABLE ONLY mailroom.email_attachments
-    ADD CONSTRAINT email_attachments_sha256_fkey FOREIGN KEY (sha256) REFERENCES mailroom.attachment_contents(sha256);
+    ADD CONSTRAINT email_attachments_email FOREIGN KEY (email_id) REFERENCES mailroom.email_queue(id) ON DELETE CASCADE;
 
 CREATE INDEX email_attachments_sha256_idx ON mailroom.email_attachments USING btree (sha256);
 
@@ -815,7 +815,11 @@ BEGIN
     RETURN NULL;
 END $$;
 
+COMMENT ON FUNCTION mailroom.email_attachments_after_delete() IS 'After files are deleted (with their email, by archiving, retention or privacy erasure): the contents no email carries any more go too.';
+
 CREATE TRIGGER email_attachments_drop_unused AFTER DELETE ON mailroom.email_attachments REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_attachments_after_delete();
+
+COMMENT ON TRIGGER email_attachments_drop_unused ON mailroom.email_attachments IS 'Deletes the contents the deleted files leave unused (mailroom.drop_unused_attachments).';
 
 -- attachment_contents
 

@@ -244,3 +244,36 @@ def test_json_lines_carry_files_through_the_door_and_the_copy_load_refuses_them_
             " JOIN mailroom.attachment_contents c ON c.sha256 = a.sha256"
         ).fetchall()
     assert rows == [("ada@example.com", "invoice.pdf", PDF)]
+
+
+def test_privacy_export_hands_over_the_files_and_erasure_removes_them_keeping_what_others_carry(
+    db_url: str, shop: str
+) -> None:
+    from worker.ops.privacy import erase_address, export_address
+
+    with psycopg.connect(shop) as conn:
+        ada, bob = enqueue_many(conn, [_receipt("ada@example.com"), _receipt("bob@example.com")])
+        own = enqueue(
+            conn,
+            EmailRequest(
+                to="ada@example.com", subject="s", text="t", attachments=[Attachment("ada.txt", b"Ada's own")]
+            ),
+        )
+    with psycopg.connect(db_url) as conn:
+        exported = export_address(conn, "ada@example.com")["attachments"]
+        assert [(f["email_id"], f["filename"]) for f in exported] == [
+            (ada, "invoice 42.pdf"), (ada, "logo.png"), (own, "ada.txt")
+        ]  # fmt: skip
+        assert base64.b64decode(exported[2]["content"]) == b"Ada's own"
+        erase_address(conn, "ada@example.com")
+        conn.commit()
+        left = conn.execute(
+            "SELECT a.email_id, c.content FROM mailroom.email_attachments a"
+            " JOIN mailroom.attachment_contents c ON c.sha256 = a.sha256 ORDER BY a.position"
+        ).fetchall()
+        # Bob's receipt keeps the shared PDF and logo; Ada's own file is gone from the database.
+        assert [(e, bytes(c)) for e, c in left] == [(bob, PDF), (bob, PNG)]
+        assert conn.execute("SELECT count(*) FROM mailroom.attachment_contents").fetchone() == (2,)
+        assert conn.execute(
+            "SELECT attachments FROM mailroom.email_queue WHERE id = %s", (own,)
+        ).fetchone() == (0,)

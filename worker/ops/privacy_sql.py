@@ -47,6 +47,11 @@ EXPORTS: dict[str, str] = {
     "send_logs": "SELECT * FROM mailroom.send_logs WHERE email_id = ANY(%(ids)s)"
     " OR lower(recipient_email) = %(addr)s ORDER BY attempted_at, id",
     "tracked_links": "SELECT * FROM mailroom.tracked_links WHERE email_id = ANY(%(ids)s) ORDER BY email_id, position",
+    # The files of the address's email, content included (base64), each as the email carried it.
+    "attachments": "SELECT a.email_id, a.position, a.filename, a.content_type, a.content_id,"
+    " encode(a.sha256, 'hex') AS sha256, c.size, encode(c.content, 'base64') AS content"
+    " FROM mailroom.email_attachments a JOIN mailroom.attachment_contents c ON c.sha256 = a.sha256"
+    " WHERE a.email_id = ANY(%(ids)s) ORDER BY a.email_id, a.position",
     "open_events": "SELECT * FROM mailroom.open_events WHERE email_id = ANY(%(ids)s) ORDER BY occurred_at, id",
     "click_events": "SELECT * FROM mailroom.click_events WHERE email_id = ANY(%(ids)s) ORDER BY occurred_at, id",
     "unsubscribe_list": "SELECT * FROM mailroom.unsubscribe_list WHERE email = %(addr)s",
@@ -73,11 +78,13 @@ ERASURES: tuple[tuple[str, str], ...] = (
            SET recipient_email = CASE WHEN lower(recipient_email) = %(addr)s THEN %(anon)s ELSE recipient_email END,
                to_extra = {to_extra}, cc = {cc}, bcc = {bcc}, reply_to = {reply_to}, recipient_name = NULL,
                subject = %(erased)s, text_body = %(erased)s, html_body = NULL, template_data = NULL,
-               headers = '{{}}', last_error = regexp_replace(last_error, %(re)s, %(anon)s, 'gi'),
+               headers = '{{}}', attachments = 0, last_error = regexp_replace(last_error, %(re)s, %(anon)s, 'gi'),
                suppression_reason = regexp_replace(suppression_reason, %(re)s, %(anon)s, 'gi'),
                error_details = regexp_replace(error_details::text, %(re)s, %(anon)s, 'gi')::jsonb
            WHERE id = ANY(%(ids)s)"""),
     ),
+    # The files go; a content no other email carries goes with them (mailroom.drop_unused_attachments).
+    ("attachments", "DELETE FROM mailroom.email_attachments WHERE email_id = ANY(%(ids)s)"),
     (
         "bounce_events",
         """UPDATE mailroom.bounce_events

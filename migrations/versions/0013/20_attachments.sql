@@ -18,13 +18,15 @@ COMMENT ON TABLE mailroom.attachment_contents IS
     'Attachment bytes, once per SHA-256, shared by the emails that carry them (mailroom.email_attachments); deleted with the last of those. No read-only role reads content.';
 
 CREATE TABLE mailroom.email_attachments (
-    email_id bigint NOT NULL REFERENCES mailroom.email_queue (id) ON DELETE CASCADE,
+    email_id bigint NOT NULL,
     position smallint NOT NULL,
-    sha256 bytea NOT NULL REFERENCES mailroom.attachment_contents (sha256),
+    sha256 bytea NOT NULL,
     filename text NOT NULL,
     content_type text NOT NULL,
     content_id text,
     PRIMARY KEY (email_id, position),
+    CONSTRAINT email_attachments_email FOREIGN KEY (email_id) REFERENCES mailroom.email_queue (id) ON DELETE CASCADE,
+    CONSTRAINT email_attachments_content FOREIGN KEY (sha256) REFERENCES mailroom.attachment_contents (sha256),
     CONSTRAINT email_attachments_position CHECK (position BETWEEN 1 AND 100),
     -- A name, never a path, and nothing that could end a header line.
     CONSTRAINT email_attachments_filename CHECK (
@@ -73,6 +75,10 @@ BEGIN
 END $$;
 CREATE TRIGGER email_attachments_drop_unused AFTER DELETE ON mailroom.email_attachments
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_attachments_after_delete();
+COMMENT ON FUNCTION mailroom.email_attachments_after_delete() IS
+    'After files are deleted (with their email, by archiving, retention or privacy erasure): the contents no email carries any more go too.';
+COMMENT ON TRIGGER email_attachments_drop_unused ON mailroom.email_attachments IS
+    'Deletes the contents the deleted files leave unused (mailroom.drop_unused_attachments).';
 
 -- Store the files of emails just written (called by the enqueue functions as the schema's owner):
 -- each distinct content once per SHA-256, then each email's files, which name their content by its
