@@ -278,7 +278,8 @@ def test_a_hostile_direct_call_of_the_door_cannot_pass_for_another_role_or_choos
             "text_body": ["x"] * n, "headers": ["{}"] * n, "priority": [0] * n, "max_retries": [5] * n,
         }  # fmt: skip
         columns.update(given)
-        names = [*(c for c in COLUMNS if c != "expires_at"), "dress"]  # the columns of revision 0012, in order
+        # the columns of revision 0012, in order
+        names = [*(c for c in COLUMNS if c != "expires_at"), "dress"]
         return [columns.get(name, [None] * n) for name in names] + [[], [], [], []]
 
     with psycopg.connect(shop) as conn:
