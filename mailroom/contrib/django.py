@@ -14,6 +14,7 @@ Only a Django project imports this module: `import mailroom` never loads Django.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from email.mime.base import MIMEBase
 from email.utils import getaddresses
 from typing import Any
 
@@ -106,8 +107,6 @@ class EmailBackend(BaseEmailBackend):  # type: ignore[misc]  # Django has no stu
 
 def email_request(message: EmailMessage) -> mailroom.EmailRequest:
     """The `mailroom.EmailRequest` for one Django message; `ValueError` for what Mailroom does not take yet."""
-    if message.attachments:
-        raise ValueError("attachments are not supported yet; nothing was enqueued")
     extra = {str(name): str(value) for name, value in (message.extra_headers or {}).items()}
     header = {name.lower(): value for name, value in extra.items()}
     _check_from(message.from_email, header.get("from"))
@@ -131,6 +130,28 @@ def email_request(message: EmailMessage) -> mailroom.EmailRequest:
         html=html,
         headers={name: value for name, value in extra.items() if name.lower() not in _FIELD_HEADERS},
         idempotency_key=header.get(IDEMPOTENCY_HEADER.lower()),
+        attachments=[_attachment(given) for given in message.attachments] or None,
+    )
+
+
+def _attachment(given: Any) -> mailroom.Attachment:
+    """One of Django's attachments as Mailroom's: a (filename, content, mimetype) tuple (`attach`,
+    `attach_file`; an `EmailAttachment` from 5.2), or a MIME part (`attach(MIMEImage(...))`), whose
+    Content-ID makes it inline (the HTML shows it as cid:...)."""
+    if isinstance(given, MIMEBase):
+        content = given.get_payload(decode=True)
+        if not isinstance(content, bytes):
+            raise ValueError(
+                "a multipart attachment is not supported (attach its parts); nothing was enqueued"
+            )
+        content_id = str(given["Content-ID"]).strip().strip("<>") if given["Content-ID"] else None
+        filename = given.get_filename() or content_id or "attachment"
+        return mailroom.Attachment(filename, content, given.get_content_type(), content_id)
+    filename, content, mimetype = given[0], given[1], given[2]
+    if isinstance(content, str):  # Django encodes a text attachment in its DEFAULT_CHARSET
+        content = content.encode(str(getattr(settings, "DEFAULT_CHARSET", "utf-8") or "utf-8"))
+    return mailroom.Attachment(
+        str(filename or "attachment"), bytes(content), str(mimetype) if mimetype else None
     )
 
 

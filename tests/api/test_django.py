@@ -10,6 +10,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from email.mime.image import MIMEImage
 from typing import Any
 
 import django
@@ -220,7 +221,7 @@ def test_a_refused_message_raises_and_its_batch_writes_nothing(django_db: str, d
 def test_fail_silently_skips_only_the_refused_messages(django_db: str, db_url: str) -> None:
     """As Django's SMTP backend, which sends each message on its own and counts those sent."""
     attached = EmailMessage("Hi", "Text.", None, ["attached@example.com"])
-    attached.attach("invoice.txt", "42", "text/plain")
+    attached.attach("../invoice.txt", "42", "text/plain")  # a path, not a name: Mailroom's ValidationError
     messages = [
         EmailMessage("Hi", "Text.", None, ["ada@example.com"]),
         EmailMessage("Hi", "Text.", None, ["not an address"]),  # Mailroom's ValidationError
@@ -295,13 +296,35 @@ def test_djangos_error_reports_reach_the_admins(django_db: str, db_url: str) -> 
     assert _stored(db_url) == ["ops@example.com"]
 
 
-def test_attachments_raise_and_write_nothing(django_db: str, db_url: str) -> None:
+def test_a_refused_attachment_raises_and_writes_nothing(django_db: str, db_url: str) -> None:
     message = EmailMessage("Hi", "Text.", None, ["ada@example.com"])
-    message.attach("invoice.txt", "42", "text/plain")
-    with pytest.raises(ValueError, match="attachments are not supported yet; nothing was enqueued"):
+    message.attach("C:\\Users\\ada\\invoice.txt", "42", "text/plain")
+    with pytest.raises(mailroom.ValidationError, match="never a path"):
         EmailBackend().send_messages([EmailMessage("Hi", "Text.", None, ["bob@example.com"]), message])
     assert EmailBackend(fail_silently=True).send_messages([message]) == 0
     assert _stored(db_url) == []
+
+
+def test_attachments_and_an_inline_image_are_stored_as_files(django_db: str, db_url: str) -> None:
+    message = EmailMultiAlternatives("Receipt", "Attached.", None, ["ada@example.com"])
+    message.attach_alternative('<p><img src="cid:logo"> Thanks</p>', "text/html")
+    message.attach("invoice.pdf", PDF_BYTES, "application/pdf")
+    message.attach("note.txt", "Grüße", "text/plain")  # text: encoded in DEFAULT_CHARSET
+    logo = MIMEImage(PNG_BYTES, "png")
+    logo.add_header("Content-ID", "<logo>")
+    message.attach(logo)
+    assert message.send() == 1
+    with psycopg.connect(db_url) as conn:
+        files = conn.execute(
+            "SELECT a.position, a.filename, a.content_type, a.content_id, c.content"
+            " FROM mailroom.email_attachments a JOIN mailroom.attachment_contents c ON c.sha256 = a.sha256"
+            " ORDER BY a.position"
+        ).fetchall()
+    assert [(p, n, t, i, bytes(c)) for p, n, t, i, c in files] == [
+        (1, "invoice.pdf", "application/pdf", None, PDF_BYTES),
+        (2, "note.txt", "text/plain", None, "Grüße".encode()),
+        (3, "logo", "image/png", "logo", PNG_BYTES),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -383,6 +406,10 @@ def test_the_backend_writes_on_the_alias_it_is_given(django_db: str, db_url: str
     assert _stored(db_url) == []
 
 
+PDF_BYTES = b"%PDF-1.4\n" + bytes(range(256)) * 4 + b"%%EOF\n"
+PNG_BYTES = b"\x89PNG\r\n\x1a\n" + bytes(64)
+
+
 def test_a_django_message_is_delivered_with_its_html_alternative(
     db_url: str, settings: Settings, smtp_sink: RunningSink
 ) -> None:
@@ -390,6 +417,7 @@ def test_a_django_message_is_delivered_with_its_html_alternative(
     with _point_django_at(db_url):
         message = EmailMultiAlternatives("Welcome", "Plain welcome.", None, ["ada@example.com"])
         message.attach_alternative("<p>HTML welcome</p>", "text/html")
+        message.attach("invoice.pdf", PDF_BYTES, "application/pdf")
         with transaction.atomic():
             assert message.send() == 1
     assert asyncio.run(run_until_drained(db_url, settings)) == 1
@@ -399,3 +427,5 @@ def test_a_django_message_is_delivered_with_its_html_alternative(
     plain, html = received.message.get_body(("plain",)), received.message.get_body(("html",))
     assert plain is not None and "Plain welcome." in plain.get_content()
     assert html is not None and "<p>HTML welcome</p>" in html.get_content()
+    [invoice] = [part for part in received.message.walk() if part.get_filename() == "invoice.pdf"]
+    assert invoice.get_content_type() == "application/pdf" and invoice.get_payload(decode=True) == PDF_BYTES
