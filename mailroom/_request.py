@@ -46,6 +46,14 @@ class EmailRequest(outbox.EmailRequest):
             code's expiry): it ends `failed` as expired, with the reason. Must be later than
             `scheduled_for` (or now). `mailroom.cancel` stops an email before that.
 
+    Where it leaves from:
+        stream: the message stream (a name like `"transactional"`); only a sender account serving
+            it sends the email, so campaign mail never leaves through the relay of password resets.
+            Default: `"transactional"`, or `"broadcast"` for email that is not transactional.
+        from_email, from_name: the email's own From and its display name (default: the sending
+            account's). Its domain must be one a sender account of the email's stream may send for
+            (`mailroom senders edit NAME --from-domain DOMAIN`); `enqueue` refuses it otherwise.
+
     Files:
         attachments: a list of `mailroom.Attachment(filename, content, content_type=None,
             content_id=None)`. A file with a `content_id` is an inline image the HTML shows as

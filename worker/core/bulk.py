@@ -32,7 +32,7 @@ from worker.core.config import Settings
 from worker.core.copy_rows import CopyRow, copy_row, insert_copy_rows
 from worker.core.email_rows import EmailRequest, prepare, prepare_json, request_from_json
 from worker.core.json_lines import decode_line
-from worker.core.outbox import may_dress, write_rows
+from worker.core.outbox import from_refusals, may_dress, write_rows
 from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
 from worker.core.validation import ValidationError
 
@@ -238,6 +238,9 @@ def _through_the_door(
                     )
                 except ValidationError as exc:
                     done.append((number, _rejected_line(number, exc)))
+            refused = from_refusals(conn, [row for _, row in rows])
+            done += [(rows[i][0], _rejected_line(rows[i][0], exc)) for i, exc in refused.items()]
+            rows = [row for i, row in enumerate(rows) if i not in refused]
             with conn.transaction():
                 answers = write_rows(conn, [row for _, row in rows])
             done += [

@@ -52,6 +52,7 @@ COPY_COLUMNS = COLUMNS[:_SCHEDULED] + COLUMNS[_SCHEDULED + 1 :]
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 _KEY_INDEX = COLUMNS.index("idempotency_key")
+_FROM_INDEX = COLUMNS.index("from_email")
 
 
 def _copy_value(value: Any) -> str:
@@ -95,12 +96,14 @@ _NULL = "\x01"
 
 def copy_row(row: tuple[Any, ...]) -> CopyRow:
     """Format a prepared row (from `prepare`) as COPY text once, wherever it was validated. A row with
-    files is refused: COPY writes the queue alone, and its files go through the door (`write_rows`)."""
-    if row[FILES]:
+    files, or with a From of its own, is refused: COPY writes the queue alone, and the door (`write_rows`)
+    stores files and asks whether a sender account may send that From."""
+    if row[FILES] or row[_FROM_INDEX] is not None:
+        field = "attachments" if row[FILES] else "from_email"
         raise ValidationError(
-            "attachments",
-            "the COPY load takes no files: enqueue email with attachments through the door (the Python API,"
-            " or `mailroom enqueue` as a role made by `mailroom db grant app`)",
+            field,
+            f"the COPY load takes no {'files' if row[FILES] else 'From of its own'}: enqueue such email"
+            " through the door (the Python API, or `mailroom enqueue` as a role made by `mailroom db grant app`)",
         )
     scheduled_for = row[_SCHEDULED]
     values = row[:_SCHEDULED] + row[_SCHEDULED + 1 : LINKS]

@@ -9,6 +9,7 @@ written once.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -55,6 +56,10 @@ class EmailRequest:
     # past it the email is never sent: it ends failed, expired (a one-time code's expiry, say)
     expires_at: datetime | None = None
     attachments: Sequence[Attachment] | None = None
+    # the message stream (None: transactional, or broadcast for email that is not), and an own From
+    stream: str | None = None
+    from_email: str | None = None
+    from_name: str | None = None
 
 
 # Column order shared by the single INSERT and the bulk COPY.
@@ -86,6 +91,9 @@ COLUMNS = (
     "bcc",
     "reply_to",
     "expires_at",
+    "stream",
+    "from_email",
+    "from_name",
 )
 # A prepared row is COLUMNS followed by three more items: the email's tracked links, (token, url) each,
 # the dress the worker is to apply (JSON text, or None when applied or none is owed), and its files
@@ -146,6 +154,9 @@ def prepare(
         r.reply_to,
         r.expires_at,
         r.attachments,
+        r.stream,
+        r.from_email,
+        r.from_name,
         catalog,
         settings,
         created_by,
@@ -226,6 +237,9 @@ def _prepare_fields(
     reply_to: Sequence[str] | None,
     expires_at: datetime | None,
     attachments: Sequence[Attachment] | None,
+    stream: str | None,
+    from_email: str | None,
+    from_name: str | None,
     catalog: TemplateCatalog | None,
     settings: Settings,
     created_by: str | None,
@@ -244,6 +258,9 @@ def _prepare_fields(
     max_retries = _check_limits(priority, max_retries, idempotency_key, campaign_id, settings)
     files = _lifetime_and_files(expires_at, scheduled_for, attachments, html, settings)
     transactional = is_transactional(campaign_id, transactional)
+    sender = (
+        _sending(stream, from_email, from_name, transactional) if stream or from_email or from_name else None
+    )
     tracked: tracking.Tracking | None = None
     dress: str | None = None
     # The one check the common bulk case pays: transactional email without tracking adds nothing.
@@ -256,8 +273,8 @@ def _prepare_fields(
         recipient, to_name, subject, text, html, json.dumps(headers) if headers else "{}", template,
         locale if template else given_locale, json.dumps(data) if data is not None else None, priority,
         scheduled_for, max_retries, idempotency_key, campaign_id, transactional, reference_type,
-        reference_id, created_by, *_tracking_columns(tracked), *more, expires_at, _links(tracked), dress,
-        files,
+        reference_id, created_by, *_tracking_columns(tracked), *more, expires_at,
+        *(sender or (TRANSACTIONAL if transactional else BROADCAST, None, None)), _links(tracked), dress, files,
     )  # fmt: skip
 
 
@@ -436,6 +453,36 @@ def _encoded_size(label: str, content: str) -> int:
         return len(content.encode("utf-8"))
     except UnicodeEncodeError:
         raise ValidationError(label, "contains an unpaired surrogate (not valid Unicode text)") from None
+
+
+TRANSACTIONAL, BROADCAST = "transactional", "broadcast"
+_STREAM = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+def default_stream(transactional: bool) -> str:
+    """The stream of an email that names none: transactional, or broadcast for email that is not."""
+    return TRANSACTIONAL if transactional else BROADCAST
+
+
+def _sending(
+    stream: str | None, from_email: str | None, from_name: str | None, transactional: bool
+) -> tuple[str, str | None, str | None]:
+    """The email's stream and its own From, checked (whether an account may send that From is the
+    database's to say: `mailroom.from_refusals`)."""
+    if stream is None:
+        stream = default_stream(transactional)
+    elif not isinstance(stream, str) or not _STREAM.match(stream):
+        raise ValidationError(
+            "stream", "a name like transactional or broadcast (a-z, 0-9, _ and -, at most 32)"
+        )
+    if from_email is not None:
+        from_email = normalise_address("from_email", from_email)
+    if from_name is not None:
+        if from_email is None:
+            raise ValidationError("from_name", "only with a from_email")
+        check_header_text("from_name", from_name)
+        _check_short("from_name", from_name, 255)
+    return stream, from_email, from_name
 
 
 def _lifetime_and_files(

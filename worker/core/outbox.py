@@ -61,6 +61,7 @@ __all__ = [
     "enqueue_async",
     "enqueue_many",
     "enqueue_many_async",
+    "from_refusals",
     "load_catalog",
     "load_catalog_async",
     "may_dress",
@@ -267,7 +268,49 @@ def _enqueue_steps(
     book = yield from _book_steps(batch)
     dress_here = (yield from _trusted_steps()) if any(needs_dress(r) for r in batch) else True
     rows = _prepared(batch, catalog, settings, created_by, book, indexed=indexed, dress_here=dress_here)
+    if any(r.from_email for r in batch):
+        yield from _from_steps(rows, indexed=indexed)
     return (yield from _write_steps(rows))
+
+
+_FROM = COLUMNS.index("from_email")
+_STREAM = COLUMNS.index("stream")
+FROM_REFUSALS = "SELECT mailroom.from_refusals(%s::text[], %s::text[])"
+
+
+def from_refusals(
+    conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]
+) -> dict[int, ValidationError]:
+    """The rows (by place, from 0) whose own From no sender account of their stream may send, each with
+    its refusal: for a caller of `write_rows` that refuses them one by one (the door refuses the call)."""
+    if not any(r[_FROM] for r in rows):
+        return {}
+    return _run(conn, _refusal_steps(rows))
+
+
+def _refusal_steps(rows: Sequence[tuple[Any, ...]]) -> Steps[dict[int, ValidationError]]:
+    refused = (yield Query(FROM_REFUSALS, ([r[_FROM] for r in rows], [r[_STREAM] for r in rows])))[0][0]
+    return {n - 1: _from_refused(rows[n - 1]) for n in refused}
+
+
+def _from_refused(row: tuple[Any, ...]) -> ValidationError:
+    domain = row[_FROM].rpartition("@")[2]
+    return ValidationError(
+        "from_email",
+        f"no sender account of stream {row[_STREAM]!r} may send for {domain}"
+        " (mailroom senders edit NAME --from-domain DOMAIN)",
+    )
+
+
+def _from_steps(rows: Sequence[tuple[Any, ...]], *, indexed: bool) -> Steps[None]:
+    """Ask the database whether a sender account of each row's stream may send its own From: the first
+    that none may is refused (the door refuses it too, for a caller that does not ask)."""
+    refused: dict[int, ValidationError] = yield from _refusal_steps(rows)
+    if refused:
+        index = min(refused)
+        if indexed:
+            raise BatchValidationError(index, "from_email", refused[index].message)
+        raise refused[index]
 
 
 def _trusted_steps() -> Steps[bool]:

@@ -37,6 +37,9 @@ _TEXT_FIELDS = frozenset(
         "campaign_id",
         "reference_type",
         "reference_id",
+        "stream",
+        "from_email",
+        "from_name",
     }
 )
 _INT_FIELDS = frozenset({"priority", "max_retries"})
@@ -75,6 +78,9 @@ Fields = tuple[
     Sequence[str] | None,
     datetime | None,
     Sequence[Attachment] | None,
+    str | None,
+    str | None,
+    str | None,
 ]
 
 
@@ -134,6 +140,9 @@ def json_fields(obj: object) -> Fields:
         _listed(get("reply_to")),
         _parse_time(get("expires_at"), "expires_at"),
         attachments_from_json(get("attachments")),
+        get("stream"),
+        get("from_email"),
+        get("from_name"),
     )
 
 

@@ -23,7 +23,7 @@ AREAS: tuple[Area, ...] = (
     Area(
         "schema and shared functions",
         ("alembic_version",),
-        ("clock", "forbid_created_at_change", "notify_change", "schema_revision", "touch_row"),
+        ("all_match", "clock", "forbid_created_at_change", "notify_change", "schema_revision", "touch_row"),
     ),
     Area(
         "queue and delivery",
@@ -61,7 +61,14 @@ AREAS: tuple[Area, ...] = (
     Area(
         "senders",
         ("sender_accounts", "sender_usage", "sender_pacing", "sender_dns_findings"),
-        ("close_circuit", "open_circuit", "release_quota", "reserve_quota", "take_probe"),
+        (
+            "close_circuit",
+            "open_circuit",
+            "release_quota",
+            "reserve_quota",
+            "sender_from_domains",
+            "take_probe",
+        ),
     ),
     Area(
         "bounces and suppression",
@@ -149,6 +156,7 @@ AREAS: tuple[Area, ...] = (
             "enqueue_outcome",
             "enqueue_rows",
             "enqueue_templates",
+            "from_refusals",
             "grant_app_role",
             "grant_read_only_role",
             "is_secret_column",

@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import TypedDict
+from typing import Any, TypedDict
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from worker.core.logs import event
@@ -88,8 +90,22 @@ def claim_size(send_delay_ms: int, batch_size: int, own_batch_size: int | None =
     return max(1, min(batch_size, PACED_CLAIM_SECONDS * 1000 // send_delay_ms))
 
 
-async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
-    """Claim up to `limit` due emails for the sender, reserve quota and record the claim, in one transaction."""
+# What an account serves unless it says otherwise (sender_accounts.streams' default).
+STREAMS = ("transactional", "broadcast")
+
+
+async def take(
+    pool: Pool,
+    lease: Lease,
+    sender_id: int,
+    limit: int,
+    streams: Sequence[str] = STREAMS,
+    domains: Sequence[str] = (),
+) -> Claim:
+    """Claim up to `limit` due emails for the sender, reserve quota and record the claim, in one transaction.
+
+    The emails are of one stream: the first of `streams` (the sender's, in the turn the caller gives)
+    that has due email; those with a From of their own only when its domain is one of `domains`."""
     claim = Claim(uuid.uuid4(), sender_id)
     params = {
         "limit": limit,
@@ -101,13 +117,12 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
         "expired": EXPIRED,
         "own_expired": OWN_EXPIRED,
         "ahead": lease.clock.ahead,
+        "domains": list(domains),
     }
     async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
         await cur.execute(q.LOCK_SENDER, (sender_id,))
         await cur.execute(q.CLAIM_IN_INDEX_ORDER)
-        async with conn.cursor(row_factory=claimed_email) as claimed:
-            await claimed.execute(q.CLAIM, params)
-            rows = await claimed.fetchall()
+        rows = await _claimed(conn, params, streams)
         claim.seen = len(rows)
         suppressed = [r.id for r in rows if r.status == "suppressed"]
         claim.suppressed = len(suppressed)
@@ -134,6 +149,18 @@ async def take(pool: Pool, lease: Lease, sender_id: int, limit: int) -> Claim:
     _log_dropped(dropped)
     _log_claim(sender_id, rows, len(suppressed))
     return claim
+
+
+async def _claimed(
+    conn: psycopg.AsyncConnection[Any], params: dict[str, Any], streams: Sequence[str]
+) -> list[ClaimedEmail]:
+    """The claim's rows: of the first stream, in the order given, that has due email (none: [])."""
+    async with conn.cursor(row_factory=claimed_email) as claimed:
+        for stream in streams:
+            await claimed.execute(q.CLAIM, {**params, "stream": stream})
+            if rows := await claimed.fetchall():
+                return rows
+    return []
 
 
 def _dropped(rows: list[ClaimedEmail], kept: list[ClaimedEmail]) -> list[Dropped]:

@@ -263,10 +263,21 @@ class Worker:
                 await self.book.close(connections, sender_id)
 
     async def _one_batch(self, index: int, connections: dict[int, Transport]) -> bool | None:
-        """Claim and deliver one batch: True if it did work, False if nothing was due, None if no sender."""
-        sender = await self.book.pick(index, next(iter(connections), None))
-        if sender is None:
-            return None
+        """Claim and deliver one batch: True if it did work, False if nothing was due, None if no sender.
+
+        A sender with nothing due for it leaves the slot to another that serves other streams or From
+        domains, if one does: each is tried once."""
+        tried: set[int] = set()
+        worked: bool | None = None
+        while (sender := await self.book.pick(index, next(iter(connections), None), tried)) is not None:
+            worked = await self._batch_for(sender, index, connections)
+            if worked is not False or not self.book.serves_others(sender, tried):
+                return worked
+            tried.add(sender.id)
+        return worked
+
+    async def _batch_for(self, sender: Sender, index: int, connections: dict[int, Transport]) -> bool:
+        """Claim and deliver one batch for `sender`: True if it did work, False if nothing was due."""
         limit = claiming.claim_size(sender.send_delay_ms, self.options.batch_size, sender.batch_size)
         if sender.circuit_state != "closed":
             if not await self.health.take_probe(sender):
@@ -277,7 +288,8 @@ class Worker:
         # Claim, reserve quota for what was claimed and record the claim: one transaction.
         claimed_at = self.options.clock.monotonic()
         with tracing.span("mailroom.claim", {"mailroom.sender.id": sender.id}) as claim_span:
-            claim = await claiming.take(self.pool, self.lease, sender.id, limit)
+            streams = self.book.streams_in_turn(sender)
+            claim = await claiming.take(self.pool, self.lease, sender.id, limit, streams, sender.from_domains)
             tracing.note(claim_span, claim_attributes(claim))
         count_claim(sender.name, len(claim.emails), claim.suppressed, claim.expired)
         if claim.seen == 0:

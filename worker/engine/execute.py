@@ -32,16 +32,20 @@ def build(sender: Sender, email: ClaimedEmail) -> Built:
     be built."""
     try:
         row = email.as_row()
+        # An email's own From (within the account's from_domains: the claim made sure), else the account's.
+        from_email, from_name = (
+            (email.from_email, email.from_name) if email.from_email else (sender.from_email, sender.from_name)
+        )
         dress = dress_for(
             row,
             sender=sender.name,
-            from_email=sender.from_email,
+            from_email=from_email,
             sender_postal_address=sender.postal_address,
             campaigns=sender.campaigns,
             default_postal_address=sender.default_postal_address,
             footer_transactional=sender.footer_transactional,
         )
-        envelope = build_message(row, sender.from_email, sender.from_name, sender.message_key, dress)
+        envelope = build_message(row, from_email, from_name, sender.message_key, dress)
         if not envelope.copies:
             return _for_recipient(sender, envelope, email.id)
         copies = tuple(_for_recipient(sender, c, email.id) for c in envelope.copies)
@@ -52,8 +56,12 @@ def build(sender: Sender, email: ClaimedEmail) -> Built:
 
 
 def _for_recipient(sender: Sender, envelope: Envelope, email_id: int) -> Envelope:
-    """One message for one recipient: its own return path, the relay's tag, the DKIM signature."""
-    if sender.bounce_settings is not None:
+    """One message for one recipient: its own return path (else the account's From, where its bounces
+    go, whatever the email's own From), the relay's tag, the DKIM signature."""
+    if sender.bounce_settings is None:
+        if envelope.sender != sender.from_email:
+            envelope = replace(envelope, sender=sender.from_email)
+    else:
         return_path = envelope_sender(
             sender.bounce_settings, email_id, envelope.recipient, sender.from_email, sender.bounce_domain
         )

@@ -27,8 +27,10 @@ from __future__ import annotations
 CLAIM = """
 WITH due AS (
     SELECT id FROM mailroom.email_queue
-    WHERE status = 'pending' AND scheduled_for <= now() + make_interval(secs => %(ahead)s)
-    ORDER BY priority DESC, scheduled_for, id
+    WHERE status = 'pending' AND stream = %(stream)s AND scheduled_for <= now() + make_interval(secs => %(ahead)s)
+      -- an email with a From of its own goes through an account that may send for its domain
+      AND (from_email IS NULL OR lower(split_part(from_email, '@', 2)) = ANY(%(domains)s::text[]))
+    ORDER BY stream, priority DESC, scheduled_for, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), verdict AS MATERIALIZED (
@@ -98,7 +100,7 @@ WHERE q.id = v.id
 RETURNING q.id, q.status, q.last_error, q.recipient_email, q.recipient_name, q.subject, q.text_body, q.html_body, q.headers,
           q.created_at, q.retry_count, q.max_retries, q.campaign_id, q.suppression_reason,
           q.to_extra, q.cc, q.bcc, q.reply_to, v.many -> 'dropped' AS dropped,
-          q.transactional, q.template, q.reference_type, q.attachments
+          q.transactional, q.template, q.reference_type, q.attachments, q.from_email, q.from_name
 """
 
 # What the claim dropped from many-recipient emails, once per recipient however often the email is claimed.
@@ -351,7 +353,8 @@ SELECT id, name, from_email, from_name, smtp_host, smtp_port, smtp_security, smt
        connect_timeout_seconds, command_timeout_seconds, data_timeout_seconds,
        bounce_domain, relay_provider, auth_type, oauth_token_url, oauth_client_id,
        oauth_client_secret_encrypted, oauth_refresh_token_encrypted, allow_plaintext_login,
-       gmail_subject_email, gmail_key_encrypted, postal_address
+       gmail_subject_email, gmail_key_encrypted, postal_address, streams,
+       mailroom.sender_from_domains(from_domains, from_email) AS from_domains
 FROM mailroom.sender_accounts
 WHERE (status IN ('active', 'warming_up')
        OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date))

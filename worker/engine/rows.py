@@ -46,6 +46,9 @@ class ClaimedEmail:
     # How many files it carries, and once read for building (`worker.engine.files`) each file with
     # its base64 lines.
     attachments: int = 0
+    # Its own From (None: the sender account's).
+    from_email: str | None = None
+    from_name: str | None = None
     files: tuple[tuple[Any, bytes], ...] = ()
 
     def as_row(self) -> dict[str, Any]:

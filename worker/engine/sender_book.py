@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,9 @@ class Sender:
     campaigns: Mapping[str, Campaign] = field(default_factory=dict)
     default_postal_address: str | None = None  # MAILROOM_POSTAL_ADDRESS
     footer_transactional: bool = False  # MAILROOM_POSTAL_FOOTER_TRANSACTIONAL
+    # The message streams whose email it sends, and the domains an email's own From may be in.
+    streams: tuple[str, ...] = ("transactional", "broadcast")
+    from_domains: tuple[str, ...] = ()
 
     @property
     def id(self) -> int:
@@ -88,6 +91,7 @@ class SenderBook:
         self._gmail_tokens: GmailTokens | None = None
         # Campaigns looked for and not found, and when: not read again before the next reload
         self._absent_campaigns: dict[str, float] = {}
+        self._turns: dict[int, int] = {}  # the stream each sender's next claim starts with
 
     def forget(self) -> None:
         """Read the senders again at the next pick (one was suspended or changed)."""
@@ -127,15 +131,18 @@ class SenderBook:
         self.senders = [replace(s, campaigns=campaigns) for s in self.senders]
         return replace(sender, campaigns=campaigns)
 
-    async def pick(self, index: int, held: int | None) -> Sender | None:
+    async def pick(self, index: int, held: int | None, tried: Collection[int] = ()) -> Sender | None:
         """The sender a slot should use: the one it holds a connection to, while that is usable,
-        else one with quota left and fewer than `max_connections` open connections in this process."""
+        else one with quota left and fewer than `max_connections` open connections in this process;
+        never one of `tried` (it had nothing due this turn)."""
         if time.monotonic() - self._loaded_at > RELOAD_SECONDS or not self.senders:
             await self._load()
         usable = [
             s
             for s in self.senders
-            if s.id not in self.exhausted and (s.id == held or self._open.get(s.id, 0) < s.max_connections)
+            if s.id not in self.exhausted
+            and s.id not in tried
+            and (s.id == held or self._open.get(s.id, 0) < s.max_connections)
         ]
         if not usable:
             return None
@@ -143,6 +150,23 @@ class SenderBook:
             if sender.id == held:
                 return sender
         return usable[index % len(usable)]
+
+    def serves_others(self, sender: Sender, tried: Collection[int]) -> bool:
+        """Whether another sender, not yet tried, serves streams or From domains `sender` does not: email
+        `sender` found nothing of may be due for it. False when every account serves the same (the
+        common case: nothing more is asked of the database)."""
+        return any(
+            (s.streams, s.from_domains) != (sender.streams, sender.from_domains)
+            for s in self.senders
+            if s.id != sender.id and s.id not in tried and s.id not in self.exhausted
+        )
+
+    def streams_in_turn(self, sender: Sender) -> tuple[str, ...]:
+        """The sender's streams, starting one further at each claim, so no stream waits behind another."""
+        if len(sender.streams) == 1:
+            return sender.streams
+        turn = self._turns[sender.id] = (self._turns.get(sender.id, -1) + 1) % len(sender.streams)
+        return sender.streams[turn:] + sender.streams[:turn]
 
     async def use(self, sender: Sender, connections: dict[int, Transport]) -> None:
         """Make a slot's one SMTP connection the sender's (reconnecting if its settings changed)."""
@@ -249,6 +273,8 @@ class SenderBook:
             row["relay_provider"],
             self._message_key(),
             batch_size=row["batch_size"],
+            streams=tuple(row["streams"]),
+            from_domains=tuple(row["from_domains"]),
         )
 
     def _message_key(self) -> bytes | None:

@@ -5,6 +5,7 @@ Every change an operator makes here writes an audit row in the same transaction 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from psycopg.rows import dict_row, tuple_row
 from worker.core.crypto import SecretBox
 from worker.core.plaintext import PLAINTEXT_LOGIN_REFUSED, login_in_clear
 from worker.core.validation import ValidationError, check_header_text, normalise_address
-from worker.ops import audit
+from worker.ops import audit, sender_streams
 from worker.ops.sender_auth import (
     OAUTH_SETTINGS,
     OAuthSecrets,
@@ -61,6 +62,9 @@ class SenderSpec:
     # Emails claimed for it at a time, sent before the worker looks at its bounces and errors again
     # (None: the worker's --batch-size, which is also the ceiling)
     batch_size: int | None = None
+    # The message streams it sends, and the domains an email's own From may be in (worker.ops.sender_streams)
+    streams: Sequence[str] = sender_streams.DEFAULT_STREAMS
+    from_domains: Sequence[str] | None = None
 
 
 # Every setting of a `SenderSpec` (same names) and the secrets, encrypted.
@@ -92,7 +96,8 @@ CASE WHEN s.status = 'paused_limit_reached' AND s.limit_reached_on < (now() AT T
 LIST_SENDERS = f"""
 SELECT s.id, s.name, s.from_email, s.from_name, s.smtp_host, s.smtp_port, s.smtp_security,
        s.smtp_username, s.version, s.max_connections, s.auth_type, s.oauth_token_url, s.oauth_client_id,
-       s.bounce_domain, s.relay_provider,
+       s.bounce_domain, s.relay_provider, s.streams,
+       mailroom.sender_from_domains(s.from_domains, s.from_email) AS from_domains,
        -- an account that may send but whose relay fails is "unreachable" (its circuit is open)
        CASE WHEN s.circuit_state <> 'closed' AND {STATUS_NOW} IN ('active', 'warming_up') THEN 'unreachable'
             ELSE {STATUS_NOW} END AS status,
@@ -193,7 +198,8 @@ def validate_spec(spec: SenderSpec) -> SenderSpec:
     ):
         if seconds is not None and not 0 < seconds <= 3600:
             raise ValidationError(name, "must be more than 0 and at most 3600 seconds")
-    return SenderSpec(**{**spec.__dict__, "from_email": from_email, **checked_settings(spec.__dict__)})
+    checked = {**checked_settings(spec.__dict__), **sender_streams.checked(spec.__dict__)}
+    return SenderSpec(**{**spec.__dict__, "from_email": from_email, **checked})
 
 
 def add_sender(
@@ -338,10 +344,12 @@ EDITABLE = (
     "relay_provider",
     "allow_plaintext_login",
     "gmail_subject_email",
+    "streams",
+    "from_domains",
 )
 
 LOCK_FOR_EDIT = f"""
-SELECT id, name, version, status, smtp_password_encrypted IS NOT NULL AS has_password,
+SELECT id, name, version, status, dkim_domain, smtp_password_encrypted IS NOT NULL AS has_password,
        oauth_client_secret_encrypted IS NOT NULL AS has_client_secret,
        oauth_refresh_token_encrypted IS NOT NULL AS has_refresh_token, {", ".join(EDITABLE)}
 FROM mailroom.sender_accounts WHERE name = %s FOR UPDATE
@@ -419,7 +427,10 @@ def edit_sender(
     with conn.cursor(row_factory=dict_row) as cur:
         current = _lock_for_edit(cur, name, expected_version)
         check_auth_change(current["auth_type"], changes.get("auth_type", current["auth_type"]))
-        merged = validate_spec(SenderSpec(name=name, **{**{c: current[c] for c in EDITABLE}, **changes}))
+        kept = {c: current[c] for c in EDITABLE}
+        merged = validate_spec(
+            SenderSpec(name=name, dkim_domain=current["dkim_domain"], **{**kept, **changes})
+        )
         values = {c: getattr(merged, c) for c in EDITABLE}
         secrets, changed_secrets = secret_updates(current, values, password, drop_password, oauth, box)
         changed = tuple(c for c in EDITABLE if values[c] != current[c]) + changed_secrets

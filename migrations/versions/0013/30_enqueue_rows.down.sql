@@ -1,4 +1,4 @@
-DROP FUNCTION mailroom.enqueue_rows(text[], text[], text[], text[], text[], jsonb[], text[], text[], jsonb[], integer[], timestamptz[], integer[], text[], text[], boolean[], text[], text[], text[], uuid[], uuid[], boolean[], boolean[], text[], text[], text[], text[], jsonb[], integer[], integer[], uuid[], text[], timestamptz[], integer[], integer[], text[], text[], text[], integer[], bytea[]);
+DROP FUNCTION mailroom.enqueue_rows(text[], text[], text[], text[], text[], jsonb[], text[], text[], jsonb[], integer[], timestamptz[], integer[], text[], text[], boolean[], text[], text[], text[], uuid[], uuid[], boolean[], boolean[], text[], text[], text[], text[], jsonb[], integer[], integer[], uuid[], text[], timestamptz[], integer[], integer[], text[], text[], text[], integer[], bytea[], text[], text[], text[]);
 CREATE FUNCTION mailroom.enqueue_rows(
     recipient_email text[],
     recipient_name text[],

@@ -1,4 +1,6 @@
--- The Python API's door takes each email's own lifetime (expires_at) and its files: the attachment
+-- The Python API's door takes each email's own lifetime (expires_at), its stream, its own From
+-- (from_email, from_name: refused unless a sender account of its stream may send for the domain) and
+-- its files: the attachment
 -- arrays name, for each file, its email (the place in this call, from 1), its place among the email's
 -- files, filename, content type, Content-ID (inline) and content (its place in `contents`, where each
 -- distinct content appears once). Everything else is as revision 0012 wrote it.
@@ -42,7 +44,10 @@ CREATE FUNCTION mailroom.enqueue_rows(
     attachment_type text[] DEFAULT '{}',
     attachment_cid text[] DEFAULT '{}',
     attachment_data integer[] DEFAULT '{}',
-    contents bytea[] DEFAULT '{}'
+    contents bytea[] DEFAULT '{}',
+    stream text[] DEFAULT NULL,
+    from_email text[] DEFAULT NULL,
+    from_name text[] DEFAULT NULL
 ) RETURNS TABLE (n integer, id bigint, written boolean, suppression text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 -- The arguments are named as the columns: in the statement a bare name is the column (the arguments
@@ -73,7 +78,8 @@ BEGIN
             cardinality(reference_type), cardinality(reference_id), cardinality(created_by),
             cardinality(tracking_token), cardinality(unsubscribe_token), cardinality(track_opens),
             cardinality(track_clicks), cardinality(to_extra), cardinality(cc), cardinality(bcc),
-            cardinality(reply_to), cardinality(dress), cardinality(expires_at)]) AS c) > 1
+            cardinality(reply_to), cardinality(dress), cardinality(expires_at), cardinality(stream),
+            cardinality(from_email), cardinality(from_name)]) AS c) > 1
        OR (SELECT max(d) FROM unnest(ARRAY[
             array_ndims(recipient_email), array_ndims(recipient_name), array_ndims(subject), array_ndims(text_body),
             array_ndims(html_body), array_ndims(headers), array_ndims(template), array_ndims(locale),
@@ -82,7 +88,8 @@ BEGIN
             array_ndims(reference_type), array_ndims(reference_id), array_ndims(created_by),
             array_ndims(tracking_token), array_ndims(unsubscribe_token), array_ndims(track_opens),
             array_ndims(track_clicks), array_ndims(to_extra), array_ndims(cc), array_ndims(bcc),
-            array_ndims(reply_to), array_ndims(dress), array_ndims(expires_at)]) AS d) > 1 THEN
+            array_ndims(reply_to), array_ndims(dress), array_ndims(expires_at), array_ndims(stream),
+            array_ndims(from_email), array_ndims(from_name)]) AS d) > 1 THEN
         RAISE EXCEPTION 'arrays: every column must hold one value per email, in one dimension'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -102,6 +109,14 @@ BEGIN
         RAISE EXCEPTION 'expires_at: must be later than the email is due (scheduled_for, or now)'
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'expires_at';
     END IF;
+    -- A From of its own only within the domains a sender account of the email's stream may send for.
+    IF from_email IS NOT NULL AND cardinality(mailroom.from_refusals(from_email, ARRAY(
+            SELECT coalesce(x.s, CASE WHEN coalesce(x.t, x.c IS NULL) THEN 'transactional' ELSE 'broadcast' END)
+            FROM unnest(stream, transactional, campaign_id) WITH ORDINALITY AS x(s, t, c, i) ORDER BY x.i))) > 0 THEN
+        RAISE EXCEPTION 'from_email: no sender account of the email''s stream may send for its domain'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'from_email',
+                  HINT = 'mailroom senders edit NAME --from-domain DOMAIN';
+    END IF;
     IF NOT trusted AND (cardinality(link_email) > 0
             OR EXISTS (SELECT FROM unnest(tracking_token, unsubscribe_token, track_opens, track_clicks) AS t(a, b, c, d)
                        WHERE t.a IS NOT NULL OR t.b IS NOT NULL OR t.c OR t.d)) THEN
@@ -114,12 +129,14 @@ BEGIN
         FROM unnest(recipient_email, recipient_name, subject, text_body, html_body, headers, template, locale,
                     template_data, priority, scheduled_for, max_retries, idempotency_key, campaign_id,
                     transactional, reference_type, reference_id, created_by, tracking_token, unsubscribe_token,
-                    track_opens, track_clicks, to_extra, cc, bcc, reply_to, dress, expires_at)
+                    track_opens, track_clicks, to_extra, cc, bcc, reply_to, dress, expires_at, stream, from_email,
+                    from_name)
              WITH ORDINALITY AS g(recipient_email, recipient_name, subject, text_body, html_body, headers,
                                   template, locale, template_data, priority, scheduled_for, max_retries,
                                   idempotency_key, campaign_id, transactional, reference_type, reference_id,
                                   created_by, tracking_token, unsubscribe_token, track_opens, track_clicks,
-                                  to_extra, cc, bcc, reply_to, dress, expires_at, n)
+                                  to_extra, cc, bcc, reply_to, dress, expires_at, stream, from_email,
+                                  from_name, n)
     ), files AS (
         SELECT a.n, count(*) AS how_many FROM unnest(attachment_email) AS a(n) GROUP BY a.n
     ), owed AS (
@@ -136,7 +153,8 @@ BEGIN
             id, recipient_email, recipient_name, subject, text_body, html_body, headers, template, locale,
             template_data, priority, scheduled_for, max_retries, idempotency_key, campaign_id, transactional,
             reference_type, reference_id, created_by, tracking_token, unsubscribe_token, track_opens,
-            track_clicks, to_extra, cc, bcc, reply_to, dress, status, expires_at, attachments)
+            track_clicks, to_extra, cc, bcc, reply_to, dress, status, expires_at, attachments, stream, from_email,
+            from_name)
         SELECT g.new_id, g.recipient_email, g.recipient_name, g.subject, g.text_body, g.html_body,
                coalesce(g.headers, '{}'), g.template, g.locale, g.template_data, coalesce(g.priority, 0),
                g.scheduled_for, coalesce(g.max_retries, 5), g.idempotency_key, g.campaign_id,
@@ -144,7 +162,10 @@ BEGIN
                CASE WHEN trusted THEN g.created_by ELSE session_user END, g.tracking_token,
                g.unsubscribe_token, coalesce(g.track_opens, false), coalesce(g.track_clicks, false),
                g.to_extra::text[], g.cc::text[], g.bcc::text[], g.reply_to::text[], g.owed_dress,
-               CASE WHEN g.owed_dress IS NULL THEN 'pending' ELSE 'unrendered' END, g.expires_at, g.how_many
+               CASE WHEN g.owed_dress IS NULL THEN 'pending' ELSE 'unrendered' END, g.expires_at, g.how_many,
+               coalesce(g.stream, CASE WHEN coalesce(g.transactional, g.campaign_id IS NULL) THEN 'transactional'
+                                       ELSE 'broadcast' END),
+               g.from_email, g.from_name
         -- Keys in one order for every caller: two calls with the same keys in another order would
         -- otherwise wait on each other's (a deadlock). The first of a key in the call still wins.
         FROM owed g ORDER BY g.idempotency_key NULLS LAST, g.n

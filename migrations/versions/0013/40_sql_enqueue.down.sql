@@ -1,4 +1,4 @@
-DROP FUNCTION mailroom.enqueue(text[], text, text, text, text, text[], text[], text[], jsonb, text, timestamptz, integer, integer, text, text, text, jsonb, text, text, boolean, boolean, timestamptz, jsonb);
+DROP FUNCTION mailroom.enqueue(text[], text, text, text, text, text[], text[], text[], jsonb, text, timestamptz, integer, integer, text, text, text, jsonb, text, text, boolean, boolean, timestamptz, jsonb, text, text, text);
 CREATE FUNCTION mailroom.enqueue(
     recipients text[],
     subject text DEFAULT NULL,

@@ -1,4 +1,4 @@
--- The SQL function takes an email's own lifetime (expires_at) and its files (attachments: a JSON array
+-- The SQL function takes an email's own lifetime (expires_at), its stream, its own From and its files (attachments: a JSON array
 -- of {"filename", "content" (base64), "content_type", "content_id" (inline)}). Its argument list
 -- grows, so it is a new function; 90_grants grants it to the roles that could call the old one.
 DROP FUNCTION mailroom.enqueue(text[], text, text, text, text, text[], text[], text[], jsonb, text, timestamptz, integer, integer, text, text, text, jsonb, text, text, boolean, boolean);
@@ -25,7 +25,10 @@ CREATE FUNCTION mailroom.enqueue(
     transactional boolean DEFAULT NULL,
     track boolean DEFAULT NULL,
     expires_at timestamptz DEFAULT NULL,
-    attachments jsonb DEFAULT NULL
+    attachments jsonb DEFAULT NULL,
+    stream text DEFAULT NULL,
+    from_email text DEFAULT NULL,
+    from_name text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -34,6 +37,8 @@ DECLARE
     bad text;
     files jsonb := coalesce(enqueue.attachments, '[]');
     contents bytea[];
+    own_stream text := coalesce(enqueue.stream, CASE WHEN coalesce(enqueue.transactional, enqueue.campaign_id IS NULL)
+                                                     THEN 'transactional' ELSE 'broadcast' END);
     is_transactional boolean := coalesce(enqueue.transactional, enqueue.campaign_id IS NULL);
     -- As worker.core.email_rows.dressed: tracking asked for, or an unsubscribe link owed.
     dressed boolean := coalesce(enqueue.track, false) OR NOT coalesce(enqueue.transactional, enqueue.campaign_id IS NULL);
@@ -66,6 +71,11 @@ BEGIN
                         OR EXISTS (SELECT FROM jsonb_object_keys(f.v) AS k(k)
                                    WHERE k.k NOT IN ('filename', 'content', 'content_type', 'content_id')))
             THEN 'attachments: each file is {"filename": ..., "content": base64, "content_type": ..., "content_id": ...}'
+        WHEN own_stream !~ '^[a-z][a-z0-9_-]{0,31}$' THEN 'stream: a name like transactional or broadcast'
+        WHEN enqueue.from_name IS NOT NULL AND enqueue.from_email IS NULL THEN 'from_name: only with a from_email'
+        WHEN enqueue.from_email IS NOT NULL
+             AND cardinality(mailroom.from_refusals(ARRAY[enqueue.from_email], ARRAY[own_stream])) > 0
+            THEN 'from_email: no sender account of the email''s stream may send for its domain'
     END;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION '%', bad USING ERRCODE = 'invalid_parameter_value', COLUMN = split_part(bad, ':', 1);
@@ -83,7 +93,7 @@ BEGIN
         recipient_email, to_extra, cc, bcc, reply_to, recipient_name, subject, text_body, html_body, headers,
         priority, scheduled_for, max_retries, idempotency_key, campaign_id, transactional, reference_type,
         reference_id, created_by, enqueued_by, status, template, template_data, locale, dress, expires_at,
-        attachments)
+        attachments, stream, from_email, from_name)
     VALUES (
         mailroom.normalise_address(recipients[1]),
         mailroom.normalise_addresses(recipients[2:]),
@@ -94,7 +104,9 @@ BEGIN
         is_transactional, reference_type, reference_id, session_user, session_user,
         CASE WHEN template IS NULL AND NOT dressed THEN 'pending' ELSE 'unrendered' END, template, template_data,
         locale, CASE WHEN dressed THEN jsonb_build_object('track', enqueue.track) END, enqueue.expires_at,
-        jsonb_array_length(files))
+        jsonb_array_length(files), own_stream,
+        CASE WHEN enqueue.from_email IS NOT NULL THEN mailroom.normalise_address(enqueue.from_email) END,
+        enqueue.from_name)
     ON CONFLICT (enqueued_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING q.id INTO new_id;
     IF new_id IS NULL THEN
@@ -115,4 +127,4 @@ BEGIN
 END $$;
 REVOKE EXECUTE ON FUNCTION mailroom.enqueue FROM PUBLIC;
 COMMENT ON FUNCTION mailroom.enqueue IS
-    'Enqueue an email from SQL, in the caller''s transaction, with every field the Python API takes (expires_at, and attachments as a JSON array of {filename, content (base64), content_type, content_id}); returns its id (the first email''s for a repeated idempotency key). Email with a template, or with campaign dress (not transactional, or tracked), is stored unrendered and the worker renders and dresses it as the Python API would. 22023: a bad argument; 23514: content the rules refuse.';
+    'Enqueue an email from SQL, in the caller''s transaction, with every field the Python API takes (expires_at, stream, from_email and from_name, and attachments as a JSON array of {filename, content (base64), content_type, content_id}); returns its id (the first email''s for a repeated idempotency key). Email with a template, or with campaign dress (not transactional, or tracked), is stored unrendered and the worker renders and dresses it as the Python API would. 22023: a bad argument; 23514: content the rules refuse.';

@@ -1,4 +1,5 @@
--- An application role may also cancel its own email (mailroom.cancel_my_email).
+-- An application role may also cancel its own email (mailroom.cancel_my_email), and ask which From
+-- addresses no sender account may send (mailroom.from_refusals, which the Python API asks).
 CREATE OR REPLACE FUNCTION mailroom.grant_app_role(role_name name) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA mailroom TO %I', role_name);
@@ -9,6 +10,7 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.schema_revision() TO %I', role_name);
     EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.enqueue_outcome TO %I', role_name);
     EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.cancel_my_email TO %I', role_name);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.from_refusals TO %I', role_name);
     EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.app_audit TO %I', role_name);
     EXECUTE format('GRANT SELECT ON mailroom.my_emails TO %I', role_name);
 END $$;
@@ -25,6 +27,9 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.%I TO %I', r.function_name, r.role_name);
         IF r.function_name = 'enqueue' THEN
             EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.cancel_my_email TO %I', r.role_name);
+        END IF;
+        IF r.function_name = 'enqueue_rows' THEN  -- the Python API asks it before it writes a From of its own
+            EXECUTE format('GRANT EXECUTE ON FUNCTION mailroom.from_refusals TO %I', r.role_name);
         END IF;
     END LOOP;
     DROP TABLE pg_temp.mailroom_door_grants;

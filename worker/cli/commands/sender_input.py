@@ -77,6 +77,8 @@ class Given:
     warmup_limit: int | None = None
     send_delay_ms: int | None = None
     batch_size: int | None = None
+    streams: str | None = None
+    from_domain: tuple[str, ...] = ()
     max_connections: int | None = None
     connect_timeout: float | None = None
     command_timeout: float | None = None
@@ -133,6 +135,9 @@ class Given:
             "command_timeout_seconds": self.command_timeout,
             "data_timeout_seconds": self.data_timeout,
             "allow_plaintext_login": self.allow_plaintext_login,
+            "streams": self.streams.replace(",", " ").split() if self.streams is not None else None,
+            # --from-domain '' alone: none of its own (the domain of the account's From)
+            "from_domains": [d for d in self.from_domain if d.strip()] if self.from_domain else None,
         }
 
 
@@ -291,6 +296,20 @@ def settings_options(*, adding: bool) -> Decorator:
         *_password_options(),
         click.option(
             "--daily-limit", type=int, default=default(2000), help="emails per UTC day (default 2000)"
+        ),
+        click.option(
+            "--streams",
+            metavar="NAMES",
+            help="the message streams whose email it sends, comma-separated"
+            + (" (default transactional,broadcast)" if adding else ""),
+        ),
+        click.option(
+            "--from-domain",
+            "from_domain",
+            multiple=True,
+            metavar="DOMAIN",
+            help="a domain an email's own From may be in (repeat it; aligned with --dkim-domain);"
+            " default: the domain of --from" + ("" if adding else "; --from-domain '' goes back to that"),
         ),
     ]
     if not adding:

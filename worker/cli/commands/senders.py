@@ -113,8 +113,9 @@ def list_senders(db: Database, as_json: bool) -> int:
         warmup = f"stage {r['warmup_stage']}/5 {r['warmup_limit']}/day" if r["warmup_stage"] else "-"
         host = f"{r['smtp_host']}:{r['smtp_port']}"
         usage = f"{r['sent_today']}/{r['effective_limit']}"
-        cells.append([r["name"], r["status"], usage, warmup, r["from_email"], host, _auth(r)])
-    header = ("NAME", "STATUS", "TODAY", "WARM-UP", "FROM", "HOST", "AUTH")
+        streams = ",".join(r["streams"])
+        cells.append([r["name"], r["status"], usage, warmup, r["from_email"], streams, host, _auth(r)])
+    header = ("NAME", "STATUS", "TODAY", "WARM-UP", "FROM", "STREAMS", "HOST", "AUTH")
     lines = table(header, cells, right=frozenset({2}))
     click.echo(lines[0])
     for r, line in zip(rows, lines[1:], strict=True):
@@ -125,6 +126,8 @@ def list_senders(db: Database, as_json: bool) -> int:
         returns += [f"tagged for {r['relay_provider']}"] if r["relay_provider"] else []
         if returns:
             click.echo(f"  {', '.join(returns)}")
+        if r["from_domains"] != [r["from_email"].rpartition("@")[2].lower()]:
+            click.echo(f"  an email's own From may be in {', '.join(r['from_domains'])}")
         pacing = [f"batch {r['batch_size']}"] if r["batch_size"] else []
         pacing += [f"{r['send_delay_ms']} ms between emails"] if r["send_delay_ms"] else []
         if pacing:

@@ -1,0 +1,66 @@
+"""Which email a sender account sends: its message streams, and the domains an email's own From may be in.
+
+A stream keeps kinds of mail apart (campaign mail never through the relay of password resets); the
+From domains keep a per-email From aligned with what the account signs for: each must be its DKIM
+domain or share it as a parent or subdomain (relaxed DMARC alignment), so DKIM still passes DMARC."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from worker.core.validation import ValidationError
+
+DEFAULT_STREAMS = ("transactional", "broadcast")
+_STREAM = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_DOMAIN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}\.)+[a-z0-9-]{1,63}$")
+
+
+def checked_streams(streams: Iterable[str]) -> list[str]:
+    """The streams, each once in the order given: 1 to 20 names like transactional or broadcast."""
+    found = list(dict.fromkeys(s.strip() for s in streams))
+    if not 1 <= len(found) <= 20:
+        raise ValidationError("streams", "one to twenty streams, like transactional,broadcast")
+    for stream in found:
+        if not _STREAM.match(stream):
+            raise ValidationError(
+                "streams", f"{stream!r} is not a stream name (a-z, 0-9, _ and -, at most 32)"
+            )
+    return found
+
+
+def checked_from_domains(domains: Iterable[str] | None, dkim_domain: str | None) -> list[str] | None:
+    """The From domains, lower case, each once, aligned with the DKIM domain when the account signs;
+    None (the domain of the account's own From) when none are given."""
+    if domains is None:
+        return None
+    found = list(dict.fromkeys(d.strip().lower().rstrip(".") for d in domains if d.strip()))
+    if not found:
+        return None
+    if len(found) > 50:
+        raise ValidationError("from_domains", "at most 50 domains")
+    for domain in found:
+        if not _DOMAIN.match(domain):
+            raise ValidationError("from_domains", f"{domain!r} is not a domain name")
+        if dkim_domain and not aligned(domain, dkim_domain):
+            raise ValidationError(
+                "from_domains",
+                f"{domain} is not aligned with the account's DKIM domain {dkim_domain}: DMARC would fail"
+                " (give the DKIM domain, a subdomain of it, or its parent)",
+            )
+    return found
+
+
+def aligned(domain: str, other: str) -> bool:
+    """Relaxed alignment, approximated without a public suffix list: equal, or one a subdomain of the other."""
+    a, b = domain.lower().rstrip("."), other.lower().rstrip(".")
+    return a == b or a.endswith("." + b) or b.endswith("." + a)
+
+
+def checked(values: dict[str, Any]) -> dict[str, Any]:
+    """A `SenderSpec`'s streams and From domains, checked and normalised, as lists (the columns' arrays)."""
+    return {
+        "streams": checked_streams(values.get("streams") or DEFAULT_STREAMS),
+        "from_domains": checked_from_domains(values.get("from_domains"), values.get("dkim_domain")),
+    }
