@@ -57,7 +57,9 @@ SELECT s.id, s.name,
        CASE WHEN s.warmup_stage > 0 THEN least(s.daily_limit, s.warmup_limit) ELSE s.daily_limit END
            AS effective_limit,
        coalesce(u.sent, 0) AS sent_today, coalesce(u.bounces, 0) AS bounces_today,
-       coalesce(u.errors, 0) AS errors_today
+       coalesce(u.errors, 0) AS errors_today,
+       array_to_string(s.streams, ', ') AS streams,
+       array_to_string(mailroom.sender_from_domains(s.from_domains, s.from_email), ', ') AS from_domains
 FROM mailroom.sender_accounts s
 LEFT JOIN mailroom.sender_usage u
        ON u.sender_account_id = s.id AND u.day = (%(now)s::timestamptz AT TIME ZONE 'UTC')::date

@@ -248,3 +248,50 @@ def test_senders_add_and_edit_set_streams_and_from_domains_aligned_with_dkim(
     assert code == 0, err
     code, _, err = run(capsys, "senders", "edit", "signed", "--from-domain", "example.net")
     assert code == 2 and "not aligned" in err
+
+
+async def test_a_stream_no_usable_account_serves_is_a_health_reason_and_drain_stops_saying_so(
+    db_url: str,
+    settings: Settings,
+    smtp_sink_factory: SinkFactory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from worker.ops.health import check_health, undeliverable
+    from worker.ops.metrics import DatabaseGauges
+
+    resets = smtp_sink_factory()
+    _account(db_url, settings, "resets", resets.port, streams=["transactional"])
+    monkeypatch.setenv("MAILROOM_POSTAL_ADDRESS", TEST_POSTAL_ADDRESS)
+    with psycopg.connect(db_url) as conn:
+        enqueue_many(
+            conn,
+            [
+                EmailRequest(to="r@example.com", subject="Reset", text="Code."),
+                EmailRequest(to="n@example.com", subject="News", text="Sale.", campaign_id="autumn"),
+            ],
+        )
+    # a draining worker sends what it can and stops (it would otherwise wait for ever for the news)
+    assert await run_until_drained(db_url, settings) == 1
+    with psycopg.connect(db_url) as conn:
+        report = check_health(conn, settings)
+        stuck = undeliverable(conn, settings)
+    (finding,) = [f for f in report.findings if f.kind == "stream_without_sender"]
+    assert "1 emails of stream broadcast are due and no usable sender account serves" in finding.text
+    assert not report.ok and stuck is not None and stuck.kind == "stream_without_sender"
+    monkeypatch.setenv("MAILROOM_DATABASE_URL", db_url)
+    code, out, _ = run(capsys, "stats")
+    assert (
+        code == 0 and "stream broadcast: 1 waiting, 1 due now, 0 being sent; sent by no sender account" in out
+    )
+    assert "sender resets (transactional)" in out
+    gauges = DatabaseGauges(db_url, settings)
+    try:
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value for f in gauges.collect() for s in f.samples
+        }
+    finally:
+        gauges.close()
+    assert samples[("mailroom_stream_due_emails", (("stream", "broadcast"),))] == 1
+    assert samples[("mailroom_sender_stream", (("sender", "resets"), ("stream", "transactional")))] == 1
+    assert ("mailroom_sender_stream", (("sender", "resets"), ("stream", "broadcast"))) not in samples

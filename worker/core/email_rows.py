@@ -9,16 +9,16 @@ written once.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from worker.core import links as tracking
-from worker.core.attachments import Attachment, File, check_files
+from worker.core.attachments import Attachment
 from worker.core.campaign_mail import NO_CAMPAIGNS, CampaignBook
 from worker.core.config import Settings
+from worker.core.email_routes import lifetime_and_files, sending
 from worker.core.request_json import json_fields
 from worker.core.templates import TemplateCatalog
 from worker.core.validation import ValidationError, check_header_name, check_header_text, normalise_address
@@ -256,13 +256,10 @@ def _prepare_fields(
         raise ValidationError("data", "data is only used with a template")
     subject = _check_content(subject, text, html, to_name, settings)
     max_retries = _check_limits(priority, max_retries, idempotency_key, campaign_id, settings)
-    files = _lifetime_and_files(expires_at, scheduled_for, attachments, html, settings)
+    files = lifetime_and_files(expires_at, scheduled_for, attachments, html, settings)
     transactional = is_transactional(campaign_id, transactional)
-    sender = (
-        _sending(stream, from_email, from_name, transactional) if stream or from_email or from_name else None
-    )
-    tracked: tracking.Tracking | None = None
-    dress: str | None = None
+    sender = sending(stream, from_email, from_name, transactional)
+    tracked, dress = _UNDRESSED
     # The one check the common bulk case pays: transactional email without tracking adds nothing.
     if dressed(track, transactional):
         html, headers, tracked, dress = _dressing(
@@ -274,11 +271,12 @@ def _prepare_fields(
         locale if template else given_locale, json.dumps(data) if data is not None else None, priority,
         scheduled_for, max_retries, idempotency_key, campaign_id, transactional, reference_type,
         reference_id, created_by, *_tracking_columns(tracked), *more, expires_at,
-        *(sender or (TRANSACTIONAL if transactional else BROADCAST, None, None)), _links(tracked), dress, files,
+        *sender, _links(tracked), dress, files,
     )  # fmt: skip
 
 
 _ONE_RECIPIENT: tuple[list[str] | None, ...] = (None, None, None, None)
+_UNDRESSED: tuple[tracking.Tracking | None, str | None] = (None, None)
 
 
 def _addressing(
@@ -453,60 +451,6 @@ def _encoded_size(label: str, content: str) -> int:
         return len(content.encode("utf-8"))
     except UnicodeEncodeError:
         raise ValidationError(label, "contains an unpaired surrogate (not valid Unicode text)") from None
-
-
-TRANSACTIONAL, BROADCAST = "transactional", "broadcast"
-_STREAM = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-
-
-def default_stream(transactional: bool) -> str:
-    """The stream of an email that names none: transactional, or broadcast for email that is not."""
-    return TRANSACTIONAL if transactional else BROADCAST
-
-
-def _sending(
-    stream: str | None, from_email: str | None, from_name: str | None, transactional: bool
-) -> tuple[str, str | None, str | None]:
-    """The email's stream and its own From, checked (whether an account may send that From is the
-    database's to say: `mailroom.from_refusals`)."""
-    if stream is None:
-        stream = default_stream(transactional)
-    elif not isinstance(stream, str) or not _STREAM.match(stream):
-        raise ValidationError(
-            "stream", "a name like transactional or broadcast (a-z, 0-9, _ and -, at most 32)"
-        )
-    if from_email is not None:
-        from_email = normalise_address("from_email", from_email)
-    if from_name is not None:
-        if from_email is None:
-            raise ValidationError("from_name", "only with a from_email")
-        check_header_text("from_name", from_name)
-        _check_short("from_name", from_name, 255)
-    return stream, from_email, from_name
-
-
-def _lifetime_and_files(
-    expires_at: datetime | None,
-    scheduled_for: datetime | None,
-    attachments: Sequence[Attachment] | None,
-    html: str | None,
-    settings: Settings,
-) -> tuple[File, ...]:
-    """The email's own lifetime checked, and its files (none for most)."""
-    if expires_at is not None:
-        _check_lifetime(expires_at, scheduled_for)
-    if not attachments:
-        return ()
-    return check_files(attachments, html, settings.max_attachment_bytes, settings.max_attachments_bytes)
-
-
-def _check_lifetime(expires_at: datetime, scheduled_for: datetime | None) -> None:
-    """An email's own lifetime: a time zone-aware moment after it is due."""
-    if not isinstance(expires_at, datetime) or expires_at.tzinfo is None or expires_at.utcoffset() is None:
-        raise ValidationError("expires_at", "must be a time zone-aware datetime")
-    due = scheduled_for if scheduled_for is not None and scheduled_for.tzinfo is not None else None
-    if expires_at <= (due or datetime.now(UTC)):
-        raise ValidationError("expires_at", "must be later than the email is due (scheduled_for, or now)")
 
 
 def _check_limits(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, TypedDict
@@ -152,7 +152,7 @@ async def take(
 
 
 async def _claimed(
-    conn: psycopg.AsyncConnection[Any], params: dict[str, Any], streams: Sequence[str]
+    conn: psycopg.AsyncConnection[Any], params: Mapping[str, object], streams: Sequence[str]
 ) -> list[ClaimedEmail]:
     """The claim's rows: of the first stream, in the order given, that has due email (none: [])."""
     async with conn.cursor(row_factory=claimed_email) as claimed:

@@ -465,7 +465,7 @@ class Worker:
             self.pool,
             self.settings.lease_seconds,
             bool(self._held),
-            self.book.all_exhausted(),
+            self.book.routes(),
             self.options.clock,
         )
 

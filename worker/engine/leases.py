@@ -4,9 +4,11 @@ worker's heartbeat, by which health knows whether any worker is alive."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -231,14 +233,21 @@ async def idle_seconds(pool: Pool, fallback: float, *, drain: bool, clock: Clock
 
 
 async def drained(
-    pool: Pool, lease_seconds: float, holding: bool, no_sender: bool, clock: Clock = SYSTEM
+    pool: Pool,
+    lease_seconds: float,
+    holding: bool,
+    routes: Sequence[tuple[Sequence[str], Sequence[str]]],
+    clock: Clock = SYSTEM,
 ) -> bool:
     """With `--drain`: rescue expired claims first; done when nothing is held under a live lease
-    (`holding`: this process's own claims) and nothing due can be sent (no usable sender, or nothing due)."""
+    (`holding`: this process's own claims) and nothing due can be sent: no usable sender (`routes`, the
+    streams and From domains of each usable one, empty), or nothing due that one of them may send (email
+    of a stream no usable sender serves is left, and `worker --drain` says so as it stops)."""
     if await rescue_once(pool, lease_seconds):
         return False
     if holding or await fetch_scalar(pool, q.ANY_HELD):
         return False
-    if no_sender:
+    if not routes:
         return True
-    return not await fetch_scalar(pool, q.ANY_DUE, {"ahead": clock.ahead})
+    senders = json.dumps([{"streams": list(s), "domains": list(d)} for s, d in routes])
+    return not await fetch_scalar(pool, q.ANY_DUE, {"ahead": clock.ahead, "senders": senders})

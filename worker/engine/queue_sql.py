@@ -333,9 +333,16 @@ SELECT (SELECT min(scheduled_for) FROM mailroom.email_queue WHERE status = 'pend
 
 # What a draining worker still waits for: email due now, or email under a lease (a live worker may hand
 # it back, and a dead worker's comes back when its lease expires and the rescue returns it).
+# Due email that one of the given senders (its streams and From domains, as JSON) may send.
 ANY_DUE = """
-SELECT EXISTS (SELECT 1 FROM mailroom.email_queue
-               WHERE status = 'pending' AND scheduled_for <= now() + make_interval(secs => %(ahead)s))
+SELECT EXISTS (
+    SELECT 1 FROM jsonb_to_recordset(%(senders)s::jsonb) AS s(streams text[], domains text[])
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM mailroom.email_queue q
+        WHERE q.status = 'pending' AND q.stream = ANY(s.streams)
+          AND q.scheduled_for <= now() + make_interval(secs => %(ahead)s)
+          AND (q.from_email IS NULL OR lower(split_part(q.from_email, '@', 2)) = ANY(s.domains))
+        LIMIT 1) d)
 """
 # A claim under way anywhere (a live lease; expired ones were just rescued).
 ANY_HELD = """

@@ -101,6 +101,10 @@ class SenderBook:
         """No sender usable now: none eligible, or every eligible one has reached its limit."""
         return not self.senders or len(self.exhausted) >= len(self.senders)
 
+    def routes(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """The streams and From domains of each sender usable now (none: every one exhausted)."""
+        return [(s.streams, s.from_domains) for s in self.senders if s.id not in self.exhausted]
+
     def set_aside(self, sender_id: int) -> None:
         """Use this sender no more until the senders are read again (its circuit opened, its limit reached)."""
         self.exhausted.add(sender_id)

@@ -53,10 +53,16 @@ SELECT coalesce(%(now)s, now()) AS now,
 
 
 _SENDERS = """
-SELECT name, status, status_reason, circuit_state, circuit_reason, circuit_since,
+SELECT name, status, status_reason, circuit_state, circuit_reason, circuit_since, streams,
        status IN ('active', 'warming_up')
        OR (status = 'paused_limit_reached' AND limit_reached_on < (now() AT TIME ZONE 'UTC')::date) AS may_send
 FROM mailroom.sender_accounts ORDER BY name
+"""
+
+# Due email per message stream (the claim's index leads with the stream).
+_DUE_BY_STREAM = """
+SELECT stream, count(*) AS n FROM mailroom.email_queue
+WHERE status = 'pending' AND scheduled_for <= now() GROUP BY stream ORDER BY stream
 """
 
 _ATTEMPTS = """
@@ -85,7 +91,8 @@ QUARANTINE_WARN_SHARE = 0.8
 class Finding:
     """One reason the queue is unhealthy (a problem) or at risk (a warning), said for people and kept apart.
 
-    `kind` is one of: backlog, oldest_pending, idle, no_sender, sender_unreachable, sender_suspended,
+    `kind` is one of: backlog, oldest_pending, idle, no_sender, stream_without_sender (email of a message
+    stream is due and no usable sender serves it), sender_unreachable, sender_suspended,
     no_worker, database_unavailable (this process's database circuit is open: see
     `database_findings`), attempt_failures, bounce_rate, complaint_rate, quarantine_full, quarantine_dropped,
     sender_dns (the latest DNS check of a sender: a problem when DKIM does not verify), dmarc_full,
@@ -195,6 +202,7 @@ def check_health(
         # No grace here: the idle check waits because a worker may be about to send; with no usable
         # sender nothing can, and the operator is told at once.
         _check_senders(report, due)
+        _check_streams(report, cur_rows(conn, _DUE_BY_STREAM))
         if not report.workers_alive and row["waiting_past_grace"]:
             report.add(
                 "no_worker",
@@ -240,7 +248,14 @@ def undeliverable(conn: psycopg.Connection[Any], settings: Settings) -> Finding 
     report = _queue_report(row, settings)
     report.senders = [_sender_view(s) for s in senders]
     _check_senders(report, int(row["due"]))
-    return next((f for f in report.findings if f.kind == "no_sender"), None)
+    _check_streams(report, cur_rows(conn, _DUE_BY_STREAM))
+    return next((f for f in report.findings if f.kind in ("no_sender", "stream_without_sender")), None)
+
+
+def cur_rows(conn: psycopg.Connection[Any], statement: str) -> list[dict[str, Any]]:
+    """The rows of a statement without parameters, as dicts."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(statement).fetchall()
 
 
 def _queue_report(row: dict[str, Any], settings: Settings) -> HealthReport:
@@ -270,14 +285,44 @@ def _queue_report(row: dict[str, Any], settings: Settings) -> HealthReport:
 
 
 def _sender_view(s: dict[str, Any]) -> dict[str, Any]:
-    """A sender as health sees it: can it send now, and if not, why."""
+    """A sender as health sees it: can it send now, and if not, why; and the streams it serves."""
+    streams = list(s["streams"])
     if s["circuit_state"] != "closed" and s["may_send"]:
         since = s["circuit_since"].isoformat() if s["circuit_since"] else None
-        return {"name": s["name"], "state": "unreachable", "reason": s["circuit_reason"], "since": since}
+        return {
+            "name": s["name"],
+            "state": "unreachable",
+            "reason": s["circuit_reason"],
+            "since": since,
+            "streams": streams,
+        }
     if s["status"] == "paused_limit_reached" and s["may_send"]:
         # Yesterday's limit: the sender may send again today, before any worker has reset its status.
-        return {"name": s["name"], "state": "active", "reason": None, "since": None}
-    return {"name": s["name"], "state": s["status"], "reason": s["status_reason"], "since": None}
+        return {"name": s["name"], "state": "active", "reason": None, "since": None, "streams": streams}
+    return {
+        "name": s["name"],
+        "state": s["status"],
+        "reason": s["status_reason"],
+        "since": None,
+        "streams": streams,
+    }
+
+
+def _check_streams(report: HealthReport, due_by_stream: list[dict[str, Any]]) -> None:
+    """A stream with due email and no usable sender serving it: nothing sends it (when some sender is
+    usable; when none is, `no_sender` says so for all)."""
+    usable = [s for s in report.senders if s["state"] in ("active", "warming_up")]
+    if not usable:
+        return
+    served = {stream for s in usable for stream in s["streams"]}
+    for row in due_by_stream:
+        if row["stream"] not in served:
+            report.add(
+                "stream_without_sender",
+                f"{row['n']} emails of stream {row['stream']} are due and no usable sender account serves that"
+                f" stream (serving: {', '.join(sorted(served))})",
+                f"mailroom senders edit NAME --streams ...,{row['stream']}",
+            )
 
 
 def _check_queue(report: HealthReport, row: dict[str, Any], settings: Settings) -> None:

@@ -156,10 +156,39 @@ class DatabaseGauges(Collector):
         with conn.cursor(row_factory=dict_row) as cur:
             queue = cur.execute(QUEUE, {"cap": EXACT_UP_TO}).fetchall()
             figures = cur.execute(FIGURES, {"cap": EXACT_UP_TO, "alive": ALIVE_SECONDS}).fetchone()
+            streams = cur.execute(DUE_BY_STREAM).fetchall()
         assert figures is not None
         senders = list_senders(conn)
         reputations = sender_reputations(conn, window=self.settings.health_reputation_deliveries)
-        return [*_queue_families(queue, figures), *_sender_families(senders, reputations)]
+        return [
+            *_queue_families(queue, figures),
+            *_sender_families(senders, reputations),
+            *_stream_families(streams, senders),
+        ]
+
+
+# Due email per message stream (the claim's index leads with the stream).
+DUE_BY_STREAM = """
+SELECT stream, count(*) AS due FROM mailroom.email_queue
+WHERE status = 'pending' AND scheduled_for <= now() GROUP BY stream
+"""
+
+
+def _stream_families(streams: list[dict[str, Any]], senders: list[dict[str, Any]]) -> list[Metric]:
+    """Due email per stream, and which sender serves which stream: a stream with due email and no usable
+    sender serving it is mail nothing sends (`mailroom health`'s stream_without_sender)."""
+    due = GaugeMetricFamily(
+        "mailroom_stream_due_emails", "Pending emails due now, by message stream", labels=["stream"]
+    )
+    for row in streams:
+        due.add_metric([row["stream"]], int(row["due"]))
+    serves = GaugeMetricFamily(
+        "mailroom_sender_stream", "1 for each message stream the sender serves", labels=["sender", "stream"]
+    )
+    for sender in senders:
+        for stream in sender["streams"]:
+            serves.add_metric([sender["name"], stream], 1)
+    return [due, serves]
 
 
 def _queue_families(queue: list[dict[str, Any]], figures: dict[str, Any]) -> list[Metric]:
@@ -256,4 +285,6 @@ GAUGE_NAMES = (
     "mailroom_sender_reputation_deliveries",
     "mailroom_sender_hard_bounce_rate",
     "mailroom_sender_complaint_rate",
+    "mailroom_stream_due_emails",
+    "mailroom_sender_stream",
 )

@@ -27,6 +27,18 @@ WHERE status = 'pending'
 """
 
 
+# Unsent email per message stream: waiting (unrendered or pending), due now, being sent.
+BY_STREAM = """
+SELECT stream,
+       count(*) FILTER (WHERE status IN ('unrendered', 'pending')) AS waiting,
+       count(*) FILTER (WHERE status = 'pending' AND scheduled_for <= now()) AS due_now,
+       count(*) FILTER (WHERE status = 'assigned') AS sending
+FROM mailroom.email_queue
+WHERE status IN ('unrendered', 'pending', 'assigned')
+GROUP BY stream ORDER BY stream
+"""
+
+
 def queue_stats(conn: psycopg.Connection[Any], *, reputation_window: int = DEFAULT_WINDOW) -> dict[str, Any]:
     """Counts per status, what is due now, the oldest pending age, and every sender account's day so far
     with its hard-bounce and complaint rates over its last `reputation_window` deliveries."""
@@ -34,6 +46,7 @@ def queue_stats(conn: psycopg.Connection[Any], *, reputation_window: int = DEFAU
         counts = {status: 0 for status in STATUSES}
         counts.update({row["status"]: int(row["n"]) for row in cur.execute(COUNT_BY_STATUS).fetchall()})
         detail = cur.execute(PENDING_DETAIL).fetchone() or {}
+        streams = {row.pop("stream"): row for row in cur.execute(BY_STREAM).fetchall()}
     oldest = detail.get("oldest_pending_seconds")
     reputations = {r.sender: r for r in sender_reputations(conn, window=reputation_window)}
     senders = [
@@ -47,6 +60,7 @@ def queue_stats(conn: psycopg.Connection[Any], *, reputation_window: int = DEFAU
             "bounces_today": s["bounces_today"],
             "errors_today": s["errors_today"],
             "last_used_at": s["last_used_at"].isoformat() if s["last_used_at"] else None,
+            "streams": list(s["streams"]),
             **_reputation(reputations.get(s["name"])),
         }
         for s in list_senders(conn)
@@ -57,6 +71,7 @@ def queue_stats(conn: psycopg.Connection[Any], *, reputation_window: int = DEFAU
         "scheduled_later": int(detail.get("scheduled_later") or 0),
         "retrying": int(detail.get("retrying") or 0),
         "oldest_pending_seconds": round(float(oldest), 3) if oldest is not None else None,
+        "streams": streams,
         "senders": senders,
     }
 

@@ -11,8 +11,9 @@ from worker.cli.framework import Command, Database, json_option, with_database
 
 STATS = """\
 Show the queue by status, what is due now, scheduled later and retrying, the oldest pending email,
-and every sender account's day so far (sent against its limit, bounces, errors, and whether its
-relay is unreachable, since when and why). Changes nothing. Exit status 0.
+each message stream's unsent email (waiting, due now, being sent) and the sender accounts serving
+it, and every sender account's streams and day so far (sent against its limit, bounces, errors,
+and whether its relay is unreachable, since when and why). Changes nothing. Exit status 0.
 
 Examples:
   mailroom stats
@@ -56,10 +57,16 @@ def stats(db: Database, as_json: bool) -> int:
         f"due now {figures['due_now']}  scheduled later {figures['scheduled_later']}  retrying {figures['retrying']}"
         f"  oldest pending {'-' if oldest is None else f'{oldest:.0f}s'}"
     )
+    for name, st in figures["streams"].items():
+        served = [s["name"] for s in figures["senders"] if name in s["streams"]]
+        click.echo(
+            f"stream {name}: {st['waiting']} waiting, {st['due_now']} due now, {st['sending']} being sent;"
+            f" sent by {', '.join(served) or 'no sender account'}"
+        )
     for s in figures["senders"]:
         click.echo(
-            f"sender {s['name']}: {s['status']}, {s['sent_today']}/{s['limit_today']} today, "
-            f"{s['bounces_today']} bounces, {s['errors_today']} errors; {_rates(s)}"
+            f"sender {s['name']} ({','.join(s['streams'])}): {s['status']}, {s['sent_today']}/{s['limit_today']}"
+            f" today, {s['bounces_today']} bounces, {s['errors_today']} errors; {_rates(s)}"
         )
     return 0
 

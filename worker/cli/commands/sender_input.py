@@ -297,20 +297,7 @@ def settings_options(*, adding: bool) -> Decorator:
         click.option(
             "--daily-limit", type=int, default=default(2000), help="emails per UTC day (default 2000)"
         ),
-        click.option(
-            "--streams",
-            metavar="NAMES",
-            help="the message streams whose email it sends, comma-separated"
-            + (" (default transactional,broadcast)" if adding else ""),
-        ),
-        click.option(
-            "--from-domain",
-            "from_domain",
-            multiple=True,
-            metavar="DOMAIN",
-            help="a domain an email's own From may be in (repeat it; aligned with --dkim-domain);"
-            " default: the domain of --from" + ("" if adding else "; --from-domain '' goes back to that"),
-        ),
+        *_route_options(adding=adding),
     ]
     if not adding:
         options.append(click.option("--warmup-stage", type=WARMUP_STAGE, help="warm-up stage 1-5, 0 = none"))
@@ -330,6 +317,26 @@ def settings_options(*, adding: bool) -> Decorator:
             ),
         ]
     return lambda function: apply(function, options)
+
+
+def _route_options(*, adding: bool) -> list[Decorator]:
+    """Which email the account sends: its message streams and the domains of an email's own From."""
+    return [
+        click.option(
+            "--streams",
+            metavar="NAMES",
+            help="the message streams whose email it sends, comma-separated"
+            + (" (default transactional,broadcast)" if adding else ""),
+        ),
+        click.option(
+            "--from-domain",
+            "from_domain",
+            multiple=True,
+            metavar="DOMAIN",
+            help="a domain an email's own From may be in (repeat it; aligned with --dkim-domain);"
+            " default: the domain of --from" + ("" if adding else "; --from-domain '' goes back to that"),
+        ),
+    ]
 
 
 def _pacing_options(*, adding: bool) -> list[Decorator]:
