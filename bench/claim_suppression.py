@@ -98,7 +98,8 @@ def _verdict_ms(plan: dict[str, Any]) -> float:
 def run_once(url: str, claim: str, sender: int, batch: int) -> tuple[float, float]:
     """One claim under EXPLAIN ANALYZE, rolled back: (verdict ms, statement ms)."""
     params = {"limit": batch, "owner": "bench", "token": uuid.uuid4(), "lease": 60, "sender": sender,
-              "lifetime": 5 * 86400, "expired": "expired", "own_expired": "expired", "ahead": 0}  # fmt: skip
+              "lifetime": 5 * 86400, "expired": "expired", "own_expired": "expired", "ahead": 0,
+              "stream": "transactional", "domains": []}  # fmt: skip
     with psycopg.connect(url) as conn:
         conn.execute(queue_sql.CLAIM_IN_INDEX_ORDER)
         row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim, params).fetchone()

@@ -83,7 +83,7 @@ def test_senders_list_prints_from_addresses_and_hosts_whole(
     add_sender(capsys, "--from", address)
     add_sender(capsys, "--from", "b@example.com", name="a-much-longer-sender-account-name")
     lines = run(capsys, "senders", "list")[1].splitlines()
-    assert lines[0].split() == ["NAME", "STATUS", "TODAY", "WARM-UP", "FROM", "HOST", "AUTH"]
+    assert lines[0].split() == ["NAME", "STATUS", "TODAY", "WARM-UP", "FROM", "STREAMS", "HOST", "AUTH"]
     assert any(address in line and "127.0.0.1:2525" in line for line in lines)
     assert any(line.startswith("a-much-longer-sender-account-name  ") for line in lines)
     # columns line up: every row's FROM starts where the header's does

@@ -135,7 +135,8 @@ def test_the_claim_applies_the_rule_inlined_not_as_a_call_per_row(conn: Conn) ->
     # A SECURITY DEFINER, a SET search_path, STRICT or a FROM in mailroom.suppression_verdict would turn
     # it into a function call per claimed row (bench.claim_suppression measures what that costs).
     params = {"limit": 10, "owner": "t", "token": "00000000-0000-0000-0000-000000000001", "lease": 60,
-              "sender": 1, "lifetime": 86400, "expired": "x", "own_expired": "x", "ahead": 0}  # fmt: skip
+              "sender": 1, "lifetime": 86400, "expired": "x", "own_expired": "x", "ahead": 0,
+              "stream": "transactional", "domains": []}  # fmt: skip
     plan = "\n".join(r["QUERY PLAN"] for r in conn.execute("EXPLAIN (VERBOSE) " + queue_sql.CLAIM, params))
     assert "'on the bounce list ('::text || b.bounce_type)" in plan
     assert "suppression_verdict" not in plan

@@ -59,6 +59,8 @@ async def test_a_dsn_sent_to_the_return_path_bounces_the_email_and_later_email_i
                 "ahead": 0.0,
                 "expired": "expired",
                 "own_expired": "expired",
+                "stream": "transactional",
+                "domains": [],
                 "owner": "t",
                 "token": "00000000-0000-0000-0000-000000000001",
                 "lease": 60.0,
