@@ -295,3 +295,26 @@ async def test_a_stream_no_usable_account_serves_is_a_health_reason_and_drain_st
     assert samples[("mailroom_stream_due_emails", (("stream", "broadcast"),))] == 1
     assert samples[("mailroom_sender_stream", (("sender", "resets"), ("stream", "transactional")))] == 1
     assert ("mailroom_sender_stream", (("sender", "resets"), ("stream", "broadcast"))) not in samples
+
+
+async def test_an_account_serving_two_streams_takes_turns_so_neither_waits_behind_the_other(
+    db_url: str, settings: Settings, smtp_sink_factory: SinkFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = smtp_sink_factory()
+    _account(db_url, settings, "both", sink.port, batch_size=10)  # transactional and broadcast, by default
+    monkeypatch.setenv("MAILROOM_POSTAL_ADDRESS", TEST_POSTAL_ADDRESS)
+    with psycopg.connect(db_url) as conn:  # all the resets first, then all the news: a backlog of each
+        enqueue_many(
+            conn, [EmailRequest(to=f"r{i}@example.com", subject="Reset", text="x") for i in range(60)]
+        )
+        enqueue_many(
+            conn,
+            [
+                EmailRequest(to=f"n{i}@example.com", subject="News", text="x", campaign_id="c")
+                for i in range(60)
+            ],
+        )
+    assert await run_until_drained(db_url, settings) == 120
+    order = [m.rcpt_tos[0][0] for m in sink.messages]
+    # batches of ten alternate between the streams: neither waits for the other's backlog to drain
+    assert set(order[:30]) == {"r", "n"} and set(order[-30:]) == {"r", "n"}

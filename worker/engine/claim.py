@@ -75,6 +75,10 @@ class Claim:
     suppressed: int = 0  # emails the claim suppressed (their address is on a list)
     expired: int = 0  # emails the claim failed for being past the queue lifetime
     claimed_at: float = field(default_factory=time.monotonic)  # for the claim-to-finish histogram
+    # The streams the claim found nothing due in (tried before the one it took from, or all of them),
+    # and the one it took from.
+    empty_streams: tuple[str, ...] = ()
+    stream: str | None = None
 
 
 def claim_size(send_delay_ms: int, batch_size: int, own_batch_size: int | None = None) -> int:
@@ -122,7 +126,8 @@ async def take(
     async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
         await cur.execute(q.LOCK_SENDER, (sender_id,))
         await cur.execute(q.CLAIM_IN_INDEX_ORDER)
-        rows = await _claimed(conn, params, streams)
+        rows, claim.empty_streams = await _claimed(conn, params, streams)
+        claim.stream = streams[len(claim.empty_streams)] if rows else None
         claim.seen = len(rows)
         suppressed = [r.id for r in rows if r.status == "suppressed"]
         claim.suppressed = len(suppressed)
@@ -153,14 +158,15 @@ async def take(
 
 async def _claimed(
     conn: psycopg.AsyncConnection[Any], params: Mapping[str, object], streams: Sequence[str]
-) -> list[ClaimedEmail]:
-    """The claim's rows: of the first stream, in the order given, that has due email (none: [])."""
+) -> tuple[list[ClaimedEmail], tuple[str, ...]]:
+    """The claim's rows: of the first stream, in the order given, that has due email (none: []); and
+    the streams found empty before it."""
     async with conn.cursor(row_factory=claimed_email) as claimed:
-        for stream in streams:
+        for n, stream in enumerate(streams):
             await claimed.execute(q.CLAIM, {**params, "stream": stream})
             if rows := await claimed.fetchall():
-                return rows
-    return []
+                return rows, tuple(streams[:n])
+    return [], tuple(streams)
 
 
 def _dropped(rows: list[ClaimedEmail], kept: list[ClaimedEmail]) -> list[Dropped]:

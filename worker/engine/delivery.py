@@ -290,6 +290,7 @@ class Worker:
         with tracing.span("mailroom.claim", {"mailroom.sender.id": sender.id}) as claim_span:
             streams = self.book.streams_in_turn(sender)
             claim = await claiming.take(self.pool, self.lease, sender.id, limit, streams, sender.from_domains)
+            self.book.claimed(sender, claim.empty_streams, claim.stream)
             tracing.note(claim_span, claim_attributes(claim))
         count_claim(sender.name, len(claim.emails), claim.suppressed, claim.expired)
         if claim.seen == 0:

@@ -31,6 +31,8 @@ log = logging.getLogger("mailroom.worker")
 
 # How long the list of eligible senders is trusted before it is read again.
 RELOAD_SECONDS = 5.0
+# A stream a sender's claim found empty is tried after the others for this long.
+EMPTY_RECHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class SenderBook:
         # Campaigns looked for and not found, and when: not read again before the next reload
         self._absent_campaigns: dict[str, float] = {}
         self._turns: dict[int, int] = {}  # the stream each sender's next claim starts with
+        self._empty: dict[int, dict[str, float]] = {}  # streams a sender's claim found empty, and when
 
     def forget(self) -> None:
         """Read the senders again at the next pick (one was suspended or changed)."""
@@ -166,11 +169,31 @@ class SenderBook:
         )
 
     def streams_in_turn(self, sender: Sender) -> tuple[str, ...]:
-        """The sender's streams, starting one further at each claim, so no stream waits behind another."""
+        """The sender's streams in the order its next claim tries them: those with email at their last
+        claim first, starting one further at each claim (no stream waits behind another), then those
+        found empty in the last `EMPTY_RECHECK_SECONDS` (tried only when the others have nothing, so an
+        empty stream costs a query a second at most while mail flows in another)."""
         if len(sender.streams) == 1:
             return sender.streams
-        turn = self._turns[sender.id] = (self._turns.get(sender.id, -1) + 1) % len(sender.streams)
-        return sender.streams[turn:] + sender.streams[:turn]
+        now = time.monotonic()
+        found = self._empty.get(sender.id, {})
+        empty = {s for s, at in found.items() if now - at < EMPTY_RECHECK_SECONDS}
+        flowing = [s for s in sender.streams if s not in empty]
+        if flowing:
+            turn = self._turns[sender.id] = (self._turns.get(sender.id, -1) + 1) % len(flowing)
+            flowing = flowing[turn:] + flowing[:turn]
+        return (*flowing, *(s for s in sender.streams if s in empty))
+
+    def claimed(self, sender: Sender, empty: Sequence[str], taken: str | None) -> None:
+        """What a claim for the sender found: nothing due in `empty`, email in `taken` (if any)."""
+        if len(sender.streams) == 1:
+            return
+        found = self._empty.setdefault(sender.id, {})
+        now = time.monotonic()
+        for stream in empty:
+            found[stream] = now
+        if taken is not None:
+            found.pop(taken, None)
 
     async def use(self, sender: Sender, connections: dict[int, Transport]) -> None:
         """Make a slot's one SMTP connection the sender's (reconnecting if its settings changed)."""
