@@ -109,7 +109,7 @@ def email_request(message: EmailMessage) -> mailroom.EmailRequest:
     """The `mailroom.EmailRequest` for one Django message; `ValueError` for what Mailroom does not take yet."""
     extra = {str(name): str(value) for name, value in (message.extra_headers or {}).items()}
     header = {name.lower(): value for name, value in extra.items()}
-    _check_from(message.from_email, header.get("from"))
+    from_name, from_email = _own_from(message.from_email, header.get("from"))
 
     to = _recipients("To", message.to, header.get("to"))
     cc = _recipients("Cc", message.cc, header.get("cc"))
@@ -131,6 +131,8 @@ def email_request(message: EmailMessage) -> mailroom.EmailRequest:
         headers={name: value for name, value in extra.items() if name.lower() not in _FIELD_HEADERS},
         idempotency_key=header.get(IDEMPOTENCY_HEADER.lower()),
         attachments=[_attachment(given) for given in message.attachments] or None,
+        from_email=from_email,
+        from_name=from_name,
     )
 
 
@@ -155,18 +157,25 @@ def _attachment(given: Any) -> mailroom.Attachment:
     )
 
 
-def _check_from(from_email: str | None, from_header: str | None) -> None:
-    """Accept a From the operator configured (`DEFAULT_FROM_EMAIL`, or `SERVER_EMAIL`, which
-    `mail_admins`, `mail_managers` and `AdminEmailHandler` send from), or none."""
+def _own_from(from_email: str | None, from_header: str | None) -> tuple[str | None, str | None]:
+    """The message's own From as (display name, address), or (None, None) for the From the operator
+    configured (`DEFAULT_FROM_EMAIL`, or `SERVER_EMAIL`, which `mail_admins`, `mail_managers` and
+    `AdminEmailHandler` send from) or none: then the sender account's From goes out. Another From is
+    the email's own, which Mailroom refuses unless a sender account may send for its domain."""
     default = str(getattr(settings, "DEFAULT_FROM_EMAIL", "") or "").strip()
     server = str(getattr(settings, "SERVER_EMAIL", "") or "").strip()
-    for given in (from_email, from_header):
-        if given and str(given).strip() not in (default, server):
-            raise ValueError(
-                f"a From per email is not supported yet: Mailroom sends with the From of the sender"
-                f" account; leave from_email empty or set it to DEFAULT_FROM_EMAIL ({default!r}) or"
-                f" SERVER_EMAIL ({server!r}), not {str(given)!r}; nothing was enqueued"
-            )
+    given = [
+        str(g).strip() for g in (from_header, from_email) if g and str(g).strip() not in (default, server)
+    ]
+    if not given:
+        return None, None
+    if len(given) == 2 and _one("From", given[0])[1].lower() != _one("From", given[1])[1].lower():
+        raise ValueError(
+            f"a From header ({given[0]!r}) that differs from from_email ({given[1]!r}) is not supported;"
+            f" nothing was enqueued"
+        )
+    name, address = _one("From", given[0])
+    return name or None, address
 
 
 def _recipients(name: str, listed: Sequence[str], header: str | None) -> list[tuple[str, str]]:

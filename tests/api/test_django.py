@@ -258,13 +258,35 @@ def test_a_header_mailroom_sets_itself_is_refused(django_db: str, db_url: str, h
     assert _stored(db_url) == []
 
 
-def test_a_foreign_from_raises_or_is_skipped_silently(django_db: str, db_url: str) -> None:
-    with pytest.raises(ValueError, match="a From per email is not supported yet"):
+def test_a_from_no_sender_account_may_send_is_refused_or_skipped_silently(
+    django_db: str, db_url: str
+) -> None:
+    with pytest.raises(mailroom.ValidationError, match="from_email: no sender account"):
         send_mail("Hi", "Text.", "someone@else.example", ["ada@example.com"])
-    with pytest.raises(ValueError, match="From per email"):
+    with pytest.raises(mailroom.ValidationError, match="from_email"):
         EmailMessage("Hi", "Text.", None, ["ada@example.com"], headers={"From": "x@else.example"}).send()
+    with pytest.raises(ValueError, match="differs from from_email"):
+        EmailMessage(
+            "Hi", "Text.", "a@example.org", ["ada@example.com"], headers={"From": "b@example.org"}
+        ).send()
     assert send_mail("Hi", "Text.", "someone@else.example", ["ada@example.com"], fail_silently=True) == 0
     assert _stored(db_url) == []
+
+
+def test_a_from_of_a_domain_an_account_sends_for_is_the_emails_own(django_db: str, db_url: str) -> None:
+    add_sender(db_url, 2525)  # noreply@example.org: it may send a From in example.org
+    assert (
+        send_mail("Invoice", "Attached.", "Example Billing <invoices@example.org>", ["ada@example.com"]) == 1
+    )
+    assert send_mail("Hi", "Text.", None, ["bob@example.com"]) == 1  # DEFAULT_FROM_EMAIL: the account's own
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT recipient_email, from_email, from_name FROM mailroom.email_queue ORDER BY id"
+        ).fetchall()
+    assert rows == [
+        ("ada@example.com", "invoices@example.org", "Example Billing"),
+        ("bob@example.com", None, None),
+    ]
 
 
 ADMINS = [("Ops", "ops@example.com")]
