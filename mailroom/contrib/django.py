@@ -14,6 +14,7 @@ Only a Django project imports this module: `import mailroom` never loads Django.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from email.mime.base import MIMEBase
 from email.utils import getaddresses
 from typing import Any
@@ -29,7 +30,13 @@ import mailroom
 IDEMPOTENCY_HEADER = "X-Mailroom-Idempotency-Key"
 
 # Headers Django lets a message override that are fields of an `EmailRequest`, not extra headers.
-_FIELD_HEADERS = {"to", "cc", "reply-to", "from", IDEMPOTENCY_HEADER.lower()}
+# The message stream (transactional, broadcast, ...) and the moment after which it is never sent (ISO 8601
+# with an offset): Django's EmailMessage has no field for either. Like the key, neither is sent.
+STREAM_HEADER = "X-Mailroom-Stream"
+EXPIRES_HEADER = "X-Mailroom-Expires-At"
+_FIELD_HEADERS = {
+    "to", "cc", "reply-to", "from", IDEMPOTENCY_HEADER.lower(), STREAM_HEADER.lower(), EXPIRES_HEADER.lower()
+}  # fmt: skip
 
 
 class EmailBackend(BaseEmailBackend):  # type: ignore[misc]  # Django has no stubs here: Any
@@ -130,10 +137,29 @@ def email_request(message: EmailMessage) -> mailroom.EmailRequest:
         html=html,
         headers={name: value for name, value in extra.items() if name.lower() not in _FIELD_HEADERS},
         idempotency_key=header.get(IDEMPOTENCY_HEADER.lower()),
+        stream=header.get(STREAM_HEADER.lower()),
+        expires_at=_moment(header.get(EXPIRES_HEADER.lower())),
         attachments=[_attachment(given) for given in message.attachments] or None,
         from_email=from_email,
         from_name=from_name,
     )
+
+
+def _moment(value: str | None) -> datetime | None:
+    """The `X-Mailroom-Expires-At` header's moment: ISO 8601 with its offset."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(
+            f"{EXPIRES_HEADER}: {value!r} is not an ISO 8601 time; nothing was enqueued"
+        ) from None
+    if moment.tzinfo is None:
+        raise ValueError(
+            f"{EXPIRES_HEADER}: give the offset too (2026-11-28T12:00:00+00:00); nothing was enqueued"
+        )
+    return moment
 
 
 def _attachment(given: Any) -> mailroom.Attachment:

@@ -451,3 +451,15 @@ def test_a_django_message_is_delivered_with_its_html_alternative(
     assert html is not None and "<p>HTML welcome</p>" in html.get_content()
     [invoice] = [part for part in received.message.walk() if part.get_filename() == "invoice.pdf"]
     assert invoice.get_content_type() == "application/pdf" and invoice.get_payload(decode=True) == PDF_BYTES
+
+
+def test_headers_name_the_stream_and_the_lifetime_and_are_not_sent(django_db: str, db_url: str) -> None:
+    headers = {"X-Mailroom-Stream": "codes", "X-Mailroom-Expires-At": "2099-01-01T00:00:00+00:00"}
+    assert EmailMessage("Code", "123", None, ["ada@example.com"], headers=headers).send() == 1
+    with pytest.raises(ValueError, match="give the offset too"):
+        EmailMessage(
+            "Code", "1", None, ["b@example.com"], headers={"X-Mailroom-Expires-At": "2099-01-01"}
+        ).send()
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT stream, expires_at, headers FROM mailroom.email_queue").fetchone()
+    assert row is not None and row[0] == "codes" and row[1].year == 2099 and row[2] == {}

@@ -277,3 +277,67 @@ def test_privacy_export_hands_over_the_files_and_erasure_removes_them_keeping_wh
         assert conn.execute(
             "SELECT attachments FROM mailroom.email_queue WHERE id = %s", (own,)
         ).fetchone() == (0,)
+
+
+def test_retention_archives_the_email_and_removes_its_files_with_the_last_email_carrying_them(
+    db_url: str, shop: str, settings: Settings
+) -> None:
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from worker.ops.retention import run_maintenance
+
+    with psycopg.connect(shop) as conn:
+        old, kept = enqueue_many(conn, [_receipt("ada@example.com"), _receipt("bob@example.com")])
+    with psycopg.connect(db_url) as conn:
+        for email_id in (old, kept):
+            conn.execute("UPDATE mailroom.email_queue SET status = 'cancelled' WHERE id = %s", (email_id,))
+        conn.execute(
+            "UPDATE mailroom.email_queue SET finished_at = now() - interval '30 days' WHERE id = %s", (old,)
+        )
+        now = conn.execute("SELECT now()").fetchone()
+    assert now is not None
+    aged = replace(settings, archive_cancelled_after_days=7)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        report = run_maintenance(conn, aged, now=now[0] + timedelta(seconds=1))
+        assert not report.errors and report.retention["cancelled"].deleted == 1
+        # the receipt still queued carries the same PDF and logo: they stay, its files with them
+        assert conn.execute("SELECT count(*) FROM mailroom.attachment_contents").fetchone() == (2,)
+        assert conn.execute("SELECT DISTINCT email_id FROM mailroom.email_attachments").fetchall() == [
+            (kept,)
+        ]
+        conn.execute(
+            "UPDATE mailroom.email_queue SET finished_at = now() - interval '30 days' WHERE id = %s", (kept,)
+        )
+        report = run_maintenance(conn, aged, now=now[0] + timedelta(seconds=2))
+        assert not report.errors and report.retention["cancelled"].deleted == 1
+        assert conn.execute("SELECT count(*) FROM mailroom.attachment_contents").fetchone() == (0,)
+
+
+def test_json_lines_and_sql_take_a_lifetime_and_a_stream(
+    db_url: str, shop: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MAILROOM_DATABASE_URL", shop)
+    lines = [
+        {"to": "a@example.com", "subject": "Code", "text": "123", "expires_at": "2099-01-01T00:00:00+00:00",
+         "stream": "codes"},
+        {"to": "b@example.com", "subject": "Code", "text": "123", "expires_at": "2099-01-01"},
+    ]  # fmt: skip
+    code, out, _ = run(
+        capsys, "enqueue", stdin="\n".join(json.dumps(line) for line in lines), monkeypatch=monkeypatch
+    )
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert code == 1 and "id" in first and second["field"] == "expires_at" and "UTC offset" in second["error"]
+    with psycopg.connect(shop) as conn:
+        (from_sql,) = conn.execute(
+            "SELECT mailroom.enqueue(ARRAY['c@example.com'], 's', 't', stream => 'codes',"
+            " expires_at => now() + interval '10 minutes')"
+        ).fetchone()  # type: ignore[misc]
+        conn.commit()
+        with pytest.raises(errors.InvalidParameterValue, match="stream: a name"):
+            conn.execute("SELECT mailroom.enqueue(ARRAY['d@example.com'], 's', 't', stream => 'Bulk Mail')")
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT id, stream, expires_at IS NOT NULL FROM mailroom.email_queue ORDER BY id"
+        ).fetchall()
+    assert rows == [(first["id"], "codes", True), (from_sql, "codes", True)]
