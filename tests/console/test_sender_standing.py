@@ -59,3 +59,26 @@ async def test_a_complaint_shows_in_the_senders_rates_and_as_a_notice(
         )
         [(severity, text)] = [n for n in app.notices if "reported it as spam" in n[1]]
         assert severity == "warning" and f"email {row[0]}" in text and row[1] not in text
+
+
+async def test_enter_on_a_sender_shows_the_streams_it_serves_and_its_from_domains(
+    seeded_url: str, make_console: Callable[..., MailroomConsole]
+) -> None:
+    from console.widgets.dialogs import RowScreen
+
+    with psycopg.connect(seeded_url) as conn:
+        conn.execute(
+            "UPDATE mailroom.sender_accounts SET streams = '{broadcast,digest}', from_domains = '{news.example.com}'"
+            " WHERE name = 'backup'"
+        )
+    app = make_console(seeded_url)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await open_screen(app, pilot, "3")
+        table = app.screen.query_one("#senders", DataTable)
+        table.move_cursor(row=table.get_row_index("backup"))
+        await pilot.press("enter")
+        assert await app.wait_until_shown(lambda: isinstance(app.screen, RowScreen), WAIT)
+        screen = app.screen
+        assert isinstance(screen, RowScreen)
+        shown = screen.row
+        assert shown["streams"] == "broadcast, digest" and shown["from_domains"] == "news.example.com"
