@@ -215,35 +215,45 @@ def test_hostile_writers_meet_the_databases_own_checks_and_readers_see_no_conten
                 conn.execute(statement)
 
 
-def test_json_lines_carry_files_through_the_door_and_the_copy_load_refuses_them_by_line(
+def test_json_lines_carry_files_as_an_application_role_and_beside_the_operators_copy_load(
     db_url: str, shop: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    line = json.dumps(
-        {"to": "ada@example.com", "subject": "Invoice", "text": "Attached.",
-         "attachments": [{"filename": "invoice.pdf", "content": base64.b64encode(PDF).decode()}]}
-    )  # fmt: skip
+    def line(to: str, **more: object) -> str:
+        files = [{"filename": "invoice.pdf", "content": base64.b64encode(PDF).decode()}]
+        return json.dumps({"to": to, "subject": "Invoice", "text": "Attached.", "attachments": files, **more})
+
+    plain = json.dumps({"to": "plain@example.com", "subject": "s", "text": "t"})
     broken = json.dumps(
         {"to": "bob@example.com", "subject": "s", "text": "t", "attachments": [{"filename": "x"}]}
     )
     monkeypatch.setenv("MAILROOM_DATABASE_URL", shop)
-    code, out, err = run(capsys, "enqueue", stdin=line + "\n" + broken + "\n", monkeypatch=monkeypatch)
+    code, out, err = run(
+        capsys, "enqueue", stdin="\n".join([line("ada@example.com"), broken]), monkeypatch=monkeypatch
+    )
     answers = [json.loads(a) for a in out.splitlines()]
     assert code == 1 and "1 accepted, 1 rejected" in err, err
     assert answers[0]["line"] == 1 and "id" in answers[0]
     assert answers[1]["line"] == 2 and answers[1]["field"] == "attachments[1].content"
+    # The operator's load copies plain lines and writes those with files (or a From) through the door.
     monkeypatch.setenv("MAILROOM_DATABASE_URL", db_url)
-    code, out, err = run(capsys, "enqueue", stdin=line + "\n", monkeypatch=monkeypatch)
-    (refused,) = [json.loads(a) for a in out.splitlines()]
-    assert (
-        code == 1 and refused["field"] == "attachments" and "the COPY load takes no files" in refused["error"]
-    )
+    owner = [plain, line("cy@example.com"), line("dan@example.com", from_email="x@nowhere.example"), broken]
+    code, out, err = run(capsys, "enqueue", stdin="\n".join(owner), monkeypatch=monkeypatch)
+    results = [json.loads(a) for a in out.splitlines()]
+    assert code == 1 and "2 accepted, 2 rejected" in err, err
+    assert [r["line"] for r in results] == [1, 2, 3, 4]
+    assert "id" in results[0] and "id" in results[1]
+    assert results[2]["field"] == "from_email" and results[3]["field"] == "attachments[1].content"
     with psycopg.connect(db_url) as conn:
         rows = conn.execute(
             "SELECT q.recipient_email, a.filename, c.content FROM mailroom.email_queue q"
             " JOIN mailroom.email_attachments a ON a.email_id = q.id"
-            " JOIN mailroom.attachment_contents c ON c.sha256 = a.sha256"
+            " JOIN mailroom.attachment_contents c ON c.sha256 = a.sha256 ORDER BY q.id"
         ).fetchall()
-    assert rows == [("ada@example.com", "invoice.pdf", PDF)]
+        counted = conn.execute(
+            "SELECT recipient_email, attachments FROM mailroom.email_queue ORDER BY id"
+        ).fetchall()
+    assert rows == [("ada@example.com", "invoice.pdf", PDF), ("cy@example.com", "invoice.pdf", PDF)]
+    assert counted == [("ada@example.com", 1), ("plain@example.com", 0), ("cy@example.com", 1)]
 
 
 def test_privacy_export_hands_over_the_files_and_erasure_removes_them_keeping_what_others_carry(

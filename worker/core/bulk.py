@@ -30,7 +30,7 @@ from psycopg.rows import dict_row
 from worker.core.campaign_mail import CampaignBook, load_book, load_policies
 from worker.core.config import Settings
 from worker.core.copy_rows import CopyRow, copy_row, insert_copy_rows
-from worker.core.email_rows import EmailRequest, prepare, prepare_json, request_from_json
+from worker.core.email_rows import COLUMNS, FILES, EmailRequest, prepare, prepare_json, request_from_json
 from worker.core.json_lines import decode_line
 from worker.core.outbox import from_refusals, may_dress, write_rows
 from worker.core.templates import SELECT_TEMPLATES, TemplateCatalog, catalog_from_rows
@@ -38,13 +38,15 @@ from worker.core.validation import ValidationError
 
 # Processes cost about a second to start: only an input longer than this many batches gets them.
 POOL_AFTER_BATCHES = 4
+_FROM = COLUMNS.index("from_email")
 # Connections storing batches at once when processes validate (each PostgreSQL backend uses one core).
 WRITERS = 2
 
 # (line number, JSON result text) in input order
 Results = list[tuple[int, str]]
-# A prepared batch: accepted rows with their line numbers, and the rejected lines' results
-Batch = tuple[list[tuple[int, CopyRow]], Results]
+# A prepared batch: accepted rows with their line numbers, the rejected lines' results, and the rows COPY
+# does not take (files, a From of its own), prepared, for the door (`worker.core.outbox.write_rows`)
+Batch = tuple[list[tuple[int, CopyRow]], Results, list[tuple[int, tuple[Any, ...]]]]
 
 
 @dataclass
@@ -74,14 +76,17 @@ def prepare_chunk(lines: list[tuple[int, str]]) -> Batch:
     assert _settings is not None
     accepted: list[tuple[int, CopyRow]] = []
     rejected: Results = []
+    door: list[tuple[int, tuple[Any, ...]]] = []
     for number, text in lines:
         try:
-            accepted.append(
-                (number, copy_row(prepare_json(decode_line(text), _catalog, _settings, "cli", _book)))
-            )
+            row = prepare_json(decode_line(text), _catalog, _settings, "cli", _book)
+            if row[FILES] or row[_FROM] is not None:
+                door.append((number, row))
+            else:
+                accepted.append((number, copy_row(row)))
         except ValidationError as exc:
             rejected.append((number, _rejected_line(number, exc)))
-    return accepted, rejected
+    return accepted, rejected, door
 
 
 def _chunks(lines: Iterable[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
@@ -315,7 +320,7 @@ class _BulkRun:
 
     def store(self, conn: psycopg.Connection[Any], index: int, item: Future[Batch] | Batch) -> None:
         """Insert one batch in its turn, commit it, and emit one result line per input line."""
-        accepted, rejected = item.result() if isinstance(item, Future) else item
+        accepted, rejected, door = item.result() if isinstance(item, Future) else item
         turns = self.turns
         ids = insert_copy_rows(
             conn,
@@ -331,12 +336,31 @@ class _BulkRun:
         done = rejected + [
             (n, _accepted_line(n, i, suppressed.get(i))) for (n, _), i in zip(accepted, ids, strict=True)
         ]
-        if rejected:  # accepted lines are in input order already
+        through_door = _through_door(conn, door, done) if door else 0
+        if rejected or door:  # accepted lines are in input order already
             done.sort(key=lambda result: result[0])
         self.emit(done)
-        self.counts.accepted += len(ids)
-        self.counts.rejected += len(rejected)
+        self.counts.accepted += len(ids) + through_door
+        self.counts.rejected += len(done) - len(ids) - through_door
         turns.committed(index)
+
+
+def _through_door(
+    conn: psycopg.Connection[Any], door: list[tuple[int, tuple[Any, ...]]], done: Results
+) -> int:
+    """Write a COPY batch's rows with files or a From of their own through the door, in their own
+    transaction after the batch's COPY committed; each one's result line added to `done`. How many
+    were written."""
+    with conn.transaction():
+        refused = from_refusals(conn, [row for _, row in door])
+        done += [(door[i][0], _rejected_line(door[i][0], exc)) for i, exc in refused.items()]
+        kept = [(n, row) for i, (n, row) in enumerate(door) if i not in refused]
+        answers = write_rows(conn, [row for _, row in kept])
+    done += [
+        (n, _accepted_line(n, int(a), a.suppression_reason if a.suppressed else None))
+        for (n, _), a in zip(kept, answers, strict=True)
+    ]
+    return len(answers)
 
 
 # The emails of a batch the enqueue-time check stored suppressed (mailroom.email_queue_suppress_listed),
