@@ -229,6 +229,9 @@ def test_senders_add_and_edit_set_streams_and_from_domains_aligned_with_dkim(
     assert code == 0, err
     code, out, _ = run(capsys, "senders", "list")
     assert "broadcast" in out and "an email's own From may be in news.example.org" in out
+    # no DKIM key: aligned with the return path's domain (its From's), else DMARC fails
+    code, _, err = run(capsys, "senders", "edit", "news", "--from-domain", "elsewhere.example")
+    assert code == 2 and "not aligned with the account's return path's domain example.org" in err
     code, _, err = run(capsys, "senders", "edit", "news", "--streams", "Bulk_Mail")
     assert code == 2 and "streams" in err
     code, _, err = run(

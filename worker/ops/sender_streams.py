@@ -2,7 +2,8 @@
 
 A stream keeps kinds of mail apart (campaign mail never through the relay of password resets); the
 From domains keep a per-email From aligned with what the account signs for: each must be its DKIM
-domain or share it as a parent or subdomain (relaxed DMARC alignment), so DKIM still passes DMARC."""
+domain or share it as a parent or subdomain (relaxed DMARC alignment), so DKIM still passes DMARC;
+an account without DKIM aligns them with its return path's domain instead (SPF's side of DMARC)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,12 @@ def checked_streams(streams: Iterable[str]) -> list[str]:
     return found
 
 
-def checked_from_domains(domains: Iterable[str] | None, dkim_domain: str | None) -> list[str] | None:
-    """The From domains, lower case, each once, aligned with the DKIM domain when the account signs;
-    None (the domain of the account's own From) when none are given."""
+def checked_from_domains(
+    domains: Iterable[str] | None, dkim_domain: str | None, return_domain: str | None = None
+) -> list[str] | None:
+    """The From domains, lower case, each once, aligned with the DKIM domain when the account signs,
+    else with the domain of its return path (`return_domain`: its bounce domain, else its own From's),
+    so DMARC passes by one or the other; None (the domain of the account's own From) when none are given."""
     if domains is None:
         return None
     found = list(dict.fromkeys(d.strip().lower().rstrip(".") for d in domains if d.strip()))
@@ -43,13 +47,22 @@ def checked_from_domains(domains: Iterable[str] | None, dkim_domain: str | None)
     for domain in found:
         if not _DOMAIN.match(domain):
             raise ValidationError("from_domains", f"{domain!r} is not a domain name")
-        if dkim_domain and not aligned(domain, dkim_domain):
+        anchor, what = (
+            (dkim_domain, "DKIM domain") if dkim_domain else (return_domain, "return path's domain")
+        )
+        if anchor and not aligned(domain, anchor):
             raise ValidationError(
                 "from_domains",
-                f"{domain} is not aligned with the account's DKIM domain {dkim_domain}: DMARC would fail"
-                " (give the DKIM domain, a subdomain of it, or its parent)",
+                f"{domain} is not aligned with the account's {what} {anchor}: DMARC would fail"
+                f" (give {anchor}, a subdomain of it, or its parent{'' if dkim_domain else '; or give the account a DKIM key'})",
             )
     return found
+
+
+def _return_domain(values: dict[str, Any]) -> str | None:
+    """The domain of the account's MAIL FROM: its bounce domain, else its own From's."""
+    from_email = str(values.get("from_email") or "")
+    return values.get("bounce_domain") or from_email.rpartition("@")[2].lower() or None
 
 
 def aligned(domain: str, other: str) -> bool:
@@ -62,5 +75,7 @@ def checked(values: dict[str, Any]) -> dict[str, Any]:
     """A `SenderSpec`'s streams and From domains, checked and normalised, as lists (the columns' arrays)."""
     return {
         "streams": checked_streams(values.get("streams") or DEFAULT_STREAMS),
-        "from_domains": checked_from_domains(values.get("from_domains"), values.get("dkim_domain")),
+        "from_domains": checked_from_domains(
+            values.get("from_domains"), values.get("dkim_domain"), _return_domain(values)
+        ),
     }
