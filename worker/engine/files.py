@@ -42,7 +42,8 @@ class Shelf:
         if found is not None:
             self._lines.move_to_end(sha256)
             return found
-        async with conn.cursor(row_factory=tuple_row) as cur:
+        # In binary: the text form of bytea is hex, twice the size, parsed back byte by byte.
+        async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
             await cur.execute(SELECT_CONTENT, (sha256,))
             row = await cur.fetchone()
         if row is None:
