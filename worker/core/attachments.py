@@ -144,8 +144,8 @@ def attachment_from_json(position: int, obj: object) -> Attachment:
     encoded = obj.get("content")
     if not isinstance(encoded, str):
         raise ValidationError(f"{label}.content", "must be base64 text")
-    try:
-        content = binascii.a2b_base64(encoded, strict_mode=True)
+    try:  # base64 as encoders write it, wrapped in lines or not (as PostgreSQL's decode takes it)
+        content = binascii.a2b_base64("".join(encoded.split()), strict_mode=True)
     except binascii.Error:
         raise ValidationError(f"{label}.content", "is not valid base64") from None
     for key in ("filename", "content_type", "content_id"):
