@@ -463,3 +463,16 @@ def test_headers_name_the_stream_and_the_lifetime_and_are_not_sent(django_db: st
     with psycopg.connect(db_url) as conn:
         row = conn.execute("SELECT stream, expires_at, headers FROM mailroom.email_queue").fetchone()
     assert row is not None and row[0] == "codes" and row[1].year == 2099 and row[2] == {}
+
+
+def test_an_email_is_cancelled_by_its_key_on_djangos_connection(django_db: str, db_url: str) -> None:
+    from django.db import connection
+
+    key = {"X-Mailroom-Idempotency-Key": "order-7-reminder"}
+    assert EmailMessage("Reminder", "Pay.", None, ["ada@example.com"], headers=key).send() == 1
+    with transaction.atomic():
+        connection.ensure_connection()
+        found = mailroom.cancel(connection.connection, idempotency_key="order-7-reminder")
+    assert found is not None and found.cancelled
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT status FROM mailroom.email_queue").fetchall() == [("cancelled",)]
