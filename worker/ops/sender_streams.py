@@ -2,7 +2,7 @@
 
 A stream keeps kinds of mail apart (campaign mail never through the relay of password resets); the
 From domains keep a per-email From aligned with what the account signs for: each must be its DKIM
-domain or share it as a parent or subdomain (relaxed DMARC alignment), so DKIM still passes DMARC;
+domain's organizational domain (relaxed DMARC alignment, as `mailroom senders check` judges it), so DKIM still passes DMARC;
 an account without DKIM aligns them with its return path's domain instead (SPF's side of DMARC)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from worker.core.validation import ValidationError
+from worker.ops.dns_checks.records import aligned
 
 DEFAULT_STREAMS = ("transactional", "broadcast")
 _STREAM = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -54,7 +55,7 @@ def checked_from_domains(
             raise ValidationError(
                 "from_domains",
                 f"{domain} is not aligned with the account's {what} {anchor}: DMARC would fail"
-                f" (give {anchor}, a subdomain of it, or its parent{'' if dkim_domain else '; or give the account a DKIM key'})",
+                f" (give a domain of the same organizational domain as {anchor}{'' if dkim_domain else '; or give the account a DKIM key'})",
             )
     return found
 
@@ -63,12 +64,6 @@ def _return_domain(values: dict[str, Any]) -> str | None:
     """The domain of the account's MAIL FROM: its bounce domain, else its own From's."""
     from_email = str(values.get("from_email") or "")
     return values.get("bounce_domain") or from_email.rpartition("@")[2].lower() or None
-
-
-def aligned(domain: str, other: str) -> bool:
-    """Relaxed alignment, approximated without a public suffix list: equal, or one a subdomain of the other."""
-    a, b = domain.lower().rstrip("."), other.lower().rstrip(".")
-    return a == b or a.endswith("." + b) or b.endswith("." + a)
 
 
 def checked(values: dict[str, Any]) -> dict[str, Any]:

@@ -188,8 +188,8 @@ def _alignment(
     from_domain: str, dkim_domain: str | None, envelope_domain: str, tags: dict[str, str]
 ) -> list[DnsFinding]:
     """DKIM's d= and the return-path domain against the From domain, as adkim= and aspf= ask (relaxed by default)."""
-    dkim_ok = dkim_domain is not None and _aligned(dkim_domain, from_domain, tags.get("adkim", "r"))
-    spf_ok = _aligned(envelope_domain, from_domain, tags.get("aspf", "r"))
+    dkim_ok = dkim_domain is not None and aligned(dkim_domain, from_domain, tags.get("adkim", "r"))
+    spf_ok = aligned(envelope_domain, from_domain, tags.get("aspf", "r"))
     findings = []
     if dkim_domain is not None and not dkim_ok:
         findings.append(
@@ -219,7 +219,9 @@ def _alignment(
     return findings
 
 
-def _aligned(domain: str, from_domain: str, mode: str) -> bool:
+def aligned(domain: str, from_domain: str, mode: str = "r") -> bool:
+    """DMARC alignment of `domain` (DKIM's d=, or the return path's) with the From domain: the same
+    organizational domain (by the public suffix list) when relaxed, `r`; the same domain when strict, `s`."""
     from checkdmarc.utils import get_base_domain  # type: ignore[import-untyped]
 
     domain, from_domain = domain.lower().rstrip("."), from_domain.lower().rstrip(".")
