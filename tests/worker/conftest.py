@@ -20,9 +20,10 @@ def fast(settings: Settings) -> Settings:
         lease_seconds=2.0,
         circuit_base_seconds=0.2,
         circuit_cap_seconds=0.4,
-        smtp_connect_timeout=1.0,
-        smtp_command_timeout=1.0,
-        smtp_data_timeout=1.0,
+        # Far longer than a loopback answer takes on a busy host; a test of a stall sets its own.
+        smtp_connect_timeout=10.0,
+        smtp_command_timeout=10.0,
+        smtp_data_timeout=10.0,
     )
 
 

@@ -23,11 +23,11 @@ from worker.devtools.sink import Drop, RunningSink, Stall
 
 
 async def test_sends_every_email_once_with_stable_message_id(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     ids = enqueue_many(db_url, 30)
-    sent = await run_until_drained(db_url, fast_settings)
+    sent = await run_until_drained(db_url, fast)
     assert sent == 30
     assert statuses(db_url) == {"sent": 30}
     assert len(smtp_sink.messages) == 30
@@ -41,14 +41,14 @@ async def test_sends_every_email_once_with_stable_message_id(
 
 
 async def test_transient_replies_are_retried_until_sent(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt(
         "u0@example.com", "421 4.3.2 Try later", "450 4.2.0 Mailbox busy", "451 4.3.0 Local error", "250 OK"
     )
     enqueue_many(db_url, 1)
-    await run_until_drained(db_url, fast_settings, rounds=8)
+    await run_until_drained(db_url, fast, rounds=8)
     with psycopg.connect(db_url) as conn:
         row = conn.execute("SELECT status, retry_count FROM mailroom.email_queue").fetchone()
         logs = conn.execute(
@@ -59,12 +59,12 @@ async def test_transient_replies_are_retried_until_sent(
 
 
 async def test_bad_mailbox_fails_at_once_and_is_bounced(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt("u0@example.com", "550 5.1.1 User unknown")
     enqueue_many(db_url, 2)
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     with psycopg.connect(db_url) as conn:
         failed = conn.execute(
             "SELECT recipient_email, retry_count, last_error FROM mailroom.email_queue"
@@ -77,24 +77,24 @@ async def test_bad_mailbox_fails_at_once_and_is_bounced(
 
 
 async def test_message_too_big_fails_without_bouncing_the_address(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_data("u0@example.com", "552 5.3.4 Message too big")
     enqueue_many(db_url, 1)
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert statuses(db_url) == {"failed": 1}
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM mailroom.bounce_list").fetchone() == (0,)
 
 
 async def test_auth_failure_suspends_sender_and_returns_email_uncharged(
-    db_url: str, fast_settings: Settings, smtp_sink_factory: Callable[..., RunningSink]
+    db_url: str, fast: Settings, smtp_sink_factory: Callable[..., RunningSink]
 ) -> None:
     sink = smtp_sink_factory(auth=("mailer", "right-password"))
-    add_sender(db_url, sink.port, username="mailer", password="wrong-password", settings=fast_settings)
+    add_sender(db_url, sink.port, username="mailer", password="wrong-password", settings=fast)
     enqueue_many(db_url, 3)
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     with psycopg.connect(db_url) as conn:
         sender = conn.execute("SELECT status, status_reason FROM mailroom.sender_accounts").fetchone()
         emails = conn.execute("SELECT status, retry_count FROM mailroom.email_queue").fetchall()
@@ -105,12 +105,12 @@ async def test_auth_failure_suspends_sender_and_returns_email_uncharged(
 
 
 async def test_dropped_connection_mid_data_is_retried(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_data("u0@example.com", Drop(), "250 OK")
     enqueue_many(db_url, 2)
-    await run_until_drained(db_url, fast_settings, rounds=4)
+    await run_until_drained(db_url, fast, rounds=4)
     assert statuses(db_url) == {"sent": 2}
     with psycopg.connect(db_url) as conn:
         first = conn.execute(
@@ -121,12 +121,12 @@ async def test_dropped_connection_mid_data_is_retried(
 
 
 async def test_stalled_server_times_out_and_is_retried(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt("u0@example.com", Stall(), "250 OK")
     enqueue_many(db_url, 1)
-    await run_until_drained(db_url, fast_settings, rounds=4, smtp_timeout=0.5)
+    await run_until_drained(db_url, fast, rounds=4, smtp_timeout=0.5)
     assert statuses(db_url) == {"sent": 1}
     with psycopg.connect(db_url) as conn:
         logs = conn.execute("SELECT outcome, response FROM mailroom.send_logs ORDER BY attempt").fetchall()
@@ -134,7 +134,7 @@ async def test_stalled_server_times_out_and_is_retried(
 
 
 async def test_unsubscribed_between_enqueue_and_claim_is_never_sent(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     enqueue_many(db_url, 3, campaign_id="newsletter")
@@ -145,7 +145,7 @@ async def test_unsubscribed_between_enqueue_and_claim_is_never_sent(
         conn.execute(
             "INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES ('u2@example.com', 'complaint')"
         )
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert [m.rcpt_tos for m in smtp_sink.messages] == [("u0@example.com",)]
     with psycopg.connect(db_url) as conn:
         rows = conn.execute(
@@ -159,23 +159,23 @@ async def test_unsubscribed_between_enqueue_and_claim_is_never_sent(
 
 
 async def test_retries_exhausted_fail_with_last_error(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt("u0@example.com", "450 4.2.0 Mailbox busy")
     enqueue_many(db_url, 1, max_retries=2)
-    await run_until_drained(db_url, fast_settings, rounds=6)
+    await run_until_drained(db_url, fast, rounds=6)
     with psycopg.connect(db_url) as conn:
         row = conn.execute("SELECT status, retry_count, last_error FROM mailroom.email_queue").fetchone()
     assert row == ("failed", 2, "450 4.2.0 Mailbox busy")
 
 
 async def test_daily_limit_pauses_sender_and_leaves_the_rest_pending(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port, daily_limit=7)
     enqueue_many(db_url, 10)
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert statuses(db_url) == {"sent": 7, "pending": 3}
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT status FROM mailroom.sender_accounts").fetchone() == (
@@ -184,12 +184,12 @@ async def test_daily_limit_pauses_sender_and_leaves_the_rest_pending(
         # The next UTC day: the account is usable again without any cron.
         conn.execute("UPDATE mailroom.sender_accounts SET limit_reached_on = limit_reached_on - 1")
         conn.execute("UPDATE mailroom.sender_usage SET day = day - 1")
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert statuses(db_url) == {"sent": 10}
 
 
 async def test_four_workers_never_exceed_a_daily_limit_or_send_twice(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port, daily_limit=500)
     enqueue_many(db_url, 2000)
@@ -197,7 +197,7 @@ async def test_four_workers_never_exceed_a_daily_limit_or_send_twice(
     # between two renewals, and a 5-second reply timeout can pass for a message the relay took. Either
     # sends an email twice by design (test_lease_guard and the retry tests cover them); this test is about
     # limits and claims, so neither may happen here.
-    patient = replace(fast_settings, lease_seconds=60.0)
+    patient = replace(fast, lease_seconds=60.0)
     results = await asyncio.gather(
         *(run_until_drained(db_url, patient, concurrency=2, smtp_timeout=30.0) for _ in range(4))
     )
@@ -210,7 +210,7 @@ async def test_four_workers_never_exceed_a_daily_limit_or_send_twice(
 
 
 async def test_expired_lease_returns_email_to_queue_and_late_result_is_ignored(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     from worker.engine.queue_sql import COMPLETE, RESCUE_EXPIRED
 
@@ -243,7 +243,7 @@ async def test_expired_lease_returns_email_to_queue_and_late_result_is_ignored(
 
 
 async def test_draining_worker_waits_for_a_dead_workers_lease_and_sends_its_email(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     # A worker killed a moment ago still holds its claim under an unexpired lease; nothing is pending.
     # --drain must not call that "nothing due": the email comes back when the lease expires.
@@ -255,14 +255,14 @@ async def test_draining_worker_waits_for_a_dead_workers_lease_and_sends_its_emai
             " lease_token = '00000000-0000-0000-0000-000000000002',"
             " lease_expires_at = now() + interval '0.5s'"
         )
-    sent = await run_until_drained(db_url, fast_settings)
+    sent = await run_until_drained(db_url, fast)
     assert sent == 3
     assert statuses(db_url) == {"sent": 3}
     assert sorted(m.rcpt_tos[0] for m in smtp_sink.messages) == [f"u{i}@example.com" for i in range(3)]
 
 
 async def test_draining_worker_exits_when_its_last_claim_ends_not_at_the_fallback_timer(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     from worker.engine.delivery import Worker, WorkerOptions
 
@@ -273,7 +273,7 @@ async def test_draining_worker_exits_when_its_last_claim_ends_not_at_the_fallbac
     enqueue_many(db_url, 2)
     worker = Worker(
         db_url,
-        fast_settings,
+        fast,
         WorkerOptions(concurrency=2, batch_size=1, drain=True, poll_seconds=3600),
     )
     await asyncio.wait_for(worker.run(), timeout=30)
@@ -282,12 +282,12 @@ async def test_draining_worker_exits_when_its_last_claim_ends_not_at_the_fallbac
 
 
 async def test_worker_wakes_on_notify_without_polling(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     from worker.engine.delivery import Worker, WorkerOptions
 
     add_sender(db_url, smtp_sink.port)
-    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=1, poll_seconds=3600))
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=1, poll_seconds=3600))
     task = asyncio.create_task(worker.run())
     try:
         for round_ in range(3):
@@ -300,14 +300,14 @@ async def test_worker_wakes_on_notify_without_polling(
 
 
 async def test_shutdown_releases_claimed_but_unsent_email(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     from worker.engine.delivery import Worker, WorkerOptions
 
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt(lambda a: True, Stall())
     enqueue_many(db_url, 5)
-    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=1, grace_seconds=0.5))
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=1, grace_seconds=0.5))
     task = asyncio.create_task(worker.run())
     assert await wait_until(lambda: statuses(db_url).get("assigned") == 5)
     worker.stop()
@@ -337,21 +337,13 @@ async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> bo
     return False
 
 
-@pytest.fixture
-def fast_settings(settings: Settings) -> Settings:
-    """Short retries and leases so tests run in seconds."""
-    from dataclasses import replace
-
-    return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
-
-
 async def test_sender_connection_cap_holds_across_slots(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port, max_connections=1)
     add_sender(db_url, smtp_sink.port, max_connections=2, name="second")
     enqueue_many(db_url, 60)
-    await run_until_drained(db_url, fast_settings, concurrency=6)
+    await run_until_drained(db_url, fast, concurrency=6)
     assert statuses(db_url) == {"sent": 60}
     with psycopg.connect(db_url) as conn:
         per_sender = dict(
@@ -366,7 +358,7 @@ async def test_sender_connection_cap_holds_across_slots(
 
 
 async def test_unexpected_database_error_stops_the_worker_with_that_error(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink, caplog: pytest.LogCaptureFixture
+    db_url: str, fast: Settings, smtp_sink: RunningSink, caplog: pytest.LogCaptureFixture
 ) -> None:
     from worker.engine.delivery import Worker, WorkerOptions
 
@@ -375,7 +367,7 @@ async def test_unexpected_database_error_stops_the_worker_with_that_error(
     with psycopg.connect(db_url) as conn:
         refuse_writes(conn, "send_logs_default", "UPDATE")
         refuse_writes(conn, "send_logs", "INSERT")
-    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=3, grace_seconds=1))
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=3, grace_seconds=1))
     with pytest.raises(psycopg.errors.CheckViolation, match="refused by test"):
         await asyncio.wait_for(worker.run(), timeout=30)
     assert "never retrieved" not in caplog.text
@@ -393,7 +385,7 @@ async def test_unexpected_database_error_stops_the_worker_with_that_error(
 
 
 async def test_email_that_cannot_be_built_fails_alone_and_the_worker_goes_on(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     enqueue_many(db_url, 3)
@@ -403,7 +395,7 @@ async def test_email_that_cannot_be_built_fails_alone_and_the_worker_goes_on(
         conn.execute(
             """UPDATE mailroom.email_queue SET headers = '{"X-Id": 5}' WHERE recipient_email = 'u1@example.com'"""
         )
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert statuses(db_url) == {"sent": 2, "failed": 1}
     with psycopg.connect(db_url) as conn:
         row = conn.execute("SELECT last_error FROM mailroom.email_queue WHERE status = 'failed'").fetchone()
@@ -412,7 +404,7 @@ async def test_email_that_cannot_be_built_fails_alone_and_the_worker_goes_on(
 
 
 async def test_a_paced_sender_claims_no_more_than_a_few_seconds_of_its_sending(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     from worker.engine.claim import PACED_CLAIM_SECONDS
     from worker.engine.delivery import Worker, WorkerOptions
@@ -421,7 +413,7 @@ async def test_a_paced_sender_claims_no_more_than_a_few_seconds_of_its_sending(
     with psycopg.connect(db_url) as conn:
         conn.execute("UPDATE mailroom.sender_accounts SET send_delay_ms = 250")
     enqueue_many(db_url, 60)
-    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=1, batch_size=300))
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=1, batch_size=300))
     run = asyncio.create_task(worker.run())
     try:
         assert await asyncio.to_thread(smtp_sink.wait_for_sync, 1, 30)
@@ -435,7 +427,7 @@ async def test_a_paced_sender_claims_no_more_than_a_few_seconds_of_its_sending(
 
 
 async def test_pacing_holds_across_workers_not_only_within_one(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     from worker.engine.delivery import Worker, WorkerOptions
 
@@ -447,7 +439,7 @@ async def test_pacing_holds_across_workers_not_only_within_one(
         conn.execute("UPDATE mailroom.sender_accounts SET send_delay_ms = %s", (int(delay * 1000),))
     enqueue_many(db_url, total)
     # Not about leases: a 2-second one can run out on a loaded host and send an email again.
-    patient = replace(fast_settings, lease_seconds=60.0)
+    patient = replace(fast, lease_seconds=60.0)
     workers = [
         Worker(
             db_url, patient, WorkerOptions(concurrency=1, batch_size=total // 2, drain=True, poll_seconds=0.2)
@@ -463,7 +455,7 @@ async def test_pacing_holds_across_workers_not_only_within_one(
 
 
 async def test_accepted_email_is_charged_and_recorded_even_when_the_journal_refuses_it(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     from worker.engine.delivery import Worker, WorkerOptions
 
@@ -471,7 +463,7 @@ async def test_accepted_email_is_charged_and_recorded_even_when_the_journal_refu
     enqueue_many(db_url, 10)
     with psycopg.connect(db_url) as conn:
         refuse_writes(conn, "sent_journal", message="journal refused by test")
-    worker = Worker(db_url, fast_settings, WorkerOptions(concurrency=2, grace_seconds=1, drain=True))
+    worker = Worker(db_url, fast, WorkerOptions(concurrency=2, grace_seconds=1, drain=True))
     await asyncio.wait_for(worker.run(), timeout=30)
     # The provider took these messages: each is recorded sent on its own, and the day's quota counts them.
     assert statuses(db_url) == {"sent": 10}

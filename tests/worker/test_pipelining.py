@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import replace
 
 import psycopg
 import pytest
@@ -21,12 +20,6 @@ from worker.engine.pipelining import PipeliningProtocol, wire_data
 from worker.engine.smtp import SmtpAccount, SmtpConnection
 
 BODY = b"Subject: Hello\r\n\r\nfirst line\r\n.starts with a dot\r\n..two dots\r\n.\r\nlast\r\n"
-
-
-@pytest.fixture
-def fast_settings(settings: Settings) -> Settings:
-    """Short retries and leases so tests run in seconds."""
-    return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
 
 
 def _connection(sink: RunningSink, timeout: float = 5.0) -> SmtpConnection:
@@ -127,11 +120,11 @@ async def test_a_different_message_than_the_announced_one_starts_a_new_session(
 
 
 async def test_a_worker_batch_pipelines_each_message_behind_the_previous_body(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     enqueue_many(db_url, 30)
-    assert await run_until_drained(db_url, fast_settings) == 30
+    assert await run_until_drained(db_url, fast) == 30
     assert statuses(db_url) == {"sent": 30}
     # One slot, one batch: the first message opens with MAIL, RCPT, DATA; the other 29 ride behind a body.
     assert (smtp_sink.handler.pipelined_reads, smtp_sink.handler.announced_reads) == (1, 29)
@@ -222,12 +215,12 @@ async def test_a_drop_mid_pipeline_is_a_transient_failure_and_the_next_email_rec
 
 
 async def test_a_drop_mid_pipeline_is_retried_by_the_worker(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt("u0@example.com", Drop(), "250 OK")
     enqueue_many(db_url, 2)
-    await run_until_drained(db_url, fast_settings, rounds=4)
+    await run_until_drained(db_url, fast, rounds=4)
     assert statuses(db_url) == {"sent": 2}
     assert smtp_sink.handler.pipelined_reads >= 3
     with psycopg.connect(db_url) as conn:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from email.parser import BytesParser
 from email.policy import default
@@ -28,12 +27,6 @@ from worker.devtools.sink_script import Accept, Drop
 from worker.engine.smtp import SmtpAccount, SmtpConnection
 
 A, B, C = "ann@example.com", "bob@example.com", "cat@example.com"
-
-
-@pytest.fixture
-def fast_settings(settings: Settings) -> Settings:
-    """Short retries and leases so tests run in seconds."""
-    return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
 
 
 @pytest.fixture(scope="module")
@@ -213,12 +206,12 @@ def test_dkim_covers_cc_so_it_cannot_be_altered_or_added_in_transit(
 
 
 async def test_every_recipient_gets_its_own_copy_with_bcc_in_the_envelope_only(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     enqueue_to(db_url, A, name="Ann", to_extra=[B], cc=[C], bcc=["secret@example.net"],
                reply_to=["desk@example.org"])  # fmt: skip
-    assert await run_until_drained(db_url, fast_settings) == 1
+    assert await run_until_drained(db_url, fast) == 1
     assert [m.rcpt_tos for m in smtp_sink.messages] == [(A,), (B,), (C,), ("secret@example.net",)]
     for message in smtp_sink.messages:
         assert b"secret" not in message.content and b"Bcc" not in message.content
@@ -232,14 +225,14 @@ async def test_every_recipient_gets_its_own_copy_with_bcc_in_the_envelope_only(
 
 
 async def test_a_suppressed_recipient_is_dropped_and_recorded_while_the_others_get_the_message(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     with psycopg.connect(db_url) as conn:
         conn.execute("INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES (%s, 'hard')", (A,))
         conn.execute("INSERT INTO mailroom.unsubscribe_list (email, source) VALUES (%s, 'one_click')", (C,))
     enqueue_to(db_url, A, campaign_id="news", cc=[B], bcc=[C.upper()])
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert [m.rcpt_tos for m in smtp_sink.messages] == [(B,)]
     assert one_row(db_url, "SELECT status, suppression_reason FROM mailroom.email_queue") == ("sent", None)
     assert outcomes(db_url) == [
@@ -249,7 +242,7 @@ async def test_a_suppressed_recipient_is_dropped_and_recorded_while_the_others_g
 
 
 async def test_an_email_is_suppressed_only_when_every_recipient_is(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     with psycopg.connect(db_url) as conn:
@@ -259,7 +252,7 @@ async def test_an_email_is_suppressed_only_when_every_recipient_is(
             )
         conn.execute("INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES (%s, 'complaint')", (C,))
     enqueue_to(db_url, A, campaign_id="news", to_extra=[B], bcc=[C])
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert smtp_sink.messages == []
     status, reason = one_row(db_url, "SELECT status, suppression_reason FROM mailroom.email_queue")
     assert (status, reason) == ("suppressed", "every recipient suppressed; the first: unsubscribed")
@@ -272,25 +265,25 @@ async def test_an_email_is_suppressed_only_when_every_recipient_is(
 
 
 async def test_transactional_email_ignores_unsubscribes_but_not_bounces_per_recipient(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     with psycopg.connect(db_url) as conn:
         conn.execute("INSERT INTO mailroom.unsubscribe_list (email, source) VALUES (%s, 'one_click')", (B,))
         conn.execute("INSERT INTO mailroom.bounce_list (email, bounce_type) VALUES (%s, 'complaint')", (C,))
     enqueue_to(db_url, A, cc=[B], bcc=[C])  # no campaign: transactional
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert [m.rcpt_tos for m in smtp_sink.messages] == [(A,), (B,)]
     assert outcomes(db_url) == [(C, "bcc", "suppressed", None, None, "on the bounce list (complaint)")]
 
 
 async def test_one_bad_mailbox_of_three_is_recorded_and_bounced_and_the_others_get_the_message(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt(B, "550 5.1.1 User unknown")
     enqueue_to(db_url, A, cc=[B], bcc=[C])
-    assert await run_until_drained(db_url, fast_settings) == 1
+    assert await run_until_drained(db_url, fast) == 1
     assert [m.rcpt_tos for m in smtp_sink.messages] == [(A,), (C,)]
     assert one_row(db_url, "SELECT status, last_error FROM mailroom.email_queue") == ("sent", None)
     assert outcomes(db_url) == [(B, "cc", "refused", 550, "5.1.1", "5.1.1 User unknown")]
@@ -303,12 +296,12 @@ async def test_one_bad_mailbox_of_three_is_recorded_and_bounced_and_the_others_g
 
 
 async def test_a_temporary_refusal_of_one_recipient_is_recorded_without_bouncing_it(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt(A, "450 4.2.0 Mailbox busy")
     enqueue_to(db_url, A, to_extra=[B])
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert [m.rcpt_tos for m in smtp_sink.messages] == [(B,)]
     assert statuses(db_url) == {"sent": 1}
     assert outcomes(db_url) == [(A, "to", "refused", 450, "4.2.0", "4.2.0 Mailbox busy")]
@@ -316,12 +309,12 @@ async def test_a_temporary_refusal_of_one_recipient_is_recorded_without_bouncing
 
 
 async def test_a_session_cut_after_one_copy_retries_the_others_and_never_resends_the_first(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     smtp_sink.on_rcpt(B, Drop(), Accept())  # the relay drops the connection at B's RCPT, once
     enqueue_to(db_url, A, cc=[B], bcc=[C], max_retries=3)
-    await run_until_drained(db_url, fast_settings, rounds=2)
+    await run_until_drained(db_url, fast, rounds=2)
     # A got its copy in the first attempt; the retry sent B and C theirs, and A nothing again.
     assert [m.rcpt_tos for m in smtp_sink.messages] == [(A,), (B,), (C,)]
     assert one_row(db_url, "SELECT status, retry_count FROM mailroom.email_queue") == ("sent", 1)
@@ -329,7 +322,7 @@ async def test_a_session_cut_after_one_copy_retries_the_others_and_never_resends
 
 
 async def test_a_refusal_of_mail_from_after_one_copy_releases_the_email_for_the_others_only(
-    db_url: str, fast_settings: Settings, scripted: Callable[[dict[str, str]], ScriptedServer]
+    db_url: str, fast: Settings, scripted: Callable[[dict[str, str]], ScriptedServer]
 ) -> None:
     # The first MAIL is answered 250, every later one 451: the sender's trouble, not B's.
     server = scripted({"mail": "451 4.3.0 Try again later"})
@@ -337,7 +330,7 @@ async def test_a_refusal_of_mail_from_after_one_copy_releases_the_email_for_the_
     await server.start()
     add_sender(db_url, server.port)
     enqueue_to(db_url, A, cc=[B])
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     with psycopg.connect(db_url) as conn:
         status = conn.execute("SELECT status, retry_count FROM mailroom.email_queue").fetchone()
     assert status is not None and status[0] == "pending"
@@ -345,12 +338,12 @@ async def test_a_refusal_of_mail_from_after_one_copy_releases_the_email_for_the_
 
 
 async def test_every_recipient_refused_permanently_fails_the_email_and_bounces_each_mailbox(
-    db_url: str, fast_settings: Settings, scripted: Callable[[dict[str, str]], ScriptedServer]
+    db_url: str, fast: Settings, scripted: Callable[[dict[str, str]], ScriptedServer]
 ) -> None:
     server = await scripted({"rcpt": "550 5.1.1 No such user"}).start()
     add_sender(db_url, server.port)
     enqueue_to(db_url, A, cc=[B], bcc=[C])
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert server.bodies == 0
     assert [c for c in server.received if c.startswith("RCPT")] == [f"RCPT TO:<{x}>" for x in (A, B, C)]
     assert "DATA" not in server.received
@@ -365,12 +358,12 @@ async def test_every_recipient_refused_permanently_fails_the_email_and_bounces_e
 
 
 async def test_every_recipient_refused_temporarily_retries_the_email(
-    db_url: str, fast_settings: Settings, scripted: Callable[[dict[str, str]], ScriptedServer]
+    db_url: str, fast: Settings, scripted: Callable[[dict[str, str]], ScriptedServer]
 ) -> None:
     server = await scripted({"rcpt": "451 4.3.0 Try again later"}).start()
     add_sender(db_url, server.port)
     enqueue_to(db_url, A, cc=[B], max_retries=1)
-    await run_until_drained(db_url, fast_settings, rounds=3)
+    await run_until_drained(db_url, fast, rounds=3)
     assert server.bodies == 0
     with psycopg.connect(db_url) as conn:
         logs = conn.execute(
@@ -384,7 +377,7 @@ async def test_every_recipient_refused_temporarily_retries_the_email(
 
 
 async def test_a_bad_cc_address_written_around_the_api_fails_the_email_with_the_reason(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     email_id = enqueue_to(db_url, A)
@@ -395,7 +388,7 @@ async def test_a_bad_cc_address_written_around_the_api_fails_the_email_with_the_
             "UPDATE mailroom.email_queue SET cc = ARRAY['not an address'] WHERE id = %s", (email_id,)
         )
         conn.execute("ALTER TABLE mailroom.email_queue ENABLE TRIGGER USER")
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert smtp_sink.messages == []
     status, error = one_row(db_url, "SELECT status, last_error FROM mailroom.email_queue")
     assert status == "failed"

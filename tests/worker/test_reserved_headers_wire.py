@@ -3,24 +3,15 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import psycopg
-import pytest
 
 from tests.worker.helpers import BYPASS_RULES, add_sender, enqueue_many, run_until_drained, statuses
 from worker.core.config import Settings
 from worker.devtools.sink import RunningSink
 
 
-@pytest.fixture
-def fast_settings(settings: Settings) -> Settings:
-    """Short retries and leases so the test runs in seconds."""
-    return replace(settings, retry_base_seconds=0.01, retry_cap_seconds=0.05, lease_seconds=2.0)
-
-
 async def test_a_stored_relay_control_header_fails_its_email_and_is_never_sent(
-    db_url: str, fast_settings: Settings, smtp_sink: RunningSink
+    db_url: str, fast: Settings, smtp_sink: RunningSink
 ) -> None:
     add_sender(db_url, smtp_sink.port)
     enqueue_many(db_url, 2)
@@ -33,7 +24,7 @@ async def test_a_stored_relay_control_header_fails_its_email_and_is_never_sent(
             ),
         )
         conn.execute(BYPASS_RULES.replace("DISABLE", "ENABLE"))
-    await run_until_drained(db_url, fast_settings)
+    await run_until_drained(db_url, fast)
     assert statuses(db_url) == {"sent": 1, "failed": 1}
     assert [m.message["X-SMTPAPI"] for m in smtp_sink.messages] == [None]
     with psycopg.connect(db_url) as conn:

@@ -8,6 +8,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import psycopg
 
@@ -90,8 +91,9 @@ async def test_a_stalled_relay_opens_its_circuit_within_the_timeout_and_frees_th
         add_sender(db_url, silent.getsockname()[1], name="stalled")
         add_sender(db_url, smtp_sink.port, name="healthy")
         enqueue_many(db_url, 20)
+        stalls = replace(fast, smtp_connect_timeout=1.0)  # the timeout this test waits out, once
         worker = Worker(
-            db_url, fast, WorkerOptions(concurrency=2, batch_size=5, drain=True, poll_seconds=0.2)
+            db_url, stalls, WorkerOptions(concurrency=2, batch_size=5, drain=True, poll_seconds=0.2)
         )
         await asyncio.wait_for(worker.run(), 60)
     assert statuses(db_url) == {"sent": 20}
