@@ -463,6 +463,35 @@ END $$;
 
 COMMENT ON FUNCTION mailroom.email_queue_suppress_listed() IS 'Statement trigger: a new email whose every recipient is suppressed is stored suppressed at once, with the reason.';
 
+CREATE FUNCTION mailroom.email_queue_webhook_events() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT mailroom.webhooks_listening() THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
+    SELECT 'email.' || CASE WHEN n.status = 'failed' AND n.failure_kind = 'expired' THEN 'expired' ELSE n.status END,
+           n.id, n.enqueued_by, n.idempotency_key, n.recipient_email,
+           jsonb_strip_nulls(jsonb_build_object(
+               'status', n.status, 'campaign_id', n.campaign_id, 'attempts', n.retry_count,
+               'sent_at', n.sent_at,
+               'reason', CASE n.status
+                   WHEN 'suppressed' THEN mailroom.suppression_told_to(n.enqueued_by, n.suppression_reason)
+                   WHEN 'failed' THEN left(n.last_error, 500)
+                   WHEN 'bounced' THEN left(n.last_error, 500)
+               END))
+    FROM new_rows n
+    JOIN old_rows o ON o.id = n.id
+    WHERE n.status IS DISTINCT FROM o.status
+      AND n.status IN ('sent', 'bounced', 'failed', 'suppressed', 'cancelled')
+    ORDER BY n.id;
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION mailroom.email_queue_webhook_events() IS 'Statement trigger: an event for each email whose status became sent, bounced, failed (expired when it outlived its lifetime), suppressed or cancelled, while an endpoint listens.';
+
 CREATE FUNCTION mailroom.events_follow_email() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -562,6 +591,10 @@ COMMENT ON TRIGGER email_queue_reminder_outcome ON mailroom.email_queue IS 'Remi
 CREATE TRIGGER email_queue_suppress_listed AFTER INSERT ON mailroom.email_queue REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_suppress_listed();
 
 COMMENT ON TRIGGER email_queue_suppress_listed ON mailroom.email_queue IS 'Stores a new email to a suppressed address suppressed at once (the claim checks again later).';
+
+CREATE TRIGGER email_queue_webhook_events AFTER UPDATE ON mailroom.email_queue REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.email_queue_webhook_events();
+
+COMMENT ON TRIGGER email_queue_webhook_events ON mailroom.email_queue IS 'Writes mailroom.webhook_events for the emails whose outcome this statement decided.';
 
 -- claims
 
@@ -1754,6 +1787,27 @@ END $$;
 
 COMMENT ON FUNCTION mailroom.bounce_events_history() IS 'Row trigger: each report becomes a suppression_events row; a renamed recipient (privacy erasure) renames its row.';
 
+CREATE FUNCTION mailroom.bounce_events_webhook_events() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT mailroom.webhooks_listening() THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
+    SELECT 'email.complained', b.email_id, q.enqueued_by, q.idempotency_key, b.recipient,
+           jsonb_strip_nulls(jsonb_build_object('source', b.source, 'feedback_type', b.status,
+                                                'campaign_id', b.campaign_id))
+    FROM new_rows b
+    LEFT JOIN mailroom.email_queue q ON q.id = b.email_id
+    WHERE b.kind = 'complaint' AND b.email_id IS NOT NULL
+    ORDER BY b.id;
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION mailroom.bounce_events_webhook_events() IS 'Statement trigger: an email.complained event for each complaint about a known email, while an endpoint listens.';
+
 CREATE TRIGGER bounce_events_history AFTER INSERT OR UPDATE OF recipient ON mailroom.bounce_events FOR EACH ROW EXECUTE FUNCTION mailroom.bounce_events_history();
 
 COMMENT ON TRIGGER bounce_events_history ON mailroom.bounce_events IS 'Records each report in mailroom.suppression_events.';
@@ -1761,6 +1815,10 @@ COMMENT ON TRIGGER bounce_events_history ON mailroom.bounce_events IS 'Records e
 CREATE TRIGGER bounce_events_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.bounce_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
 COMMENT ON TRIGGER bounce_events_notify ON mailroom.bounce_events IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
+CREATE TRIGGER bounce_events_webhook_events AFTER INSERT ON mailroom.bounce_events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.bounce_events_webhook_events();
+
+COMMENT ON TRIGGER bounce_events_webhook_events ON mailroom.bounce_events IS 'Writes mailroom.webhook_events for complaints.';
 
 -- bounce_list
 
@@ -2050,9 +2108,32 @@ CREATE INDEX suppression_events_address_idx ON mailroom.suppression_events USING
 
 CREATE INDEX suppression_events_bounce_event_idx ON mailroom.suppression_events USING btree (bounce_event_id) WHERE (bounce_event_id IS NOT NULL);
 
+CREATE FUNCTION mailroom.suppression_events_webhook_events() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT mailroom.webhooks_listening() THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
+    SELECT 'email.unsubscribed', s.email_id, q.enqueued_by, q.idempotency_key, s.address,
+           jsonb_strip_nulls(jsonb_build_object('source', s.source, 'campaign_id', s.campaign_id))
+    FROM new_rows s LEFT JOIN mailroom.email_queue q ON q.id = s.email_id
+    WHERE s.kind = 'unsubscribe' AND s.change = 'listed' AND s.email_id IS NOT NULL
+    ORDER BY s.id;
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION mailroom.suppression_events_webhook_events() IS 'Statement trigger: an email.unsubscribed event for each unsubscribe that names its email, while an endpoint listens.';
+
 CREATE TRIGGER suppression_events_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.suppression_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
 COMMENT ON TRIGGER suppression_events_notify ON mailroom.suppression_events IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
+CREATE TRIGGER suppression_events_webhook_events AFTER INSERT ON mailroom.suppression_events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.suppression_events_webhook_events();
+
+COMMENT ON TRIGGER suppression_events_webhook_events ON mailroom.suppression_events IS 'Writes mailroom.webhook_events for unsubscribes.';
 
 -- suppressions
 
@@ -2185,13 +2266,23 @@ REVOKE ALL ON FUNCTION mailroom.suppression_reason(address text, transactional b
 CREATE FUNCTION mailroom.suppression_told(reason text) RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
+    SELECT mailroom.suppression_told_to(session_user, reason)
+$$;
+
+COMMENT ON FUNCTION mailroom.suppression_told(reason text) IS 'What the connected role is told of a suppression: the reason when it may read the suppression list (SELECT on mailroom.bounce_list), else only that the address is on it. Used by every answer an application gets: enqueue_outcome, my_emails, enqueue_suppression.';
+
+CREATE FUNCTION mailroom.suppression_told_to(role_name name, reason text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
     SELECT CASE WHEN reason IS NULL THEN NULL
-                WHEN has_table_privilege(session_user, 'mailroom.bounce_list'::regclass, 'SELECT') THEN reason
+                WHEN NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = role_name) THEN
+                    'suppressed: the address is on the suppression list (an operator can say why)'
+                WHEN pg_catalog.has_table_privilege(role_name, 'mailroom.bounce_list'::regclass, 'SELECT') THEN reason
                 ELSE 'suppressed: the address is on the suppression list (an operator can say why)'
            END
 $$;
 
-COMMENT ON FUNCTION mailroom.suppression_told(reason text) IS 'What the connected role is told of a suppression: the reason when it may read the suppression list (SELECT on mailroom.bounce_list), else only that the address is on it. Used by every answer an application gets: enqueue_outcome, my_emails, enqueue_suppression.';
+COMMENT ON FUNCTION mailroom.suppression_told_to(role_name name, reason text) IS 'What a role is told of a suppression: the reason when it may read the suppression list (SELECT on mailroom.bounce_list), else only that the address is on it.';
 
 CREATE FUNCTION mailroom.suppression_verdict(bounce_type text, bounce_count integer, unsubscribed boolean, transactional boolean) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -2271,6 +2362,10 @@ CREATE TRIGGER open_events_notify AFTER INSERT ON mailroom.open_events FOR EACH 
 
 COMMENT ON TRIGGER open_events_notify ON mailroom.open_events IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
+CREATE TRIGGER open_events_webhook_events AFTER INSERT ON mailroom.open_events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.tracking_webhook_events();
+
+COMMENT ON TRIGGER open_events_webhook_events ON mailroom.open_events IS 'Writes mailroom.webhook_events for opens.';
+
 -- open_events_default
 
 CREATE TABLE mailroom.open_events_default (
@@ -2344,6 +2439,10 @@ CREATE INDEX click_events_occurred_at_idx ON ONLY mailroom.click_events USING bt
 CREATE TRIGGER click_events_notify AFTER INSERT ON mailroom.click_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
 
 COMMENT ON TRIGGER click_events_notify ON mailroom.click_events IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
+CREATE TRIGGER click_events_webhook_events AFTER INSERT ON mailroom.click_events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.tracking_webhook_events();
+
+COMMENT ON TRIGGER click_events_webhook_events ON mailroom.click_events IS 'Writes mailroom.webhook_events for clicks.';
 
 -- click_events_default
 
@@ -2419,6 +2518,190 @@ CREATE FUNCTION mailroom.campaign_mail_policy(campaign text, OUT track_opens boo
 $$;
 
 COMMENT ON FUNCTION mailroom.campaign_mail_policy(campaign text, OUT track_opens boolean, OUT has_postal_address boolean) IS 'For enqueue: whether the campaign''s email carries an open pixel, and whether a postal address is known for it (its own, or every sender account has one; the global setting is checked by the caller).';
+
+CREATE FUNCTION mailroom.tracking_webhook_events() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT mailroom.webhooks_listening() THEN
+        RETURN NULL;
+    END IF;
+    IF TG_TABLE_NAME = 'open_events' THEN
+        INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
+        SELECT 'email.opened', t.email_id, q.enqueued_by, q.idempotency_key, q.recipient_email,
+               jsonb_strip_nulls(jsonb_build_object('campaign_id', t.campaign_id))
+        FROM new_rows t LEFT JOIN mailroom.email_queue q ON q.id = t.email_id
+        ORDER BY t.id;
+    ELSE
+        INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
+        SELECT 'email.clicked', t.email_id, q.enqueued_by, q.idempotency_key, q.recipient_email,
+               jsonb_strip_nulls(jsonb_build_object('campaign_id', t.campaign_id, 'url', (to_jsonb(t) ->> 'url')))
+        FROM new_rows t LEFT JOIN mailroom.email_queue q ON q.id = t.email_id
+        ORDER BY t.id;
+    END IF;
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION mailroom.tracking_webhook_events() IS 'Statement trigger of open_events and click_events: an email.opened or email.clicked event (with the URL) for each, while an endpoint listens.';
+
+-- == webhooks: events back to the application ==
+
+-- webhook_endpoints
+
+CREATE TABLE mailroom.webhook_endpoints (
+    id bigint NOT NULL,
+    url text NOT NULL,
+    owner_role name,
+    events text[] NOT NULL,
+    secret_encrypted bytea NOT NULL,
+    allow_private boolean DEFAULT false NOT NULL,
+    status text DEFAULT 'active'::text NOT NULL,
+    status_reason text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_by text DEFAULT SESSION_USER NOT NULL,
+    failures integer DEFAULT 0 NOT NULL,
+    failing_since timestamp with time zone,
+    circuit_until timestamp with time zone,
+    last_success_at timestamp with time zone,
+    last_error text,
+    CONSTRAINT webhook_endpoints_events_known CHECK (((cardinality(events) >= 1) AND (events <@ ARRAY['email.sent'::text, 'email.bounced'::text, 'email.complained'::text, 'email.opened'::text, 'email.clicked'::text, 'email.unsubscribed'::text, 'email.failed'::text, 'email.expired'::text, 'email.suppressed'::text, 'email.cancelled'::text, 'document.signed'::text]))),
+    CONSTRAINT webhook_endpoints_failures_not_negative CHECK ((failures >= 0)),
+    CONSTRAINT webhook_endpoints_last_error_bounded CHECK ((length(last_error) <= 1000)),
+    CONSTRAINT webhook_endpoints_status_known CHECK ((status = ANY (ARRAY['active'::text, 'paused'::text, 'disabled'::text]))),
+    CONSTRAINT webhook_endpoints_status_reason_bounded CHECK ((length(status_reason) <= 1000)),
+    CONSTRAINT webhook_endpoints_url CHECK ((((length(url) >= 10) AND (length(url) <= 2048)) AND (url ~* '^https?://[^/?#@[:space:]]+'::text) AND (url !~ '[[:cntrl:][:space:]]'::text)))
+);
+
+COMMENT ON TABLE mailroom.webhook_endpoints IS 'Where events go: a URL, the event types it wants, whose email (owner_role; NULL: every email, an operator''s endpoint), its signing secret (encrypted with the secret key), its state and its circuit.';
+
+COMMENT ON COLUMN mailroom.webhook_endpoints.owner_role IS 'The application role whose email''s events this endpoint receives (email_queue.enqueued_by); NULL for an operator''s endpoint, which receives every event but is told no recipient.';
+COMMENT ON COLUMN mailroom.webhook_endpoints.allow_private IS 'An operator allowed this endpoint to resolve to loopback, private, link-local or metadata addresses.';
+COMMENT ON COLUMN mailroom.webhook_endpoints.status IS 'active; paused (events wait for resume); disabled (the receiver answered 410 Gone: no new events until resumed).';
+COMMENT ON COLUMN mailroom.webhook_endpoints.failures IS 'Failed attempts in a row since the last success.';
+COMMENT ON COLUMN mailroom.webhook_endpoints.failing_since IS 'The first failure since the last success (health warns after an hour).';
+COMMENT ON COLUMN mailroom.webhook_endpoints.circuit_until IS 'After failures in a row, no attempt to this endpoint before this time.';
+
+ALTER TABLE mailroom.webhook_endpoints ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.webhook_endpoints_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+ALTER TABLE ONLY mailroom.webhook_endpoints
+    ADD CONSTRAINT webhook_endpoints_pkey PRIMARY KEY (id);
+
+-- webhook_events
+
+CREATE TABLE mailroom.webhook_events (
+    id bigint NOT NULL,
+    uid uuid DEFAULT gen_random_uuid() NOT NULL,
+    type text NOT NULL,
+    occurred_at timestamp with time zone DEFAULT now() NOT NULL,
+    email_id bigint,
+    owner name,
+    idempotency_key text,
+    recipient text,
+    data jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT webhook_events_data_object CHECK ((jsonb_typeof(data) = 'object'::text))
+);
+
+COMMENT ON TABLE mailroom.webhook_events IS 'What happened to an email (or a document), written by triggers in the transaction of the change: none for a change that rolled back, none lost when a process dies. Written only while an endpoint exists.';
+
+COMMENT ON COLUMN mailroom.webhook_events.uid IS 'The event''s stable id (webhook-id: evt_<uid>), the same on every retry and replay.';
+COMMENT ON COLUMN mailroom.webhook_events.owner IS 'The role that enqueued the email (email_queue.enqueued_by): only its endpoints and operators'' receive the event, and only its endpoints the recipient.';
+
+ALTER TABLE mailroom.webhook_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME mailroom.webhook_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+ALTER TABLE ONLY mailroom.webhook_events
+    ADD CONSTRAINT webhook_events_pkey PRIMARY KEY (id);
+
+CREATE INDEX webhook_events_occurred_idx ON mailroom.webhook_events USING btree (occurred_at);
+
+CREATE FUNCTION mailroom.webhook_events_fan_out() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO mailroom.webhook_deliveries (endpoint_id, event_id, email_id)
+    SELECT p.id, e.id, e.email_id
+    FROM new_events e
+    JOIN mailroom.webhook_endpoints p
+      ON e.type = ANY (p.events) AND p.status <> 'disabled'
+     AND (p.owner_role IS NULL OR p.owner_role = e.owner);
+    IF FOUND THEN
+        PERFORM pg_notify('mailroom_webhooks', '');
+    END IF;
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION mailroom.webhook_events_fan_out() IS 'Statement trigger: one delivery for each new event and each endpoint that wants it (its type, its owner''s email or an operator''s endpoint); NOTIFY mailroom_webhooks.';
+
+CREATE TRIGGER webhook_events_fan_out AFTER INSERT ON mailroom.webhook_events REFERENCING NEW TABLE AS new_events FOR EACH STATEMENT EXECUTE FUNCTION mailroom.webhook_events_fan_out();
+
+COMMENT ON TRIGGER webhook_events_fan_out ON mailroom.webhook_events IS 'Fans each statement''s events out to the endpoints (mailroom.webhook_deliveries).';
+
+-- webhook_deliveries
+
+CREATE TABLE mailroom.webhook_deliveries (
+    endpoint_id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    email_id bigint,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    leased_until timestamp with time zone,
+    first_attempt_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    last_code smallint,
+    last_error text,
+    CONSTRAINT webhook_deliveries_attempts_not_negative CHECK ((attempts >= 0)),
+    CONSTRAINT webhook_deliveries_finished CHECK (((status = 'pending'::text) = (finished_at IS NULL))),
+    CONSTRAINT webhook_deliveries_last_error_bounded CHECK ((length(last_error) <= 1000)),
+    CONSTRAINT webhook_deliveries_status_known CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'dead'::text])))
+);
+
+COMMENT ON TABLE mailroom.webhook_deliveries IS 'One event for one endpoint: pending (with its next attempt and, while a worker posts it, a lease), delivered (a 2xx), or dead (retries exhausted).';
+
+COMMENT ON COLUMN mailroom.webhook_deliveries.leased_until IS 'A worker is posting it until then; after, another may (the receiver then sees the same webhook-id again).';
+
+ALTER TABLE ONLY mailroom.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (endpoint_id, event_id);
+
+ALTER TABLE ONLY mailroom.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_endpoint FOREIGN KEY (endpoint_id) REFERENCES mailroom.webhook_endpoints(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY mailroom.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_event FOREIGN KEY (event_id) REFERENCES mailroom.webhook_events(id) ON DELETE CASCADE;
+
+CREATE INDEX webhook_deliveries_due_idx ON mailroom.webhook_deliveries USING btree (next_attempt_at, event_id) WHERE (status = 'pending'::text);
+
+CREATE INDEX webhook_deliveries_email_order_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, email_id, event_id) WHERE (status = 'pending'::text);
+
+CREATE INDEX webhook_deliveries_event_idx ON mailroom.webhook_deliveries USING btree (event_id);
+
+-- functions
+
+CREATE FUNCTION mailroom.webhooks_listening() RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT EXISTS (SELECT FROM mailroom.webhook_endpoints WHERE status <> 'disabled')
+$$;
+
+COMMENT ON FUNCTION mailroom.webhooks_listening() IS 'Whether an endpoint could receive an event (one that is not disabled): the event triggers write nothing otherwise.';
+
+REVOKE ALL ON FUNCTION mailroom.webhooks_listening() FROM PUBLIC;
 
 -- == DMARC aggregate reports ==
 
@@ -3634,6 +3917,23 @@ END $$;
 
 COMMENT ON FUNCTION mailroom.signatures_append_only() IS 'Trigger: UPDATE, DELETE and TRUNCATE of signatures are refused (42501), but inside mailroom.signature_maintenance().';
 
+CREATE FUNCTION mailroom.signatures_webhook_events() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT mailroom.webhooks_listening() THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO mailroom.webhook_events (type, data)
+    SELECT 'document.signed', jsonb_build_object('doc_id', s.doc_id, 'seq', s.seq, 'signed_at', s.signed_at)
+    FROM new_rows s
+    ORDER BY s.id;
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION mailroom.signatures_webhook_events() IS 'Statement trigger: a document.signed event for each signature, while an endpoint listens (operators'' endpoints only).';
+
 CREATE TRIGGER signatures_chain_head BEFORE INSERT ON mailroom.signatures FOR EACH ROW EXECUTE FUNCTION mailroom.signatures_advance_head();
 
 COMMENT ON TRIGGER signatures_chain_head ON mailroom.signatures IS 'Position and head of the chain.';
@@ -3653,6 +3953,10 @@ COMMENT ON TRIGGER signatures_refuse_change ON mailroom.signatures IS 'Append-on
 CREATE TRIGGER signatures_refuse_truncate BEFORE TRUNCATE ON mailroom.signatures FOR EACH STATEMENT EXECUTE FUNCTION mailroom.signatures_append_only();
 
 COMMENT ON TRIGGER signatures_refuse_truncate ON mailroom.signatures IS 'Append-only: no TRUNCATE.';
+
+CREATE TRIGGER signatures_webhook_events AFTER INSERT ON mailroom.signatures REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mailroom.signatures_webhook_events();
+
+COMMENT ON TRIGGER signatures_webhook_events ON mailroom.signatures IS 'Writes mailroom.webhook_events for signatures.';
 
 -- signature_heads
 

@@ -95,6 +95,11 @@ class Settings:
     circuit_base_seconds: float = 10.0
     circuit_cap_seconds: float = 600.0
     circuit_mail_refusals: int = 3
+    webhook_timeout_seconds: float = 10.0
+    webhook_retry_base_seconds: float = 5.0
+    webhook_retry_cap_seconds: float = 8 * 3600.0
+    webhook_retry_hours: float = 72.0
+    webhook_in_flight: int = 4
     base_url: str = "http://localhost:8025"
     track_campaigns: bool = True
     unsubscribe_mailto: str | None = None
@@ -335,6 +340,17 @@ DECLARED: tuple[Setting, ...] = (
        "before a probe", _number, 0.01),
     _S("MAILROOM_CIRCUIT_MAIL_REFUSALS", "circuit_mail_refusals",
        "MAIL FROM refusals in a row that open a sender's circuit", _whole, 1),
+    # events back to the application (webhook endpoints: `mailroom webhooks`)
+    _S("MAILROOM_WEBHOOK_TIMEOUT_SECONDS", "webhook_timeout_seconds",
+       "one POST to a webhook endpoint, connection to answer; longer is a failed attempt", _number, 0.1),
+    _S("MAILROOM_WEBHOOK_RETRY_BASE_SECONDS", "webhook_retry_base_seconds",
+       "first wait after a failed webhook attempt, six times longer per attempt", _number, 0.01),
+    _S("MAILROOM_WEBHOOK_RETRY_CAP_SECONDS", "webhook_retry_cap_seconds",
+       "longest wait between a webhook's attempts", _number, 0.01),
+    _S("MAILROOM_WEBHOOK_RETRY_HOURS", "webhook_retry_hours",
+       "a webhook event is retried this long after its first attempt, then given up (`dead`)", _number, 24.0),
+    _S("MAILROOM_WEBHOOK_IN_FLIGHT", "webhook_in_flight",
+       "POSTs in flight to one endpoint at once, per worker process", _whole, 1),
     # tracking
     _S("MAILROOM_BASE_URL", "base_url", "public address of `mailroom tracker` written into emails "
        "(pixel, links, List-Unsubscribe); use https in production", _url),

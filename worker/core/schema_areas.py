@@ -90,11 +90,19 @@ AREAS: tuple[Area, ...] = (
             "suppression_note",
             "suppression_reason",
             "suppression_told",
+            "suppression_told_to",
             "suppression_verdict",
         ),
     ),
     Area(
-        "tracking", ("tracked_links", "open_events", "click_events", "campaigns"), ("campaign_mail_policy",)
+        "tracking",
+        ("tracked_links", "open_events", "click_events", "campaigns"),
+        ("campaign_mail_policy", "tracking_webhook_events"),
+    ),
+    Area(
+        "webhooks: events back to the application",
+        ("webhook_endpoints", "webhook_events", "webhook_deliveries"),
+        ("webhooks_listening",),
     ),
     Area("DMARC aggregate reports", ("dmarc_reports", "dmarc_records", "dmarc_size", "dmarc_refusals")),
     Area(

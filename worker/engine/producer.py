@@ -34,12 +34,24 @@ class Producer:
     run_once: RunOnce
     channels: tuple[str, ...] = ()
     interval_seconds: float = 30.0
+    # What the producer holds beyond a round (sessions, tasks of its own), let go when the worker stops.
+    close: Callable[[], Awaitable[None]] | None = None
 
 
 async def run_producer(
     producer: Producer, pool: Pool, settings: Settings, waker: Waker, stopping: asyncio.Event
 ) -> None:
     """Run one producer until stopped: again at once while it finds work, else on NOTIFY or timer."""
+    try:
+        await _rounds(producer, pool, settings, waker, stopping)
+    finally:
+        if producer.close is not None:
+            await producer.close()
+
+
+async def _rounds(
+    producer: Producer, pool: Pool, settings: Settings, waker: Waker, stopping: asyncio.Event
+) -> None:
     while not stopping.is_set():
         ticket = waker.ticket()
         done = 0

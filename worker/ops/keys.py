@@ -1,7 +1,7 @@
 """Key rotation: every stored secret re-encrypted from the current secret key to a new one, in one transaction.
 
 The secrets are the sender accounts' SMTP passwords, DKIM private keys, OAuth2 client secrets and
-refresh tokens, and Gmail API service account keys. Either every one of
+refresh tokens, Gmail API service account keys, and webhook endpoints' signing secrets. Either every one of
 them decrypts with the current key and all are re-encrypted, with one audit row (`keys.rotate`),
 or nothing changes.
 """
@@ -33,6 +33,11 @@ ORDER BY id
 # writers wait (a moment: the rotation is one pass) until it commits; readers go on.
 LOCK_NEW_ACCOUNTS = "LOCK TABLE mailroom.sender_accounts IN SHARE ROW EXCLUSIVE MODE"
 
+# Webhook endpoints' signing secrets, under the same lock discipline.
+LOCK_NEW_ENDPOINTS = "LOCK TABLE mailroom.webhook_endpoints IN SHARE ROW EXCLUSIVE MODE"
+ENDPOINT_SECRETS = "SELECT id, secret_encrypted FROM mailroom.webhook_endpoints ORDER BY id"
+SET_ENDPOINT_SECRET = "UPDATE mailroom.webhook_endpoints SET secret_encrypted = %s WHERE id = %s"
+
 SET_SECRETS = """
 UPDATE mailroom.sender_accounts
 SET smtp_password_encrypted = %s, dkim_private_key_encrypted = %s,
@@ -55,11 +60,12 @@ class Rotation:
     key_id: str
     oauth_secrets: int = 0  # OAuth2 client secrets and refresh tokens
     gmail_keys: int = 0  # Gmail API service account keys
+    webhook_secrets: int = 0  # webhook endpoints' signing secrets
 
     @property
     def secrets(self) -> int:
         """Every secret re-encrypted."""
-        return self.passwords + self.dkim_keys + self.oauth_secrets + self.gmail_keys
+        return self.passwords + self.dkim_keys + self.oauth_secrets + self.gmail_keys + self.webhook_secrets
 
 
 def key_id(key: str) -> str:
@@ -77,8 +83,11 @@ def rotate_secrets(
     """
     with conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(LOCK_NEW_ACCOUNTS)
+        cur.execute(LOCK_NEW_ENDPOINTS)
         rows = cur.execute(SECRETS).fetchall()
         updates, failures = _reencrypt(rows, old, new)
+        hooks, hook_failures = _reencrypt_endpoints(cur.execute(ENDPOINT_SECRETS).fetchall(), old, new)
+        failures += hook_failures
         if failures:
             shown = ", ".join(failures[:10]) + (
                 f" and {len(failures) - 10} more" if len(failures) > 10 else ""
@@ -88,6 +97,7 @@ def rotate_secrets(
                 f"({shown}); nothing was re-encrypted"
             )
         cur.executemany(SET_SECRETS, updates)
+        cur.executemany(SET_ENDPOINT_SECRET, hooks)
     rotation = Rotation(
         accounts=len(updates),
         passwords=sum(1 for u in updates if u[0] is not None),
@@ -95,6 +105,7 @@ def rotate_secrets(
         key_id=key_id(new_key),
         oauth_secrets=sum((u[2] is not None) + (u[3] is not None) for u in updates),
         gmail_keys=sum(1 for u in updates if u[4] is not None),
+        webhook_secrets=len(hooks),
     )
     detail = {
         "accounts": rotation.accounts,
@@ -102,6 +113,7 @@ def rotate_secrets(
         "dkim_keys": rotation.dkim_keys,
         "oauth_secrets": rotation.oauth_secrets,
         "gmail_keys": rotation.gmail_keys,
+        "webhook_secrets": rotation.webhook_secrets,
         "new_key_id": rotation.key_id,
     }
     audit.record(conn, "keys.rotate", actor or audit.cli_actor(), "sender_accounts", rotation.secrets, detail)
@@ -126,6 +138,20 @@ def _reencrypt(
                 failures.append(f"sender account {name}: {what}")
                 fresh.append(None)
         updates.append((*fresh, int(sender_id)))
+    return updates, failures
+
+
+def _reencrypt_endpoints(
+    rows: list[tuple[Any, ...]], old: SecretBox, new: SecretBox
+) -> tuple[list[tuple[bytes, int]], list[str]]:
+    """Each webhook endpoint's secret under the new key (then its id), and which the old key cannot read."""
+    updates: list[tuple[bytes, int]] = []
+    failures: list[str] = []
+    for endpoint, token in rows:
+        try:
+            updates.append((new.encrypt(old.decrypt(bytes(token))), int(endpoint)))
+        except ConfigError:
+            failures.append(f"webhook endpoint {endpoint}: signing secret")
     return updates, failures
 
 

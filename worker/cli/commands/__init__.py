@@ -35,6 +35,11 @@ ENTRIES: dict[str, Entry] = {
     "health": Entry(
         _M + "health:health", "check the queue; exit 1 with the reasons when it is unhealthy", STEER
     ),
+    "webhooks": Entry(
+        _M + "webhooks:webhooks",
+        "endpoints that receive signed events: sent, bounced, opened, failed, ... (add, list, replay)",
+        STEER,
+    ),
     "campaigns": Entry(
         _M + "campaigns:campaigns", "campaign statistics, List-Id, postal address and open tracking", STEER
     ),

@@ -107,7 +107,9 @@ def rotate(db: Database, new_key_env: str | None, new_key_file: pathlib.Path | N
         f"{rotation.dkim_keys} DKIM key(s), {rotation.oauth_secrets} OAuth2 secret(s)"
         + (f", {rotation.gmail_keys} Gmail API key(s)" if rotation.gmail_keys else "")
         + ") "
-        f"of {rotation.accounts} sender account(s) with the new key (key id {rotation.key_id})"
+        f"of {rotation.accounts} sender account(s)"
+        + (f" and {rotation.webhook_secrets} webhook signing secret(s)" if rotation.webhook_secrets else "")
+        + f" with the new key (key id {rotation.key_id})"
     )
     if settings.secret_key:
         click.echo(

@@ -1,0 +1,338 @@
+"""The worker's webhook dispatcher: claims due deliveries, POSTs each event signed, records what came
+back.
+
+A claim leases deliveries (`FOR UPDATE SKIP LOCKED`, so several workers share the work) and takes,
+for each endpoint, no more than `MAILROOM_WEBHOOK_IN_FLIGHT` less what this process has in flight
+there, and never an email's event while an earlier event of the same email is still pending for
+that endpoint: an endpoint sees an email's events in order. Each POST is its own task with its own
+timeout, so a receiver that hangs holds only its own slots; the email's delivery and the other
+endpoints go on. Results are written in one statement per round. A process that dies leaves its
+leases to expire: the event goes again, with the same `webhook-id`, which is what a receiver
+de-duplicates on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+import psycopg
+from psycopg.rows import dict_row
+
+from worker.core.config import Settings
+from worker.core.crypto import SecretBox, secret_box
+from worker.hooks import addresses, signing
+
+log = logging.getLogger("mailroom.webhooks")
+
+# How much of an answer is read (for the error recorded): a receiver cannot make the worker read more.
+ANSWER_BYTES = 1024
+# While POSTs are in flight and nothing new is due, how long a round waits for one to end.
+ROUND_WAIT_SECONDS = 0.2
+# Failed attempts in a row after which an endpoint is left alone for a while (its circuit opens).
+CIRCUIT_AFTER = 5
+CIRCUIT_CAP_SECONDS = 600.0
+
+CLAIM = """
+WITH used AS (
+    SELECT * FROM unnest(%(busy_ids)s::bigint[], %(busy_counts)s::int[]) AS u(endpoint_id, n)
+), candidates AS (
+    SELECT c.endpoint_id, c.event_id,
+           row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.event_id) AS rank
+    FROM (
+        SELECT d.endpoint_id, d.event_id
+        FROM mailroom.webhook_deliveries d
+        JOIN mailroom.webhook_endpoints p ON p.id = d.endpoint_id
+        WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+          AND (d.leased_until IS NULL OR d.leased_until < now())
+          AND p.status = 'active' AND (p.circuit_until IS NULL OR p.circuit_until <= now())
+          AND NOT EXISTS (
+              SELECT FROM mailroom.webhook_deliveries e
+              WHERE e.endpoint_id = d.endpoint_id AND e.email_id = d.email_id
+                AND e.status = 'pending' AND e.event_id < d.event_id)
+        ORDER BY d.next_attempt_at, d.event_id
+        LIMIT %(scan)s
+    ) c
+), picked AS (
+    SELECT d.endpoint_id, d.event_id
+    FROM mailroom.webhook_deliveries d
+    JOIN candidates c ON c.endpoint_id = d.endpoint_id AND c.event_id = d.event_id
+    LEFT JOIN used u ON u.endpoint_id = c.endpoint_id
+    WHERE c.rank <= %(cap)s - coalesce(u.n, 0)
+    FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE mailroom.webhook_deliveries d
+SET leased_until = now() + make_interval(secs => %(lease)s),
+    attempts = d.attempts + 1,
+    first_attempt_at = coalesce(d.first_attempt_at, now())
+FROM picked, mailroom.webhook_events v, mailroom.webhook_endpoints p
+WHERE d.endpoint_id = picked.endpoint_id AND d.event_id = picked.event_id
+  AND v.id = d.event_id AND p.id = d.endpoint_id
+RETURNING d.endpoint_id, d.event_id, d.attempts, v.uid, v.type, v.occurred_at, v.email_id, v.owner,
+          v.idempotency_key, v.recipient, v.data, p.url, p.owner_role, p.secret_encrypted, p.allow_private
+"""
+
+RECORD_DELIVERIES = """
+UPDATE mailroom.webhook_deliveries d
+SET status = CASE WHEN r.delivered THEN 'delivered'
+                  WHEN NOT r.gone AND d.first_attempt_at < now() - make_interval(secs => %(window)s) THEN 'dead'
+                  ELSE 'pending' END,
+    finished_at = CASE WHEN r.delivered
+                         OR (NOT r.gone AND d.first_attempt_at < now() - make_interval(secs => %(window)s))
+                       THEN now() END,
+    next_attempt_at = CASE WHEN r.delivered THEN d.next_attempt_at
+                           ELSE now() + make_interval(secs => r.delay) END,
+    leased_until = NULL, last_code = r.code, last_error = r.error
+FROM unnest(%(endpoints)s::bigint[], %(events)s::bigint[], %(delivered)s::boolean[], %(gone)s::boolean[],
+            %(codes)s::smallint[], %(errors)s::text[], %(delays)s::float8[])
+     AS r(endpoint_id, event_id, delivered, gone, code, error, delay)
+WHERE d.endpoint_id = r.endpoint_id AND d.event_id = r.event_id
+"""
+
+RECORD_ENDPOINTS = """
+UPDATE mailroom.webhook_endpoints p
+SET failures = CASE WHEN r.ok THEN 0 ELSE p.failures + r.failed END,
+    failing_since = CASE WHEN r.ok THEN NULL ELSE coalesce(p.failing_since, now()) END,
+    last_success_at = CASE WHEN r.ok OR r.succeeded > 0 THEN now() ELSE p.last_success_at END,
+    last_error = coalesce(r.error, p.last_error),
+    circuit_until = CASE WHEN r.ok OR p.failures + r.failed < %(after)s THEN NULL
+                         ELSE now() + make_interval(secs => least(%(cap)s,
+                              %(base)s * power(2, least(p.failures + r.failed - %(after)s, 16)))) END,
+    status = CASE WHEN r.gone AND p.status = 'active' THEN 'disabled' ELSE p.status END,
+    status_reason = CASE WHEN r.gone AND p.status = 'active'
+                         THEN 'the receiver answered 410 Gone at ' || now()::text ELSE p.status_reason END
+FROM unnest(%(ids)s::bigint[], %(ok)s::boolean[], %(succeeded)s::int[], %(failed)s::int[],
+            %(gone)s::boolean[], %(errors)s::text[])
+     AS r(id, ok, succeeded, failed, gone, error)
+WHERE p.id = r.id
+"""
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one POST of one delivery came to."""
+
+    endpoint_id: int
+    event_id: int
+    attempts: int
+    code: int | None
+    error: str | None
+
+    @property
+    def delivered(self) -> bool:
+        """A 2xx answer: the receiver has it."""
+        return self.code is not None and 200 <= self.code < 300
+
+    @property
+    def gone(self) -> bool:
+        """410 Gone: the receiver asks for no more (the endpoint is disabled)."""
+        return self.code == 410
+
+
+def payload(row: Mapping[str, Any]) -> bytes:
+    """The JSON body of one event for one endpoint: the recipient, the key and any reason only for the
+    endpoint of the role that enqueued the email."""
+    own = row["owner_role"] is not None and row["owner_role"] == row["owner"]
+    data: dict[str, Any] = dict(row["data"] or {})
+    if not own:
+        data.pop("reason", None)
+    if row["email_id"] is not None:
+        data["email_id"] = row["email_id"]
+        if own:
+            data["recipient"] = row["recipient"]
+            data["idempotency_key"] = row["idempotency_key"]
+    occurred: datetime = row["occurred_at"]
+    body = {"type": row["type"], "timestamp": occurred.isoformat(), "data": data}
+    return json.dumps(body, separators=(",", ":"), sort_keys=True, default=str).encode()
+
+
+def message_id(uid: Any) -> str:
+    """The `webhook-id` of an event: the same on every attempt and every replay."""
+    return f"evt_{uid.hex if hasattr(uid, 'hex') else uid}"
+
+
+async def post(
+    session: aiohttp.ClientSession,
+    url: str,
+    key: bytes,
+    event_uid: Any,
+    body: bytes,
+    within: float,
+    *,
+    allow_private: bool,
+) -> tuple[int | None, str | None]:
+    """POST one signed event: (status code, None) on an answer, (code or None, error) otherwise."""
+    try:
+        addresses.check_literal(url, allow_private=allow_private)
+        headers = signing.headers(key, message_id(event_uid), int(time.time()), body)
+        client_timeout = aiohttp.ClientTimeout(total=within)
+        async with session.post(
+            url, data=body, headers=headers, allow_redirects=False, timeout=client_timeout
+        ) as response:
+            answer = await response.content.read(ANSWER_BYTES)
+            if 200 <= response.status < 300:
+                return response.status, None
+            said = answer.decode("utf-8", "replace").strip().replace("\n", " ")[:200]
+            if 300 <= response.status < 400:
+                return response.status, f"HTTP {response.status}: redirects are not followed"
+            return response.status, f"HTTP {response.status}" + (f": {said}" if said else "")
+    except TimeoutError:
+        return None, f"no answer within {within:g} s"
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:500]
+
+
+def backoff(attempts: int, settings: Settings) -> float:
+    """How long a delivery waits after its `attempts`-th failed attempt: six times longer each, capped,
+    with a tenth of jitter so a receiver back from an outage is not hit by everything at once."""
+    delay = min(settings.webhook_retry_cap_seconds, settings.webhook_retry_base_seconds * 6 ** (attempts - 1))
+    return float(delay * random.uniform(0.9, 1.1))
+
+
+@dataclass
+class Dispatcher:
+    """One worker process's webhook deliveries: the POSTs in flight and the results not yet recorded."""
+
+    in_flight: Counter[int] = field(default_factory=Counter)
+    finished: list[Result] = field(default_factory=list)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    sessions: dict[bool, aiohttp.ClientSession] = field(default_factory=dict)
+    keys: dict[tuple[int, bytes], bytes] = field(default_factory=dict)
+    box: SecretBox | None = None
+
+    async def run_once(self, conn: psycopg.AsyncConnection[Any], settings: Settings) -> int:
+        """One round: record what ended, claim and start what is due; more than 0 while work is about."""
+        recorded = await self.record(conn, settings)
+        started = await self.claim(conn, settings)
+        if not started and not recorded and self.tasks:
+            await asyncio.wait(self.tasks, timeout=ROUND_WAIT_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+            recorded = await self.record(conn, settings)
+        return recorded + started + (1 if self.tasks else 0)
+
+    async def claim(self, conn: psycopg.AsyncConnection[Any], settings: Settings) -> int:
+        """Lease what is due and start a POST for each."""
+        busy = [(endpoint, n) for endpoint, n in self.in_flight.items() if n > 0]
+        params = {
+            "busy_ids": [b[0] for b in busy],
+            "busy_counts": [b[1] for b in busy],
+            "cap": settings.webhook_in_flight,
+            "scan": 500,
+            "lease": settings.webhook_timeout_seconds + 30.0,
+        }
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            rows = await (await cur.execute(CLAIM, params)).fetchall()
+        for row in sorted(rows, key=lambda r: r["event_id"]):
+            self._start(row, settings)
+        return len(rows)
+
+    def _start(self, row: dict[str, Any], settings: Settings) -> None:
+        endpoint = int(row["endpoint_id"])
+        self.in_flight[endpoint] += 1
+        task = asyncio.create_task(self._deliver(row, settings), name=f"webhook {endpoint}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _deliver(self, row: dict[str, Any], settings: Settings) -> None:
+        endpoint = int(row["endpoint_id"])
+        try:
+            key = self._key(endpoint, bytes(row["secret_encrypted"]), settings)
+            session = self._session(bool(row["allow_private"]))
+            code, error = await post(
+                session, row["url"], key, row["uid"], payload(row), settings.webhook_timeout_seconds,
+                allow_private=bool(row["allow_private"]),
+            )  # fmt: skip
+        except Exception as exc:  # a key that does not decrypt, a bug: recorded, retried, never lost
+            log.exception("webhook endpoint %s: could not post event %s", endpoint, row["event_id"])
+            code, error = None, f"{type(exc).__name__}: {exc}"[:500]
+        finally:
+            self.in_flight[endpoint] -= 1
+        self.finished.append(Result(endpoint, int(row["event_id"]), int(row["attempts"]), code, error))
+
+    def _key(self, endpoint: int, encrypted: bytes, settings: Settings) -> bytes:
+        cached = self.keys.get((endpoint, encrypted))
+        if cached is None:
+            self.box = self.box or secret_box(settings)
+            cached = signing.secret_bytes(self.box.decrypt(encrypted))
+            self.keys[(endpoint, encrypted)] = cached
+        return cached
+
+    def _session(self, allow_private: bool) -> aiohttp.ClientSession:
+        session = self.sessions.get(allow_private)
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(resolver=addresses.resolver_for(allow_private), limit=100)
+            session = aiohttp.ClientSession(connector=connector, trust_env=False)
+            self.sessions[allow_private] = session
+        return session
+
+    async def record(self, conn: psycopg.AsyncConnection[Any], settings: Settings) -> int:
+        """Write the results of the POSTs that ended, in two statements; how many."""
+        results, self.finished = self.finished, []
+        if not results:
+            return 0
+        try:
+            async with conn.transaction(), conn.cursor() as cur:
+                await cur.execute(RECORD_DELIVERIES, _delivery_params(results, settings))
+                await cur.execute(RECORD_ENDPOINTS, _endpoint_params(results, settings))
+        except BaseException:
+            self.finished = results + self.finished  # not lost: the next round writes them
+            raise
+        for result in results:
+            if not result.delivered:
+                log.info(
+                    "webhook endpoint %s: event %s attempt %s failed: %s",
+                    result.endpoint_id, result.event_id, result.attempts, result.error,
+                )  # fmt: skip
+        return len(results)
+
+    async def close(self) -> None:
+        """Stop the POSTs in flight (their leases run out and they go again) and close the sessions."""
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for session in self.sessions.values():
+            await session.close()
+        self.sessions.clear()
+
+
+def _delivery_params(results: list[Result], settings: Settings) -> dict[str, Any]:
+    return {
+        "endpoints": [r.endpoint_id for r in results],
+        "events": [r.event_id for r in results],
+        "delivered": [r.delivered for r in results],
+        "gone": [r.gone for r in results],
+        "codes": [r.code for r in results],
+        "errors": [r.error[:1000] if r.error else None for r in results],
+        "delays": [0.0 if r.delivered else backoff(r.attempts, settings) for r in results],
+        "window": settings.webhook_retry_hours * 3600.0,
+    }
+
+
+def _endpoint_params(results: list[Result], settings: Settings) -> dict[str, Any]:
+    """Per endpoint: whether its last result was a success, how many succeeded and failed, 410, last error."""
+    last: dict[int, Result] = {}
+    succeeded: Counter[int] = Counter()
+    failed: Counter[int] = Counter()
+    for r in results:
+        last[r.endpoint_id] = r
+        (succeeded if r.delivered else failed)[r.endpoint_id] += 1
+    ids = sorted(last)
+    return {
+        "ids": ids,
+        "ok": [last[i].delivered for i in ids],
+        "succeeded": [succeeded[i] for i in ids],
+        "failed": [failed[i] for i in ids],
+        "gone": [any(r.gone for r in results if r.endpoint_id == i) for i in ids],
+        "errors": [None if last[i].delivered else (last[i].error or "")[:1000] for i in ids],
+        "after": CIRCUIT_AFTER,
+        "cap": min(CIRCUIT_CAP_SECONDS, settings.webhook_retry_cap_seconds),
+        "base": settings.webhook_retry_base_seconds,
+    }
