@@ -187,6 +187,8 @@ async def post(
             return response.status, f"HTTP {response.status}" + (f": {said}" if said else "")
     except TimeoutError:
         return None, f"no answer within {within:g} s"
+    except aiohttp.ClientConnectorError as exc:  # say why it could not connect (a refused address too)
+        return None, f"cannot connect to {exc.host}:{exc.port}: {exc.os_error}"[:500]
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         return None, f"{type(exc).__name__}: {exc}"[:500]
 

@@ -36,7 +36,7 @@ LOCK_NEW_ACCOUNTS = "LOCK TABLE mailroom.sender_accounts IN SHARE ROW EXCLUSIVE 
 # Webhook endpoints' signing secrets, under the same lock discipline.
 LOCK_NEW_ENDPOINTS = "LOCK TABLE mailroom.webhook_endpoints IN SHARE ROW EXCLUSIVE MODE"
 ENDPOINT_SECRETS = "SELECT id, secret_encrypted FROM mailroom.webhook_endpoints ORDER BY id"
-SET_ENDPOINT_SECRET = "UPDATE mailroom.webhook_endpoints SET secret_encrypted = %s WHERE id = %s"
+SET_ENDPOINT_SECRET = "UPDATE mailroom.webhook_endpoints SET secret_encrypted = %s WHERE id = %s"  # noqa: S105
 
 SET_SECRETS = """
 UPDATE mailroom.sender_accounts
