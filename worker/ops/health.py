@@ -33,6 +33,7 @@ from worker.core.failover import CircuitView
 from worker.core.reputation import Reputation, sender_reputations
 from worker.ops.dmarc_report import dmarc_findings
 from worker.ops.quarantine_upkeep import QuarantineUsage, quarantine_usage
+from worker.ops.webhook_health import webhook_findings
 
 _FIGURES = """
 SELECT coalesce(%(now)s, now()) AS now,
@@ -96,7 +97,8 @@ class Finding:
     no_worker, database_unavailable (this process's database circuit is open: see
     `database_findings`), attempt_failures, bounce_rate, complaint_rate, quarantine_full, quarantine_dropped,
     sender_dns (the latest DNS check of a sender: a problem when DKIM does not verify), dmarc_full,
-    dmarc_refused, dmarc_disputed (warnings: see worker.ops.dmarc_report.dmarc_findings).
+    dmarc_refused, dmarc_disputed (warnings: see worker.ops.dmarc_report.dmarc_findings), webhook_failing,
+    webhook_disabled (warnings: see worker.ops.webhook_health).
     `advice` is what to run about it.
     """
 
@@ -216,6 +218,8 @@ def check_health(
     _check_dns(report, conn)
     for f in dmarc_findings(conn, settings.dmarc_max_records):
         report.add(f.kind, f.text, f.advice, severity=WARNING)
+    for w in webhook_findings(conn):
+        report.add(w.kind, w.text, w.advice, severity=WARNING)
     return report
 
 

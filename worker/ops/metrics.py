@@ -157,6 +157,7 @@ class DatabaseGauges(Collector):
             queue = cur.execute(QUEUE, {"cap": EXACT_UP_TO}).fetchall()
             figures = cur.execute(FIGURES, {"cap": EXACT_UP_TO, "alive": ALIVE_SECONDS}).fetchone()
             streams = cur.execute(DUE_BY_STREAM).fetchall()
+            hooks = cur.execute(WEBHOOKS).fetchall()
         assert figures is not None
         senders = list_senders(conn)
         reputations = sender_reputations(conn, window=self.settings.health_reputation_deliveries)
@@ -164,6 +165,7 @@ class DatabaseGauges(Collector):
             *_queue_families(queue, figures),
             *_sender_families(senders, reputations),
             *_stream_families(streams, senders),
+            *_webhook_families(hooks),
         ]
 
 
@@ -172,6 +174,46 @@ DUE_BY_STREAM = """
 SELECT stream, count(*) AS due FROM mailroom.email_queue
 WHERE status = 'pending' AND scheduled_for <= now() GROUP BY stream
 """
+
+
+# Each webhook endpoint's waiting and given-up deliveries, its failures in a row, and its oldest wait.
+WEBHOOKS = """
+SELECT p.id, p.status, p.failures,
+       count(d.event_id) FILTER (WHERE d.status = 'pending') AS pending,
+       count(d.event_id) FILTER (WHERE d.status = 'dead') AS dead,
+       coalesce(extract(epoch FROM now() - min(v.occurred_at) FILTER (WHERE d.status = 'pending')), 0) AS oldest
+FROM mailroom.webhook_endpoints p
+LEFT JOIN mailroom.webhook_deliveries d ON d.endpoint_id = p.id AND d.status IN ('pending', 'dead')
+LEFT JOIN mailroom.webhook_events v ON v.id = d.event_id
+GROUP BY p.id ORDER BY p.id
+"""
+
+
+def _webhook_families(hooks: list[dict[str, Any]]) -> list[Metric]:
+    """Per endpoint: deliveries waiting and given up, failures in a row, the oldest waiting event's age,
+    and whether it is active (0 when paused or disabled)."""
+    deliveries = GaugeMetricFamily(
+        "mailroom_webhook_deliveries", "Webhook deliveries waiting or given up, by endpoint",
+        labels=["endpoint", "status"],
+    )  # fmt: skip
+    failures = GaugeMetricFamily(
+        "mailroom_webhook_failures", "Failed attempts in a row of a webhook endpoint", labels=["endpoint"]
+    )
+    oldest = GaugeMetricFamily(
+        "mailroom_webhook_oldest_pending_seconds", "Age of the oldest event waiting for an endpoint",
+        labels=["endpoint"],
+    )  # fmt: skip
+    active = GaugeMetricFamily(
+        "mailroom_webhook_endpoint_active", "1 when the webhook endpoint is active", labels=["endpoint"]
+    )
+    for row in hooks:
+        endpoint = str(row["id"])
+        deliveries.add_metric([endpoint, "pending"], int(row["pending"]))
+        deliveries.add_metric([endpoint, "dead"], int(row["dead"]))
+        failures.add_metric([endpoint], int(row["failures"]))
+        oldest.add_metric([endpoint], float(row["oldest"]))
+        active.add_metric([endpoint], 1 if row["status"] == "active" else 0)
+    return [deliveries, failures, oldest, active]
 
 
 def _stream_families(streams: list[dict[str, Any]], senders: list[dict[str, Any]]) -> list[Metric]:
@@ -287,4 +329,8 @@ GAUGE_NAMES = (
     "mailroom_sender_complaint_rate",
     "mailroom_stream_due_emails",
     "mailroom_sender_stream",
+    "mailroom_webhook_deliveries",
+    "mailroom_webhook_failures",
+    "mailroom_webhook_oldest_pending_seconds",
+    "mailroom_webhook_endpoint_active",
 )
