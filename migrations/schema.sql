@@ -5026,7 +5026,8 @@ CREATE FUNCTION mailroom.secret_columns() RETURNS TABLE(table_name name, column_
            ('click_events', 'link_token'), ('click_events', 'url'),
            ('bounce_quarantine', 'raw'),
            ('inbox', 'payload'),
-           ('attachment_contents', 'content'), ('email_attachments', 'filename')
+           ('attachment_contents', 'content'), ('email_attachments', 'filename'),
+           ('webhook_endpoints', 'url'), ('webhook_events', 'data')
 $$;
 
 COMMENT ON FUNCTION mailroom.secret_columns() IS 'Columns no read-only role sees: encrypted secrets, one-time codes, tokens, bodies and raw reports.';

@@ -57,7 +57,7 @@ def test_no_module_is_longer_than_one_can_read_through() -> None:
 
 def test_every_room_of_the_worker_is_a_package() -> None:
     rooms = {p.parent.name for p in (ROOT / "worker").glob("*/__init__.py")}
-    assert rooms == {"core", "engine", "producers", "tracking", "ops", "cli", "devtools"}
+    assert rooms == {"core", "engine", "producers", "tracking", "ops", "hooks", "cli", "devtools"}
     assert sorted(p.name for p in (ROOT / "worker").glob("*.py")) == ["__init__.py"]
 
 

@@ -77,6 +77,7 @@ def test_rotation_reencrypts_every_secret_so_only_the_new_key_reads_them_and_aud
         "dkim_keys": 1,
         "oauth_secrets": 0,
         "gmail_keys": 0,
+        "webhook_secrets": 0,
         "new_key_id": key_id(new_key),
     }
 

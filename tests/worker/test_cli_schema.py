@@ -31,6 +31,13 @@ NO_SCHEMA = {
 
 # What each database command needs on its command line to get past parsing.
 ARGUMENTS: dict[str, list[str]] = {
+    "webhooks add": ["https://hooks.example.com/h", "--events", "all"],
+    "webhooks list": [],
+    "webhooks pause": ["1"],
+    "webhooks resume": ["1"],
+    "webhooks remove": ["1"],
+    "webhooks replay": ["--since", "2026-01-01"],
+    "webhooks test": ["1"],
     "accounts create": ["ada@example.com", "ada"],
     "accounts list": [],
     "accounts suspend": ["ada"],

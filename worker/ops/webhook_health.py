@@ -11,7 +11,7 @@ from psycopg.rows import dict_row
 FAILING_FOR_SECONDS = 3600.0
 
 _ENDPOINTS = """
-SELECT id, url, status, status_reason, failures, last_error,
+SELECT id, status, status_reason, failures, last_error,
        extract(epoch FROM now() - failing_since) AS failing_seconds,
        (SELECT count(*) FROM mailroom.webhook_deliveries d WHERE d.endpoint_id = p.id AND d.status = 'pending')
            AS pending

@@ -23,7 +23,7 @@ An endpoint with --role receives the events of the email that database role enqu
 recipients; one without is an operator's and receives every event, without recipients.
 
 Examples:
-  mailroom webhooks add https://app.example.com/hooks/mail --events sent,bounced,complained --role shop
+  mailroom webhooks add https://app.example.com/hooks --events sent,bounced,complained --role shop
   mailroom webhooks list
   mailroom webhooks test 1
   mailroom webhooks replay --since 2026-11-28T10:00:00Z --endpoint 1"""
@@ -47,7 +47,42 @@ Examples:
 LIST = """\
 Every endpoint: its URL, whose events it receives, the events, its state (active, paused,
 disabled), its deliveries (pending, delivered, dead), how many attempts failed in a row and
-since when, and the last error. Changes nothing. Exit status 0."""
+since when, and the last error. Never the secret. Changes nothing. Exit status 0.
+
+Examples:
+  mailroom webhooks list
+  mailroom webhooks list --json"""
+
+PAUSE = """\
+Stop POSTing to ENDPOINT; its events are still written and wait, and go in order when it is
+resumed. Exit status 0, 2 when there is no such endpoint.
+
+Examples:
+  mailroom webhooks pause 1 --reason 'deploying the receiver'"""
+
+RESUME = """\
+POST to ENDPOINT again, paused or disabled by its receiver's 410 Gone, from its oldest waiting
+event; its count of failures in a row starts again from zero. Exit status 0, 2 when there is no
+such endpoint.
+
+Examples:
+  mailroom webhooks resume 1"""
+
+REMOVE = """\
+Delete ENDPOINT and every delivery to it: its events are no longer sent. Exit status 0, 2 when
+there is no such endpoint.
+
+Examples:
+  mailroom webhooks remove 1"""
+
+TEST = """\
+POST one signed event of type webhook.test to ENDPOINT now, from this process, through the same
+checks as the worker's POSTs (addresses, no redirects, the timeout), and say what the receiver
+answered. Records nothing. Exit status 0 when it answered 2xx, 1 otherwise, 2 when there is no
+such endpoint.
+
+Examples:
+  mailroom webhooks test 1"""
 
 REPLAY = """\
 Send the events since --since again (with their own ids: a receiver that has one already sees
@@ -147,8 +182,8 @@ def _row(r: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
-def _status_command(name: str, status: str, summary: str) -> None:
-    @webhooks.command(name, cls=Command, help=summary, short_help=summary.split(".")[0])
+def _status_command(name: str, status: str, text: str, summary: str) -> None:
+    @webhooks.command(name, cls=Command, help=text, short_help=summary)
     @click.argument("endpoint", type=int)
     @click.option("--reason", default=None, help="why, for the audit log and `webhooks list`")
     @with_database
@@ -166,21 +201,11 @@ def _status_command(name: str, status: str, summary: str) -> None:
         return 0
 
 
-_status_command(
-    "pause", "paused", "Stop POSTing to ENDPOINT; its events wait, and go when it is resumed. Exit status 0, 2 "
-    "when there is no such endpoint."
-)  # fmt: skip
-_status_command(
-    "resume", "active", "POST to ENDPOINT again (paused, or disabled by a 410 Gone), from its oldest waiting "
-    "event; its failures in a row start again from zero. Exit status 0, 2 when there is no such endpoint."
-)  # fmt: skip
+_status_command("pause", "paused", PAUSE, "stop POSTing to an endpoint; its events wait")
+_status_command("resume", "active", RESUME, "POST to a paused or disabled endpoint again")
 
 
-@webhooks.command(
-    "remove", cls=Command, short_help="delete an endpoint and its deliveries",
-    help="Delete ENDPOINT and every delivery to it; its events are no longer sent. Exit status 0, 2 when "
-    "there is no such endpoint.",
-)  # fmt: skip
+@webhooks.command("remove", cls=Command, help=REMOVE, short_help="delete an endpoint and its deliveries")
 @click.argument("endpoint", type=int)
 @with_database
 def remove(db: Database, endpoint: int) -> int:
@@ -228,12 +253,7 @@ def replay(db: Database, since_text: str, wanted: tuple[int, ...]) -> int:
     return 0
 
 
-@webhooks.command(
-    "test", cls=Command, short_help="POST a signed test event to an endpoint now",
-    help="POST one signed event of type webhook.test to ENDPOINT now, from this process, through the same "
-    "checks as the worker's POSTs, and say what the receiver answered. Records nothing. Exit status 0 when it "
-    "answered 2xx, 1 otherwise, 2 when there is no such endpoint.",
-)  # fmt: skip
+@webhooks.command("test", cls=Command, help=TEST, short_help="POST a signed test event to an endpoint now")
 @click.argument("endpoint", type=int)
 @with_database
 def test(db: Database, endpoint: int) -> int:
