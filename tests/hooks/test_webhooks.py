@@ -68,9 +68,10 @@ def add_endpoint(
 
 
 @asynccontextmanager
-async def worker(db_url: str, settings: Settings) -> AsyncIterator[Worker]:
+async def worker(db_url: str, settings: Settings, *, interval: float = 2.0) -> AsyncIterator[Worker]:
     """A worker delivering email and webhooks until the block ends."""
-    running = Worker(db_url, settings, WorkerOptions(concurrency=1, poll_seconds=0.2), producers=[producer()])
+    hooks = producer(interval)
+    running = Worker(db_url, settings, WorkerOptions(concurrency=1, poll_seconds=0.2), producers=[hooks])
     task = asyncio.create_task(running.run())
     try:
         yield running
@@ -372,3 +373,19 @@ def test_the_event_types_are_the_ones_the_database_accepts(db_url: str, settings
     add_endpoint(db_url, settings, "https://hooks.example.com/a", list(EVENT_TYPES))
     with pytest.raises(psycopg.errors.CheckViolation):
         add_endpoint(db_url, settings, "https://hooks.example.com/b", ["email.delivered"])
+
+
+async def test_a_backlog_goes_out_round_after_round_without_waiting_for_the_timer(
+    db_url: str, fast: Settings, receivers: list[Receiver]
+) -> None:
+    """Found by bench.webhooks: a round whose POSTs ended while it claimed reported no work, and the
+    dispatcher slept its interval with results unrecorded: four events every two seconds."""
+    hooks = await receiver(receivers)
+    add_endpoint(db_url, fast, hooks.url, ["email.cancelled"])
+    ids = enqueue_many(db_url, 60)
+    with psycopg.connect(db_url) as conn:  # 60 events, all due before the worker starts
+        conn.execute("UPDATE mailroom.email_queue SET status = 'cancelled' WHERE id = ANY(%s)", (ids,))
+    async with worker(db_url, fast, interval=3600):  # its timer never fires in this test
+        got = await hooks.until(lambda posts: len(posts) >= 60)
+        await _until_rows(db_url, DELIVERED, 60)
+    assert sorted(p.event["data"]["email_id"] for p in got) == sorted(ids)

@@ -218,7 +218,8 @@ class Dispatcher:
         if not started and not recorded and self.tasks:
             await asyncio.wait(self.tasks, timeout=ROUND_WAIT_SECONDS, return_when=asyncio.FIRST_COMPLETED)
             recorded = await self.record(conn, settings)
-        return recorded + started + (1 if self.tasks else 0)
+        # POSTs still in flight, or ended since the record above: another round at once.
+        return recorded + started + len(self.tasks) + len(self.finished)
 
     async def claim(self, conn: psycopg.AsyncConnection[Any], settings: Settings) -> int:
         """Lease what is due and start a POST for each."""

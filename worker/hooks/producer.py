@@ -41,7 +41,10 @@ class LazyDispatcher:
             await self.dispatcher.close()
 
 
-def producer() -> Producer:
-    """A fresh dispatcher for one worker process (it holds that process's POSTs in flight)."""
+def producer(interval_seconds: float = 2.0) -> Producer:
+    """A fresh dispatcher for one worker process (it holds that process's POSTs in flight); it looks for
+    due retries every `interval_seconds`, and is woken at once by new events."""
     lazy = LazyDispatcher()
-    return Producer("webhooks", lazy.run_once, channels=(CHANNEL,), interval_seconds=2.0, close=lazy.close)
+    return Producer(
+        "webhooks", lazy.run_once, channels=(CHANNEL,), interval_seconds=interval_seconds, close=lazy.close
+    )
