@@ -36,8 +36,8 @@ log = logging.getLogger("mailroom.webhooks")
 
 # How much of an answer is read (for the error recorded): a receiver cannot make the worker read more.
 ANSWER_BYTES = 1024
-# While POSTs are in flight and nothing new is due, how long a round waits for one to end.
-ROUND_WAIT_SECONDS = 0.2
+# How long a round waits for its POSTs to end before it records what ended and claims again.
+ROUND_WAIT_SECONDS = 0.05
 # Failed attempts in a row after which an endpoint is left alone for a while (its circuit opens).
 CIRCUIT_AFTER = 5
 CIRCUIT_CAP_SECONDS = 600.0
@@ -215,9 +215,11 @@ class Dispatcher:
         """One round: record what ended, claim and start what is due; more than 0 while work is about."""
         recorded = await self.record(conn, settings)
         started = await self.claim(conn, settings)
-        if not started and not recorded and self.tasks:
-            await asyncio.wait(self.tasks, timeout=ROUND_WAIT_SECONDS, return_when=asyncio.FIRST_COMPLETED)
-            recorded = await self.record(conn, settings)
+        if self.tasks:
+            # The POSTs just started usually end together: their results go in one statement. One that
+            # hangs holds this wait no longer than the round's, and its endpoint's slots only.
+            await asyncio.wait(self.tasks, timeout=ROUND_WAIT_SECONDS)
+            recorded += await self.record(conn, settings)
         # POSTs still in flight, or ended since the record above: another round at once.
         return recorded + started + len(self.tasks) + len(self.finished)
 
