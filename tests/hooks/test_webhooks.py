@@ -389,3 +389,44 @@ async def test_a_backlog_goes_out_round_after_round_without_waiting_for_the_time
         got = await hooks.until(lambda posts: len(posts) >= 60)
         await _until_rows(db_url, DELIVERED, 60)
     assert sorted(p.event["data"]["email_id"] for p in got) == sorted(ids)
+
+
+def test_privacy_reaches_webhook_events_and_maintenance_keeps_only_what_an_endpoint_waits_for(
+    db_url: str, settings: Settings
+) -> None:
+    from worker.ops.privacy import erase_address, export_address
+    from worker.ops.retention import run_maintenance
+
+    add_endpoint(db_url, settings, "https://hooks.example.com/mail", role=_current_user(db_url))
+    ids = enqueue_many(db_url, 3)
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE mailroom.email_queue SET status = 'cancelled' WHERE id = ANY(%s)", (ids[:2],))
+        conn.execute(
+            "UPDATE mailroom.webhook_events SET data = data || jsonb_build_object('url', 'https://x.example/?u=' ||"
+            " recipient)"
+        )
+    with psycopg.connect(db_url) as conn:
+        exported = export_address(conn, "u0@example.com", actor="tester")
+        assert [e["email_id"] for e in exported["webhook_events"]] == [ids[0]]
+        erase_address(conn, "u2@example.com", actor="tester")  # unsent: cancelled, its event erased at once
+        erase_address(conn, "u0@example.com", actor="tester")
+    rows = _rows(
+        db_url, "SELECT email_id, recipient, data::text FROM mailroom.webhook_events ORDER BY email_id"
+    )
+    assert [r[0] for r in rows] == [ids[0], ids[1], ids[2]]
+    assert rows[1][1] == "u1@example.com" and "u1@example.com" in rows[1][2]  # another person's: kept
+    for _, recipient, data in (rows[0], rows[2]):
+        assert "u0@example.com" not in recipient + data and "u2@example.com" not in recipient + data
+    # Past the retention: what no endpoint waits for goes, with its deliveries; a pending event stays.
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE mailroom.webhook_events SET occurred_at = now() - interval '31 days'")
+        conn.execute(
+            "UPDATE mailroom.webhook_deliveries SET status = 'delivered', finished_at = now() WHERE email_id <> %s",
+            (ids[1],),
+        )
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        report = run_maintenance(conn, settings)
+    (step,) = [s for s in report.steps if s.name == "purge_webhook_events"]
+    assert step.rows == 2
+    assert _rows(db_url, "SELECT email_id FROM mailroom.webhook_events") == [(ids[1],)]
+    assert _rows(db_url, "SELECT email_id, status FROM mailroom.webhook_deliveries") == [(ids[1], "pending")]

@@ -33,6 +33,7 @@ STEPS = [
     "purge_quarantine",
     "purge_dmarc_reports",
     "purge_oauth_sessions",
+    "purge_webhook_events",
     "link_audit",
     "prune_audit",
     "create_partitions",

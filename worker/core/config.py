@@ -100,6 +100,7 @@ class Settings:
     webhook_retry_cap_seconds: float = 8 * 3600.0
     webhook_retry_hours: float = 72.0
     webhook_in_flight: int = 16
+    webhook_retention_days: int = 30
     base_url: str = "http://localhost:8025"
     track_campaigns: bool = True
     unsubscribe_mailto: str | None = None
@@ -351,6 +352,8 @@ DECLARED: tuple[Setting, ...] = (
        "a webhook event is retried this long after its first attempt, then given up (`dead`)", _number, 24.0),
     _S("MAILROOM_WEBHOOK_IN_FLIGHT", "webhook_in_flight",
        "POSTs in flight to one endpoint at once, per worker process", _whole, 1),
+    _S("MAILROOM_WEBHOOK_RETENTION_DAYS", "webhook_retention_days", "maintenance deletes webhook events "
+       "older than this that no endpoint still waits for", _whole, 1),
     # tracking
     _S("MAILROOM_BASE_URL", "base_url", "public address of `mailroom tracker` written into emails "
        "(pixel, links, List-Unsubscribe); use https in production", _url),

@@ -54,6 +54,9 @@ EXPORTS: dict[str, str] = {
     " WHERE a.email_id = ANY(%(ids)s) ORDER BY a.email_id, a.position",
     "open_events": "SELECT * FROM mailroom.open_events WHERE email_id = ANY(%(ids)s) ORDER BY occurred_at, id",
     "click_events": "SELECT * FROM mailroom.click_events WHERE email_id = ANY(%(ids)s) ORDER BY occurred_at, id",
+    # What was told to applications' webhook endpoints about the address's email.
+    "webhook_events": "SELECT * FROM mailroom.webhook_events WHERE email_id = ANY(%(ids)s)"
+    " OR lower(recipient) = %(addr)s ORDER BY id",
     "unsubscribe_list": "SELECT * FROM mailroom.unsubscribe_list WHERE email = %(addr)s",
     "bounce_list": "SELECT * FROM mailroom.bounce_list WHERE email = %(addr)s",
     "suppression_events": "SELECT * FROM mailroom.suppression_events WHERE address = %(addr)s ORDER BY id",
@@ -123,6 +126,14 @@ ERASURES: tuple[tuple[str, str], ...] = (
         """UPDATE mailroom.click_events SET ip_address = NULL, user_agent = NULL,
                url = regexp_replace(url, %(re)s, %(anon)s, 'gi')
            WHERE email_id = ANY(%(ids)s)""",
+    ),
+    (
+        # Events not yet POSTed then carry the replacement; data holds a click's URL and a reason.
+        "webhook_events",
+        """UPDATE mailroom.webhook_events
+           SET recipient = CASE WHEN lower(recipient) = %(addr)s THEN %(anon)s ELSE recipient END,
+               data = regexp_replace(data::text, %(re)s, %(anon)s, 'gi')::jsonb
+           WHERE email_id = ANY(%(ids)s) OR lower(recipient) = %(addr)s""",
     ),
     (
         "bounce_list",

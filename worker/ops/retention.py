@@ -26,6 +26,7 @@ from worker.ops.dmarc_retention import purge_dmarc_reports
 from worker.ops.maintenance_report import MaintenanceReport, StateCounts, StepReport
 from worker.ops.oauth_sessions import purge_oauth_sessions
 from worker.ops.quarantine_upkeep import purge_quarantine
+from worker.ops.webhook_retention import purge_webhook_events
 
 __all__ = ["MAINTENANCE_LOCK_KEY", "MaintenanceReport", "StateCounts", "StepReport", "run_maintenance"]
 
@@ -237,6 +238,7 @@ def run_maintenance(
         record(purge_quarantine(conn, settings, now, report))
         record(purge_dmarc_reports(conn, settings, now, report))
         record(purge_oauth_sessions(conn, settings, now, report))
+        record(purge_webhook_events(conn, settings, now, report))
         record(link_audit(conn, settings, now, report))
         record(prune_audit(conn, settings, now, report))
         record(ensure_partitions(conn, settings, now, report))
