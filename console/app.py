@@ -30,6 +30,7 @@ from console.screens.schedule import ScheduleScreen
 from console.screens.senders import SendersScreen
 from console.screens.signatures import SignaturesScreen
 from console.screens.suppressions import SuppressionsScreen
+from console.screens.webhooks import WebhooksScreen
 from console.widgets.dialogs import HealthScreen, HelpScreen
 from worker.core.config import Settings
 from worker.ops.audit import console_actor
@@ -77,6 +78,7 @@ class MailroomConsole(App[int]):
         "audit": AuditScreen,
         "dmarc": DmarcScreen,
         "suppressions": SuppressionsScreen,
+        "webhooks": WebhooksScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         *(

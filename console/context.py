@@ -41,6 +41,7 @@ MORE_SCREENS: tuple[tuple[str, str, str], ...] = (
     ("audit", "0", "Audit trail"),
     ("dmarc", "d", "DMARC reports"),
     ("suppressions", "x", "Suppressions"),
+    ("webhooks", "w", "Webhooks"),
 )
 
 Action = Callable[[psycopg.Connection[Any]], str]

@@ -2594,6 +2594,10 @@ ALTER TABLE mailroom.webhook_endpoints ALTER COLUMN id ADD GENERATED ALWAYS AS I
 ALTER TABLE ONLY mailroom.webhook_endpoints
     ADD CONSTRAINT webhook_endpoints_pkey PRIMARY KEY (id);
 
+CREATE TRIGGER webhook_endpoints_notify AFTER INSERT OR DELETE OR UPDATE ON mailroom.webhook_endpoints FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+
+COMMENT ON TRIGGER webhook_endpoints_notify ON mailroom.webhook_endpoints IS 'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
+
 -- webhook_events
 
 CREATE TABLE mailroom.webhook_events (

@@ -25,7 +25,7 @@ from worker.hooks import endpoints
 from worker.hooks.addresses import GuardedResolver, UnsafeAddress
 from worker.hooks.events import EVENT_TYPES
 from worker.hooks.producer import producer
-from worker.ops import roles
+from worker.ops import roles, webhook_endpoints
 
 
 @pytest.fixture
@@ -347,8 +347,10 @@ async def test_replay_sends_the_same_ids_again(
         first = await hooks.until(lambda posts: len(posts) >= 3)
         await _until_rows(db_url, DELIVERED, 3)
         with psycopg.connect(db_url) as conn:
-            ids = endpoints.known_ids(conn, None)
-            again = endpoints.replay(conn, ids, datetime.now(UTC) - timedelta(hours=1), actor="tester")
+            ids = webhook_endpoints.known_ids(conn, None)
+            again = webhook_endpoints.replay(
+                conn, ids, datetime.now(UTC) - timedelta(hours=1), actor="tester"
+            )
         assert again == 3
         both = await hooks.until(lambda posts: len(posts) >= 6)
     assert sorted(p.id for p in both[3:]) == sorted(p.id for p in first)

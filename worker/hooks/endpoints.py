@@ -1,17 +1,13 @@
-"""Webhook endpoints as operators manage them: add (the secret made here, shown once, stored
-encrypted), list with their deliveries' state, remove, pause, resume, and replay events again.
-
-Every change is audited (`webhooks.*`) in the transaction that makes it.
-"""
+"""Adding a webhook endpoint: its URL checked (worker.hooks.addresses), its secret made here, shown
+once and stored encrypted, audited (`webhooks.add`). Listing and steering endpoints is
+`worker.ops.webhook_endpoints`'s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from worker.core.crypto import SecretBox
 from worker.hooks import signing
@@ -22,47 +18,6 @@ ADD = """
 INSERT INTO mailroom.webhook_endpoints (url, owner_role, events, secret_encrypted, allow_private)
 VALUES (%(url)s, %(role)s, %(events)s, %(secret)s, %(allow_private)s)
 RETURNING id
-"""
-
-LIST = """
-SELECT p.id, p.url, p.owner_role, p.events, p.status, p.status_reason, p.allow_private, p.created_at,
-       p.failures, p.failing_since, p.circuit_until, p.last_success_at, p.last_error,
-       count(*) FILTER (WHERE d.status = 'pending') AS pending,
-       count(*) FILTER (WHERE d.status = 'delivered') AS delivered,
-       count(*) FILTER (WHERE d.status = 'dead') AS dead,
-       min(d.next_attempt_at) FILTER (WHERE d.status = 'pending') AS next_attempt_at
-FROM mailroom.webhook_endpoints p
-LEFT JOIN mailroom.webhook_deliveries d ON d.endpoint_id = p.id
-GROUP BY p.id
-ORDER BY p.id
-"""
-
-SET_STATUS = """
-UPDATE mailroom.webhook_endpoints
-SET status = %(status)s, status_reason = %(reason)s,
-    failures = CASE WHEN %(status)s = 'active' THEN 0 ELSE failures END,
-    circuit_until = CASE WHEN %(status)s = 'active' THEN NULL ELSE circuit_until END
-WHERE id = %(id)s
-RETURNING id
-"""
-
-# Deliveries again, with the same event ids: those that exist go back to pending, and events the
-# endpoint wants that it never had (written before it was added) get a delivery.
-REPLAY = """
-WITH chosen AS (
-    SELECT p.id AS endpoint_id, v.id AS event_id, v.email_id
-    FROM mailroom.webhook_endpoints p
-    JOIN mailroom.webhook_events v
-      ON v.type = ANY (p.events) AND (p.owner_role IS NULL OR p.owner_role = v.owner)
-    WHERE p.id = ANY (%(ids)s) AND v.occurred_at >= %(since)s
-)
-INSERT INTO mailroom.webhook_deliveries AS d (endpoint_id, event_id, email_id)
-SELECT endpoint_id, event_id, email_id FROM chosen
-ON CONFLICT (endpoint_id, event_id) DO UPDATE
-SET status = 'pending', finished_at = NULL, next_attempt_at = now(), leased_until = NULL,
-    attempts = 0, first_attempt_at = NULL
-WHERE d.status <> 'pending'
-RETURNING d.endpoint_id
 """
 
 
@@ -113,53 +68,6 @@ def add(
     detail = {"url": url, "role": role, "events": events, "allow_private": allow_private}
     audit.record(conn, "webhooks.add", actor, f"webhook_endpoints:{endpoint}", 1, detail)
     return Added(endpoint, secret)
-
-
-def endpoints(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    """Every endpoint with its deliveries' counts, oldest first."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return list(cur.execute(LIST).fetchall())
-
-
-def set_status(
-    conn: psycopg.Connection[Any], endpoint: int, status: str, *, reason: str | None, actor: str
-) -> bool:
-    """Pause or resume (a disabled endpoint too) one endpoint, audited; False when there is none."""
-    row = conn.execute(SET_STATUS, {"id": endpoint, "status": status, "reason": reason}).fetchone()
-    if row is None:
-        return False
-    action = "webhooks.resume" if status == "active" else "webhooks.pause"
-    audit.record(conn, action, actor, f"webhook_endpoints:{endpoint}", 1, {"reason": reason})
-    if status == "active":
-        conn.execute("SELECT pg_notify('mailroom_webhooks', '')")
-    return True
-
-
-def remove(conn: psycopg.Connection[Any], endpoint: int, *, actor: str) -> bool:
-    """Delete one endpoint and its deliveries, audited; False when there is none."""
-    row = conn.execute(
-        "DELETE FROM mailroom.webhook_endpoints WHERE id = %s RETURNING url", (endpoint,)
-    ).fetchone()
-    if row is None:
-        return False
-    audit.record(conn, "webhooks.remove", actor, f"webhook_endpoints:{endpoint}", 1, {"url": _first(row)})
-    return True
-
-
-def replay(conn: psycopg.Connection[Any], endpoint_ids: list[int], since: datetime, *, actor: str) -> int:
-    """Send the events since `since` again to these endpoints (same ids), audited; how many deliveries."""
-    rows = conn.execute(REPLAY, {"ids": endpoint_ids, "since": since}).fetchall()
-    detail = {"endpoints": endpoint_ids, "since": since.isoformat(), "deliveries": len(rows)}
-    audit.record(conn, "webhooks.replay", actor, "webhook_deliveries", len(rows), detail)
-    conn.execute("SELECT pg_notify('mailroom_webhooks', '')")
-    return len(rows)
-
-
-def known_ids(conn: psycopg.Connection[Any], wanted: list[int] | None) -> list[int]:
-    """The endpoints named that exist (all of them when none is named)."""
-    rows = conn.execute("SELECT id FROM mailroom.webhook_endpoints ORDER BY id").fetchall()
-    ids = [int(_first(r)) for r in rows]
-    return ids if wanted is None else [i for i in ids if i in wanted]
 
 
 def _first(row: Any) -> Any:

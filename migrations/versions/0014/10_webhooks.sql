@@ -43,6 +43,10 @@ COMMENT ON COLUMN mailroom.webhook_endpoints.status IS
 COMMENT ON COLUMN mailroom.webhook_endpoints.failures IS 'Failed attempts in a row since the last success.';
 COMMENT ON COLUMN mailroom.webhook_endpoints.failing_since IS 'The first failure since the last success (health warns after an hour).';
 COMMENT ON COLUMN mailroom.webhook_endpoints.circuit_until IS 'After failures in a row, no attempt to this endpoint before this time.';
+CREATE TRIGGER webhook_endpoints_notify AFTER INSERT OR UPDATE OR DELETE ON mailroom.webhook_endpoints
+    FOR EACH STATEMENT EXECUTE FUNCTION mailroom.notify_change();
+COMMENT ON TRIGGER webhook_endpoints_notify ON mailroom.webhook_endpoints IS
+    'Tells listeners (console, worker) that the table changed: NOTIFY mailroom_changes.';
 
 CREATE TABLE mailroom.webhook_events (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

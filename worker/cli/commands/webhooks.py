@@ -145,7 +145,7 @@ def list_(db: Database, as_json: bool) -> int:
     """Print every endpoint."""
     from worker.cli.table import table
     from worker.core.db import connect
-    from worker.hooks.endpoints import endpoints
+    from worker.ops.webhook_endpoints import endpoints
 
     with connect(db.url) as conn:
         rows = endpoints(conn)
@@ -189,8 +189,8 @@ def _status_command(name: str, status: str, text: str, summary: str) -> None:
     @with_database
     def change(db: Database, endpoint: int, reason: str | None) -> int:
         from worker.core.db import connect
-        from worker.hooks.endpoints import set_status
         from worker.ops.audit import cli_actor
+        from worker.ops.webhook_endpoints import set_status
 
         with connect(db.url) as conn:
             found = set_status(conn, endpoint, status, reason=reason, actor=cli_actor())
@@ -211,8 +211,8 @@ _status_command("resume", "active", RESUME, "POST to a paused or disabled endpoi
 def remove(db: Database, endpoint: int) -> int:
     """Delete one endpoint."""
     from worker.core.db import connect
-    from worker.hooks.endpoints import remove as remove_endpoint
     from worker.ops.audit import cli_actor
+    from worker.ops.webhook_endpoints import remove as remove_endpoint
 
     with connect(db.url) as conn:
         found = remove_endpoint(conn, endpoint, actor=cli_actor())
@@ -232,9 +232,9 @@ def remove(db: Database, endpoint: int) -> int:
 def replay(db: Database, since_text: str, wanted: tuple[int, ...]) -> int:
     """Mark the events since a time as due again."""
     from worker.core.db import connect
-    from worker.hooks.endpoints import known_ids
-    from worker.hooks.endpoints import replay as replay_events
     from worker.ops.audit import cli_actor
+    from worker.ops.webhook_endpoints import known_ids
+    from worker.ops.webhook_endpoints import replay as replay_events
 
     try:
         since = datetime.fromisoformat(since_text)
