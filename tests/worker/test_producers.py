@@ -71,5 +71,6 @@ def test_the_cli_worker_runs_every_producer_and_the_engine_none_by_itself(settin
         "lifecycle",
         "retention",
         "complaint-digest",
+        "webhooks",
     ]
     assert Worker("postgresql://unused", settings, WorkerOptions()).producers == []
