@@ -12,8 +12,8 @@ import os
 import queue
 import secrets
 import shutil
-import sys
 import subprocess
+import sys
 import tempfile
 import threading
 import time
