@@ -2688,11 +2688,11 @@ ALTER TABLE ONLY mailroom.webhook_deliveries
 ALTER TABLE ONLY mailroom.webhook_deliveries
     ADD CONSTRAINT webhook_deliveries_event FOREIGN KEY (event_id) REFERENCES mailroom.webhook_events(id) ON DELETE CASCADE;
 
-CREATE INDEX webhook_deliveries_due_idx ON mailroom.webhook_deliveries USING btree (next_attempt_at, event_id) WHERE (status = 'pending'::text);
-
 CREATE INDEX webhook_deliveries_email_order_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, email_id, event_id) WHERE (status = 'pending'::text);
 
 CREATE INDEX webhook_deliveries_event_idx ON mailroom.webhook_deliveries USING btree (event_id);
+
+CREATE INDEX webhook_deliveries_pending_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, event_id) WHERE (status = 'pending'::text);
 
 -- functions
 

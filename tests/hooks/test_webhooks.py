@@ -234,12 +234,13 @@ async def test_a_receiver_that_hangs_delays_neither_email_nor_the_other_endpoint
     add_endpoint(db_url, fast, healthy.url, ["email.sent"])
     add_sender(db_url, smtp_sink.port)
     ids = enqueue_many(db_url, 20)
-    async with worker(db_url, fast):  # the hanging POSTs' timeout (30 s) never passes in this test
-        got = await healthy.until(lambda posts: len(posts) >= 20)
-        held = await stuck.until(lambda posts: len(posts) >= fast.webhook_in_flight)
+    few = replace(fast, webhook_in_flight=4)  # fewer slots than events: the cap is seen to hold
+    async with worker(db_url, few):  # the hanging POSTs' timeout (30 s) never passes in this test
+        await stuck.until(lambda posts: len(posts) >= few.webhook_in_flight)
+        got = await healthy.until(lambda posts: len(posts) >= 20)  # rounds after rounds meanwhile
         assert statuses(db_url) == {"sent": 20}
         assert sorted(p.event["data"]["email_id"] for p in got) == sorted(ids)
-        assert len(held) == fast.webhook_in_flight  # its own slots, and no more, are taken
+        assert len(stuck.posts) == few.webhook_in_flight  # its own slots, and no more, are taken
         pending = _rows(
             db_url,
             "SELECT count(*) FROM mailroom.webhook_deliveries d JOIN mailroom.webhook_endpoints p"

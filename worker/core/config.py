@@ -99,7 +99,7 @@ class Settings:
     webhook_retry_base_seconds: float = 5.0
     webhook_retry_cap_seconds: float = 8 * 3600.0
     webhook_retry_hours: float = 72.0
-    webhook_in_flight: int = 16
+    webhook_in_flight: int = 32
     webhook_retention_days: int = 30
     base_url: str = "http://localhost:8025"
     track_campaigns: bool = True

@@ -42,40 +42,46 @@ ROUND_WAIT_SECONDS = 0.05
 CIRCUIT_AFTER = 5
 CIRCUIT_CAP_SECONDS = 600.0
 
+# A claim or a record lost to a crash costs a POST again with the same webhook-id, which receivers
+# de-duplicate on: neither waits for the disk (or a standby).
+ASYNCHRONOUS = "SET LOCAL synchronous_commit = off"
+
+# Per endpoint that may be sent to now (active, circuit closed, room left in this process), its oldest
+# due deliveries up to its room: one endpoint's backlog never hides another's events.
 CLAIM = """
 WITH used AS (
     SELECT * FROM unnest(%(busy_ids)s::bigint[], %(busy_counts)s::int[]) AS u(endpoint_id, n)
-), candidates AS (
-    SELECT c.endpoint_id, c.event_id,
-           row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.event_id) AS rank
-    FROM (
-        SELECT d.endpoint_id, d.event_id
-        FROM mailroom.webhook_deliveries d
-        JOIN mailroom.webhook_endpoints p ON p.id = d.endpoint_id
-        WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-          AND (d.leased_until IS NULL OR d.leased_until < now())
-          AND p.status = 'active' AND (p.circuit_until IS NULL OR p.circuit_until <= now())
-          AND NOT EXISTS (
-              SELECT FROM mailroom.webhook_deliveries e
-              WHERE e.endpoint_id = d.endpoint_id AND e.email_id = d.email_id
-                AND e.status = 'pending' AND e.event_id < d.event_id)
-        ORDER BY d.next_attempt_at, d.event_id
-        LIMIT %(scan)s
-    ) c
+), open AS (
+    SELECT p.id, %(cap)s - coalesce(u.n, 0) AS room
+    FROM mailroom.webhook_endpoints p
+    LEFT JOIN used u ON u.endpoint_id = p.id
+    WHERE p.status = 'active' AND (p.circuit_until IS NULL OR p.circuit_until <= now())
+      AND %(cap)s - coalesce(u.n, 0) > 0
 ), picked AS (
-    SELECT d.endpoint_id, d.event_id
-    FROM mailroom.webhook_deliveries d
-    JOIN candidates c ON c.endpoint_id = d.endpoint_id AND c.event_id = d.event_id
-    LEFT JOIN used u ON u.endpoint_id = c.endpoint_id
-    WHERE c.rank <= %(cap)s - coalesce(u.n, 0)
-    FOR UPDATE OF d SKIP LOCKED
+    SELECT due.row_id
+    FROM open
+    CROSS JOIN LATERAL (
+        SELECT d.ctid AS row_id
+        FROM mailroom.webhook_deliveries d
+        WHERE d.endpoint_id = open.id AND d.status = 'pending' AND d.next_attempt_at <= now()
+          AND (d.leased_until IS NULL OR d.leased_until < now())
+          -- the email's first event still pending for this endpoint (a subquery per row, one probe
+          -- of webhook_deliveries_email_order_idx each, whatever the table's statistics say)
+          AND (d.email_id IS NULL OR d.event_id = (
+              SELECT min(e.event_id) FROM mailroom.webhook_deliveries e
+              WHERE e.endpoint_id = d.endpoint_id AND e.email_id = d.email_id AND e.status = 'pending'))
+        ORDER BY d.endpoint_id, d.event_id  -- the order of webhook_deliveries_pending_idx
+        LIMIT open.room
+        FOR UPDATE OF d SKIP LOCKED
+    ) due
 )
+-- The rows locked above, found again by their tuple ids (a scan of the table would grow with it).
 UPDATE mailroom.webhook_deliveries d
 SET leased_until = now() + make_interval(secs => %(lease)s),
     attempts = d.attempts + 1,
     first_attempt_at = coalesce(d.first_attempt_at, now())
-FROM picked, mailroom.webhook_events v, mailroom.webhook_endpoints p
-WHERE d.endpoint_id = picked.endpoint_id AND d.event_id = picked.event_id
+FROM mailroom.webhook_events v, mailroom.webhook_endpoints p
+WHERE d.ctid = ANY (ARRAY(SELECT row_id FROM picked))
   AND v.id = d.event_id AND p.id = d.endpoint_id
 RETURNING d.endpoint_id, d.event_id, d.attempts, v.uid, v.type, v.occurred_at, v.email_id, v.owner,
           v.idempotency_key, v.recipient, v.data, p.url, p.owner_role, p.secret_encrypted, p.allow_private
@@ -230,10 +236,10 @@ class Dispatcher:
             "busy_ids": [b[0] for b in busy],
             "busy_counts": [b[1] for b in busy],
             "cap": settings.webhook_in_flight,
-            "scan": 500,
             "lease": settings.webhook_timeout_seconds + 30.0,
         }
         async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(ASYNCHRONOUS)
             rows = await (await cur.execute(CLAIM, params)).fetchall()
         for row in sorted(rows, key=lambda r: r["event_id"]):
             self._start(row, settings)
@@ -285,6 +291,7 @@ class Dispatcher:
             return 0
         try:
             async with conn.transaction(), conn.cursor() as cur:
+                await cur.execute(ASYNCHRONOUS)
                 await cur.execute(RECORD_DELIVERIES, _delivery_params(results, settings))
                 await cur.execute(RECORD_ENDPOINTS, _endpoint_params(results, settings))
         except BaseException:

@@ -88,7 +88,8 @@ CREATE TABLE mailroom.webhook_deliveries (
     CONSTRAINT webhook_deliveries_attempts_not_negative CHECK (attempts >= 0),
     CONSTRAINT webhook_deliveries_last_error_bounded CHECK (length(last_error) <= 1000)
 );
-CREATE INDEX webhook_deliveries_due_idx ON mailroom.webhook_deliveries (next_attempt_at, event_id)
+-- What the dispatcher claims: an endpoint's pending deliveries, oldest event first.
+CREATE INDEX webhook_deliveries_pending_idx ON mailroom.webhook_deliveries (endpoint_id, event_id)
     WHERE status = 'pending';
 -- Events of one email go to an endpoint in order: a delivery waits while an earlier one is pending.
 CREATE INDEX webhook_deliveries_email_order_idx ON mailroom.webhook_deliveries (endpoint_id, email_id, event_id)
