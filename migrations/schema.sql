@@ -1795,6 +1795,9 @@ BEGIN
     IF NOT mailroom.webhooks_listening() THEN
         RETURN NULL;
     END IF;
+    -- Wait for a transaction deciding the email's outcome (the worker applying what it sent): the
+    -- event's id then follows it, and an endpoint gets the email's events in the order they happened.
+    PERFORM FROM mailroom.email_queue WHERE id IN (SELECT email_id FROM new_rows) ORDER BY id FOR SHARE;
     INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
     SELECT 'email.complained', b.email_id, q.enqueued_by, q.idempotency_key, b.recipient,
            jsonb_strip_nulls(jsonb_build_object('source', b.source, 'feedback_type', b.status,
@@ -2116,6 +2119,9 @@ BEGIN
     IF NOT mailroom.webhooks_listening() THEN
         RETURN NULL;
     END IF;
+    -- Wait for a transaction deciding the email's outcome (the worker applying what it sent): the
+    -- event's id then follows it, and an endpoint gets the email's events in the order they happened.
+    PERFORM FROM mailroom.email_queue WHERE id IN (SELECT email_id FROM new_rows) ORDER BY id FOR SHARE;
     INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
     SELECT 'email.unsubscribed', s.email_id, q.enqueued_by, q.idempotency_key, s.address,
            jsonb_strip_nulls(jsonb_build_object('source', s.source, 'campaign_id', s.campaign_id))
@@ -2527,6 +2533,9 @@ BEGIN
     IF NOT mailroom.webhooks_listening() THEN
         RETURN NULL;
     END IF;
+    -- Wait for a transaction deciding the email's outcome (the worker applying what it sent): the
+    -- event's id then follows it, and an endpoint gets the email's events in the order they happened.
+    PERFORM FROM mailroom.email_queue WHERE id IN (SELECT email_id FROM new_rows) ORDER BY id FOR SHARE;
     IF TG_TABLE_NAME = 'open_events' THEN
         INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
         SELECT 'email.opened', t.email_id, q.enqueued_by, q.idempotency_key, q.recipient_email,
@@ -2568,16 +2577,16 @@ CREATE TABLE mailroom.webhook_endpoints (
     CONSTRAINT webhook_endpoints_events_known CHECK (((cardinality(events) >= 1) AND (events <@ ARRAY['email.sent'::text, 'email.bounced'::text, 'email.complained'::text, 'email.opened'::text, 'email.clicked'::text, 'email.unsubscribed'::text, 'email.failed'::text, 'email.expired'::text, 'email.suppressed'::text, 'email.cancelled'::text, 'document.signed'::text]))),
     CONSTRAINT webhook_endpoints_failures_not_negative CHECK ((failures >= 0)),
     CONSTRAINT webhook_endpoints_last_error_bounded CHECK ((length(last_error) <= 1000)),
-    CONSTRAINT webhook_endpoints_status_known CHECK ((status = ANY (ARRAY['active'::text, 'paused'::text, 'disabled'::text]))),
+    CONSTRAINT webhook_endpoints_status_known CHECK ((status = ANY (ARRAY['active'::text, 'paused'::text, 'disabled'::text, 'removing'::text]))),
     CONSTRAINT webhook_endpoints_status_reason_bounded CHECK ((length(status_reason) <= 1000)),
-    CONSTRAINT webhook_endpoints_url CHECK ((((length(url) >= 10) AND (length(url) <= 2048)) AND (url ~* '^https?://[^/?#@[:space:]]+'::text) AND (url !~ '[[:cntrl:][:space:]]'::text)))
+    CONSTRAINT webhook_endpoints_url CHECK ((((length(url) >= 10) AND (length(url) <= 2048)) AND (url ~* '^https?://[^/?#@]+([/?#].*)?$'::text) AND (url ~ '^[!-~]+$'::text)))
 );
 
 COMMENT ON TABLE mailroom.webhook_endpoints IS 'Where events go: a URL, the event types it wants, whose email (owner_role; NULL: every email, an operator''s endpoint), its signing secret (encrypted with the secret key), its state and its circuit.';
 
 COMMENT ON COLUMN mailroom.webhook_endpoints.owner_role IS 'The application role whose email''s events this endpoint receives (email_queue.enqueued_by); NULL for an operator''s endpoint, which receives every event but is told no recipient.';
 COMMENT ON COLUMN mailroom.webhook_endpoints.allow_private IS 'An operator allowed this endpoint to resolve to loopback, private, link-local or metadata addresses.';
-COMMENT ON COLUMN mailroom.webhook_endpoints.status IS 'active; paused (events wait for resume); disabled (the receiver answered 410 Gone: no new events until resumed).';
+COMMENT ON COLUMN mailroom.webhook_endpoints.status IS 'active; paused (events wait for resume); disabled (the receiver answered 410 Gone: no new events until resumed); removing (being deleted: no new event, so no writer waits on the delete).';
 COMMENT ON COLUMN mailroom.webhook_endpoints.failures IS 'Failed attempts in a row since the last success.';
 COMMENT ON COLUMN mailroom.webhook_endpoints.failing_since IS 'The first failure since the last success (health warns after an hour).';
 COMMENT ON COLUMN mailroom.webhook_endpoints.circuit_until IS 'After failures in a row, no attempt to this endpoint before this time.';
@@ -2630,7 +2639,11 @@ ALTER TABLE mailroom.webhook_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDEN
 ALTER TABLE ONLY mailroom.webhook_events
     ADD CONSTRAINT webhook_events_pkey PRIMARY KEY (id);
 
+CREATE INDEX webhook_events_email_idx ON mailroom.webhook_events USING btree (email_id);
+
 CREATE INDEX webhook_events_occurred_idx ON mailroom.webhook_events USING btree (occurred_at);
+
+CREATE INDEX webhook_events_recipient_idx ON mailroom.webhook_events USING btree (lower(recipient));
 
 CREATE FUNCTION mailroom.webhook_events_fan_out() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2641,7 +2654,7 @@ BEGIN
     SELECT p.id, e.id, e.email_id
     FROM new_events e
     JOIN mailroom.webhook_endpoints p
-      ON e.type = ANY (p.events) AND p.status <> 'disabled'
+      ON e.type = ANY (p.events) AND p.status IN ('active', 'paused')
      AND (p.owner_role IS NULL OR p.owner_role = e.owner);
     IF FOUND THEN
         PERFORM pg_notify('mailroom_webhooks', '');
@@ -2688,11 +2701,11 @@ ALTER TABLE ONLY mailroom.webhook_deliveries
 ALTER TABLE ONLY mailroom.webhook_deliveries
     ADD CONSTRAINT webhook_deliveries_event FOREIGN KEY (event_id) REFERENCES mailroom.webhook_events(id) ON DELETE CASCADE;
 
+CREATE INDEX webhook_deliveries_due_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, next_attempt_at, event_id) WHERE (status = 'pending'::text);
+
 CREATE INDEX webhook_deliveries_email_order_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, email_id, event_id) WHERE (status = 'pending'::text);
 
 CREATE INDEX webhook_deliveries_event_idx ON mailroom.webhook_deliveries USING btree (event_id);
-
-CREATE INDEX webhook_deliveries_pending_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, event_id) WHERE (status = 'pending'::text);
 
 -- functions
 
@@ -2700,10 +2713,10 @@ CREATE FUNCTION mailroom.webhooks_listening() RETURNS boolean
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT EXISTS (SELECT FROM mailroom.webhook_endpoints WHERE status <> 'disabled')
+    SELECT EXISTS (SELECT FROM mailroom.webhook_endpoints WHERE status IN ('active', 'paused'))
 $$;
 
-COMMENT ON FUNCTION mailroom.webhooks_listening() IS 'Whether an endpoint could receive an event (one that is not disabled): the event triggers write nothing otherwise.';
+COMMENT ON FUNCTION mailroom.webhooks_listening() IS 'Whether an endpoint could receive an event (active or paused): the event triggers write nothing otherwise.';
 
 REVOKE ALL ON FUNCTION mailroom.webhooks_listening() FROM PUBLIC;
 

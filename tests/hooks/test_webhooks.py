@@ -4,6 +4,7 @@ a receiver on a real socket, signatures checked by the Standard Webhooks referen
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -280,9 +281,17 @@ async def test_private_addresses_are_refused_when_added_and_when_resolved(
                 "http://10.0.0.8/x", "http://[::ffff:127.0.0.1]/x"):  # fmt: skip
         with pytest.raises(endpoints.EndpointError, match="allow-private"):
             add_endpoint(db_url, fast, url, allow_private=False)
-    for url in ("ftp://example.com/x", "https://user:pw@example.com/x", "https://example.com/x y"):
+    for url in ("ftp://example.com/x", "https://user:pw@example.com/x", "https://example.com/x y",
+                # what aiohttp's URL parser reads as 127.0.0.1 and 169.254.169.254 (found by a review)
+                "http://127\u30020\u30020\u30021/x", "http://\uff11\uff12\uff17.0.0.1/x",
+                "http://169\u3002254\u3002169\u3002254/latest/meta-data"):  # fmt: skip
         with pytest.raises(endpoints.EndpointError):
             add_endpoint(db_url, fast, url, allow_private=False)
+        with psycopg.connect(db_url) as conn, pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(  # nor written around the command line
+                "INSERT INTO mailroom.webhook_endpoints (url, events, secret_encrypted) VALUES (%s, '{email.sent}', 'x')",
+                (url,),
+            )
     with pytest.raises(UnsafeAddress, match="loopback"):
         await GuardedResolver().resolve("localhost", 80)
     # A name that resolves to loopback passes the check at add time, and is refused at each POST.
@@ -394,7 +403,7 @@ async def test_a_backlog_goes_out_round_after_round_without_waiting_for_the_time
     assert sorted(p.event["data"]["email_id"] for p in got) == sorted(ids)
 
 
-def test_privacy_reaches_webhook_events_and_maintenance_keeps_only_what_an_endpoint_waits_for(
+def test_privacy_reaches_webhook_events_and_maintenance_gives_up_then_deletes_old_ones(
     db_url: str, settings: Settings
 ) -> None:
     from worker.ops.privacy import erase_address, export_address
@@ -420,16 +429,80 @@ def test_privacy_reaches_webhook_events_and_maintenance_keeps_only_what_an_endpo
     assert rows[1][1] == "u1@example.com" and "u1@example.com" in rows[1][2]  # another person's: kept
     for _, recipient, data in (rows[0], rows[2]):
         assert "u0@example.com" not in recipient + data and "u2@example.com" not in recipient + data
-    # Past the retention: what no endpoint waits for goes, with its deliveries; a pending event stays.
+    # Past the retention: events go with their deliveries, one still pending given up first (an endpoint
+    # paused for a month must not grow the tables without end); a recent pending event stays.
     with psycopg.connect(db_url) as conn:
         conn.execute("UPDATE mailroom.webhook_events SET occurred_at = now() - interval '31 days'")
         conn.execute(
             "UPDATE mailroom.webhook_deliveries SET status = 'delivered', finished_at = now() WHERE email_id <> %s",
             (ids[1],),
         )
+    (recent,) = enqueue_many(db_url, 1, start=3)
+    with psycopg.connect(db_url) as conn:
+        mailroom.cancel(conn, recent)
     with psycopg.connect(db_url, autocommit=True) as conn:
         report = run_maintenance(conn, settings)
     (step,) = [s for s in report.steps if s.name == "purge_webhook_events"]
-    assert step.rows == 2
-    assert _rows(db_url, "SELECT email_id FROM mailroom.webhook_events") == [(ids[1],)]
-    assert _rows(db_url, "SELECT email_id, status FROM mailroom.webhook_deliveries") == [(ids[1], "pending")]
+    assert step.rows == 3 and "still pending past the retention: 1" in step.details[-1]
+    assert _rows(db_url, "SELECT email_id FROM mailroom.webhook_events") == [(recent,)]
+    assert _rows(db_url, "SELECT email_id, status FROM mailroom.webhook_deliveries") == [(recent, "pending")]
+
+
+async def test_a_result_held_back_past_its_lease_never_overwrites_a_later_attempt(
+    db_url: str, settings: Settings
+) -> None:
+    """Found by a review: a failure recorded late (the database was away) turned another worker's
+    delivered row back to pending, and the event went again after the email's later events."""
+    from worker.hooks.dispatch import Dispatcher, Result
+
+    add_endpoint(db_url, settings, "https://hooks.example.com/mail")
+    (email,) = enqueue_many(db_url, 1)
+    with psycopg.connect(db_url) as conn:
+        mailroom.cancel(conn, email)
+        # This process's attempt 1 outlived its lease; another worker's attempt 2 was delivered.
+        conn.execute(
+            "UPDATE mailroom.webhook_deliveries SET attempts = 2, status = 'delivered', finished_at = now(),"
+            " first_attempt_at = now(), last_code = 204"
+        )
+        (endpoint, event) = conn.execute(
+            "SELECT endpoint_id, event_id FROM mailroom.webhook_deliveries"
+        ).fetchone()
+    dispatcher = Dispatcher()
+    dispatcher.finished = [Result(endpoint, event, 1, 503, "HTTP 503")]
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        assert await dispatcher.record(conn, settings) == 1
+    assert _rows(db_url, "SELECT status, attempts, last_code FROM mailroom.webhook_deliveries") == [
+        ("delivered", 2, 204)
+    ]
+
+
+def test_an_endpoint_being_removed_gets_no_new_event_and_an_operators_endpoint_no_click_url(
+    db_url: str, settings: Settings
+) -> None:
+    from uuid import uuid4
+
+    from worker.hooks.dispatch import payload
+
+    gone = add_endpoint(db_url, settings, "https://hooks.example.com/gone").id
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE mailroom.webhook_endpoints SET status = 'removing' WHERE id = %s", (gone,))
+    (email,) = enqueue_many(db_url, 1)
+    with psycopg.connect(db_url) as conn:
+        mailroom.cancel(conn, email)
+    assert _rows(db_url, "SELECT count(*) FROM mailroom.webhook_events") == [(0,)]  # nobody listens
+    with psycopg.connect(db_url) as conn:
+        assert webhook_endpoints.remove(conn, gone, actor="tester")
+    assert _rows(db_url, "SELECT count(*) FROM mailroom.webhook_endpoints") == [(0,)]
+    (detail,) = _rows(
+        db_url, "SELECT detail->>'url' FROM mailroom.audit_log WHERE action = 'webhooks.remove'"
+    )
+    assert detail == ("https://hooks.example.com",)  # a path may be the receiver's secret: not kept
+    click = {"type": "email.clicked", "occurred_at": datetime.now(UTC), "email_id": 7, "owner": "shop",
+             "idempotency_key": "k", "recipient": "ada@example.com", "uid": uuid4(),
+             "data": {"url": "https://x.example/?u=ada@example.com", "reason": "r"}}  # fmt: skip
+    told = {
+        role: json.loads(payload({**click, "owner_role": role}))["data"] for role in ("shop", None, "blog")
+    }
+    assert told["shop"]["url"].endswith("ada@example.com") and told["shop"]["recipient"] == "ada@example.com"
+    for other in (told[None], told["blog"]):
+        assert set(other) == {"email_id"}

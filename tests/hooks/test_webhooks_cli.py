@@ -67,6 +67,8 @@ def test_health_warns_of_an_endpoint_failing_for_an_hour_and_metrics_show_it(
 ) -> None:
     assert run(capsys, "webhooks", "add", "https://app.example.com/h", "--events", "all")[0] == 0
     assert run(capsys, "webhooks", "add", "https://app.example.com/g", "--events", "all")[0] == 0
+    assert run(capsys, "webhooks", "add", "https://app.example.com/p", "--events", "all")[0] == 0
+    assert run(capsys, "webhooks", "pause", "3", "--reason", "receiver moving")[0] == 0
     with psycopg.connect(db_url) as conn:
         conn.execute(
             "UPDATE mailroom.webhook_endpoints SET failures = 40, failing_since = now() - interval '2 hours',"
@@ -75,10 +77,14 @@ def test_health_warns_of_an_endpoint_failing_for_an_hour_and_metrics_show_it(
         conn.execute(
             "UPDATE mailroom.webhook_endpoints SET status = 'disabled', status_reason = 'gone' WHERE id = 2"
         )
+        conn.execute(
+            "INSERT INTO mailroom.webhook_events (type, email_id) VALUES ('email.sent', NULL)"
+        )  # a delivery for each endpoint but the disabled one: endpoint 3's waits while it is paused
         report = check_health(conn, settings)
     kinds = {f.kind: f for f in report.findings}
     assert "failed for 2.0 h" in kinds["webhook_failing"].text and "HTTP 503" in kinds["webhook_failing"].text
     assert kinds["webhook_disabled"].advice.startswith("mailroom webhooks resume 2")
+    assert "paused (receiver moving); 1 events wait" in kinds["webhook_paused"].text
     assert report.ok  # warnings: email is not held up by a receiver
     gauges = DatabaseGauges(db_url, settings)
     try:

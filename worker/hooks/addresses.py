@@ -15,8 +15,10 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
+from yarl import URL
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -46,8 +48,10 @@ def refused(address: IpAddress) -> str | None:
 
 def check_url(url: str) -> str:
     """The URL as stored, or `BadUrl` saying what is wrong with it."""
-    if any(ord(c) < 33 or ord(c) == 127 for c in url):
-        raise BadUrl("a URL has no spaces or control characters")
+    if any(ord(c) < 33 or ord(c) > 126 for c in url):
+        # Only ASCII: yarl (what aiohttp connects with) reads 127。0。0。1 or full-width digits as an
+        # address that the name check would not see (an internationalised name is written in punycode).
+        raise BadUrl("a URL is plain ASCII, without spaces or control characters (a name in punycode)")
     if len(url) > 2048:
         raise BadUrl("a URL is at most 2048 characters")
     parts = urlsplit(url)
@@ -75,8 +79,10 @@ def literal(host: str) -> IpAddress | None:
 
 
 def check_literal(url: str, *, allow_private: bool) -> None:
-    """Refuse a URL whose host is an address a webhook may not reach (names are checked as resolved)."""
-    host = urlsplit(url).hostname or ""
+    """Refuse a URL whose host is an address a webhook may not reach (names are checked as resolved).
+
+    The host is read as aiohttp will connect to it (yarl's), not as the standard library reads it."""
+    host = URL(url).raw_host or ""
     address = literal(host)
     if address is not None and not allow_private and (why := refused(address)):
         raise UnsafeAddress(f"{host} is {why}; --allow-private allows it, for a receiver you run")
@@ -107,3 +113,12 @@ class GuardedResolver(AbstractResolver):
 def resolver_for(allow_private: bool) -> Any:
     """The resolver of an endpoint's POSTs: guarded, or the plain one an operator allowed."""
     return ThreadedResolver() if allow_private else GuardedResolver()
+
+
+def client_session(allow_private: bool) -> aiohttp.ClientSession:
+    """The HTTP client of webhook POSTs: the resolver above, no proxy from the environment, no cookie
+    kept (one receiver's cookie never reaches another endpoint), and no pool limit of its own: the
+    dispatcher caps POSTs per endpoint, and a shared limit would let hung receivers hold the others'
+    connections (a POST's timeout counts the wait for one)."""
+    connector = aiohttp.TCPConnector(resolver=resolver_for(allow_private), limit=0)
+    return aiohttp.ClientSession(connector=connector, trust_env=False, cookie_jar=aiohttp.DummyCookieJar())

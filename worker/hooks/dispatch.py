@@ -70,7 +70,7 @@ WITH used AS (
           AND (d.email_id IS NULL OR d.event_id = (
               SELECT min(e.event_id) FROM mailroom.webhook_deliveries e
               WHERE e.endpoint_id = d.endpoint_id AND e.email_id = d.email_id AND e.status = 'pending'))
-        ORDER BY d.endpoint_id, d.event_id  -- the order of webhook_deliveries_pending_idx
+        ORDER BY d.endpoint_id, d.next_attempt_at, d.event_id  -- webhook_deliveries_due_idx
         LIMIT open.room
         FOR UPDATE OF d SKIP LOCKED
     ) due
@@ -98,10 +98,12 @@ SET status = CASE WHEN r.delivered THEN 'delivered'
     next_attempt_at = CASE WHEN r.delivered THEN d.next_attempt_at
                            ELSE now() + make_interval(secs => r.delay) END,
     leased_until = NULL, last_code = r.code, last_error = r.error
-FROM unnest(%(endpoints)s::bigint[], %(events)s::bigint[], %(delivered)s::boolean[], %(gone)s::boolean[],
-            %(codes)s::smallint[], %(errors)s::text[], %(delays)s::float8[])
-     AS r(endpoint_id, event_id, delivered, gone, code, error, delay)
-WHERE d.endpoint_id = r.endpoint_id AND d.event_id = r.event_id
+FROM unnest(%(endpoints)s::bigint[], %(events)s::bigint[], %(attempts)s::int[], %(delivered)s::boolean[],
+            %(gone)s::boolean[], %(codes)s::smallint[], %(errors)s::text[], %(delays)s::float8[])
+     AS r(endpoint_id, event_id, attempt, delivered, gone, code, error, delay)
+-- Only the attempt this process claimed: a result held back past its lease (the database was away)
+-- never overwrites what another worker's later attempt recorded.
+WHERE d.endpoint_id = r.endpoint_id AND d.event_id = r.event_id AND d.status = 'pending' AND d.attempts = r.attempt
 """
 
 RECORD_ENDPOINTS = """
@@ -149,8 +151,9 @@ def payload(row: Mapping[str, Any]) -> bytes:
     endpoint of the role that enqueued the email."""
     own = row["owner_role"] is not None and row["owner_role"] == row["owner"]
     data: dict[str, Any] = dict(row["data"] or {})
-    if not own:
+    if not own:  # a reason may quote the address, and a click's URL may carry it
         data.pop("reason", None)
+        data.pop("url", None)
     if row["email_id"] is not None:
         data["email_id"] = row["email_id"]
         if own:
@@ -279,8 +282,7 @@ class Dispatcher:
     def _session(self, allow_private: bool) -> aiohttp.ClientSession:
         session = self.sessions.get(allow_private)
         if session is None or session.closed:
-            connector = aiohttp.TCPConnector(resolver=addresses.resolver_for(allow_private), limit=100)
-            session = aiohttp.ClientSession(connector=connector, trust_env=False)
+            session = addresses.client_session(allow_private)
             self.sessions[allow_private] = session
         return session
 
@@ -319,6 +321,7 @@ def _delivery_params(results: list[Result], settings: Settings) -> dict[str, Any
     return {
         "endpoints": [r.endpoint_id for r in results],
         "events": [r.event_id for r in results],
+        "attempts": [r.attempts for r in results],
         "delivered": [r.delivered for r in results],
         "gone": [r.gone for r in results],
         "codes": [r.code for r in results],

@@ -13,6 +13,7 @@ from worker.core.crypto import SecretBox
 from worker.hooks import signing
 from worker.hooks.addresses import BadUrl, UnsafeAddress, check_literal, check_url
 from worker.ops import audit
+from worker.ops.webhook_endpoints import where
 
 ADD = """
 INSERT INTO mailroom.webhook_endpoints (url, owner_role, events, secret_encrypted, allow_private)
@@ -65,7 +66,7 @@ def add(
     row = conn.execute(ADD, params).fetchone()
     assert row is not None
     endpoint = int(_first(row))
-    detail = {"url": url, "role": role, "events": events, "allow_private": allow_private}
+    detail = {"url": where(url), "role": role, "events": events, "allow_private": allow_private}
     audit.record(conn, "webhooks.add", actor, f"webhook_endpoints:{endpoint}", 1, detail)
     return Added(endpoint, secret)
 

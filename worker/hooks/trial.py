@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
-
 from worker.core.config import Settings
 from worker.core.crypto import SecretBox
 from worker.hooks import addresses, signing
@@ -31,8 +29,7 @@ async def post_test(
         separators=(",", ":"),
     ).encode()
     allow_private = bool(row["allow_private"])
-    connector = aiohttp.TCPConnector(resolver=addresses.resolver_for(allow_private))
-    async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
+    async with addresses.client_session(allow_private) as session:
         return await post(
             session, row["url"], key, uuid.uuid4(), body, settings.webhook_timeout_seconds,
             allow_private=allow_private,

@@ -98,7 +98,7 @@ class Finding:
     `database_findings`), attempt_failures, bounce_rate, complaint_rate, quarantine_full, quarantine_dropped,
     sender_dns (the latest DNS check of a sender: a problem when DKIM does not verify), dmarc_full,
     dmarc_refused, dmarc_disputed (warnings: see worker.ops.dmarc_report.dmarc_findings), webhook_failing,
-    webhook_disabled (warnings: see worker.ops.webhook_health).
+    webhook_disabled, webhook_paused (warnings: see worker.ops.webhook_health).
     `advice` is what to run about it.
     """
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.rows import dict_row
@@ -78,14 +79,31 @@ def set_status(
 
 
 def remove(conn: psycopg.Connection[Any], endpoint: int, *, actor: str) -> bool:
-    """Delete one endpoint and its deliveries, audited; False when there is none."""
-    row = conn.execute(
-        "DELETE FROM mailroom.webhook_endpoints WHERE id = %s RETURNING url", (endpoint,)
-    ).fetchone()
+    """Delete one endpoint and its deliveries, audited; False when there is none.
+
+    In two transactions: first the endpoint is marked `removing`, which no event is fanned out to, and
+    that commits; then it is deleted. A transaction writing events (the worker applying what it sent,
+    the tracker recording an open) then never waits on the delete's lock, only to fail on the foreign
+    key of a delivery to an endpoint gone meanwhile."""
+    with conn.transaction():
+        row = conn.execute(
+            "UPDATE mailroom.webhook_endpoints SET status = 'removing' WHERE id = %s RETURNING url",
+            (endpoint,),
+        ).fetchone()
     if row is None:
         return False
-    audit.record(conn, "webhooks.remove", actor, f"webhook_endpoints:{endpoint}", 1, {"url": _first(row)})
+    with conn.transaction():
+        conn.execute("DELETE FROM mailroom.webhook_endpoints WHERE id = %s", (endpoint,))
+        audit.record(
+            conn, "webhooks.remove", actor, f"webhook_endpoints:{endpoint}", 1, {"url": where(_first(row))}
+        )
     return True
+
+
+def where(url: str) -> str:
+    """What the audit log keeps of an endpoint's URL: its scheme and host (a path or query may be its secret)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def replay(conn: psycopg.Connection[Any], endpoint_ids: list[int], since: datetime, *, actor: str) -> int:

@@ -1,5 +1,6 @@
 """What `mailroom health` warns of webhook endpoints: one failing for an hour or more, one disabled by its
-receiver's 410 Gone. Neither stops email; both mean an application misses events."""
+receiver's 410 Gone, one paused with events waiting. None stops email; each means an application
+misses events."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ SELECT id, status, status_reason, failures, last_error,
        (SELECT count(*) FROM mailroom.webhook_deliveries d WHERE d.endpoint_id = p.id AND d.status = 'pending')
            AS pending
 FROM mailroom.webhook_endpoints p
-WHERE status = 'disabled' OR (status = 'active' AND failing_since < now() - make_interval(secs => %(after)s))
+WHERE status IN ('disabled', 'paused')
+   OR (status = 'active' AND failing_since < now() - make_interval(secs => %(after)s))
 ORDER BY id
 """
 
@@ -35,7 +37,15 @@ def webhook_findings(conn: psycopg.Connection[Any]) -> list[WebhookFinding]:
         rows = cur.execute(_ENDPOINTS, {"after": FAILING_FOR_SECONDS}).fetchall()
     found = []
     for r in rows:
-        if r["status"] == "disabled":
+        if r["status"] == "paused":
+            if r["pending"]:
+                found.append(WebhookFinding(
+                    "webhook_paused",
+                    f"webhook endpoint {r['id']} is paused ({r['status_reason'] or 'no reason given'});"
+                    f" {r['pending']} events wait (given up after MAILROOM_WEBHOOK_RETENTION_DAYS)",
+                    f"mailroom webhooks resume {r['id']}",
+                ))  # fmt: skip
+        elif r["status"] == "disabled":
             found.append(WebhookFinding(
                 "webhook_disabled",
                 f"webhook endpoint {r['id']} is disabled ({r['status_reason']}); {r['pending']} events wait",

@@ -1,8 +1,9 @@
 """Webhook events' clean-up: a maintenance step deleting events older than
-`MAILROOM_WEBHOOK_RETENTION_DAYS` that no endpoint still waits for (their deliveries go with them).
+`MAILROOM_WEBHOOK_RETENTION_DAYS` (their deliveries go with them).
 
-An event still pending for some endpoint (paused, or failing within its retry window) is kept however
-old: it is deleted once it is delivered or given up.
+An event that old still pending for an endpoint (paused, or disabled by its receiver, for as long) is
+given up first (`dead`, said in its last error): the tables never grow without end behind an endpoint
+nobody resumes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ DELETE FROM mailroom.webhook_events
 WHERE id IN (SELECT v.id FROM mailroom.webhook_events v WHERE {_DONE} LIMIT %s)
 """  # noqa: S608 - constant text
 
+GIVE_UP = """
+UPDATE mailroom.webhook_deliveries d
+SET status = 'dead', finished_at = now(), leased_until = NULL,
+    last_error = 'given up by maintenance: older than MAILROOM_WEBHOOK_RETENTION_DAYS'
+FROM mailroom.webhook_events v
+WHERE v.id = d.event_id AND d.status = 'pending' AND v.occurred_at <= %s
+"""
+
 PURGE = Purge(
     "purge_webhook_events",
     COUNT_OLD,
@@ -38,5 +47,12 @@ PURGE = Purge(
 def purge_webhook_events(
     conn: psycopg.Connection[Any], settings: Settings, now: datetime, report: MaintenanceReport
 ) -> StepReport:
-    """Delete webhook events (and their deliveries) older than the retention that nobody waits for."""
-    return PURGE.run(conn, now - timedelta(days=settings.webhook_retention_days), report)
+    """Give up the deliveries of events older than the retention, then delete those events."""
+    cutoff = now - timedelta(days=settings.webhook_retention_days)
+    given_up = 0
+    if not report.dry_run:
+        with conn.transaction():
+            given_up = conn.execute(GIVE_UP, (cutoff,)).rowcount
+    step = PURGE.run(conn, cutoff, report)
+    step.details.append(f"deliveries given up, still pending past the retention: {given_up}")
+    return step

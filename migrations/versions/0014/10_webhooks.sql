@@ -19,11 +19,11 @@ CREATE TABLE mailroom.webhook_endpoints (
     circuit_until timestamptz,
     last_success_at timestamptz,
     last_error text,
-    CONSTRAINT webhook_endpoints_status_known CHECK (status IN ('active', 'paused', 'disabled')),
-    -- An absolute http(s) URL without credentials, spaces or control characters (worker.hooks.endpoints
+    CONSTRAINT webhook_endpoints_status_known CHECK (status IN ('active', 'paused', 'disabled', 'removing')),
+    -- An absolute http(s) URL in plain ASCII, without credentials, spaces or control characters (worker.hooks.endpoints
     -- checks it more closely, and the dispatcher checks the addresses it resolves to before each POST).
     CONSTRAINT webhook_endpoints_url CHECK (
-        length(url) BETWEEN 10 AND 2048 AND url ~* '^https?://[^/?#@[:space:]]+' AND url !~ '[[:cntrl:][:space:]]'),
+        length(url) BETWEEN 10 AND 2048 AND url ~* '^https?://[^/?#@]+([/?#].*)?$' AND url ~ '^[!-~]+$'),
     CONSTRAINT webhook_endpoints_events_known CHECK (
         cardinality(events) >= 1 AND events <@ ARRAY['email.sent', 'email.bounced', 'email.complained',
             'email.opened', 'email.clicked', 'email.unsubscribed', 'email.failed', 'email.expired',
@@ -39,7 +39,7 @@ COMMENT ON COLUMN mailroom.webhook_endpoints.owner_role IS
 COMMENT ON COLUMN mailroom.webhook_endpoints.allow_private IS
     'An operator allowed this endpoint to resolve to loopback, private, link-local or metadata addresses.';
 COMMENT ON COLUMN mailroom.webhook_endpoints.status IS
-    'active; paused (events wait for resume); disabled (the receiver answered 410 Gone: no new events until resumed).';
+    'active; paused (events wait for resume); disabled (the receiver answered 410 Gone: no new events until resumed); removing (being deleted: no new event, so no writer waits on the delete).';
 COMMENT ON COLUMN mailroom.webhook_endpoints.failures IS 'Failed attempts in a row since the last success.';
 COMMENT ON COLUMN mailroom.webhook_endpoints.failing_since IS 'The first failure since the last success (health warns after an hour).';
 COMMENT ON COLUMN mailroom.webhook_endpoints.circuit_until IS 'After failures in a row, no attempt to this endpoint before this time.';
@@ -61,6 +61,9 @@ CREATE TABLE mailroom.webhook_events (
     CONSTRAINT webhook_events_data_object CHECK (jsonb_typeof(data) = 'object')
 );
 CREATE INDEX webhook_events_occurred_idx ON mailroom.webhook_events (occurred_at);
+-- What privacy export and erasure look an address up by.
+CREATE INDEX webhook_events_email_idx ON mailroom.webhook_events (email_id);
+CREATE INDEX webhook_events_recipient_idx ON mailroom.webhook_events (lower(recipient));
 COMMENT ON TABLE mailroom.webhook_events IS
     'What happened to an email (or a document), written by triggers in the transaction of the change: none for a change that rolled back, none lost when a process dies. Written only while an endpoint exists.';
 COMMENT ON COLUMN mailroom.webhook_events.uid IS 'The event''s stable id (webhook-id: evt_<uid>), the same on every retry and replay.';
@@ -88,8 +91,9 @@ CREATE TABLE mailroom.webhook_deliveries (
     CONSTRAINT webhook_deliveries_attempts_not_negative CHECK (attempts >= 0),
     CONSTRAINT webhook_deliveries_last_error_bounded CHECK (length(last_error) <= 1000)
 );
--- What the dispatcher claims: an endpoint's pending deliveries, oldest event first.
-CREATE INDEX webhook_deliveries_pending_idx ON mailroom.webhook_deliveries (endpoint_id, event_id)
+-- What the dispatcher claims: an endpoint's pending deliveries that are due, soonest first (those
+-- waiting out a backoff after an outage are never read until they are due).
+CREATE INDEX webhook_deliveries_due_idx ON mailroom.webhook_deliveries (endpoint_id, next_attempt_at, event_id)
     WHERE status = 'pending';
 -- Events of one email go to an endpoint in order: a delivery waits while an earlier one is pending.
 CREATE INDEX webhook_deliveries_email_order_idx ON mailroom.webhook_deliveries (endpoint_id, email_id, event_id)
@@ -107,7 +111,7 @@ BEGIN
     SELECT p.id, e.id, e.email_id
     FROM new_events e
     JOIN mailroom.webhook_endpoints p
-      ON e.type = ANY (p.events) AND p.status <> 'disabled'
+      ON e.type = ANY (p.events) AND p.status IN ('active', 'paused')
      AND (p.owner_role IS NULL OR p.owner_role = e.owner);
     IF FOUND THEN
         PERFORM pg_notify('mailroom_webhooks', '');
@@ -124,8 +128,8 @@ COMMENT ON TRIGGER webhook_events_fan_out ON mailroom.webhook_events IS
 -- Whether events are written at all: not while no endpoint could receive one.
 CREATE FUNCTION mailroom.webhooks_listening() RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT EXISTS (SELECT FROM mailroom.webhook_endpoints WHERE status <> 'disabled')
+    SELECT EXISTS (SELECT FROM mailroom.webhook_endpoints WHERE status IN ('active', 'paused'))
 $$;
 REVOKE ALL ON FUNCTION mailroom.webhooks_listening() FROM PUBLIC;
 COMMENT ON FUNCTION mailroom.webhooks_listening() IS
-    'Whether an endpoint could receive an event (one that is not disabled): the event triggers write nothing otherwise.';
+    'Whether an endpoint could receive an event (active or paused): the event triggers write nothing otherwise.';

@@ -57,6 +57,9 @@ BEGIN
     IF NOT mailroom.webhooks_listening() THEN
         RETURN NULL;
     END IF;
+    -- Wait for a transaction deciding the email's outcome (the worker applying what it sent): the
+    -- event's id then follows it, and an endpoint gets the email's events in the order they happened.
+    PERFORM FROM mailroom.email_queue WHERE id IN (SELECT email_id FROM new_rows) ORDER BY id FOR SHARE;
     INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
     SELECT 'email.complained', b.email_id, q.enqueued_by, q.idempotency_key, b.recipient,
            jsonb_strip_nulls(jsonb_build_object('source', b.source, 'feedback_type', b.status,
@@ -81,6 +84,9 @@ BEGIN
     IF NOT mailroom.webhooks_listening() THEN
         RETURN NULL;
     END IF;
+    -- Wait for a transaction deciding the email's outcome (the worker applying what it sent): the
+    -- event's id then follows it, and an endpoint gets the email's events in the order they happened.
+    PERFORM FROM mailroom.email_queue WHERE id IN (SELECT email_id FROM new_rows) ORDER BY id FOR SHARE;
     IF TG_TABLE_NAME = 'open_events' THEN
         INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
         SELECT 'email.opened', t.email_id, q.enqueued_by, q.idempotency_key, q.recipient_email,
@@ -112,6 +118,9 @@ BEGIN
     IF NOT mailroom.webhooks_listening() THEN
         RETURN NULL;
     END IF;
+    -- Wait for a transaction deciding the email's outcome (the worker applying what it sent): the
+    -- event's id then follows it, and an endpoint gets the email's events in the order they happened.
+    PERFORM FROM mailroom.email_queue WHERE id IN (SELECT email_id FROM new_rows) ORDER BY id FOR SHARE;
     INSERT INTO mailroom.webhook_events (type, email_id, owner, idempotency_key, recipient, data)
     SELECT 'email.unsubscribed', s.email_id, q.enqueued_by, q.idempotency_key, s.address,
            jsonb_strip_nulls(jsonb_build_object('source', s.source, 'campaign_id', s.campaign_id))
