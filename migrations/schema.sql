@@ -2701,6 +2701,10 @@ ALTER TABLE ONLY mailroom.webhook_deliveries
 ALTER TABLE ONLY mailroom.webhook_deliveries
     ADD CONSTRAINT webhook_deliveries_event FOREIGN KEY (event_id) REFERENCES mailroom.webhook_events(id) ON DELETE CASCADE;
 
+CREATE INDEX webhook_deliveries_dead_idx ON mailroom.webhook_deliveries USING btree (endpoint_id) WHERE (status = 'dead'::text);
+
+CREATE INDEX webhook_deliveries_delivered_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, finished_at) WHERE (status = 'delivered'::text);
+
 CREATE INDEX webhook_deliveries_due_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, next_attempt_at, event_id) WHERE (status = 'pending'::text);
 
 CREATE INDEX webhook_deliveries_email_order_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, email_id, event_id) WHERE (status = 'pending'::text);

@@ -16,18 +16,26 @@ from psycopg.rows import dict_row
 
 from worker.ops import audit
 
-LIST = """
-SELECT p.id, p.url, p.owner_role, p.events, p.status, p.status_reason, p.allow_private, p.created_at,
+# Each endpoint with its deliveries waiting, given up, and delivered in the last day, each counted
+# through an index of its own (an endpoint may have millions of deliveries over its retention). The
+# URL is {url}: a read-only role may not read it (a receiver's URL is often its own secret).
+_LIST = """
+SELECT p.id, {url} AS url, p.owner_role, p.events, p.status, p.status_reason, p.allow_private, p.created_at,
        p.failures, p.failing_since, p.circuit_until, p.last_success_at, p.last_error,
-       count(*) FILTER (WHERE d.status = 'pending') AS pending,
-       count(*) FILTER (WHERE d.status = 'delivered') AS delivered,
-       count(*) FILTER (WHERE d.status = 'dead') AS dead,
-       min(d.next_attempt_at) FILTER (WHERE d.status = 'pending') AS next_attempt_at
+       (SELECT count(*) FROM mailroom.webhook_deliveries d
+        WHERE d.endpoint_id = p.id AND d.status = 'pending') AS pending,
+       (SELECT count(*) FROM mailroom.webhook_deliveries d
+        WHERE d.endpoint_id = p.id AND d.status = 'dead') AS dead,
+       (SELECT count(*) FROM mailroom.webhook_deliveries d
+        WHERE d.endpoint_id = p.id AND d.status = 'delivered' AND d.finished_at > now() - interval '1 day')
+           AS delivered
 FROM mailroom.webhook_endpoints p
-LEFT JOIN mailroom.webhook_deliveries d ON d.endpoint_id = p.id
-GROUP BY p.id
 ORDER BY p.id
 """
+LIST = _LIST.format(url="p.url")
+LIST_WITHOUT_URLS = _LIST.format(url="NULL::text")
+CAN_READ_URLS = "SELECT has_column_privilege('mailroom.webhook_endpoints', 'url', 'SELECT')"
+
 
 SET_STATUS = """
 UPDATE mailroom.webhook_endpoints
@@ -59,9 +67,11 @@ RETURNING d.endpoint_id
 
 
 def endpoints(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    """Every endpoint with its deliveries' counts, oldest first."""
+    """Every endpoint with its deliveries' counts, oldest first (without URLs for a read-only role)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return list(cur.execute(LIST).fetchall())
+        row = cur.execute(CAN_READ_URLS).fetchone()
+        readable = bool(row and next(iter(row.values())))
+        return list(cur.execute(LIST if readable else LIST_WITHOUT_URLS).fetchall())
 
 
 def set_status(

@@ -99,6 +99,10 @@ CREATE INDEX webhook_deliveries_due_idx ON mailroom.webhook_deliveries (endpoint
 CREATE INDEX webhook_deliveries_email_order_idx ON mailroom.webhook_deliveries (endpoint_id, email_id, event_id)
     WHERE status = 'pending';
 CREATE INDEX webhook_deliveries_event_idx ON mailroom.webhook_deliveries (event_id);
+-- What `webhooks list` and the console count per endpoint: given up, and delivered in the last day.
+CREATE INDEX webhook_deliveries_dead_idx ON mailroom.webhook_deliveries (endpoint_id) WHERE status = 'dead';
+CREATE INDEX webhook_deliveries_delivered_idx ON mailroom.webhook_deliveries (endpoint_id, finished_at)
+    WHERE status = 'delivered';
 COMMENT ON TABLE mailroom.webhook_deliveries IS
     'One event for one endpoint: pending (with its next attempt and, while a worker posts it, a lease), delivered (a 2xx), or dead (retries exhausted).';
 COMMENT ON COLUMN mailroom.webhook_deliveries.leased_until IS 'A worker is posting it until then; after, another may (the receiver then sees the same webhook-id again).';

@@ -46,8 +46,9 @@ Examples:
 
 LIST = """\
 Every endpoint: its URL, whose events it receives, the events, its state (active, paused,
-disabled), its deliveries (pending, delivered, dead), how many attempts failed in a row and
-since when, and the last error. Never the secret. Changes nothing. Exit status 0.
+disabled, removing), its deliveries (pending, delivered in the last day, dead), how many attempts
+failed in a row and since when, and the last error. Never the secret; a read-only role is not shown
+URLs. Changes nothing. Exit status 0.
 
 Examples:
   mailroom webhooks list
@@ -177,7 +178,7 @@ def _row(r: dict[str, Any]) -> list[str]:
     status = r["status"] + (f" ({r['status_reason']})" if r["status_reason"] else "")
     failing = f"{r['failures']} since {r['failing_since']:%Y-%m-%d %H:%M}" if r["failing_since"] else "-"
     return [
-        str(r["id"]), r["url"], r["owner_role"] or "(operators: every email)", events, status,
+        str(r["id"]), r["url"] or "(hidden from this role)", r["owner_role"] or "(operators: every email)", events, status,
         str(r["pending"]), str(r["delivered"]), str(r["dead"]), failing, r["last_error"] or "-",
     ]  # fmt: skip
 
