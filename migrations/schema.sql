@@ -2705,11 +2705,11 @@ CREATE INDEX webhook_deliveries_dead_idx ON mailroom.webhook_deliveries USING bt
 
 CREATE INDEX webhook_deliveries_delivered_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, finished_at) WHERE (status = 'delivered'::text);
 
-CREATE INDEX webhook_deliveries_due_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, next_attempt_at, event_id) WHERE (status = 'pending'::text);
-
 CREATE INDEX webhook_deliveries_email_order_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, email_id, event_id) WHERE (status = 'pending'::text);
 
 CREATE INDEX webhook_deliveries_event_idx ON mailroom.webhook_deliveries USING btree (event_id);
+
+CREATE INDEX webhook_deliveries_pending_idx ON mailroom.webhook_deliveries USING btree (endpoint_id, event_id) WHERE (status = 'pending'::text);
 
 -- functions
 

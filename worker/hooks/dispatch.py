@@ -70,7 +70,7 @@ WITH used AS (
           AND (d.email_id IS NULL OR d.event_id = (
               SELECT min(e.event_id) FROM mailroom.webhook_deliveries e
               WHERE e.endpoint_id = d.endpoint_id AND e.email_id = d.email_id AND e.status = 'pending'))
-        ORDER BY d.endpoint_id, d.next_attempt_at, d.event_id  -- webhook_deliveries_due_idx
+        ORDER BY d.endpoint_id, d.event_id  -- the order of webhook_deliveries_pending_idx
         LIMIT open.room
         FOR UPDATE OF d SKIP LOCKED
     ) due

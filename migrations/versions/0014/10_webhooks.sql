@@ -91,9 +91,11 @@ CREATE TABLE mailroom.webhook_deliveries (
     CONSTRAINT webhook_deliveries_attempts_not_negative CHECK (attempts >= 0),
     CONSTRAINT webhook_deliveries_last_error_bounded CHECK (length(last_error) <= 1000)
 );
--- What the dispatcher claims: an endpoint's pending deliveries that are due, soonest first (those
--- waiting out a backoff after an outage are never read until they are due).
-CREATE INDEX webhook_deliveries_due_idx ON mailroom.webhook_deliveries (endpoint_id, next_attempt_at, event_id)
+-- What the dispatcher claims: an endpoint's pending deliveries, oldest event first. (Those waiting out
+-- a backoff are read past only while the endpoint's circuit is closed: after five failures in a row it
+-- is not read at all until its next probe. Ordered by when they are due instead, the planner sorted
+-- the whole backlog on a fresh burst: bench.webhooks fell from 1,441 to 1,100 events/s.)
+CREATE INDEX webhook_deliveries_pending_idx ON mailroom.webhook_deliveries (endpoint_id, event_id)
     WHERE status = 'pending';
 -- Events of one email go to an endpoint in order: a delivery waits while an earlier one is pending.
 CREATE INDEX webhook_deliveries_email_order_idx ON mailroom.webhook_deliveries (endpoint_id, email_id, event_id)
