@@ -451,8 +451,10 @@ async def test_pacing_holds_across_workers_not_only_within_one(
     assert sum(w.sent for w in workers) == total and all(w.sent > 0 for w in workers)
     arrivals = sorted(m.received_at for m in smtp_sink.messages)
     assert len(arrivals) == total
-    # Slots are taken one delay apart in PostgreSQL; the first send may arrive up to a delay late.
-    assert (arrivals[-1] - arrivals[0]).total_seconds() >= (total - 2) * delay
+    # Slots are taken one delay apart in PostgreSQL (seven gaps: 1.05 s); on a loaded host the first
+    # send may reach the sink late and the others on time (a run of CI's command side by side with
+    # another measured 0.891 s). Paced per process, two workers would take about half: 0.45 s.
+    assert (arrivals[-1] - arrivals[0]).total_seconds() >= (total - 3) * delay
 
 
 async def test_accepted_email_is_charged_and_recorded_even_when_the_journal_refuses_it(
