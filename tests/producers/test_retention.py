@@ -38,6 +38,7 @@ STEPS = [
     "prune_audit",
     "create_partitions",
     "drop_partitions",
+    "expire_archives",
 ]
 
 
@@ -77,7 +78,8 @@ def test_old_sent_email_is_archived_one_file_per_day_then_deleted(
     directory = archive_directory(settings)
     assert directory == settings.home / "archive"
     files = sorted(p.name for p in directory.iterdir())
-    assert files == [f"emails-{d.isoformat()}.jsonl.gz" for d in old_mail["days"]]
+    names = [f"emails-{d.isoformat()}.jsonl.gz" for d in old_mail["days"]]
+    assert files == sorted(names + [f"{n}.sha256" for n in names])
     for day in old_mail["days"]:
         path = archive_path(directory, day)
         with gzip.open(path, "rt", encoding="utf-8") as handle:
@@ -244,7 +246,8 @@ def test_partitions_are_made_ahead_and_dropped_past_retention(
     assert steps["create_partitions"].rows == 9 == {s.name: s.rows for s in dry.steps}["create_partitions"]
     # The 0001 partitions started the month before install: this month's one held the row.
     assert any(
-        f"dropped send_logs_{this_month:%Y_%m} (1 row(s))" == d for d in steps["drop_partitions"].details
+        d.startswith(f"archived send_logs_{this_month:%Y_%m} (1 row(s)) to ")
+        for d in steps["drop_partitions"].details
     )
     assert steps["drop_partitions"].rows == {s.name: s.rows for s in dry.steps}["drop_partitions"] >= 1
     assert {s.name: s.rows for s in maintain(db_url, short, now=later).steps}["create_partitions"] == 0

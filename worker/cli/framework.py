@@ -7,13 +7,15 @@ no setting and no database driver (`bench/startup.py` measures it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
+import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
+from typing import IO, TYPE_CHECKING, Any, Concatenate, ParamSpec
 
 import click
 
@@ -263,3 +265,19 @@ class HostPort(click.ParamType[tuple[str, int | None]]):
                 ctx,
             )
         return host.strip("[]"), int(port)
+
+
+@contextlib.contextmanager
+def private_output(path: str | None) -> Iterator[IO[str]]:
+    """Standard output (`path` None or "-"), or `path` created or truncated with mode 0600, for writing."""
+    from worker.core.config import ConfigError
+
+    if path is None or path == "-":
+        yield sys.stdout
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        yield out

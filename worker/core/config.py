@@ -112,6 +112,7 @@ class Settings:
     archive_expired_after_days: int = 30
     archive_cancelled_after_days: int = 7
     archive_suppressed_after_days: int = 7
+    archive_retention_days: int = 2557
     inbox_retention_days: int = 30
     audit_retention_days: int = 0
     log_retention_months: int = 24
@@ -378,6 +379,9 @@ DECLARED: tuple[Setting, ...] = (
     _S("MAILROOM_ARCHIVE_CANCELLED_AFTER_DAYS", "archive_cancelled_after_days", "cancelled email", _whole, 1),
     _S("MAILROOM_ARCHIVE_SUPPRESSED_AFTER_DAYS", "archive_suppressed_after_days",
        "suppressed email (unsubscribed or bounced address)", _whole, 1),
+    _S("MAILROOM_ARCHIVE_RETENTION_DAYS", "archive_retention_days", "archive files (email of every final "
+       "state, send logs) are overwritten and deleted once their period ended this many days ago (7 years)",
+       _whole, 1),
     _S("MAILROOM_INBOX_RETENTION_DAYS", "inbox_retention_days",
        "inbox rows (the de-duplication window of order events) kept this long", _whole, 1),
     _S("MAILROOM_AUDIT_RETENTION_DAYS", "audit_retention_days", "maintenance prunes audit rows older than "

@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from worker.ops.archive_files import (
     ArchiveError,
     archive_directory,
     archive_path,
+    day_start,
     directory_lock,
     read_archive,
     write_archive_atomically,
@@ -126,11 +127,6 @@ def _created_at(record: dict[str, Any]) -> datetime | None:
         return datetime.fromisoformat(value) if isinstance(value, str) else None
     except ValueError:
         return None
-
-
-def day_start(day: date) -> datetime:
-    """Midnight UTC at the start of `day`."""
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
 def archive_day(

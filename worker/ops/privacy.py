@@ -22,7 +22,7 @@ import logging
 import re
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -34,7 +34,8 @@ from psycopg.rows import dict_row
 
 from worker.core.masking import ERASED_DOMAIN, mask_address
 from worker.core.validation import ValidationError, check_header_text
-from worker.ops.archive_files import ARCHIVE_NAME, directory_lock, read_archive, write_archive_atomically
+from worker.ops.archive_catalogue import ADDRESS_LISTS, EMAILS, SEND_LOGS, catalogue, record_for, records
+from worker.ops.archive_files import directory_lock, read_archive, write_archive_atomically
 from worker.ops.privacy_sql import BEING_SENT, CANCEL_UNSENT, ERASURES, EXPORTS, MENTIONED_IDS
 from worker.ops.retention import MAINTENANCE_LOCK_KEY
 
@@ -70,29 +71,8 @@ def jsonable(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def _archive_files(directory: Path | None) -> list[Path]:
-    if directory is None or not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir() if ARCHIVE_NAME.match(p.name))
-
-
-def _is_for(line: str, addr: str) -> dict[str, Any] | None:
-    # Cheap test first: most lines of most files are someone else's.
-    if addr not in line.lower():
-        return None
-    record: dict[str, Any] = json.loads(line)
-    return record if addr in _addresses(record) else None
-
-
-_LISTS = ("to_extra", "cc", "bcc", "reply_to")
-
-
-def _addresses(record: dict[str, Any]) -> set[str]:
-    """Every address an archived email names, in lower case."""
-    found = {str(record.get("recipient_email", "")).lower()}
-    for key in _LISTS:
-        found.update(str(a).lower() for a in record.get(key) or ())
-    return found
+# Where each kind of archived record goes in an export.
+_EXPORTED_AS = {EMAILS: "archived_emails", SEND_LOGS: "archived_send_logs"}
 
 
 # One audit row per request, in the request's transaction: who, which address (masked), how many rows.
@@ -142,16 +122,11 @@ def export_address(
             if name == "emails":
                 params["ids"] = [row["id"] for row in rows]
             result[name] = rows
-        archived: list[dict[str, Any]] = []
-        files = _archive_files(archive_dir)
-        for done, path in enumerate(files, start=1):
-            for _, line in read_archive(path):
-                record = _is_for(line, addr)
-                if record is not None:
-                    archived.append({"archive_file": path.name, **record})
-            if progress:
-                progress(done, len(files))
-        result["archived_emails"] = archived
+        files = catalogue(archive_dir)
+        for kind in _EXPORTED_AS.values():
+            result[kind] = []
+        for file, record in records(files, address=addr, progress=progress):
+            result[_EXPORTED_AS[file.kind]].append({"archive_file": file.name, **record})
         counts = {k: len(v) for k, v in result.items() if isinstance(v, list) and v}
         detail = {"rows": counts, "archive_files_searched": len(files)}
         _audit(cur, "privacy.export", actor, mask_address(addr), sum(counts.values()), detail)
@@ -180,9 +155,17 @@ class ErasureReport:
         return sum(self.rows.values())
 
 
+def _anonymise_send_log(record: dict[str, Any], replacement: str, pattern: re.Pattern[str]) -> dict[str, Any]:
+    response = record.get("response")
+    return record | {
+        "recipient_email": pattern.sub(replacement, str(record.get("recipient_email", ""))),
+        "response": pattern.sub(replacement, response) if isinstance(response, str) else response,
+    }
+
+
 def _anonymise_record(record: dict[str, Any], replacement: str, pattern: re.Pattern[str]) -> dict[str, Any]:
     erased = dict(record)
-    for key in _LISTS:
+    for key in ADDRESS_LISTS:
         if isinstance(erased.get(key), list):
             erased[key] = [pattern.sub(replacement, str(a)) for a in erased[key]]
     erased.update(
@@ -232,20 +215,27 @@ def _rewrite_archives(
     progress: Callable[[int, int], None] | None,
 ) -> None:
     pattern = re.compile(address_pattern(addr), re.IGNORECASE)
-    files = _archive_files(directory)
-    for done, path in enumerate(files, start=1):
-        lines: list[str] = []
-        changed = 0
-        for _, line in read_archive(path):
-            record = _is_for(line, addr)
-            if record is not None:
-                line = json.dumps(_anonymise_record(record, replacement, pattern)) + "\n"
-                changed += 1
-            lines.append(line)
-        if changed:
-            write_archive_atomically(path, iter(lines))
-            report.archive_files.append(path.name)
-            report.rows["archived_emails"] = report.rows.get("archived_emails", 0) + changed
+    files = catalogue(directory)
+    for done, file in enumerate(files, start=1):
+        # A first pass finds whether the file names the address at all; only then is it rewritten,
+        # streamed from the file itself (the new one replaces it by a rename once complete).
+        if any(record_for(line, addr) is not None for _, line in read_archive(file.path)):
+            anonymise = _anonymise_send_log if file.kind == SEND_LOGS else _anonymise_record
+            changed = 0
+
+            def lines(path: Path = file.path, anonymise: Any = anonymise) -> Iterator[str]:
+                nonlocal changed
+                for _, line in read_archive(path):
+                    record = record_for(line, addr)
+                    if record is not None:
+                        changed += 1
+                        line = json.dumps(anonymise(record, replacement, pattern)) + "\n"
+                    yield line
+
+            write_archive_atomically(file.path, lines())
+            report.archive_files.append(file.name)
+            kind = _EXPORTED_AS[file.kind]
+            report.rows[kind] = report.rows.get(kind, 0) + changed
         if progress:
             progress(done, len(files))
 

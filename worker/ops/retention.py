@@ -19,13 +19,16 @@ from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
 from worker.core.logs import event
-from worker.ops.archiving import DELETE_CHUNK, FINAL_STATES, Checkpoint, Progress, archive_state, day_start
+from worker.ops.archive_files import ArchiveError, archive_directory, day_start, directory_lock, send_log_path
+from worker.ops.archive_retention import expire_archives
+from worker.ops.archiving import DELETE_CHUNK, FINAL_STATES, Checkpoint, Progress, archive_state
 from worker.ops.audit_retention import link_audit, prune_audit
 from worker.ops.chunked_delete import Purge
 from worker.ops.dmarc_retention import purge_dmarc_reports
 from worker.ops.maintenance_report import MaintenanceReport, StateCounts, StepReport
 from worker.ops.oauth_sessions import purge_oauth_sessions
 from worker.ops.quarantine_upkeep import purge_quarantine
+from worker.ops.send_log_archive import archive_month
 from worker.ops.webhook_retention import purge_webhook_events
 
 __all__ = ["MAINTENANCE_LOCK_KEY", "MaintenanceReport", "StateCounts", "StepReport", "run_maintenance"]
@@ -34,6 +37,9 @@ log = logging.getLogger(__name__)
 
 MAINTENANCE_LOCK_KEY = 7_243_003  # pg_advisory_lock key: one maintenance run at a time
 PARTITIONED = {"send_logs": "attempted_at", "open_events": "occurred_at", "click_events": "occurred_at"}
+# Written to archive files before they leave the database; opens and clicks are dropped (their
+# counts live on in campaign figures).
+ARCHIVED = frozenset({"send_logs"})
 
 
 COUNT_OLD_INBOX = "SELECT count(*) FROM mailroom.inbox WHERE received_at < %s"
@@ -157,7 +163,11 @@ ORDER BY c.relname
 def drop_partitions(
     conn: psycopg.Connection[Any], settings: Settings, now: datetime, report: MaintenanceReport
 ) -> StepReport:
-    """Drop monthly partitions that ended more than `log_retention_months` ago, and such rows of the default ones."""
+    """Drop monthly partitions that ended more than `log_retention_months` ago, and such rows of the default ones.
+
+    Send logs are archived first (`worker.ops.send_log_archive`): a month whose archive cannot be
+    written stays in the database, and the run reports why.
+    """
     step = StepReport("drop_partitions")
     keep_from = _month(now.date(), -settings.log_retention_months)
     for parent, column in PARTITIONED.items():
@@ -165,22 +175,15 @@ def drop_partitions(
         names = [r[0] for r in conn.cursor(row_factory=tuple_row).execute(_PARTITIONS, (parent,)).fetchall()]
         for name in names:
             match = pattern.match(name)
-            if not match or _month(date(int(match[1]), int(match[2]), 1), 1) > keep_from:
+            if not match:
                 continue
-            table = sql.Identifier("mailroom", name)
-            try:
-                with conn.transaction():
-                    conn.execute("SET LOCAL lock_timeout = '10s'")
-                    rows = int(
-                        _first(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone())
-                    )
-                    if not report.dry_run:
-                        conn.execute(sql.SQL("DROP TABLE {}").format(table))
-            except psycopg.Error as exc:
-                report.errors.append(f"drop_partitions {name}: {exc}")
-                continue
-            step.rows += rows
-            step.details.append(f"{'would drop' if report.dry_run else 'dropped'} {name} ({rows} row(s))")
+            month = date(int(match[1]), int(match[2]), 1)
+            if _month(month, 1) <= keep_from:
+                _drop_month(conn, settings, report, step, parent, name, month)
+        if parent in ARCHIVED:
+            for month in _default_months(conn, parent, column, keep_from):
+                _drop_month(conn, settings, report, step, parent, f"{parent}_default", month)
+            continue
         default = sql.Identifier("mailroom", f"{parent}_default")
         condition = sql.SQL("{} < %s").format(sql.Identifier(column))
         verb = sql.SQL("SELECT count(*) FROM" if report.dry_run else "DELETE FROM")
@@ -193,6 +196,62 @@ def drop_partitions(
             step.rows += old
             step.details.append(f"{parent}_default: {old} row(s) older than {keep_from}")
     return step
+
+
+def _default_months(conn: psycopg.Connection[Any], parent: str, column: str, keep_from: date) -> list[date]:
+    """The months (UTC) of the default partition's rows older than `keep_from`."""
+    query = sql.SQL(
+        "SELECT DISTINCT date_trunc('month', {c} AT TIME ZONE 'UTC')::date FROM {t} WHERE {c} < %s ORDER BY 1"
+    ).format(c=sql.Identifier(column), t=sql.Identifier("mailroom", f"{parent}_default"))
+    return [r[0] for r in conn.cursor(row_factory=tuple_row).execute(query, (day_start(keep_from),))]
+
+
+def _drop_month(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    report: MaintenanceReport,
+    step: StepReport,
+    parent: str,
+    table: str,
+    month: date,
+) -> None:
+    """Drop one month: its partition, or (`table` the default partition) its rows; archived first where kept."""
+    whole = not table.endswith("_default")
+    ident = sql.Identifier("mailroom", table)
+    what = table if whole else f"{table} rows of {month:%Y-%m}"
+    try:
+        if parent in ARCHIVED:
+            directory = archive_directory(settings)
+            if report.dry_run:
+                rows = _rows_of_month(conn, ident, PARTITIONED[parent], month)
+                step.details.append(
+                    f"would archive {what} ({rows} row(s)) to {send_log_path(directory, month)}"
+                )
+            else:
+                directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+                with directory_lock(directory, wait=False):
+                    rows = archive_month(conn, directory, table, month, drop=whole)
+                done = f"archived {what} ({rows} row(s)) to {send_log_path(directory, month)}"
+                step.details.append(done if rows else f"dropped {what} (0 row(s))")
+        else:
+            with conn.transaction():
+                conn.execute("SET LOCAL lock_timeout = '10s'")
+                rows = _rows_of_month(conn, ident, PARTITIONED[parent], month)
+                if not report.dry_run:
+                    conn.execute(sql.SQL("DROP TABLE {}").format(ident))
+            step.details.append(f"{'would drop' if report.dry_run else 'dropped'} {what} ({rows} row(s))")
+    except (psycopg.Error, ArchiveError, OSError) as exc:
+        report.errors.append(f"drop_partitions {what}: {exc}")
+        log.error("maintenance: %s stays in the database: %s", what, exc)
+        return
+    step.rows += rows
+
+
+def _rows_of_month(conn: psycopg.Connection[Any], table: sql.Identifier, column: str, month: date) -> int:
+    query = sql.SQL("SELECT count(*) FROM {} WHERE {c} >= %s AND {c} < %s").format(
+        table, c=sql.Identifier(column)
+    )
+    return int(_first(conn.execute(query, (day_start(month), day_start(_month(month, 1)))).fetchone()))
 
 
 def run_maintenance(
@@ -243,6 +302,7 @@ def run_maintenance(
         record(prune_audit(conn, settings, now, report))
         record(ensure_partitions(conn, settings, now, report))
         record(drop_partitions(conn, settings, now, report))
+        record(expire_archives(conn, settings, now, report))
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (MAINTENANCE_LOCK_KEY,))
     return report

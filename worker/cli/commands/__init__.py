@@ -81,6 +81,9 @@ ENTRIES: dict[str, Entry] = {
         "archive old email, purge the inbox, create and drop partitions",
         ADMIN,
     ),
+    "archive": Entry(
+        _M + "archive:archive", "list, verify and restore the archive files of email and send logs", ADMIN
+    ),
     "privacy": Entry(
         _M + "privacy:privacy", "export or erase everything stored about an email address", ADMIN
     ),

@@ -31,7 +31,11 @@ Run every maintenance step once (the worker also runs them by itself, hourly by 
   create_partitions  monthly send_logs / open_events / click_events partitions through
                      MAILROOM_PARTITIONS_AHEAD_MONTHS (default 3) ahead; rows of such a month
                      already in the default partition are moved into the new one
-  drop_partitions    partitions that ended more than MAILROOM_LOG_RETENTION_MONTHS (default 24) ago
+  drop_partitions    partitions that ended more than MAILROOM_LOG_RETENTION_MONTHS (default 24) ago;
+                     send logs are first written to send-logs-YYYY-MM.jsonl.gz and read back (a
+                     month whose file cannot be written stays in the database)
+  expire_archives    archive files whose period ended more than MAILROOM_ARCHIVE_RETENTION_DAYS
+                     (default 2557: 7 years) ago are overwritten with zeros and deleted
 Each step reports how many rows it touched, and a retention summary says per final state how many
 rows were due, archived and deleted. Interrupting a run loses nothing: the next run completes it.
 Pending and assigned email is never touched. Exit status 0, 1 when a step reported an error.

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -16,6 +14,7 @@ from worker.cli.framework import (
     Group,
     confirmed_by_typing,
     json_option,
+    private_output,
     with_database,
     yes_option,
 )
@@ -25,7 +24,8 @@ if TYPE_CHECKING:
 
 EXPORT_HELP = """\
 Write everything stored about EMAIL as one JSON document: its emails (queued, and archived in any
-final state: sent, failed, expired, cancelled, suppressed), every delivery attempt, opens, clicks,
+final state: sent, failed, expired, cancelled, suppressed), every delivery attempt (archived send
+logs included), opens, clicks,
 tracked links, unsubscribe and bounce entries, inbox events, document signers, signatures and
 reminders, accounts and people rows. Written to standard output, or to --output (created with mode
 0600). The export is recorded in the audit trail (action privacy.export, your OS user, the address
@@ -37,8 +37,9 @@ Examples:
 
 ERASE_HELP = """\
 Anonymise EMAIL everywhere, in one transaction, archive files of every final state included (sent,
-failed, expired, cancelled, suppressed): the address becomes erased-<random>@erased.invalid; names,
-subjects, bodies, template data, IP addresses and user agents are cleared. Counts, timestamps and
+failed, expired, cancelled, suppressed) and of send logs: the address becomes
+erased-<random>@erased.invalid; names, subjects, bodies, template data, IP addresses and user agents
+are cleared. Counts, timestamps and
 statuses stay. Email not yet sent to it is cancelled. Signatures are kept unchanged (signed
 evidence; rewriting them would break the chain), and so are the signers of documents they signed and
 those documents' reminder logs: `docs verify` still passes and `privacy export` still lists them.
@@ -85,7 +86,6 @@ def privacy() -> None:
 @with_database
 def export(db: Database, email: str, output: str | None) -> int:
     """Write the export to stdout or --output; its audit row is committed with it."""
-    from worker.core.config import ConfigError
     from worker.core.db import connect
     from worker.ops.archive_files import archive_directory
     from worker.ops.audit import cli_actor
@@ -96,15 +96,8 @@ def export(db: Database, email: str, output: str | None) -> int:
     with connect(db.url) as conn:
         data = export_address(conn, address, directory, progress=_progress("searched"), actor=cli_actor())
     text = json.dumps(data, default=jsonable, indent=2, ensure_ascii=False) + "\n"
-    if output is None or output == "-":
-        sys.stdout.write(text)
-    else:
-        try:
-            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        except OSError as exc:
-            raise ConfigError(f"cannot write {output}: {exc.strerror}") from None
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+    with private_output(output) as out:
+        out.write(text)
     counts = ", ".join(f"{len(v)} {k}" for k, v in data.items() if isinstance(v, list) and v)
     click.echo(f"privacy: exported {counts or 'nothing'}", err=True)
     return 0
