@@ -25,6 +25,7 @@ from worker.ops.archive_files import (
     read_archive,
     recorded_sha256,
     send_log_path,
+    write_archive_atomically,
 )
 from worker.ops.retention import run_maintenance
 
@@ -186,6 +187,10 @@ def test_verify_finds_altered_unchecksummed_and_broken_files(
     assert f"{recent.name}: its bytes do not match the checksum" in out
     assert f"{old.name}: no {old.name}.sha256" in out
     assert "2 file(s) with a problem" in out
+    doubled = send_log_path(directory, date(ANCIENT.year - 1, 1, 1))
+    write_archive_atomically(doubled, iter(['{"id": 7}\n', '{"id": 7}\n']))
+    assert main(["archive", "verify", "--period", f"{ANCIENT.year - 1}"]) == 1
+    assert f"{doubled.name}: record 7 is held twice or out of order" in capsys.readouterr().out
     assert main(["archive", "verify", "--period", f"{ANCIENT:%Y}"]) == 1
     assert "1 file(s)" in capsys.readouterr().out
     assert main(["archive", "verify", "--period", "last-year"]) == 2
