@@ -26,7 +26,7 @@ NO_SCHEMA = {
     "keys generate",
     "demo",
     *(f"db {action}" for action in ("upgrade", "downgrade", "current", "url", "schema", "serve", "status")),
-    *(f"db {action}" for action in ("stop", "backup", "restore")),
+    *(f"db {action}" for action in ("stop", "backup", "restore", "verify")),
 }
 
 # What each database command needs on its command line to get past parsing.
