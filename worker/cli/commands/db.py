@@ -6,11 +6,19 @@ import contextlib
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from worker.cli.commands.db_backup import backup, restore, verify
+from worker.cli.commands.db_backup import (
+    DIRECTORY,
+    FILE,
+    backup,
+    restore,
+    snapshot_before_upgrade,
+    verify,
+)
 from worker.cli.framework import Command, Database, Group, with_database, with_settings
 
 if TYPE_CHECKING:
@@ -39,11 +47,20 @@ UPGRADE = """\
 Migrate the database to REVISION (default: head, the newest this version knows), one revision at a
 time, each in its own transaction. Data is kept; a database already there is left alone. Run it
 against PostgreSQL itself, not through a transaction-pooling PgBouncer.
-Exit status 0, 3 when the database cannot be reached.
+
+First, when Mailroom is installed there and not at REVISION yet, it writes an encrypted backup (as
+`mailroom db backup` does, with MAILROOM_SECRET_KEY or --key-file) to
+$MAILROOM_HOME/backups/before-<from>-to-<to>-<UTC time>.dump (or into --snapshot-dir), and says
+where: restore it into an empty database to go back. When the snapshot fails nothing is migrated.
+A fresh install takes none; --no-snapshot takes none (back up your own way first).
+Exit status 0, 1 when the snapshot fails, 2 when its key is missing, 3 when the database cannot be
+reached.
 
 Examples:
   mailroom db upgrade
-  mailroom db upgrade 0005"""
+  mailroom db upgrade 0005
+  mailroom db upgrade --snapshot-dir /var/backups/mailroom
+  mailroom db upgrade --no-snapshot"""
 
 DOWNGRADE = """\
 Migrate the database down to REVISION, undoing each later revision; 'base' removes every Mailroom
@@ -125,6 +142,10 @@ Examples:
   mailroom db grant app shop --create
   mailroom db grant read-only grafana"""
 
+SNAPSHOT_KEY_HELP = (
+    "encrypt the snapshot with the key in this file (mode 0600) instead of MAILROOM_SECRET_KEY's"
+)
+
 
 @click.group(cls=Group, help=DESCRIPTION)
 def db() -> None:
@@ -136,12 +157,25 @@ def db() -> None:
 
 @db.command("upgrade", cls=Command, help=UPGRADE, short_help="migrate to a revision (default: head)")
 @click.argument("revision", default="head")
+@click.option(
+    "--snapshot-dir",
+    type=DIRECTORY,
+    metavar="DIR",
+    help="write the snapshot taken before migrating here (default $MAILROOM_HOME/backups)",
+)
+@click.option("--no-snapshot", is_flag=True, help="migrate without writing a snapshot first")
+@click.option("--key-file", type=FILE, metavar="PATH", help=SNAPSHOT_KEY_HELP)
 @with_settings
-def upgrade(settings: Settings, revision: str) -> int:
-    """`mailroom db upgrade [REVISION]`."""
+def upgrade(
+    settings: Settings, revision: str, snapshot_dir: Path | None, no_snapshot: bool, key_file: Path | None
+) -> int:
+    """`mailroom db upgrade [REVISION]`: only this command snapshots; `worker.core.db.upgrade`, which the
+    embedded server, the demo and the tests migrate with, does not."""
     from worker.core import db as database
 
     url = database.database_url(settings, migrate=False)
+    if not no_snapshot:
+        snapshot_before_upgrade(settings, url, revision, snapshot_dir, key_file)
     ran = database.upgrade(url, revision)
     click.echo(f"database at {database.current_revision(url)}" + ("" if ran else " (already up to date)"))
     return 0

@@ -189,6 +189,42 @@ def _verified(url: str, file: Path, key: BackupKey | None) -> int:
     return 0 if found.ok else 1
 
 
+def snapshot_before_upgrade(
+    settings: Settings, url: str, revision: str, directory: Path | None, key_file: Path | None
+) -> None:
+    """Write the encrypted snapshot `db upgrade` takes before it migrates, and say where it is; none for a
+    fresh install (nothing to keep) or a database already at `revision` (nothing to migrate).
+
+    A snapshot that fails stops the upgrade: `BackupError`, saying nothing was migrated."""
+    from worker.core import db as database
+    from worker.core.config import ConfigError
+    from worker.ops import backup as backups
+
+    current = database.current_revision(url)
+    target = database.head_revision() if revision == "head" else revision
+    if current is None or current == target:
+        return
+    key = backups.backup_key(settings, key_file, make=None, otherwise="--no-snapshot")
+    folder = directory or settings.home / "backups"
+    click.echo(
+        f"writing a snapshot of the database at {current} into {folder} before migrating ...", err=True
+    )
+    try:
+        result = backups.snapshot(
+            url, folder, key, from_revision=current, to_revision=target, now=datetime.now(UTC)
+        )
+    except (backups.BackupError, ConfigError, OSError) as exc:
+        raise backups.BackupError(
+            f"the snapshot before migrating failed, so nothing was migrated: {exc}"
+            " (`mailroom db upgrade --no-snapshot` migrates without one)"
+        ) from None
+    click.echo(
+        f"snapshot of the database at {current}: {result.path} ({result.bytes:,} bytes,"
+        f" {_sealing(result.key)}); to go back, restore it into an empty database",
+        err=True,
+    )
+
+
 @contextlib.contextmanager
 def _terminated_as_interrupted() -> Iterator[None]:
     """Within the block SIGTERM (a service stopped, a timer's timeout) unwinds like Ctrl-C, so cleanup runs."""
