@@ -697,7 +697,11 @@ ALTER TABLE ONLY mailroom.send_logs
 
 CREATE INDEX send_logs_attempted_idx ON ONLY mailroom.send_logs USING btree (attempted_at);
 
+CREATE INDEX send_logs_campaign_idx ON ONLY mailroom.send_logs USING btree (campaign_id, attempted_at) WHERE (campaign_id IS NOT NULL);
+
 CREATE INDEX send_logs_email_idx ON ONLY mailroom.send_logs USING btree (email_id, attempted_at);
+
+CREATE INDEX send_logs_recipient_idx ON ONLY mailroom.send_logs USING btree (lower(recipient_email), attempted_at);
 
 CREATE INDEX send_logs_sender_idx ON ONLY mailroom.send_logs USING btree (sender_account_id, attempted_at);
 
@@ -733,13 +737,21 @@ ALTER TABLE ONLY mailroom.send_logs_default
 
 CREATE INDEX send_logs_default_attempted_at_idx ON mailroom.send_logs_default USING btree (attempted_at);
 
+CREATE INDEX send_logs_default_campaign_id_attempted_at_idx ON mailroom.send_logs_default USING btree (campaign_id, attempted_at) WHERE (campaign_id IS NOT NULL);
+
 CREATE INDEX send_logs_default_email_id_attempted_at_idx ON mailroom.send_logs_default USING btree (email_id, attempted_at);
+
+CREATE INDEX send_logs_default_lower_attempted_at_idx ON mailroom.send_logs_default USING btree (lower(recipient_email), attempted_at);
 
 CREATE INDEX send_logs_default_sender_account_id_attempted_at_idx ON mailroom.send_logs_default USING btree (sender_account_id, attempted_at);
 
 ALTER INDEX mailroom.send_logs_attempted_idx ATTACH PARTITION mailroom.send_logs_default_attempted_at_idx;
 
+ALTER INDEX mailroom.send_logs_campaign_idx ATTACH PARTITION mailroom.send_logs_default_campaign_id_attempted_at_idx;
+
 ALTER INDEX mailroom.send_logs_email_idx ATTACH PARTITION mailroom.send_logs_default_email_id_attempted_at_idx;
+
+ALTER INDEX mailroom.send_logs_recipient_idx ATTACH PARTITION mailroom.send_logs_default_lower_attempted_at_idx;
 
 ALTER INDEX mailroom.send_logs_pkey ATTACH PARTITION mailroom.send_logs_default_pkey;
 

@@ -44,6 +44,7 @@ EXPORTS: dict[str, str] = {
     " WHERE strpos(lower(encode(raw, 'escape')), %(addr)s) > 0 ORDER BY id",
     "recipient_outcomes": "SELECT * FROM mailroom.recipient_outcomes WHERE email_id = ANY(%(ids)s)"
     " OR lower(recipient) = %(addr)s ORDER BY id",
+    # `lower(recipient_email)` as send_logs_recipient_idx holds it: a probe per month partition, not a scan.
     "send_logs": "SELECT * FROM mailroom.send_logs WHERE email_id = ANY(%(ids)s)"
     " OR lower(recipient_email) = %(addr)s ORDER BY attempted_at, id",
     "tracked_links": "SELECT * FROM mailroom.tracked_links WHERE email_id = ANY(%(ids)s) ORDER BY email_id, position",
@@ -107,6 +108,7 @@ ERASURES: tuple[tuple[str, str], ...] = (
            WHERE email_id = ANY(%(ids)s) OR lower(recipient) = %(addr)s""",
     ),
     (
+        # Through send_logs_email_idx and send_logs_recipient_idx (the same `lower(recipient_email)`).
         "send_logs",
         """UPDATE mailroom.send_logs SET recipient_email = %(anon)s,
                response = regexp_replace(response, %(re)s, %(anon)s, 'gi')
