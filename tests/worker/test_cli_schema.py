@@ -27,6 +27,8 @@ NO_SCHEMA = {
     "demo",
     *(f"db {action}" for action in ("upgrade", "downgrade", "current", "url", "schema", "serve", "status")),
     *(f"db {action}" for action in ("stop", "backup", "restore", "verify")),
+    "archive list",  # the archive is files: listed and verified without the database
+    "archive verify",
 }
 
 # What each database command needs on its command line to get past parsing.
@@ -45,6 +47,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "accounts resend": ["ada"],
     "accounts recover": ["ada"],
     "accounts activate": ["--secret", "00"],
+    "archive restore": ["--period", "2026"],
     "audit": [],
     "audit head": [],
     "audit verify": [],
