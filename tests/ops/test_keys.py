@@ -116,7 +116,7 @@ def test_the_new_key_is_read_from_a_file_only_its_owner_can_read(
     path.write_text(new_key + "\n")
     path.chmod(0o644)
     code, _, err = run(capsys, "keys", "rotate", "--new-key-file", str(path))
-    assert code == 2 and "readable by others" in err
+    assert code == 2 and "readable by its group or others" in err
     path.chmod(0o600)
     assert run(capsys, "keys", "rotate", "--new-key-file", str(path))[0] == 0
     assert SecretBox(new_key).decrypt(stored(db_url)["second"][0]) == PASSWORDS["second"]

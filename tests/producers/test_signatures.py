@@ -202,7 +202,7 @@ def test_malformed_or_exposed_key_is_a_clear_error(tmp_path: Path) -> None:
         load_signing_key(settings, create=False)
     load_signing_key(settings)
     os.chmod(key_path(settings), 0o644)
-    with pytest.raises(ConfigError, match="readable by others"):
+    with pytest.raises(ConfigError, match="readable by its group or others"):
         load_signing_key(settings)
 
 

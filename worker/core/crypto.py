@@ -104,7 +104,7 @@ def write_key_file(path: Path, *, say: Callable[[str], None] | None = None) -> s
     at the same moment finds the whole key or no file, and two making it at once keep the same one.
     `say` is told once, when the file is made."""
     if path.exists():
-        return _read_key_file(path)
+        return read_key_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -113,21 +113,29 @@ def write_key_file(path: Path, *, say: Callable[[str], None] | None = None) -> s
             handle.write(generate_key() + "\n")
         os.link(draft, path)
     except FileExistsError:
-        return _read_key_file(path)  # another process made it first: theirs is the key
+        return read_key_file(path)  # another process made it first: theirs is the key
     finally:
         draft.unlink(missing_ok=True)
     if say is not None:
         say(
             f"mailroom: made a secret key in {path} (mode 0600); the passwords and keys stored in the "
-            "database are encrypted with it and cannot be read without it: keep a copy with your backups"
+            "database are encrypted with it and cannot be read without it: keep a copy somewhere safe, apart from the backups"
         )
-    return _read_key_file(path)
+    return read_key_file(path)
 
 
-def _read_key_file(path: Path) -> str:
-    if path.stat().st_mode & 0o077:
-        raise ConfigError(f"{path} is readable by others; run `chmod 600` on it")
-    return path.read_text(encoding="ascii").strip()
+def read_key_file(path: Path, what: str = "key file") -> str:
+    """The key a file holds; refused (`ConfigError`) when its group or others may read it, or it is unreadable.
+
+    The one rule for every key Mailroom reads from a file: the secret key, a new key for a rotation,
+    a backup key."""
+    path = path.expanduser()
+    try:
+        if path.stat().st_mode & 0o077:
+            raise ConfigError(f"{path} is readable by its group or others; run `chmod 600 {path}`")
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the {what} {path}: {exc}") from None
 
 
 def makes_its_own_key(settings: Settings) -> bool:
@@ -157,7 +165,7 @@ def secret_key(settings: Settings, *, make: bool | None = None) -> str:
         return settings.secret_key
     path = key_file(settings)
     if path.exists():
-        return _read_key_file(path)
+        return read_key_file(path)
     if make is None:
         make = makes_its_own_key(settings)
     if make:

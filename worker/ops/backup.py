@@ -29,7 +29,7 @@ from typing import IO
 import psycopg
 
 from worker.core.config import ConfigError, Settings
-from worker.core.crypto import secret_key
+from worker.core.crypto import read_key_file, secret_key
 from worker.core.pgtools import ToolConnection, client_tool, server_major, tool_connection
 from worker.core.schema import SCHEMA
 from worker.ops.backup_crypto import (
@@ -72,7 +72,7 @@ def backup_key(settings: Settings, key_file: Path | None, *, make: bool | None, 
     `make` as `crypto.secret_key` (None: made at first need on the embedded database); `otherwise` is
     the way out the error names when there is no key (`--no-encrypt`, `--no-snapshot`)."""
     if key_file is not None:
-        return _from_text(read_key_file(key_file), KeySource.KEY_FILE)
+        return _from_text(read_key_file(key_file, "backup key file"), KeySource.KEY_FILE)
     try:
         text = secret_key(settings, make=make)
     except ConfigError:
@@ -81,17 +81,6 @@ def backup_key(settings: Settings, key_file: Path | None, *, make: bool | None, 
             f" or give a backup key file with --key-file PATH (`mailroom keys generate`), or {otherwise}"
         ) from None
     return _from_text(text, KeySource.SECRET_KEY)
-
-
-def read_key_file(path: Path) -> str:
-    """A backup key file's key; refused when its group or others may read it."""
-    path = path.expanduser()
-    try:
-        if path.stat().st_mode & 0o077:
-            raise ConfigError(f"{path} is readable by its group or others; run `chmod 600 {path}`")
-        return path.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the backup key file {path}: {exc}") from None
 
 
 def _from_text(text: str, source: KeySource) -> BackupKey:

@@ -126,12 +126,9 @@ def _new_key(variable: str, path: pathlib.Path | None) -> str:
     from worker.core.config import ConfigError
 
     if path is not None:
-        try:
-            if path.stat().st_mode & 0o077:
-                raise ConfigError(f"{path} is readable by others; run `chmod 600` on it")
-            return path.read_text(encoding="ascii")
-        except OSError as exc:
-            raise ConfigError(f"cannot read the new key file: {exc}") from None
+        from worker.core.crypto import read_key_file
+
+        return read_key_file(path, "new key file")
     value = os.environ.get(variable)
     if not value:
         raise ConfigError(

@@ -91,9 +91,9 @@ def key_path(settings: Settings) -> Path:
 
 
 def _read_file(path: Path) -> SigningKey:
-    if path.stat().st_mode & 0o077:
-        raise ConfigError(f"{path} is readable by others; run `chmod 600` on it")
-    return decode_key(path.read_text(encoding="ascii"), str(path))
+    from worker.core.crypto import read_key_file
+
+    return decode_key(read_key_file(path, "signing key file"), str(path))
 
 
 def _create_file(path: Path) -> None:
