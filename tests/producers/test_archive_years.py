@@ -292,3 +292,21 @@ def test_files_past_the_archive_retention_are_overwritten_and_deleted(
     assert not old.exists() and not checksum_path(old).exists()
     assert witness.read_bytes() == b""
     assert email_file.exists() and recent.exists()
+
+
+def test_a_database_backup_names_the_archive_it_does_not_hold(
+    db_url: str,
+    settings: Settings,
+    history: dict[str, Any],
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    target = tmp_path / "backup.dump"
+    assert main(["db", "backup", str(target)]) == 0
+    assert "archive file" not in capsys.readouterr().out  # nothing archived yet: nothing to say
+    maintain(db_url, settings)
+    assert main(["db", "backup", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert f"not in this backup: 2 archive file(s) in {history['dir']}" in out
+    assert "mailroom archive verify" in out

@@ -27,6 +27,8 @@ The file is written with mode 0600 under a temporary name and renamed once compl
 backup leaves nothing under FILE. --no-encrypt writes the plain pg_dump instead, for backups
 encrypted elsewhere (an encrypted disk, a backup tool's own encryption). With --dir DIR the file is
 DIR/mailroom-<UTC time>.dump, and --keep N then removes the oldest such files beyond N.
+The archive files (email and send logs that left the database; `mailroom archive list`) are files,
+not in the dump: the output names their directory and how many there are, to be copied with it.
 The database is not changed.
 Exit status 0, 1 when pg_dump fails, 2 when the key is missing or unfit.
 
@@ -125,7 +127,22 @@ def backup(
     )
     if removed:
         click.echo(f"removed {len(removed)} older backup(s): " + ", ".join(p.name for p in removed))
+    _name_the_archive(settings)
     return _verified(url, result.path, result.key) if then_verify else 0
+
+
+def _name_the_archive(settings: Settings) -> None:
+    """Say where the archive files are: a backup of the database alone would lose them."""
+    from worker.ops.archive_catalogue import catalogue
+    from worker.ops.archive_files import archive_directory
+
+    directory = archive_directory(settings)
+    files = catalogue(directory)
+    if files:
+        click.echo(
+            f"not in this backup: {len(files)} archive file(s) in {directory} (email and send logs that"
+            " left the database); copy them with it and check the copy with `mailroom archive verify`"
+        )
 
 
 def _sealing(key: BackupKey | None) -> str:
