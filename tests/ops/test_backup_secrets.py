@@ -180,3 +180,19 @@ def test_db_url_leaves_the_password_out_unless_asked_and_says_where_psql_finds_i
     assert conninfo_to_dict(whole.stdout.strip())["password"] == CANARY
     helped = subprocess.run([*argv, "--help"], env=env, capture_output=True, text=True, check=True)
     assert "readable by every local user" in helped.stdout and "PGPASSFILE" in helped.stdout
+
+
+def test_db_url_names_an_external_database_without_migrating_it(
+    empty_db_url: str,
+    cli_env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.cli import run
+
+    monkeypatch.setenv("MAILROOM_DATABASE_URL", empty_db_url)
+    code, out, _ = run(capsys, "db", "url")
+    assert code == 0 and conninfo_to_dict(out.strip()) == conninfo_to_dict(without_password(empty_db_url))
+    with psycopg.connect(empty_db_url) as conn:
+        row = conn.execute("SELECT to_regnamespace('mailroom') IS NULL").fetchone()
+    assert row == (True,)  # migrating a shared server is `db upgrade`'s, with its snapshot

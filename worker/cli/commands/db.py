@@ -224,8 +224,9 @@ def url(settings: Settings, show_password: bool) -> int:
     from worker.core import db as database
     from worker.core.pgtools import without_password
 
-    dsn = database.database_url(settings, migrate=False)
-    database.upgrade(dsn)
+    # The embedded server is migrated on the spot; a database given by MAILROOM_DATABASE_URL is only
+    # named: migrating a shared server is `mailroom db upgrade`'s, which takes a snapshot first.
+    dsn = database.database_url(settings)
     hidden = not show_password and bool(conninfo_to_dict(dsn).get("password"))
     click.echo(without_password(dsn) if hidden else dsn)
     if hidden:
