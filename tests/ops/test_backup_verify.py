@@ -14,6 +14,8 @@ from tests.cli import run
 from tests.fixtures_db import drop_roles, role_url
 from tests.ops.helpers import audit_rows
 from tests.worker.helpers import add_sender, enqueue_many
+from worker.core.config import Settings
+from worker.core.crypto import generate_key
 from worker.core.db import head_revision
 from worker.ops import backup_verify
 
@@ -146,3 +148,38 @@ def test_db_verify_says_the_role_needs_createdb(
         drop_roles(db_url, "mr_no_createdb")
     assert code == 2 and out == ""
     assert "role mr_no_createdb may not create databases: grant it CREATEDB" in err
+
+
+def test_db_verify_checks_every_stored_secret_decrypts_with_the_key_in_use(
+    cli_env: dict[str, str],
+    db_url: str,
+    settings: Settings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    add_sender(db_url, 2525, username="relay", password="relay-password", settings=settings, name="second")
+    target = _backed_up(db_url, tmp_path / "b.dump", capsys, "--key-file", str(_key_file(tmp_path)))
+    argv = ("db", "verify", "--key-file", str(tmp_path / "backup.key"), str(target))
+    code, out, err = run(capsys, *argv)
+    assert code == 0, out + err
+    assert "ok      secrets: 1 stored, every one decrypts with MAILROOM_SECRET_KEY" in out
+    # The key was rotated since (or is not the one the backup's Mailroom used): the drill fails, and says why.
+    monkeypatch.setenv("MAILROOM_SECRET_KEY", generate_key())
+    code, out, err = run(capsys, *argv)
+    assert code == 1
+    assert (
+        "FAILED  secrets: 1 of 1 do not decrypt with MAILROOM_SECRET_KEY (sender account second: password)"
+        in out
+    )
+    assert "keep the old key after `keys rotate`" in out and not _exists(db_url, _scratch(err))
+    monkeypatch.delenv("MAILROOM_SECRET_KEY")
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "ok      secrets: not checked (no MAILROOM_SECRET_KEY given)" in out
+
+
+def _key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "backup.key"
+    path.write_text(generate_key())
+    path.chmod(0o600)
+    return path

@@ -2,8 +2,10 @@
 
 `verify` opens the backup (an encrypted one authenticates whole first, as `backup.restore` does),
 creates `mailroom_verify_<random>` from template0, pg_restores into it in one transaction, and checks
-what came back: the Alembic revision is one this Mailroom knows, every table is counted, and the audit
-trail's hash chain verifies (`audit_chain.verify_chain`, where the revision has one). The scratch
+what came back: the Alembic revision is one this Mailroom knows, every table is counted, the audit
+trail's hash chain verifies (`audit_chain.verify_chain`, where the revision has one), and every stored
+secret decrypts with the secret key in use (when one is given): a backup whose SMTP passwords and
+signing secrets the key at hand cannot read restores a Mailroom that cannot send. The scratch
 database is dropped whatever happened, Ctrl-C included. The role needs CREATEDB.
 """
 
@@ -20,12 +22,14 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from worker.core.config import ConfigError
+from worker.core.crypto import SecretBox
 from worker.core.db import head_revision
 from worker.core.pgtools import client_tool, server_major
 from worker.core.schema import SCHEMA
 from worker.ops.audit_chain import verify_chain
 from worker.ops.backup import BackupError, load, opened
 from worker.ops.backup_crypto import BackupKey
+from worker.ops.keys import unreadable_secrets
 
 SCRATCH_PREFIX = "mailroom_verify_"
 
@@ -68,10 +72,16 @@ def _silent(line: str) -> None:
 
 
 def verify(
-    url: str, path: Path, key: BackupKey | None, *, say: Callable[[str], None] = _silent
+    url: str,
+    path: Path,
+    key: BackupKey | None,
+    *,
+    secrets_box: SecretBox | None = None,
+    say: Callable[[str], None] = _silent,
 ) -> Verification:
     """Restore the backup at `path` into a scratch database on the server of `url`, check it, drop it;
-    `say` hears each long step as it starts."""
+    `secrets_box` (the secret key in use), when given, must decrypt every stored secret. `say` hears
+    each long step as it starts."""
     pg_restore = client_tool("pg_restore", server_major(url))
     _require_createdb(url)
     drill = Verification(f"{SCRATCH_PREFIX}{secrets.token_hex(6)}")
@@ -79,7 +89,7 @@ def verify(
     try:
         with opened(path, key, refused="nothing was verified") as dump:
             drill.checks.append(Check(True, _opened(key)))
-            _drill(url, dump, pg_restore, drill, say)
+            _drill(url, dump, pg_restore, drill, secrets_box, say)
     except BackupError as exc:
         drill.checks.append(Check(False, str(exc)))
     return drill
@@ -91,7 +101,14 @@ def _opened(key: BackupKey | None) -> str:
     return f"opens: every chunk authenticates with {key.source.described} (key id {key.shown})"
 
 
-def _drill(url: str, dump: Path, pg_restore: Path, drill: Verification, say: Callable[[str], None]) -> None:
+def _drill(
+    url: str,
+    dump: Path,
+    pg_restore: Path,
+    drill: Verification,
+    secrets_box: SecretBox | None,
+    say: Callable[[str], None],
+) -> None:
     """Restore into the scratch database and check it; the database is dropped in every case."""
     scratch = make_conninfo(url, dbname=drill.database)
     try:
@@ -105,6 +122,7 @@ def _drill(url: str, dump: Path, pg_restore: Path, drill: Verification, say: Cal
         say("checking the restored database ...")
         with psycopg.connect(scratch) as conn:
             _check(conn, drill, say)
+            drill.checks.append(_secrets(conn, secrets_box))
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(
@@ -181,3 +199,19 @@ def _audit(conn: psycopg.Connection[Any], say: Callable[[str], None]) -> Check:
         return Check(True, f"audit chain: {report.checked:,} row(s) verified")
     more = len(report.problems) + report.more_problems - 1
     return Check(False, f"audit chain: {report.problems[0].text}" + (f" (and {more} more)" if more else ""))
+
+
+def _secrets(conn: psycopg.Connection[Any], box: SecretBox | None) -> Check:
+    """Every stored secret decrypts with the secret key in use (not checked without one)."""
+    if box is None:
+        return Check(True, "secrets: not checked (no MAILROOM_SECRET_KEY given)")
+    stored, unreadable = unreadable_secrets(conn, box)
+    conn.commit()
+    if not unreadable:
+        return Check(True, f"secrets: {stored} stored, every one decrypts with MAILROOM_SECRET_KEY")
+    shown = ", ".join(unreadable[:5]) + (f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else "")
+    return Check(
+        False,
+        f"secrets: {len(unreadable)} of {stored} do not decrypt with MAILROOM_SECRET_KEY ({shown}): a restore"
+        " needs the key in use when the backup was made (keep the old key after `keys rotate`)",
+    )

@@ -156,3 +156,14 @@ def _reencrypt_endpoints(
 
 
 _KINDS = ("password", "DKIM key", "OAuth2 client secret", "OAuth2 refresh token", "Gmail service account key")
+
+
+def unreadable_secrets(conn: psycopg.Connection[Any], box: SecretBox) -> tuple[int, list[str]]:
+    """How many secrets are stored, and which of them `box` cannot decrypt (a restore drill asks this)."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        accounts = cur.execute(SECRETS).fetchall()
+        endpoints = cur.execute(ENDPOINT_SECRETS).fetchall()
+    _, failures = _reencrypt(accounts, box, box)
+    _, hook_failures = _reencrypt_endpoints(endpoints, box, box)
+    stored = sum(token is not None for _, _, *tokens in accounts for token in tokens) + len(endpoints)
+    return stored, failures + hook_failures

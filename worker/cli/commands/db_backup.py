@@ -55,9 +55,11 @@ VERIFY = """\
 Check that a backup restores: open it (an encrypted one must authenticate whole with its key),
 restore it into a scratch database on the same server (mailroom_verify_<random>, made from
 template0, so the role needs CREATEDB), check that its schema revision is one this Mailroom knows,
-count every table's rows and verify the audit trail's hash chain, then drop the scratch database,
-whatever happened (Ctrl-C and SIGTERM too). What was checked is printed; progress goes to standard
-error. The database in use is not changed. Run it after every backup you rely on: a restore drill.
+count every table's rows, verify the audit trail's hash chain and, when MAILROOM_SECRET_KEY is
+set, that every stored secret (SMTP passwords, DKIM keys, webhook secrets) decrypts with it, then
+drop the scratch database, whatever happened (Ctrl-C and SIGTERM too). What was checked is
+printed; progress goes to standard error. The database in use is not changed. Run it after every
+backup you rely on: a restore drill.
 Exit status 0 when every check passed, 1 when one failed, 2 when the key is missing or the role
 may not create databases.
 
@@ -128,7 +130,7 @@ def backup(
     if removed:
         click.echo(f"removed {len(removed)} older backup(s): " + ", ".join(p.name for p in removed))
     _name_the_archive(settings)
-    return _verified(url, result.path, result.key) if then_verify else 0
+    return _verified(settings, url, result.path, result.key) if then_verify else 0
 
 
 def _name_the_archive(settings: Settings) -> None:
@@ -185,15 +187,21 @@ def verify(settings: Settings, file: Path, key_file: Path | None) -> int:
     from worker.ops.backup import restore_key
 
     key = restore_key(file, settings, key_file)
-    return _verified(database_url(settings, migrate=False), file, key)
+    return _verified(settings, database_url(settings, migrate=False), file, key)
 
 
-def _verified(url: str, file: Path, key: BackupKey | None) -> int:
+def _verified(settings: Settings, url: str, file: Path, key: BackupKey | None) -> int:
     """Verify the backup at `file`, print each check and each table's rows; exit status 0 when all held."""
+    from worker.core.config import ConfigError
+    from worker.core.crypto import SecretBox, secret_key
     from worker.ops.backup_verify import verify as drill
 
+    try:  # the key in use, never made here: without one the secrets are not checked
+        box: SecretBox | None = SecretBox(secret_key(settings, make=False))
+    except ConfigError:
+        box = None
     with _terminated_as_interrupted():
-        found = drill(url, file, key, say=lambda line: click.echo(line, err=True))
+        found = drill(url, file, key, secrets_box=box, say=lambda line: click.echo(line, err=True))
     for check in found.checks:
         click.echo(f"{'ok' if check.ok else 'FAILED':<7} {check.text}")
     if found.tables:
