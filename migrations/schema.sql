@@ -4900,7 +4900,7 @@ BEGIN
             from_name)
         SELECT g.new_id, g.recipient_email, g.recipient_name, g.subject, g.text_body, g.html_body,
                coalesce(g.headers, '{}'), g.template, g.locale, g.template_data, coalesce(g.priority, 0),
-               g.scheduled_for, coalesce(g.max_retries, 5), g.idempotency_key, g.campaign_id,
+               coalesce(g.scheduled_for, now()), coalesce(g.max_retries, 5), g.idempotency_key, g.campaign_id,
                coalesce(g.transactional, g.campaign_id IS NULL), g.reference_type, g.reference_id,
                CASE WHEN trusted THEN g.created_by ELSE session_user END, g.tracking_token,
                g.unsubscribe_token, coalesce(g.track_opens, false), coalesce(g.track_clicks, false),
@@ -4936,20 +4936,23 @@ BEGIN
         JOIN unnest(ns, ids, wrote) AS u(n, id, w) ON u.n = a.n AND u.w;
         PERFORM mailroom.store_attachments(f_email, f_position, f_filename, f_type, f_cid, f_data, contents);
     END IF;
-    -- The answers, read in a statement of their own: the queue's statement trigger has stored suppressed
-    -- what will not be sent (its verdict, read back here, costs one index lookup a row, where asking it
-    -- again in RETURNING cost more than the insert), and a row not written finds the email of its key,
-    -- which is this role's: written earlier in this call, or before it, or (under READ COMMITTED) by
-    -- another transaction that committed while ON CONFLICT waited on it.
+    -- A row not written (its key was this role's already) finds the email of its key: written earlier
+    -- in this call, or before it, or (under READ COMMITTED) by another transaction that committed while
+    -- ON CONFLICT waited on it. Asked only when such a row exists.
+    IF false = ANY(wrote) THEN
+        SELECT array_agg(coalesce(u.id, k.id) ORDER BY u.n) INTO ids
+        FROM unnest(ns, ids, keys) AS u(n, id, key)
+        LEFT JOIN mailroom.email_queue k
+            ON u.id IS NULL AND k.enqueued_by = session_user AND k.idempotency_key = u.key;
+    END IF;
+    -- The answers: the queue's statement trigger has stored suppressed what will not be sent; its verdict
+    -- is read back for the call's ids in one index scan (a lateral lookup a row cost more than the insert's
+    -- own work), and told as the caller may be told it.
     RETURN QUERY
-    SELECT u.n, e.id, u.wrote,
-           mailroom.suppression_told(CASE WHEN e.status = 'suppressed' THEN e.suppression_reason END)
-    FROM unnest(ns, ids, keys, wrote) AS u(n, id, key, wrote)
-    LEFT JOIN LATERAL (
-        SELECT q.id, q.status, q.suppression_reason FROM mailroom.email_queue q
-        WHERE q.id = coalesce(u.id, (SELECT k.id FROM mailroom.email_queue k
-                                     WHERE k.enqueued_by = session_user AND k.idempotency_key = u.key))
-    ) e ON true
+    SELECT u.n, u.id, u.wrote, mailroom.suppression_told(s.suppression_reason)
+    FROM unnest(ns, ids, wrote) AS u(n, id, wrote)
+    LEFT JOIN (SELECT q.id, q.suppression_reason FROM mailroom.email_queue q
+               WHERE q.id = ANY (ids) AND q.status = 'suppressed') s ON s.id = u.id
     ORDER BY u.n;
 END $$;
 
