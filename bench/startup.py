@@ -1,16 +1,23 @@
 """Start-up of the `mailroom` command, as an operator meets it (a new process, the console script of
-this environment), in three figures, each the median of RUNS runs:
+this environment), in four figures, each the median of RUNS runs:
 
     python -m bench.startup [RUNS]
-    python -m bench.startup RUNS --against REV     the first two figures beside those of commit REV
+    python -m bench.startup RUNS --against REV     the first three figures beside those of commit REV
 
 With --against, both trees run as `python -m console.cli` from their own checkout (REV's in a
-temporary git worktree), one run of each in turn, so a busy host slows both alike.
+temporary git worktree), each on a database of its own on one PostgreSQL (migrated by its own code,
+so a newer schema never meets older code), one run of each in turn, so a busy host slows both alike.
 
 - `mailroom --help`: the whole command, from process start to exit;
 - `mailroom worker --drain --no-producers` on an empty queue: start, check the schema, find nothing
   due, stop (what a short scheduled drain pays every time);
-- the same with one email enqueued, to the moment the SMTP sink accepts it.
+- `mailroom worker --drain` on an empty queue: the same with the producers on (the default), each
+  doing its first round of due work (none) before the drain ends;
+- `--drain --no-producers` with one email enqueued, to the moment the SMTP sink accepts it.
+
+Each figure is preceded by one run that is not counted (cold file caches, a first round of
+producers' daily work). The commands run with Python's bytecode cache on, as an installed
+Mailroom does (an environment's PYTHONDONTWRITEBYTECODE would make every run compile every module).
 """
 
 from __future__ import annotations
@@ -19,7 +26,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +33,20 @@ import psycopg
 
 from bench.common import add_bench_sender, database, reset
 from worker.devtools.sink import start_sink
+
+# What each figure runs, after `mailroom`; the first three are compared with --against.
+HELP = ["--help"]
+DRAIN = ["worker", "--drain", "--no-producers"]
+DRAIN_PRODUCERS = ["worker", "--drain"]
+
+
+def environment(url: str, tree: Path | None = None) -> dict[str, str]:
+    """The commands' environment: this one with `url`, bytecode cached, and `tree`'s code first."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["MAILROOM_DATABASE_URL"] = url
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    return env
 
 
 def one_run(url: str, script: Path) -> float:
@@ -40,11 +60,10 @@ def one_run(url: str, script: Path) -> float:
                 "INSERT INTO mailroom.email_queue (recipient_email, subject, text_body)"
                 " VALUES ('first@example.com', 'Start-up', 'body')"
             )
-        env = {**os.environ, "MAILROOM_DATABASE_URL": url}
         started = time.monotonic()
         proc = subprocess.Popen(
-            [str(script), "worker", "--drain", "--no-producers", "--concurrency", "1"],
-            env=env,
+            [str(script), *DRAIN, "--concurrency", "1"],
+            env=environment(url),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -70,26 +89,27 @@ def report(name: str, times: list[float]) -> None:
 
 
 def compare(runs: int, revision: str) -> None:
-    """`--help` and an empty drain of this tree and of `revision`, run in turn."""
+    """`--help` and the two empty drains of this tree and of `revision`, run in turn."""
+    from bench.compare import own_database, worktree
+
     root = Path(__file__).resolve().parents[1]
-    with tempfile.TemporaryDirectory(prefix="mailroom-startup-") as work, database() as url:
-        other = Path(work) / "tree"
-        subprocess.run(
-            ["git", "-C", str(root), "worktree", "add", "-q", "--detach", str(other), revision], check=True
-        )
-        try:
-            for argv in (["--help"], ["worker", "--drain", "--no-producers"]):
-                times: dict[str, list[float]] = {revision: [], "this tree": []}
-                for _ in range(runs):
-                    for name, tree in ((revision, other), ("this tree", root)):
-                        env = {**os.environ, "MAILROOM_DATABASE_URL": url, "PYTHONPATH": str(tree)}
-                        times[name].append(
-                            whole_run([sys.executable, "-m", "console.cli", *argv], env, cwd=tree)
-                        )
-                for name, figures in times.items():
-                    report(f"mailroom {' '.join(argv)} ({name})", figures)
-        finally:
-            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(other)], check=True)
+    with worktree(revision) as other, database() as admin:
+        trees = {revision: other, "this tree": root}
+        envs = {
+            name: environment(own_database(admin, f"mailroom_startup_{i}", tree), tree)
+            for i, (name, tree) in enumerate(trees.items())
+        }
+        for argv in (HELP, DRAIN, DRAIN_PRODUCERS):
+            times: dict[str, list[float]] = {name: [] for name in trees}
+            for name, tree in trees.items():  # not counted: cold caches, bytecode, first rounds
+                whole_run([sys.executable, "-m", "console.cli", *argv], envs[name], cwd=tree)
+            for _ in range(runs):
+                for name, tree in trees.items():
+                    times[name].append(
+                        whole_run([sys.executable, "-m", "console.cli", *argv], envs[name], cwd=tree)
+                    )
+            for name, figures in times.items():
+                report(f"mailroom {' '.join(argv)} ({name})", figures)
 
 
 def main() -> None:
@@ -100,12 +120,16 @@ def main() -> None:
         return
     script = Path(sys.executable).with_name("mailroom")
     with database() as url:
-        env = {**os.environ, "MAILROOM_DATABASE_URL": url}
-        whole_run([str(script), "--help"], env)  # the first run pays for cold file caches
-        report("mailroom --help", [whole_run([str(script), "--help"], env) for _ in range(runs)])
-        reset(url)
-        drain = [str(script), "worker", "--drain", "--no-producers"]
-        report("worker --drain, empty queue", [whole_run(drain, env) for _ in range(runs)])
+        env = environment(url)
+        figures = (
+            ("mailroom --help", HELP),
+            ("worker --drain --no-producers, empty queue", DRAIN),
+            ("worker --drain (producers on), empty queue", DRAIN_PRODUCERS),
+        )
+        for name, argv in figures:
+            reset(url)
+            whole_run([str(script), *argv], env)  # not counted: cold caches, first rounds
+            report(name, [whole_run([str(script), *argv], env) for _ in range(runs)])
         report("start-up to first email accepted", [one_run(url, script) for _ in range(runs)])
 
 
