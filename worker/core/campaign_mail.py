@@ -8,16 +8,13 @@ configured addresses, so the same email is always dressed the same way by the sa
 
 from __future__ import annotations
 
-import hashlib
-import html as html_lib
 import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from worker.core.html_text import text_from_html
-from worker.core.validation import ValidationError
+if TYPE_CHECKING:
+    from worker.core.validation import ValidationError
 
 # C0 and C1 controls, DEL: none of them belongs in an address printed in a footer or a header.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -62,6 +59,8 @@ SELECT_CAMPAIGNS = "SELECT campaign_id, list_id, postal_address, track_opens FRO
 
 def check_postal_address(field: str, value: str) -> str:
     """The address as it will be printed (trimmed), or `ValidationError`: plain text on one line."""
+    from worker.core.validation import ValidationError
+
     if _CONTROL.search(value):
         raise ValidationError(field, "control characters (line breaks included) are not allowed")
     value = value.strip()
@@ -72,6 +71,8 @@ def check_postal_address(field: str, value: str) -> str:
 
 def check_list_id(field: str, value: str) -> str:
     """A List-Id as RFC 2919 writes it between < and >: ASCII dot-atom with at least one dot."""
+    from worker.core.validation import ValidationError
+
     if len(value) > 255 or not _DOT_ATOM.match(value):
         raise ValidationError(field, "must look like news.example.com (ASCII letters, digits, dots)")
     return value
@@ -80,6 +81,8 @@ def check_list_id(field: str, value: str) -> str:
 def label(text: str) -> str:
     """A header-safe form of a campaign, kind or account name: lower-case ASCII letters, digits and
     dashes. Anything else is replaced, and then a short hash keeps two different names apart."""
+    import hashlib
+
     plain = _LABEL_NOISE.sub("-", text.lower()).strip("-")[:40].strip("-")
     if plain == text:
         return plain
@@ -132,6 +135,10 @@ def needs_postal_address(campaign_id: str | None, marketing: bool) -> bool:
 
 def missing_postal_address(field: str, campaign_id: str) -> ValidationError:
     """The refusal of a campaign's email without a postal address, saying how to give it one."""
+    import shlex
+
+    from worker.core.validation import ValidationError
+
     return ValidationError(field, MISSING_POSTAL.format(campaign=shlex.quote(campaign_id)))
 
 
@@ -186,6 +193,8 @@ def footer_text(url: str | None, postal: str | None) -> str:
 
 def footer_html(url: str | None, postal: str | None) -> str:
     """The HTML footer; the address and URL escaped (an address is text, never markup)."""
+    import html as html_lib
+
     parts = []
     if url:
         href = html_lib.escape(url, quote=True)
@@ -203,6 +212,8 @@ def add_footer(
 ) -> tuple[str, str | None]:
     """Text (made from the HTML when the email has none) and HTML with the footer at their end."""
     if text is None or not text.strip():
+        from worker.core.html_text import text_from_html
+
         text = text_from_html(html or "")
     text = text.rstrip("\r\n") + footer_text(url, postal)
     if html is not None and html.strip():

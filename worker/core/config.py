@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 
 class ConfigError(ValueError):
     """A setting is missing or malformed; the message says which and how to fix it."""
@@ -64,6 +62,8 @@ def default_home() -> Path:
     raw = os.environ.get("MAILROOM_HOME")
     if raw:
         return Path(raw).expanduser()
+    import platformdirs
+
     return platformdirs.user_data_path("mailroom", appauthor=False)
 
 
@@ -272,10 +272,10 @@ def _dns_servers(s: Setting) -> tuple[str, ...]:
 
 def _admin_emails(s: Setting) -> tuple[str, ...]:
     """Addresses separated by commas or spaces, each checked like a recipient."""
-    from worker.core.validation import ValidationError, normalise_address
-
     found = []
     for address in _words(s):
+        from worker.core.validation import ValidationError, normalise_address
+
         try:
             found.append(normalise_address(s.env, address))
         except ValidationError as exc:

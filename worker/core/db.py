@@ -7,13 +7,15 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.config import Settings
-from worker.core.embedded import EmbeddedPostgres
+
+if TYPE_CHECKING:
+    from worker.core.embedded import EmbeddedPostgres
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ def embedded_server(settings: Settings) -> EmbeddedPostgres:
     """Return this process's handle on the embedded server (started on first use)."""
     global _embedded
     if _embedded is None:
+        from worker.core.embedded import EmbeddedPostgres
+
         _embedded = EmbeddedPostgres(settings.home)
     return _embedded
 

@@ -24,7 +24,6 @@ from psycopg.types.json import Jsonb
 
 from worker.core.logs import event
 from worker.core.masking import mask_address
-from worker.core.message import recipient_kinds
 from worker.engine import queue_sql as q
 from worker.engine.clock import SYSTEM, Clock
 from worker.engine.database import Pool
@@ -175,6 +174,8 @@ def _dropped(rows: list[ClaimedEmail], kept: list[ClaimedEmail]) -> list[Dropped
     many = [row for row in rows if row.dropped]
     if not many:
         return []
+    from worker.core.message import recipient_kinds  # email building: not loaded before it is needed
+
     kept_ids = {row.id for row in kept}
     return [
         {"email_id": row.id, "recipient": address, "kind": kind, "reason": dropped[key]}

@@ -20,9 +20,10 @@ import contextlib
 import logging
 import random
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -32,8 +33,8 @@ from worker.core.config import Settings
 from worker.core.failover import database_unavailable
 from worker.core.logs import event
 from worker.core.masking import mask_address, mask_addresses_in
-from worker.core.message import recipient_kinds
 from worker.engine import queue_sql as q
+from worker.engine.attempts import Attempt
 from worker.engine.claim import Claim
 from worker.engine.classify import Reply, Verdict, backoff_seconds, classify
 from worker.engine.clock import Clock
@@ -42,7 +43,6 @@ from worker.engine.outcomes import OutcomeKind, Result
 from worker.engine.queue_sql import RELEASE_QUOTA
 from worker.engine.rows import ClaimedEmail
 from worker.engine.sent_journal import Sent, SentRecorder
-from worker.engine.smtp import Attempt
 
 log = logging.getLogger("mailroom.worker")
 
@@ -61,6 +61,14 @@ SENT_IDS_KEPT = 100_000
 
 # Lower-cased address -> (address as stored, To/Cc/Bcc), as `recipient_kinds` returns it.
 Kinds = dict[str, tuple[str, str]]
+
+
+def recipient_kinds(row: Mapping[str, Any]) -> Kinds:
+    """`worker.core.message.recipient_kinds`, loaded with the first email that needs it (email building
+    is not loaded by a worker that has sent nothing)."""
+    from worker.core.message import recipient_kinds as kinds_of
+
+    return kinds_of(row)
 
 
 class _Rollback(Exception):

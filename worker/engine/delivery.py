@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -31,22 +31,24 @@ from worker.core.listen import Listener, Waker
 from worker.core.logs import event
 from worker.core.metrics import observe_claim_finished
 from worker.engine import claim as claiming
-from worker.engine import files, leases
+from worker.engine import leases
 from worker.engine.clock import SYSTEM, Clock
 from worker.engine.completer import Completer, CompleterOptions
 from worker.engine.counting import count_claim, count_result
 from worker.engine.database import Borrowed, Pool
-from worker.engine.execute import Built, execute
-from worker.engine.execute import build as build_message_for
 from worker.engine.leases import drained, idle_seconds
-from worker.engine.producer import Producer, run_producer
+from worker.engine.producer import Producer, Producers
 from worker.engine.rows import ClaimedEmail
 from worker.engine.sender_book import Sender, SenderBook
 from worker.engine.sender_health import SenderHealth
 from worker.engine.sent_journal import SentRecorder
+from worker.engine.shared import Shared
 from worker.engine.supervision import WorkerFailed, supervise, supervise_slots
 from worker.engine.traces import ClaimTraces, claim_attributes, outcome
 from worker.engine.transport import Transport
+
+if TYPE_CHECKING:
+    from worker.engine.execute import Built
 
 log = logging.getLogger("mailroom.worker")
 
@@ -87,15 +89,11 @@ class Worker:
             options.owner, settings.lease_seconds, settings.queue_lifetime_seconds, options.clock
         )
         self.waker = Waker()
-        self.producers = list(producers or ())
-        self._producer_wakers = {p.name: Waker() for p in self.producers}
-        routes: dict[str, list[Waker]] = {}
-        for producer in self.producers:
-            for channel in producer.channels:
-                routes.setdefault(channel, []).append(self._producer_wakers[producer.name])
+        self._producers = Producers(producers or ())
+        self.producers = self._producers.producers
         # Lost, read-only or shutting-down database: every task of this process waits as it says.
         self.circuit = DatabaseCircuit("worker")
-        self.listener = Listener(listen_url or url, ("mailroom_queue",), self.waker, routes)
+        self.listener = Listener(listen_url or url, ("mailroom_queue",), self.waker, self._producers.routes())
         self.stopping = asyncio.Event()
         self._pool: Pool | None = None
         self._book: SenderBook | None = None
@@ -108,6 +106,7 @@ class Worker:
         # Per slot: the end of its last delivered claim, written beside its next claim.
         self._finishing: dict[int, asyncio.Task[None]] = {}
         self._sent_earlier = 0  # by the completers of earlier runs of this worker
+        self._drain_checks: Shared[bool] = Shared()  # see `_drained`
 
     @property
     def sent(self) -> int:
@@ -194,20 +193,23 @@ class Worker:
         pool, settings, lease_seconds = self.pool, self.settings, self.settings.lease_seconds
         tasks: dict[str, Callable[[], Awaitable[None]]] = {
             "recorder": recorder.run,
-            "listener": self.listener.run,
+            "listener": self._listen,
             "lease renewal": lambda: leases.renew_forever(pool, self._held),
             "lease rescue": lambda: leases.rescue_forever(
                 pool, lease_seconds, settings.queue_lifetime_seconds, self.waker, self.options.clock
             ),
             "heartbeat": lambda: leases.heartbeat_forever(pool, self.options.owner),
         }
-        for producer in self.producers:
-            tasks[f"producer {producer.name}"] = functools.partial(
-                run_producer, producer, pool, settings, self._producer_wakers[producer.name], self.stopping
-            )
+        tasks.update(self._producers.tasks(pool, settings, self.stopping))  # before the listener starts
         return [
             asyncio.create_task(supervise(name, task, self._fail), name=name) for name, task in tasks.items()
         ]
+
+    async def _listen(self) -> None:
+        try:
+            await self.listener.run()
+        finally:  # LISTEN refused (polling instead), or a failure: no producer waits for its connect
+            self._producers.wake()
 
     def _fail(self, reason: str) -> None:
         """A supervised task cannot go on: stop the worker, which then exits with the reason."""
@@ -227,13 +229,14 @@ class Worker:
         try:
             while not self.stopping.is_set():
                 ticket = self.waker.ticket()
+                looked = time.monotonic()
                 try:
                     worked = await self._one_batch(index, connections)
                     if worked:
                         continue
                     # Nothing to send: the last batch's bookkeeping is done (or its error raised) first.
                     await self._await_finishing(index)
-                    if self.options.drain and await self._drained():
+                    if self.options.drain and await self._drained(looked):
                         return
                 except psycopg.Error as exc:
                     if not database_unavailable(exc):
@@ -348,6 +351,8 @@ class Worker:
         """Execute a claim's emails in order, each result completed before the next message goes out
         (so a killed worker leaves at most one message per connection sent but not recorded); return
         the ids left unsent. Their spans link to `claim_span` (see `worker.engine.traces`)."""
+        from worker.engine.execute import execute  # email building and SMTP: loaded with the first claim
+
         pending = list(claim.emails)
         # One database connection for the whole batch: a pool checkout costs a health-check round trip.
         db = Borrowed(self.pool)
@@ -395,6 +400,9 @@ class Worker:
     ) -> Callable[[ClaimedEmail], Awaitable[Built]]:
         """How the batch's emails are built: as this sender sends them, traced when tracing is on, each
         with its files read first (`worker.engine.files`) when it carries any."""
+        from worker.engine import files
+        from worker.engine.execute import build as build_message_for
+
         build = functools.partial(build_message_for, sender)
         if traces is not None:
             build = functools.partial(traces.build, build)
@@ -460,14 +468,15 @@ class Worker:
             self.pool, self._fallback_seconds(), drain=self.options.drain, clock=self.options.clock
         )
 
-    async def _drained(self) -> bool:
-        """With `--drain`: whether this slot may end (see `worker.engine.leases.drained`)."""
-        return await drained(
-            self.pool,
-            self.settings.lease_seconds,
-            bool(self._held),
-            self.book.routes(),
-            self.options.clock,
+    async def _drained(self, since: float) -> bool:
+        """With `--drain`: whether this slot, which began looking for work at `since`, may end (see
+        `worker.engine.leases.drained`). Slots asking together share one check that began after they
+        began looking: every slot of a worker that finds nothing asks at once. The producers' first
+        rounds come first: what they make due goes out in the same drain."""
+        await self._producers.rested(self.stopping)
+        lease, clock = self.settings.lease_seconds, self.options.clock
+        return await self._drain_checks.get(
+            lambda: drained(self.pool, lease, bool(self._held), self.book.routes(), clock), since=since
         )
 
 

@@ -27,10 +27,10 @@ from typing import Any
 import aiohttp
 
 from worker.core.message import Envelope
+from worker.engine.attempts import Attempt, SmtpAccount
 from worker.engine.classify import Reply, Verdict, clean_reply
 from worker.engine.gmail_tokens import GmailAccount, GmailTokens
 from worker.engine.oauth import TokenRefused, TokenUnavailable
-from worker.engine.smtp import Attempt, SmtpAccount
 
 SEND_PATH = "/gmail/v1/users/me/messages/send"
 # The reasons Google gives a 403 that means "slow down", not "not allowed".

@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from worker.engine.attempts import Attempt
 from worker.engine.classify import Reply, Verdict, classify
 from worker.engine.rows import ClaimedEmail
-from worker.engine.smtp import Attempt
 
 
 class OutcomeKind(enum.Enum):

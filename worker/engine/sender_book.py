@@ -15,17 +15,19 @@ from psycopg.rows import dict_row
 from worker.core.campaign_mail import SELECT_CAMPAIGNS, Campaign
 from worker.core.config import ConfigError, Settings
 from worker.core.crypto import SecretBox, secret_box
-from worker.core.dkim import DkimKey
-from worker.core.return_path import optional_bounce_key
+from worker.engine.attempts import SmtpAccount
 from worker.engine.database import Pool, fetch_scalar
-from worker.engine.oauth import OAuthClient, TokenCache
 from worker.engine.queue_sql import ELIGIBLE_SENDERS, SAVE_ROTATED_GRANT, TAKE_SEND_SLOT
 from worker.engine.rows import ClaimedEmail
-from worker.engine.smtp import SmtpAccount, SmtpConnection
-from worker.engine.transport import Transport
+from worker.engine.shared import Shared
+from worker.engine.transport import Deferred, Transport
 
+# What only a sender that sends needs (SMTP, DKIM, OAuth2, the Gmail API) is loaded when first used: a
+# worker that finds nothing due starts without it.
 if TYPE_CHECKING:
+    from worker.core.dkim import DkimKey
     from worker.engine.gmail_tokens import GmailAccount, GmailTokens
+    from worker.engine.oauth import OAuthClient, TokenCache
 
 log = logging.getLogger("mailroom.worker")
 
@@ -82,13 +84,14 @@ class SenderBook:
         self.senders: list[Sender] = []
         self.exhausted: set[int] = set()
         self._loaded_at = 0.0
+        self._reads: Shared[None] = Shared()  # see `_load`
+        self._forgotten_at = 0.0  # when `forget` was last called (`time.monotonic`)
         self._open: dict[int, int] = {}  # SMTP connections this process holds per sender account
         self._box: SecretBox | None = None
         self._key: bytes | None = None  # the return-path key once read (b"": there is none)
         # DKIM keys decrypted once per sender account (and again only when its stored key changes)
         self._dkim_keys: dict[tuple[int, bytes], DkimKey] = {}
-        # OAuth2 access tokens, shared by every SMTP connection of this process
-        self.tokens = TokenCache(store=self._store_refresh_token)
+        self._tokens: TokenCache | None = None  # see `tokens`
         # Gmail API access tokens (worker.engine.gmail_tokens), made when a Gmail API sender is first used
         self._gmail_tokens: GmailTokens | None = None
         # Campaigns looked for and not found, and when: not read again before the next reload
@@ -96,9 +99,19 @@ class SenderBook:
         self._turns: dict[int, int] = {}  # the stream each sender's next claim starts with
         self._empty: dict[int, dict[str, float]] = {}  # streams a sender's claim found empty, and when
 
+    @property
+    def tokens(self) -> TokenCache:
+        """OAuth2 access tokens, shared by every SMTP connection of this process."""
+        if self._tokens is None:
+            from worker.engine.oauth import TokenCache
+
+            self._tokens = TokenCache(store=self._store_refresh_token)
+        return self._tokens
+
     def forget(self) -> None:
         """Read the senders again at the next pick (one was suspended or changed)."""
         self._loaded_at = 0.0
+        self._forgotten_at = time.monotonic()
 
     def all_exhausted(self) -> bool:
         """No sender usable now: none eligible, or every eligible one has reached its limit."""
@@ -201,16 +214,18 @@ class SenderBook:
         if sender.id == held and connections[held].account != sender.account:
             # The account was reconfigured (new password, host, TLS): reconnect with the new settings.
             await connections.pop(held).close()
-            connections[sender.id] = self._transport(sender.account)
+            connections[sender.id] = Deferred(sender.account, self._transport)
         elif sender.id != held:
             self.opened(sender.id)
             if held is not None:
                 await self.close(connections, held)
-            connections[sender.id] = self._transport(sender.account)
+            connections[sender.id] = Deferred(sender.account, self._transport)
 
     def _transport(self, account: SmtpAccount) -> Transport:
         """A new connection for a slot: to the account's SMTP server, or to the Gmail API."""
         if account.gmail is None:
+            from worker.engine.smtp import SmtpConnection
+
             return SmtpConnection(account, self.tokens)
         # Loaded with the first Gmail API sender: a worker without one never imports the HTTP client.
         from worker.engine.gmail import GmailConnection
@@ -240,6 +255,12 @@ class SenderBook:
             await asyncio.sleep(float(wait))
 
     async def _load(self) -> None:
+        """Read the eligible senders and campaigns. Slots asking together (every slot at start, each
+        after `RELOAD_SECONDS`) share one read, as long as it began after the last `forget`: the
+        answer is the same, and the database is asked once, not once a slot."""
+        await self._reads.get(self._read, since=self._forgotten_at)
+
+    async def _read(self) -> None:
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(ELIGIBLE_SENDERS)
             rows = await cur.fetchall()
@@ -306,6 +327,8 @@ class SenderBook:
 
     def _message_key(self) -> bytes | None:
         if self._key is None:
+            from worker.core.return_path import optional_bounce_key
+
             self._key = optional_bounce_key(self.settings) or b""
             if not self._key:
                 log.warning(
@@ -316,6 +339,8 @@ class SenderBook:
 
     def _oauth_client(self, row: dict[str, Any]) -> OAuthClient:
         """The account's OAuth2 client with its secret and refresh token decrypted."""
+        from worker.engine.oauth import OAuthClient
+
         box = self._secret_box()
         stored = bytes(row["oauth_refresh_token_encrypted"])
         return OAuthClient(
@@ -365,6 +390,8 @@ class SenderBook:
         cache_key = (int(row["id"]), bytes(row["dkim_private_key_encrypted"]))
         key = self._dkim_keys.get(cache_key)
         if key is None:
+            from worker.core.dkim import DkimKey
+
             pem = self._secret_box().decrypt(cache_key[1]).encode("ascii")
             key = DkimKey(row["dkim_domain"], row["dkim_selector"], pem)
             self._dkim_keys[cache_key] = key

@@ -6,60 +6,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import aiosmtplib
 from aiosmtplib.response import SMTPResponse
 
 from worker.core.message import Envelope
 from worker.core.plaintext import PLAINTEXT_LOGIN_REFUSED, login_in_clear
-from worker.engine.classify import Reply, Verdict, clean_reply
-from worker.engine.copies import Progress, Refusal, send_copies, unsafe_address
-from worker.engine.oauth import OAuthClient, TokenCache, TokenRefused, TokenUnavailable
+from worker.engine.attempts import Attempt, SmtpAccount
+from worker.engine.classify import Reply, clean_reply
+from worker.engine.copies import Progress, send_copies, unsafe_address
+from worker.engine.oauth import TokenCache, TokenRefused, TokenUnavailable
 from worker.engine.pipelining import CLOSING, PipeliningProtocol, enable_pipelining
 
-if TYPE_CHECKING:
-    from worker.engine.gmail_tokens import GmailAccount
+__all__ = ["Attempt", "SmtpAccount", "SmtpConnection"]  # the first two live in worker.engine.attempts
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SmtpAccount:
-    """How to reach and authenticate to one sender account's SMTP server."""
-
-    sender_id: int
-    host: str
-    port: int
-    security: str  # none, starttls, tls
-    username: str | None
-    password: str | None = field(repr=False)  # never in a log line or a traceback
-    connect_timeout: float = 10.0
-    command_timeout: float = 30.0
-    data_timeout: float = 120.0
-    # OAuth2 (AUTH XOAUTH2 as `username`, with access tokens from this client) instead of a password.
-    oauth: OAuthClient | None = None
-    # The operator allowed a login without TLS off the loopback interface (see worker.core.plaintext).
-    allow_plaintext_login: bool = False
-    # A Gmail API sender (worker.engine.gmail): its email goes through the API, not to `host`.
-    gmail: GmailAccount | None = None
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """The reply to one message and how long it took; for a message with several envelope recipients
-    (`many`), the recipients whose copy was refused and those whose copy was accepted (the reply is
-    then that of the last copy accepted, or what ended the session)."""
-
-    reply: Reply
-    duration_ms: int
-    refused: tuple[Refusal, ...] = ()
-    many: bool = False
-    accepted: tuple[str, ...] = ()
-    # What the attempt means, when the transport judged it itself (the Gmail API's answers are not SMTP
-    # replies); None: `worker.engine.classify` judges the reply.
-    verdict: Verdict | None = None
 
 
 class SmtpConnection:

@@ -18,15 +18,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.core import tracing
-from worker.core.message import Envelope
 from worker.engine.claim import Claim
 from worker.engine.database import Borrowed
 from worker.engine.outcomes import OutcomeKind, Result
 from worker.engine.rows import ClaimedEmail
-from worker.engine.smtp import Attempt
+
+if TYPE_CHECKING:
+    from worker.core.message import Envelope
+    from worker.engine.attempts import Attempt
 
 # Only the emails that carry something: most email enqueued outside a trace costs no row here.
 STORED = """

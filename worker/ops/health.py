@@ -23,17 +23,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.config import Settings
-from worker.core.failover import CircuitView
-from worker.core.reputation import Reputation, sender_reputations
-from worker.ops.dmarc_report import dmarc_findings
-from worker.ops.quarantine_upkeep import QuarantineUsage, quarantine_usage
-from worker.ops.webhook_health import webhook_findings
+
+# The whole report's parts, loaded by `check_health`: `undeliverable` (what `worker --drain` asks as it
+# stops) needs none of them.
+if TYPE_CHECKING:
+    from worker.core.failover import CircuitView
+    from worker.core.reputation import Reputation
+    from worker.ops.quarantine_upkeep import QuarantineUsage
 
 _FIGURES = """
 SELECT coalesce(%(now)s, now()) AS now,
@@ -183,6 +185,11 @@ def check_health(
 ) -> HealthReport:
     """Measure the queue and its senders against the thresholds in `settings`; `now` defaults to the
     database's clock (the sender, attempt, bounce and worker checks always use the database's clock)."""
+    from worker.core.reputation import sender_reputations
+    from worker.ops.dmarc_report import dmarc_findings
+    from worker.ops.quarantine_upkeep import quarantine_usage
+    from worker.ops.webhook_health import webhook_findings
+
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_FIGURES, {"now": now, "grace": settings.health_idle_grace_seconds}).fetchone()
         senders = cur.execute(_SENDERS).fetchall()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -18,7 +18,10 @@ from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
 from worker.engine.producer import Producer
-from worker.ops.retention import MaintenanceReport, run_maintenance
+
+# Loaded by a run (`_run`): most rounds find the interval not yet passed and need none of it.
+if TYPE_CHECKING:
+    from worker.ops.retention import MaintenanceReport
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ async def claim_run(conn: psycopg.AsyncConnection[Any], settings: Settings) -> d
 
 def _run(url: str, settings: Settings, now: datetime) -> MaintenanceReport:
     from worker.core.db import connect
+    from worker.ops.retention import run_maintenance
 
     with connect(url, autocommit=True) as conn:
         report = run_maintenance(conn, settings, now=now)

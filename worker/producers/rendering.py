@@ -7,17 +7,19 @@ will be sent and makes it `pending` -- or `failed` with the reason, for an opera
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.campaign_mail import NO_CAMPAIGNS, POLICIES, CampaignBook, book_from_policies
 from worker.core.config import Settings
-from worker.core.email_rows import COLUMNS, LINKS, EmailRequest, prepare
-from worker.core.outbox import load_catalog_async, render_stored
-from worker.core.templates import TemplateCatalog
 from worker.engine.producer import Producer
+
+# Rendering (templates, links, content rules) is loaded with the first unrendered email: a round that
+# finds none, what most rounds find, starts without it.
+if TYPE_CHECKING:
+    from worker.core.templates import TemplateCatalog
 
 log = logging.getLogger("mailroom.worker")
 
@@ -55,6 +57,8 @@ async def render_once(conn: psycopg.AsyncConnection[Any], settings: Settings) ->
             rows = await cur.fetchall()
         if not rows:
             return 0
+        from worker.core.outbox import load_catalog_async
+
         catalog = await load_catalog_async(conn, settings)
         book = await _book(conn, rows)
         for row in rows:
@@ -81,6 +85,8 @@ async def _render_one(
     row: dict[str, Any],
     settings: Settings,
 ) -> None:
+    from worker.core.outbox import render_stored
+
     given = (row["subject"], row["text_body"], row["html_body"])
     try:
         async with conn.transaction():  # a savepoint: the database's rules may still refuse the content
@@ -114,6 +120,8 @@ async def _dress(
 ) -> None:
     """Finish an email enqueued from SQL with campaign dress as the Python API would have at enqueue:
     the request it stands for goes through `prepare`, and what that adds is stored."""
+    from worker.core.email_rows import COLUMNS, LINKS, EmailRequest, prepare
+
     request = EmailRequest(
         to=[row["recipient_email"], *(row["to_extra"] or ())],
         subject=row["subject"],

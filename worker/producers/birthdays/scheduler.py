@@ -6,7 +6,7 @@ import logging
 import time as clock
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row, tuple_row
@@ -14,8 +14,6 @@ from psycopg.rows import dict_row, tuple_row
 from worker.core.config import Settings
 from worker.core.failover import database_unavailable
 from worker.core.masking import mask_address
-from worker.core.outbox import EmailRequest, enqueue_async
-from worker.core.validation import ValidationError
 from worker.engine.producer import Producer
 from worker.producers.birthdays.people import (
     EVENT_TYPE,
@@ -28,6 +26,11 @@ from worker.producers.birthdays.people import (
     _Stale,
     send_time,
 )
+
+# Enqueueing (templates, links, content rules) is loaded with the first email this producer makes: a
+# round that finds nothing to do, what most rounds find, starts without it.
+if TYPE_CHECKING:
+    from worker.core.outbox import EmailRequest
 
 log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------
@@ -246,6 +249,9 @@ async def _enqueue(
     A refusal by the database (its content rules) rolls back only the savepoint, so the event's own
     bookkeeping still commits.
     """
+    from worker.core.outbox import enqueue_async
+    from worker.core.validation import ValidationError
+
     try:
         async with conn.transaction():
             request = birthday_email(person, event)
@@ -280,6 +286,8 @@ def birthday_email(person: dict[str, Any], event: Claimed) -> EmailRequest:
     person's address; its idempotency key is (person, event type, local date)."""
     payload = person.get("payload") or {}
     data = payload.get("data")
+    from worker.core.outbox import EmailRequest
+
     return EmailRequest(
         to=person["email"],
         to_name=f"{person['first_name']} {person['last_name']}",

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.config import Settings
 from worker.core.masking import mask_address
-from worker.core.outbox import EmailRequest, enqueue_async
-from worker.core.reputation import DEFAULT_WINDOW, REPUTATION, Reputation
 from worker.engine.producer import Producer
-from worker.producers.bounces.effects import COMPLAINTS_CHANNEL
+from worker.producers.bounces import COMPLAINTS_CHANNEL
+
+if TYPE_CHECKING:
+    from worker.core.reputation import Reputation
 
 log = logging.getLogger("mailroom.worker")
 
@@ -91,6 +92,9 @@ async def digest_once(
         newest = await cur.fetchall()
         reputations = await _reputations(cur, {int(s) for s in found.get("senders") or []})
         await cur.execute(MARK_TOLD, {"digest": digest_id})
+        # Enqueueing (templates, links, content rules) is loaded with the first digest: most rounds find none.
+        from worker.core.outbox import EmailRequest, enqueue_async
+
         request = EmailRequest(
             to=list(settings.admin_emails),
             subject=f"Mailroom: {complaints} new complaint{'s' if complaints != 1 else ''}",
@@ -112,6 +116,8 @@ async def _reputations(cur: psycopg.AsyncCursor[dict[str, Any]], sender_ids: set
     """The complaint and hard-bounce rates of the senders the new complaints count against."""
     if not sender_ids:
         return []
+    from worker.core.reputation import DEFAULT_WINDOW, REPUTATION, Reputation
+
     await cur.execute(REPUTATION, {"window": DEFAULT_WINDOW, "name": None})
     return [Reputation.from_row(r) for r in await cur.fetchall() if int(r["id"]) in sender_ids]
 

@@ -17,6 +17,7 @@ import psycopg
 
 from worker.core.masking import mask_address, mask_addresses_in
 from worker.core.webhook_events import EventSource
+from worker.producers.bounces import COMPLAINTS_CHANNEL as COMPLAINTS_CHANNEL
 from worker.producers.bounces.parse import MAX_DIAGNOSTIC, Kind, RecipientReport, Source
 from worker.producers.bounces.quarantine import QUARANTINE_CAP as QUARANTINE_CAP
 from worker.producers.bounces.quarantine import keep
@@ -24,7 +25,6 @@ from worker.producers.bounces.storable import storable, storable_or_none
 
 log = logging.getLogger(__name__)
 
-COMPLAINTS_CHANNEL = "mailroom_complaints"
 
 INSERT_EVENT = """
 INSERT INTO mailroom.bounce_events (email_id, recipient, kind, status, action, diagnostic, source,

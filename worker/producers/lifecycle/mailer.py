@@ -5,18 +5,21 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from worker.core.config import Settings
 from worker.core.masking import mask_address
-from worker.core.outbox import EmailRequest, enqueue_async
-from worker.core.validation import ValidationError
 from worker.engine.producer import Producer
 from worker.producers.lifecycle.accounts import JOB_NAME
 from worker.producers.lifecycle.tokens import _NEEDS, _stamp
+
+# Enqueueing (templates, links, content rules) is loaded with the first email this producer makes: a
+# round that finds nothing to do, what most rounds find, starts without it.
+if TYPE_CHECKING:
+    from worker.core.outbox import EmailRequest
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,8 @@ def token_email(row: dict[str, Any], settings: Settings) -> EmailRequest:
     """The email for one token: its template, code, expiry and a link built from the base URL."""
     base = settings.lifecycle_base_url or settings.base_url
     link = f"{base}/{_PATHS[row['action']]}?token={bytes(row['secret']).hex()}"
+    from worker.core.outbox import EmailRequest
+
     return EmailRequest(
         to=row["email"],
         template=row["action"],
@@ -127,6 +132,9 @@ async def mail_tokens(
         for row in rows:
             reason = _skip_reason(row, now)
             if reason is None:
+                from worker.core.outbox import enqueue_async
+                from worker.core.validation import ValidationError
+
                 try:
                     mailed[row["id"]] = await enqueue_async(
                         conn, token_email(row, settings), settings=settings, created_by=JOB_NAME
