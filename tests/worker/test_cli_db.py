@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.fixtures_db import scratch_root
 from worker.core.embedded import EmbeddedPostgres
 
 SCRIPT = Path(sys.executable).with_name("mailroom")
@@ -20,8 +21,8 @@ SCRIPT = Path(sys.executable).with_name("mailroom")
 
 @pytest.fixture
 def home() -> Iterator[Path]:
-    """A fresh $MAILROOM_HOME; a server left running in it is stopped at the end."""
-    path = Path(tempfile.mkdtemp(prefix="mailroom-serve-"))
+    """A fresh $MAILROOM_HOME (in memory when there is room); a server left running in it is stopped at the end."""
+    path = Path(tempfile.mkdtemp(prefix="mailroom-serve-", dir=scratch_root()))
     yield path
     EmbeddedPostgres(path).stop_now()
     shutil.rmtree(path, ignore_errors=True)
