@@ -15,7 +15,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import venv
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -57,9 +59,12 @@ def ensure_venv() -> None:
     STAMP.write_text(wanted)
 
 
+_PIP_INSTALL = ("install", "-qq", "--disable-pip-version-check")
+
+
 def _pip(python: Path, *requirements: str) -> None:
     """Install into the environment of `python`, held to the versions of the lock file."""
-    _run(python, "-m", "pip", "install", "-qq", "--disable-pip-version-check", "-c", LOCK, *requirements)
+    _run(python, "-m", "pip", *_PIP_INSTALL, "-c", LOCK, *requirements)
 
 
 def _canonical(name: str) -> str:
@@ -94,35 +99,113 @@ def lock() -> None:
     _say(f"wrote {LOCK.name}: {len(lines)} packages")
 
 
+class _Beside:
+    """Commands run one after another on a thread, beside what the main thread runs (the 2-core CI
+    machine's unit tier uses one core; pip mostly waits on the network and the disk). Their output
+    is held and printed when they are waited for, so it never interleaves with pytest's; the first
+    that fails ends the chain, and `wait` exits with its status."""
+
+    def __init__(self, steps: list[tuple[str, list[str | Path], Path]]) -> None:
+        self.steps = steps
+        self.done: list[tuple[str, bytes]] = []
+        self.code = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+        self.reported = False
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="tasks-beside", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+        for title, args, cwd in self.steps:
+            with self.lock:
+                if self.stopping:
+                    return
+                process = self.process = subprocess.Popen(
+                    [str(a) for a in args],
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            output, _ = process.communicate()
+            self.done.append((title, output))
+            if process.returncode:
+                self.code = process.returncode
+                return
+
+    def wait(self) -> None:
+        """Wait for the chain, print what each command said (once), and exit if one failed."""
+        self.thread.join()
+        if self.reported:
+            return
+        self.reported = True
+        for title, output in self.done:
+            _say(title)
+            sys.stdout.buffer.write(output)
+            sys.stdout.flush()
+        if self.code:
+            sys.exit(self.code)
+
+    def stop(self) -> None:
+        """Stop the chain early (a phase before it failed): the running command is killed."""
+        with self.lock:
+            self.stopping = True
+            if self.process is not None and self.process.poll() is None:
+                self.process.kill()
+        self.thread.join()
+
+
+def _smoke_prepare(work: Path) -> _Beside:
+    """Build the wheel now, then install it with `[all]` into a fresh environment in `work`, beside
+    the next phases. The build runs first and alone: it writes build/ and the egg-info into the checkout."""
+    ensure_venv()
+    _say("building the wheel")
+    _run(
+        PYTHON,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-w",
+        work / "dist",
+        ROOT,
+    )
+    name = distribution()
+    # A wheel's file name spells the distribution with underscores: mailroom_pg-0.1.0-py3-none-any.whl.
+    wheel = next((work / "dist").glob(f"{_canonical(name).replace('-', '_')}-*.whl"))
+    python = work / "venv" / BIN.name / PYTHON.name
+    # Run from a copy outside the checkout: the script's folder leads sys.path, and tests/ has a worker/.
+    (work / "wheel_smoke.py").write_bytes((ROOT / "tests" / "wheel_smoke.py").read_bytes())
+    install = f"installing {wheel.name}[all] into a fresh environment"
+    return _Beside(
+        [
+            (f"{install}: the environment", [sys.executable, "-m", "venv", work / "venv"], work),
+            (
+                install,
+                [python, "-m", "pip", *_PIP_INSTALL, "-c", LOCK, f"{name}[all] @ {wheel.as_uri()}"],
+                work,
+            ),
+        ]
+    )
+
+
+def _smoke_finish(work: Path, installing: _Beside) -> None:
+    """Wait for the fresh environment, then try the wheel in it from outside the checkout."""
+    installing.wait()
+    _say("wheel smoke")
+    _run(work / "venv" / BIN.name / PYTHON.name, work / "wheel_smoke.py", cwd=work)
+
+
 def wheel_smoke() -> None:
     """Build the wheel, install it (not editable) into a fresh environment and try it from outside the checkout."""
-    ensure_venv()
     with tempfile.TemporaryDirectory(prefix="mailroom-wheel-") as tmp:
         work = Path(tmp)
-        _say("building the wheel")
-        _run(
-            PYTHON,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "-w",
-            work / "dist",
-            ROOT,
-        )
-        name = distribution()
-        # A wheel's file name spells the distribution with underscores: mailroom_pg-0.1.0-py3-none-any.whl.
-        wheel = next((work / "dist").glob(f"{_canonical(name).replace('-', '_')}-*.whl"))
-        _say(f"installing {wheel.name}[all] into a fresh environment")
-        venv.EnvBuilder(with_pip=True).create(work / "venv")
-        python = work / "venv" / BIN.name / PYTHON.name
-        _pip(python, f"{name}[all] @ {wheel.as_uri()}")
-        # Run from a copy outside the checkout: the script's folder leads sys.path, and tests/ has a worker/.
-        script = work / "wheel_smoke.py"
-        script.write_bytes((ROOT / "tests" / "wheel_smoke.py").read_bytes())
-        _run(python, script, cwd=work)
+        _smoke_finish(work, _smoke_prepare(work))
 
 
 def build_docs() -> None:
@@ -130,7 +213,10 @@ def build_docs() -> None:
     # Material prints a banner about its successor on every build; the check needs only the warnings.
     os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
     with tempfile.TemporaryDirectory(prefix="mailroom-site-") as tmp:
-        _run(BIN / "mkdocs", "build", "--strict", "--quiet", "--site-dir", tmp)
+        _run(*_DOCS_BUILD, tmp)
+
+
+_DOCS_BUILD = (BIN / "mkdocs", "build", "--strict", "--quiet", "--site-dir")
 
 
 # Real tools some tests run against, from Debian's packages: command -> package. Installed by the test
@@ -165,24 +251,43 @@ LINTED = ("worker", "console", "migrations", "tests", "bench", "mailroom", "docs
 
 
 def test(extra: list[str]) -> None:
-    """Lint, type-check, check the architecture contract, then run the whole test suite."""
+    """Lint, type-check, check the architecture contract, then run the whole test suite.
+
+    On the 2-core CI machine the phases overlap where they can: the wheel's fresh environment is
+    installed from the start (pip waits on the network and the disk), and mypy, import-linter and the
+    docs site are checked beside the unit tier (one process). Their failures stop the run before the
+    integration tier, and their output is printed whole, after the unit tier's."""
     ensure_venv()
-    _say("ruff")
-    _run(BIN / "ruff", "check", *LINTED)
-    _run(BIN / "ruff", "format", "--check", *LINTED)
-    _say("mypy --strict")
-    _run(BIN / "mypy")
-    _say("import-linter")
-    _run(BIN / "lint-imports")
-    _say("docs site (mkdocs build --strict)")
-    build_docs()
-    ensure_system_tools()
-    _pytest(extra)
-    _say("wheel smoke")
-    wheel_smoke()
+    with tempfile.TemporaryDirectory(prefix="mailroom-wheel-") as tmp:
+        work = Path(tmp)
+        smoke = _smoke_prepare(work)
+        static: _Beside | None = None
+        try:
+            _say("ruff")
+            _run(BIN / "ruff", "check", *LINTED)
+            _run(BIN / "ruff", "format", "--check", *LINTED)
+            _say(
+                "mypy --strict, import-linter and the docs site (mkdocs build --strict), beside the unit tier"
+            )
+            site = Path(tmp) / "site"
+            static = _Beside(
+                [
+                    ("mypy --strict", [BIN / "mypy"], ROOT),
+                    ("import-linter", [BIN / "lint-imports"], ROOT),
+                    ("docs site (mkdocs build --strict)", [*_DOCS_BUILD, site], ROOT),
+                ]
+            )
+            ensure_system_tools()
+            _pytest(extra, before_integration=static.wait)
+            _smoke_finish(work, smoke)
+        finally:
+            # A phase that failed leaves the others nothing to do: stop them before the folder goes.
+            if static is not None:
+                static.stop()
+            smoke.stop()
 
 
-def _pytest(extra: list[str]) -> None:
+def _pytest(extra: list[str], before_integration: Callable[[], None] = lambda: None) -> None:
     """The unit tier without the database plugin (fails fast, and proves it needs no PostgreSQL), then the rest.
 
     Test paths among the arguments (`tasks.py test tests/worker/test_cli.py -x`) run just those, in one go.
@@ -199,6 +304,7 @@ def _pytest(extra: list[str]) -> None:
         # tests do not leave one core idle at the end (the integration tier: 266 s against 331 s).
         parallel = ["-n", str(processes), "--dist", "worksteal", *extra]
     if any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in extra):
+        before_integration()
         _say("pytest (the tests named)")
         _run(PYTHON, "-m", "pytest", *parallel)
         return
@@ -207,6 +313,7 @@ def _pytest(extra: list[str]) -> None:
     # Exit status 5 (nothing collected) is no failure here: `-m e2e` or `-k` may leave the unit tier empty.
     unit = ["tests/unit", "-p", "no:tests.fixtures_db", "-p", "no:tests.fixtures_smtp", *options]
     _run(PYTHON, "-m", "pytest", *unit, allowed=(0, 5))
+    before_integration()
     _say(
         "pytest: integration and end to end" + (f" ({processes} processes)" if parallel is not extra else "")
     )
