@@ -169,6 +169,7 @@ class Worker:
         slots = [
             asyncio.create_task(self._slot(i), name=f"slot-{i}") for i in range(self.options.concurrency)
         ]
+        await asyncio.sleep(0)  # the slots' first read of the senders takes the pool's open connection
         background = self._start_background(recorder)
         log.info(
             "worker %s started: %d slots, batch %d", self.options.owner, len(slots), self.options.batch_size
