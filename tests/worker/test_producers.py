@@ -31,8 +31,8 @@ async def test_a_producer_runs_again_on_notify_on_its_channel(db_url: str, setti
         async with called:
             await asyncio.wait_for(called.wait_for(lambda: len(calls) >= n), timeout=10)
 
-    # An hour-long interval: besides its first pass, only wake-ups can call it during this test. The
-    # LISTEN connection's first connect wakes it once too, so three rounds prove at least two NOTIFYs.
+    # An hour-long interval: besides its first pass (made once the LISTEN connection is up), only
+    # NOTIFYs can call it during this test, so each round counted after one proves that NOTIFY woke it.
     producer = Producer("probe", run_once, channels=("mailroom_test_probe",), interval_seconds=3600)
     worker = Worker(db_url, settings, WorkerOptions(concurrency=1), producers=[producer])
     task = asyncio.create_task(worker.run())
