@@ -8,9 +8,11 @@ configured addresses, so the same email is always dressed the same way by the sa
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -163,16 +165,26 @@ def dress_for(
     postal = (
         (campaign.postal_address if campaign else None) or sender_postal_address or default_postal_address
     )
-    headers: dict[str, str] = {}
     marketing = is_marketing(row)
-    if campaign_id:
-        headers["List-Id"] = list_id(campaign_id, campaign.list_id if campaign else None, from_email)
     kind = campaign_id if campaign_id else email_kind(row)
-    headers["Feedback-ID"] = feedback_id(kind, sender, from_email)
+    headers = _headers(campaign_id or None, campaign.list_id if campaign else None, kind, sender, from_email)
     if postal is None and needs_postal_address(campaign_id, marketing):
         raise missing_postal_address("postal_address", str(campaign_id))
     footer = marketing or (footer_transactional and postal is not None)
     return Dress(headers, footer, postal if footer else None)
+
+
+# Thousands of emails a second share a few campaigns, kinds and accounts: their headers are made once.
+@functools.lru_cache(maxsize=4096)
+def _headers(
+    campaign_id: str | None, configured_list_id: str | None, kind: str, sender: str, from_email: str
+) -> Mapping[str, str]:
+    """List-Id (a campaign's email) and Feedback-ID (`kind`: the campaign, else the kind of email), read-only."""
+    headers: dict[str, str] = {}
+    if campaign_id:
+        headers["List-Id"] = list_id(campaign_id, configured_list_id, from_email)
+    headers["Feedback-ID"] = feedback_id(kind, sender, from_email)
+    return MappingProxyType(headers)
 
 
 def unsubscribe_url(headers: Mapping[str, str]) -> str | None:

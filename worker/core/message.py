@@ -227,6 +227,7 @@ def build_message(
     body = "" if dress is not None and dress.footer else _body(text, html)
     domain = from_email.rpartition("@")[2] or "mailroom.invalid"
     files = get("files") or ()  # each with its base64 lines (`worker.engine.files`)
+    dressed = [(n.lower(), _header(n, v)) for n, v in dress.headers.items()] if dress is not None else []
 
     def copy(recipient: str, copy_headers: Mapping[str, str]) -> Envelope:
         if key is None:
@@ -238,8 +239,8 @@ def build_message(
         own = body
         if dress is not None:
             # An application that wrote its own List-Id or Feedback-ID keeps it: never two of one.
-            given = {name.lower() for name in copy_headers}
-            head.extend(_header(n, v) for n, v in dress.headers.items() if n.lower() not in given)
+            given = {name.lower() for name in copy_headers} if copy_headers else ()
+            head.extend(line for name, line in dressed if name not in given)
             if dress.footer:  # the footer's link is this copy's own: built per copy
                 url = unsubscribe_url(copy_headers)
                 own = _body(*add_footer(text, html, url, dress.postal_address))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from worker.core import metrics
 from worker.engine.classify import Verdict
+from worker.engine.clock import Clock
 from worker.engine.outcomes import OutcomeKind, Result
 
 # Whose fault a verdict is. A transient reply is the email's too: its recipient's server deferred it.
@@ -39,7 +38,7 @@ def outcome(result: Result) -> str:
     return _OUTCOME[result.kind]
 
 
-def count_result(sender: str, result: Result, now: datetime) -> None:
+def count_result(sender: str, result: Result, clock: Clock) -> None:
     """Count one executed email: its outcome and fault, its reply's class, its transaction time and, when
     sent, how long after its enqueue the relay accepted it."""
     if not metrics.enabled():
@@ -49,7 +48,7 @@ def count_result(sender: str, result: Result, now: datetime) -> None:
         sender, outcome(result), fault(result.verdict), reply.code, result.attempt.duration_ms / 1000
     )
     if result.kind is OutcomeKind.SENT:
-        metrics.observe_accepted(sender, (now - result.email.created_at).total_seconds())
+        metrics.observe_accepted(sender, (clock.now() - result.email.created_at).total_seconds())
 
 
 def count_claim(sender: str, emails: int, suppressed: int, expired: int) -> None:

@@ -379,7 +379,7 @@ class Worker:
                 upcoming = await build(pending[0]) if pending else None
                 with tracing.NOOP if traces is None else traces.delivering(email) as span:
                     result = await execute(email, built, upcoming, connection)
-                    count_result(sender.name, result, self.options.clock.now())
+                    count_result(sender.name, result, self.options.clock)
                     outcome(span, result)
                     held = await self.completer.complete(db, claim, sender.id, result)
                 if not held:
