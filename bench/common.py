@@ -106,3 +106,37 @@ def bulk_enqueue(url: str, n: int) -> None:
     with psycopg.connect(url) as conn, conn.cursor() as cur, cur.copy(statement) as copy:
         for i in range(n):
             copy.write_row((f"user{i}@example.com", f"Benchmark message {i}", "Hello from the benchmark.\n"))
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int, *, with_reaped_children: bool = False) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    # utime, stime (and cutime, cstime: children that exited and were waited for) in clock ticks
+    ticks = int(fields[11]) + int(fields[12])
+    if with_reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / TICKS
+
+
+def server_cpu_seconds(postmaster: int) -> float:
+    """CPU of the whole server so far: postmaster, exited backends and the live ones."""
+    total = _cpu_seconds(postmaster, with_reaped_children=True)
+    with open(f"/proc/{postmaster}/task/{postmaster}/children", encoding="ascii") as f:
+        for child in f.read().split():
+            try:
+                total += _cpu_seconds(int(child))
+            except OSError:
+                continue  # exited meanwhile: counted in the postmaster's reaped children next time
+    return total
+
+
+def postmaster_pid(url: str) -> int:
+    """The server's postmaster: the parent of this connection's backend."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        with open(f"/proc/{row[0]}/stat", encoding="ascii") as stat:  # while the backend lives
+            return int(stat.read().rsplit(")", 1)[1].split()[1])

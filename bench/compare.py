@@ -10,7 +10,10 @@ in alternating order, as operators run it: `mailroom worker --drain --concurrenc
 process (the producers on unless --no-producers), N emails enqueued first with COPY. Per run:
 
 - emails/s over the span of the sent attempts in send_logs (process start-up is not delivery);
-- the worker process's CPU seconds (user + system, from wait4), per email.
+- the worker process's CPU seconds (user + system, from wait4), per email;
+- the database server's CPU seconds per email (its postmaster and every backend, from /proc), when the
+  server runs on this machine: on a host of few cores the worker and PostgreSQL share them, so a
+  server that spends more on an email slows delivery as much as a worker that does.
 
 It prints every run, each tree's median, and the ratio this tree / REV per round with its spread
 (lowest and highest round). A ratio whose highest round is below 1 is a loss beyond the noise:
@@ -34,9 +37,9 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from bench.common import bulk_enqueue, database, sink_process
+from bench.common import bulk_enqueue, database, postmaster_pid, server_cpu_seconds, sink_process
 from worker.core.crypto import generate_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +53,7 @@ class Run:
     rate: float
     cpu_us_per_email: float
     wall: float
+    server_us_per_email: float | None = None
 
 
 @contextlib.contextmanager
@@ -115,11 +119,24 @@ def prepare(url: str, port: int, emails: int) -> None:
         conn.execute("VACUUM ANALYZE mailroom.email_queue")
 
 
-def drain(tree: Path, url: str, concurrency: int, producers: bool) -> Run:
-    """One `mailroom worker --drain` of `tree` in its own process: rate, CPU per email, wall seconds."""
+def local_postmaster(url: str) -> int | None:
+    """The server's postmaster when it runs on this machine (its CPU is readable), else None."""
+    host = conninfo_to_dict(url).get("host") or os.environ.get("PGHOST") or "/"
+    if not (str(host).startswith("/") or host in ("localhost", "127.0.0.1", "::1")):
+        return None
+    try:
+        return postmaster_pid(url)
+    except OSError:
+        return None
+
+
+def drain(tree: Path, url: str, concurrency: int, producers: bool, postmaster: int | None = None) -> Run:
+    """One `mailroom worker --drain` of `tree` in its own process: rate, CPU per email (the worker's, and
+    the server's when `postmaster` is given), wall seconds."""
     argv = [sys.executable, "-m", "worker.cli.main", "worker", "--drain", "--concurrency", str(concurrency)]
     if not producers:
         argv.append("--no-producers")
+    server_before = server_cpu_seconds(postmaster) if postmaster is not None else 0.0
     with tempfile.TemporaryFile() as log:
         started = time.monotonic()
         proc = subprocess.Popen(
@@ -131,6 +148,7 @@ def drain(tree: Path, url: str, concurrency: int, producers: bool) -> Run:
         if proc.returncode != 0:
             log.seek(0)
             sys.exit(f"the worker of {tree} failed:\n{log.read().decode(errors='replace')[-4000:]}")
+    server = server_cpu_seconds(postmaster) - server_before if postmaster is not None else None
     with psycopg.connect(url) as conn:
         row = conn.execute(
             "SELECT count(*), extract(epoch FROM max(attempted_at) - min(attempted_at))"
@@ -141,14 +159,18 @@ def drain(tree: Path, url: str, concurrency: int, producers: bool) -> Run:
     if sent == 0:
         sys.exit(f"the worker of {tree} sent nothing")
     cpu = usage.ru_utime + usage.ru_stime
-    return Run(sent / span if span else 0.0, cpu / sent * 1e6, wall)
+    return Run(
+        sent / span if span else 0.0, cpu / sent * 1e6, wall, None if server is None else server / sent * 1e6
+    )
 
 
 def summary(name: str, runs: list[Run]) -> None:
     """Each run, then the medians."""
+    servers = [r.server_us_per_email for r in runs if r.server_us_per_email is not None]
+    server = f", server CPU {statistics.median(servers):,.0f} µs/email" if servers else ""
     print(
         f"{name}: median {statistics.median(r.rate for r in runs):,.0f} emails/s,"
-        f" worker CPU {statistics.median(r.cpu_us_per_email for r in runs):,.0f} µs/email,"
+        f" worker CPU {statistics.median(r.cpu_us_per_email for r in runs):,.0f} µs/email{server},"
         f" wall {statistics.median(r.wall for r in runs):.2f} s"
     )
     print("  runs: " + "  ".join(f"{r.rate:,.0f}/s {r.cpu_us_per_email:,.0f}µs" for r in runs))
@@ -173,6 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     with worktree(args.revision) as other, database() as url, sink_process() as (port, kind):
         admin = make_conninfo(url, dbname="postgres")
+        postmaster = local_postmaster(url)
         trees = {args.revision: other, THIS: ROOT}
         urls = {
             name: own_database(admin, f"mailroom_compare_{i}", tree)
@@ -187,7 +210,9 @@ def main() -> None:
             order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
             for name in order:
                 prepare(urls[name], port, args.emails)
-                runs[name].append(drain(trees[name], urls[name], args.concurrency, args.producers))
+                runs[name].append(
+                    drain(trees[name], urls[name], args.concurrency, args.producers, postmaster)
+                )
             print(
                 f"round {round_ + 1}: " + ", ".join(f"{n} {runs[n][-1].rate:,.0f}/s" for n in trees),
                 flush=True,
@@ -204,6 +229,12 @@ def main() -> None:
             [r.cpu_us_per_email for r in runs[THIS]],
             [r.cpu_us_per_email for r in runs[args.revision]],
         )
+        if postmaster is not None:
+            ratios(
+                f"server CPU per email, {THIS} / {args.revision}",
+                [r.server_us_per_email or 0.0 for r in runs[THIS]],
+                [r.server_us_per_email or 0.0 for r in runs[args.revision]],
+            )
 
 
 if __name__ == "__main__":
