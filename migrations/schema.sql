@@ -649,7 +649,7 @@ COMMENT ON COLUMN mailroom.sent_journal.lease_token IS 'The claim the send belon
 COMMENT ON COLUMN mailroom.sent_journal.response IS 'The relay''s reply to the end of DATA.';
 COMMENT ON COLUMN mailroom.sent_journal.worker IS 'The worker that sent it.';
 
-CREATE INDEX sent_journal_token_idx ON mailroom.sent_journal USING btree (lease_token);
+CREATE INDEX sent_journal_token_email_idx ON mailroom.sent_journal USING btree (lease_token, email_id);
 
 -- send_logs
 
@@ -976,17 +976,24 @@ COMMENT ON FUNCTION mailroom.address_problem(value text) IS 'Why an address is r
 
 CREATE FUNCTION mailroom.apply_sent_journal(token uuid) RETURNS integer
     LANGUAGE sql
+    SET enable_nestloop TO 'off'
     AS $$
-    WITH j AS (
-        DELETE FROM mailroom.sent_journal WHERE lease_token = token RETURNING *
-    ), done AS (
+    -- No nested loop: the server mostly analyzes the queue with no email assigned and the journal empty,
+    -- so it expects one row from each and chose to read the claim's journal rows again for every
+    -- assigned email (every claim in flight): 360,000 comparisons and 250 ms for a claim of 300 beside
+    -- three others. A hash join reads each side once. The update reads the journal table itself (every
+    -- part of one statement sees the same snapshot, so the delete beside it does not hide its rows).
+    WITH done AS (
         UPDATE mailroom.email_queue q
         SET status = 'sent', sent_at = j.sent_at, message_id = coalesce(j.message_id, q.message_id),
             sender_account_id = j.sender_account_id
-        FROM j
-        WHERE q.id = j.email_id AND q.lease_token = j.lease_token AND q.status = 'assigned'
+        FROM mailroom.sent_journal j
+        WHERE j.lease_token = token AND q.id = j.email_id AND q.lease_token = j.lease_token
+          AND q.status = 'assigned'
         RETURNING q.id, q.recipient_email, q.campaign_id, q.retry_count, j.sent_at, j.sender_account_id,
                   j.smtp_code, j.enhanced_code, j.response, j.duration_ms, j.worker
+    ), gone AS (
+        DELETE FROM mailroom.sent_journal WHERE lease_token = token
     ), logged AS (
         INSERT INTO mailroom.send_logs (attempted_at, email_id, sender_account_id, recipient_email, campaign_id,
                                         attempt, outcome, smtp_code, enhanced_code, response, duration_ms, worker)

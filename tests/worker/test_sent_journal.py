@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -224,6 +225,55 @@ def test_a_claim_reads_the_claim_index_in_order_even_before_the_queue_is_analyze
     for found in (guessed, plan):
         assert "Sort" not in found
         assert "email_queue_claim_idx" in found
+
+
+def _join_filter_removed(plan: dict[str, Any]) -> int:
+    """Rows a plan's joins compared and threw away, over every node of an EXPLAIN (FORMAT JSON) plan."""
+    removed = int(plan.get("Rows Removed by Join Filter", 0))
+    return removed + sum(_join_filter_removed(child) for child in plan.get("Plans", ()))
+
+
+def test_applying_a_claims_journal_meets_each_email_with_its_own_row_only(
+    db_url: str, smtp_sink: RunningSink
+) -> None:
+    """Before revision 0018 the apply joined the claim's emails to the rows its DELETE ... RETURNING gave,
+    which have no index: every assigned email (every claim in flight) was compared with every journal row
+    of the claim, quadratic work that took a quarter of a second for a claim of 300 beside three others."""
+    add_sender(db_url, smtp_sink.port)
+    ids = enqueue_many(db_url, 200)
+    tokens = [uuid.uuid4() for _ in range(4)]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sender = _sender_id(conn)
+        # Analyzed as the server mostly finds them: the journal empty (its rows applied) and no email of
+        # the queue assigned (claims come and go between two analyses).
+        conn.execute("ANALYZE mailroom.sent_journal")
+        conn.execute("ANALYZE mailroom.email_queue")
+        for k, token in enumerate(tokens):  # four claims of 50 in flight, as four slots hold them
+            part = ids[k * 50 : (k + 1) * 50]
+            _claim_as(conn, part, token, expired=False)
+            assert _journal(conn, part, token, sender) == part
+        definition = conn.execute(
+            "SELECT prosrc, coalesce(proconfig, '{}') FROM pg_proc"
+            " WHERE oid = 'mailroom.apply_sent_journal(uuid)'::regprocedure"
+        ).fetchone()
+        assert definition is not None
+        statement = re.sub(r"(?<![\w.])token\b", "%(token)s", str(definition[0]))
+        with conn.transaction():  # EXPLAIN ANALYZE runs the statement: undone below
+            for setting in definition[1]:  # the function's own settings (SET ... in its definition)
+                name, _, value = str(setting).partition("=")
+                conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+            explained = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, {"token": tokens[0]})
+            row = explained.fetchone()
+            assert row is not None
+            plan = row[0][0]["Plan"]
+            raise psycopg.Rollback
+        applied = conn.execute("SELECT mailroom.apply_sent_journal(%s)", (tokens[0],)).fetchone()
+        assert applied is not None and applied[0] == 50
+        sent = conn.execute(
+            "SELECT count(*) FROM mailroom.email_queue WHERE id = ANY(%s) AND status = 'sent'", (ids[:50],)
+        ).fetchone()
+    assert _join_filter_removed(plan) < 50, plan  # linear: no email compared with another's row
+    assert sent == (50,)
 
 
 async def test_a_refused_journal_write_reaches_every_waiting_slot_as_that_error(
