@@ -611,7 +611,7 @@ CREATE TABLE mailroom.claims (
     CONSTRAINT claims_used_not_negative CHECK ((used >= 0))
 );
 
-COMMENT ON TABLE mailroom.claims IS 'One batch claimed under one lease token for one sender: its lease and the quota reserved for it. Every transaction that touches a claim locks in one order: the claim row, then its sender row (sender_accounts, FOR NO KEY UPDATE), then its emails in id order, so workers claiming, finishing and rescuing at once never deadlock. FOR NO KEY UPDATE, not FOR UPDATE: it serialises claims, finishes and quota of one sender as well, and the share lock a foreign key check takes (a sent-journal row, a send log, a usage row naming the sender) does not wait for it, so one slot''s claim does not stall every other slot''s journal. Ended by the worker or by lease rescue, which return the unused quota with the unsent emails.';
+COMMENT ON TABLE mailroom.claims IS 'One batch claimed under one lease token for one sender: its lease and the quota reserved for it. Every transaction that touches a claim locks in one order: the claim row, then its sender row (sender_accounts, FOR UPDATE), then its emails in id order, so workers claiming, finishing and rescuing at once never deadlock (an email''s sender_account_id is a foreign key: writing it share-locks the sender row, and a quota reservation taken after that would wait on the next worker''s share lock, and it on ours). Ended by the worker or by lease rescue, which return the unused quota with the unsent emails.';
 
 COMMENT ON COLUMN mailroom.claims.owner IS 'The worker that made the claim.';
 COMMENT ON COLUMN mailroom.claims.day IS 'The UTC day the quota was reserved on; unused quota goes back to that day.';
@@ -1212,7 +1212,7 @@ BEGIN
     FOR c IN SELECT * FROM mailroom.claims WHERE expires_at < now() ORDER BY lease_token
              FOR UPDATE SKIP LOCKED LOOP
         -- The lock order of every claim transaction: claim row, sender row, emails.
-        PERFORM 1 FROM mailroom.sender_accounts WHERE id = c.sender_account_id FOR NO KEY UPDATE;
+        PERFORM 1 FROM mailroom.sender_accounts WHERE id = c.sender_account_id FOR UPDATE;
         PERFORM 1 FROM mailroom.email_queue WHERE lease_token = c.lease_token AND status = 'assigned'
         ORDER BY id FOR UPDATE;
         sent_count := mailroom.apply_sent_journal(c.lease_token);
@@ -1614,7 +1614,7 @@ BEGIN
     IF unused <= 0 THEN
         RETURN;
     END IF;
-    PERFORM 1 FROM mailroom.sender_accounts WHERE id = sender FOR NO KEY UPDATE;
+    PERFORM 1 FROM mailroom.sender_accounts WHERE id = sender FOR UPDATE;
     UPDATE mailroom.sender_usage SET sent = greatest(0, sent - unused)
     WHERE sender_account_id = sender AND day = reserved_on;
     UPDATE mailroom.sender_accounts
@@ -1637,7 +1637,7 @@ DECLARE
     used integer;
     granted integer;
 BEGIN
-    SELECT * INTO acct FROM mailroom.sender_accounts WHERE id = sender FOR NO KEY UPDATE;
+    SELECT * INTO acct FROM mailroom.sender_accounts WHERE id = sender FOR UPDATE;
     IF NOT FOUND THEN
         RETURN 0;
     END IF;

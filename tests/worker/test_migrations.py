@@ -128,7 +128,7 @@ def test_the_head_read_without_alembic_is_alembics_head() -> None:
 
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
-    assert db.head_revision() == ScriptDirectory.from_config(config).get_current_head() == "0018"
+    assert db.head_revision() == ScriptDirectory.from_config(config).get_current_head() == "0017"
 
 
 def test_a_server_older_than_15_is_refused_before_anything_is_created(

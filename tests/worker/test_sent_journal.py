@@ -236,7 +236,7 @@ def _join_filter_removed(plan: dict[str, Any]) -> int:
 def test_applying_a_claims_journal_meets_each_email_with_its_own_row_only(
     db_url: str, smtp_sink: RunningSink
 ) -> None:
-    """Before revision 0018 the apply joined the claim's emails to the rows its DELETE ... RETURNING gave,
+    """Before revision 0017 the apply joined the claim's emails to the rows its DELETE ... RETURNING gave,
     which have no index: every assigned email (every claim in flight) was compared with every journal row
     of the claim, quadratic work that took a quarter of a second for a claim of 300 beside three others."""
     add_sender(db_url, smtp_sink.port)

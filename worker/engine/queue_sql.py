@@ -261,9 +261,8 @@ RETURNING id
 
 # Every transaction that touches a claim takes its locks in one order -- the claim row, the sender
 # row, then the emails -- so workers claiming, finishing and rescuing at once never deadlock: why, with
-# mailroom.claims in schema.sql. FOR NO KEY UPDATE: the foreign key checks of the sent journal's inserts
-# (a share lock on the sender row) do not wait for a claim's transaction, as they did for FOR UPDATE.
-LOCK_SENDER = "SELECT 1 FROM mailroom.sender_accounts WHERE id = %s FOR NO KEY UPDATE"
+# mailroom.claims in schema.sql.
+LOCK_SENDER = "SELECT 1 FROM mailroom.sender_accounts WHERE id = %s FOR UPDATE"
 
 # A claim's row, written in the claim's own transaction with the quota reserved for it.
 INSERT_CLAIM = """

@@ -1,4 +1,4 @@
--- Back to revision 0017: the index on lease_token alone and the join with the deleted rows.
+-- Back to revision 0016: the index on lease_token alone and the join with the deleted rows.
 
 CREATE INDEX sent_journal_token_idx ON mailroom.sent_journal (lease_token);
 DROP INDEX mailroom.sent_journal_token_email_idx;

@@ -1,8 +1,8 @@
 """A claim's sent journal is applied through an index on (lease_token, email_id), in time linear in the
-claim's emails where it was quadratic. Written as SQL parts in `0018/`.
+claim's emails where it was quadratic. Written as SQL parts in `0017/`.
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-11-28
 """
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 from migrations import parts
 
-revision = "0018"
-down_revision = "0017"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
-PARTS = Path(__file__).with_name("0018")
+PARTS = Path(__file__).with_name("0017")
 
 
 def upgrade() -> None:
