@@ -125,9 +125,14 @@ def local_postmaster(url: str) -> int | None:
     if not (str(host).startswith("/") or host in ("localhost", "127.0.0.1", "::1")):
         return None
     try:
-        return postmaster_pid(url)
+        pid = postmaster_pid(url)
+        with open(f"/proc/{pid}/comm", encoding="ascii", errors="replace") as comm:
+            if not comm.read().startswith("postgres"):
+                return None  # a server in a container: its backend's pid names another process here
+        server_cpu_seconds(pid)  # readable, children and all
     except OSError:
         return None
+    return pid
 
 
 def drain(tree: Path, url: str, concurrency: int, producers: bool, postmaster: int | None = None) -> Run:
