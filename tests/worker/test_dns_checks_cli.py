@@ -4,6 +4,8 @@ checks, against the real database and a DNS server in the test process."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -177,3 +179,73 @@ def dns_address(monkeypatch: pytest.MonkeyPatch) -> str:
     import os
 
     return os.environ["MAILROOM_DNS_SERVERS"]
+
+
+# The worker's own producer round, in a process of its own as `mailroom worker` runs it: which modules
+# it loaded, once the round (maintenance due) is over.
+_ROUND = """
+import asyncio, json, sys
+import psycopg
+from worker.core.config import Settings
+from worker.ops.maintenance import PRODUCER
+
+async def main():
+    async with await psycopg.AsyncConnection.connect(sys.argv[1], autocommit=True) as conn:
+        await PRODUCER.run_once(conn, Settings.from_env())
+
+asyncio.run(main())
+print(json.dumps(sorted(m for m in ("checkdmarc", "worker.ops.retention", "worker.ops.dns_checks") if m in sys.modules)))
+"""
+
+
+def test_maintenance_runs_in_a_process_of_its_own_and_the_worker_loads_none_of_it(
+    dns: ZoneResolver, zone: Zone, key_file: Path, db_url: str, cli_env: dict[str, str],
+    conn: psycopg.Connection[Any], smtp_sink: Any, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """In a thread, the DNS check's imports (checkdmarc: about a second of CPU) held the worker's
+    interpreter lock while delivery ran beside it."""
+    not_on_terminal(monkeypatch)
+    assert add(capsys, key_file, smtp_sink.port, "--no-dns-check")[0] == 0
+    zone[f"_dmarc.{DOMAIN}"]["TXT"] = ["v=DMARC1; p=none"]
+    env = {**cli_env, "MAILROOM_DNS_SERVERS": dns_address(monkeypatch)}
+    done = subprocess.run(
+        [sys.executable, "-c", _ROUND, db_url], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []  # the worker's process loaded none of maintenance
+    found = stored(conn)  # and the run happened: every sender checked, the findings stored
+    assert found["dmarc_policy_none"] == "info" and found["relay_no_tls"] == "warning"
+    assert conn.execute(
+        "SELECT last_run_at IS NOT NULL AS ran FROM mailroom.jobs WHERE name = 'retention'"
+    ).fetchone() == {"ran": True}
+
+
+def test_the_maintenance_process_logs_as_the_worker_does_on_its_standard_error(
+    dns: ZoneResolver, zone: Zone, key_file: Path, cli_env: dict[str, str], smtp_sink: Any,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    not_on_terminal(monkeypatch)
+    assert add(capsys, key_file, smtp_sink.port, "--no-dns-check")[0] == 0
+    env = {**cli_env, "MAILROOM_DNS_SERVERS": dns_address(monkeypatch), "MAILROOM_LOG_FORMAT": "json"}
+    done = subprocess.run(
+        [sys.executable, "-m", "worker.cli.main", "worker", "--drain"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""  # nothing of the child's answer leaks
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    [warning] = [line for line in lines if line["logger"] == "worker.ops.maintenance"]
+    assert warning["level"] == "warning"
+    assert warning["message"] == "sender relay DNS warning: relay_no_tls (mailroom senders check relay)"
+
+
+async def test_a_maintenance_process_that_fails_is_the_rounds_error(settings: Settings) -> None:
+    from datetime import UTC, datetime
+
+    from worker.ops.maintenance_child import run_in_child
+
+    # A server that is not there: the child fails to connect, says why on its standard error, exits 1.
+    nowhere = f"postgresql://mailroom@{closed_port()}/mailroom?connect_timeout=2"
+    with pytest.raises(RuntimeError, match="the maintenance process exited with status 1"):
+        await run_in_child(nowhere, settings, datetime.now(UTC))

@@ -7,10 +7,9 @@ starts a run per interval; the advisory lock in `run_maintenance` keeps runs fro
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -18,10 +17,6 @@ from psycopg.rows import tuple_row
 
 from worker.core.config import Settings
 from worker.engine.producer import Producer
-
-# Loaded by a run (`_run`): most rounds find the interval not yet passed and need none of it.
-if TYPE_CHECKING:
-    from worker.ops.retention import MaintenanceReport
 
 log = logging.getLogger(__name__)
 
@@ -46,33 +41,6 @@ async def claim_run(conn: psycopg.AsyncConnection[Any], settings: Settings) -> d
     return None if row is None else row[0]
 
 
-def _run(url: str, settings: Settings, now: datetime) -> MaintenanceReport:
-    from worker.core.db import connect
-    from worker.ops.retention import run_maintenance
-
-    with connect(url, autocommit=True) as conn:
-        report = run_maintenance(conn, settings, now=now)
-        if not report.skipped:
-            _check_dns(conn, settings, report)
-        return report
-
-
-def _check_dns(conn: psycopg.Connection[Any], settings: Settings, report: MaintenanceReport) -> None:
-    """Check every sender's DNS (`mailroom senders check`) once per run; a failure is the run's error, not the worker's."""
-    from worker.ops.dns_checks import run_checks
-
-    try:
-        checks = run_checks(conn, settings)
-    except Exception as exc:  # DNS checks must never stop maintenance or the worker
-        report.errors.append(f"DNS checks of sender domains: {exc}")
-        return
-    for check in checks:
-        if check.standing != "ok":
-            log.warning(
-                "sender %s DNS %s (mailroom senders check %s)", check.sender, check.standing, check.sender
-            )
-
-
 def _dsn_of(conn: psycopg.AsyncConnection[Any]) -> str:
     """The connection's DSN, with its password when it logged in with one."""
     password = conn.info.password
@@ -80,7 +48,8 @@ def _dsn_of(conn: psycopg.AsyncConnection[Any]) -> str:
 
 
 async def run_once(conn: psycopg.AsyncConnection[Any], settings: Settings) -> int:
-    """Run maintenance when its interval has passed (in a thread: it writes files); return 0 either way."""
+    """Run maintenance when its interval has passed (in a child process, `worker.ops.maintenance_child`);
+    return 0 either way."""
     now = await claim_run(conn, settings)
     if now is None:
         return 0
@@ -91,7 +60,10 @@ async def run_once(conn: psycopg.AsyncConnection[Any], settings: Settings) -> in
     url = settings.database_url or _dsn_of(conn)
     if settings.transaction_pooler and settings.listen_database_url:
         url = settings.listen_database_url
-    report = await asyncio.to_thread(_run, url, settings, now)
+    # In a process of its own: in a thread, its imports and parsing slowed delivery beside it.
+    from worker.ops.maintenance_child import run_in_child
+
+    report = await run_in_child(url, settings, now)
     for error in report.errors:
         log.error("maintenance: %s", error)
     # Done until the next interval: returning more than zero would only make the worker ask again at once.
