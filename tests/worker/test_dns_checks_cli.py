@@ -4,6 +4,7 @@ checks, against the real database and a DNS server in the test process."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -249,3 +250,52 @@ async def test_a_maintenance_process_that_fails_is_the_rounds_error(settings: Se
     nowhere = f"postgresql://mailroom@{closed_port()}/mailroom?connect_timeout=2"
     with pytest.raises(RuntimeError, match="the maintenance process exited with status 1"):
         await run_in_child(nowhere, settings, datetime.now(UTC))
+
+
+def _children(name: str) -> list[int]:
+    """The pids of this process's children whose command line names `name`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if ppid == os.getpid() and name.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_cancelled_run_stops_its_child_which_a_ctrl_c_at_the_terminal_does_not_reach(
+    settings: Settings,
+) -> None:
+    import asyncio
+    import socket
+    from datetime import UTC, datetime
+
+    from worker.ops.maintenance_child import run_in_child
+
+    loop = asyncio.get_running_loop()
+    # A "server" that takes the connection and never answers: the child waits in its connect.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.setblocking(False)
+        url = f"postgresql://mailroom@127.0.0.1:{silent.getsockname()[1]}/mailroom?connect_timeout=120"
+        run = asyncio.create_task(run_in_child(url, settings, datetime.now(UTC)))
+        reached, _ = await asyncio.wait_for(loop.sock_accept(silent), 60)
+        with reached:
+            [child] = _children("worker.ops.maintenance_child")
+            # Its own session and process group: the terminal's SIGINT goes to the worker's group only.
+            assert os.getsid(child) == child and os.getpgid(child) != os.getpgrp()
+            run.cancel()  # the worker stopping
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            assert _children("worker.ops.maintenance_child") == []  # stopped and reaped
+            reached.setblocking(False)
+
+            async def until_closed() -> None:  # past what the child sent (its startup message): the end
+                while await loop.sock_recv(reached, 4096):
+                    pass
+
+            await asyncio.wait_for(until_closed(), 10)

@@ -33,10 +33,17 @@ LogSetup = tuple[bool, str] | None  # (verbose, format) as the worker logs, or N
 
 async def run_in_child(url: str, settings: Settings, now: datetime) -> MaintenanceReport:
     """Run maintenance in a child process and return its report; a child that fails raises RuntimeError.
-    Cancelled (the worker stopping), the child is asked to stop (SIGTERM) and waited for."""
+    Cancelled (the worker stopping), the child is asked to stop (SIGTERM) and waited for. The child
+    has a session of its own, so a Ctrl-C at the worker's terminal reaches the worker alone, which
+    then stops the child this way, rather than a traceback from each."""
     payload = pickle.dumps((url, settings, now, _log_setup()))
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", __name__, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        sys.executable,
+        "-m",
+        __name__,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         out, _ = await child.communicate(payload)
