@@ -2,7 +2,7 @@
 
 Run in a thread, a maintenance run's imports and parsing held the worker's interpreter lock beside
 delivery: the DNS check's checkdmarc alone is about a second of CPU, and a drain that met a due run
-delivered 7% slower (see docs/performance.md). So the worker starts `python -m
+delivered 0.87-0.92 of the rate of one that did not (`bench.maintenance`, docs/performance.md). So the worker starts `python -m
 worker.ops.maintenance_child`, hands it the run (the database URL, the settings, the database's time and
 how to log) as a pickle on its standard input, and reads the report back the same way from its standard
 output. The child logs to the standard error it shares with the worker; anything it would print goes
