@@ -8,6 +8,11 @@ Timeouts apply to each reply, as in aiosmtplib. Reading a reply costs less than 
 already parsed is returned at once, and a wait puts one timer on the reply's future rather than
 using ``wait_for`` (which adds a future and callbacks per reply: a tenth of the worker's CPU at full
 speed) or ``asyncio.timeout`` (a task lookup and a cancellation scope per reply).
+
+Replies are read into one buffer per connection (asyncio's ``BufferedProtocol``), not into a new bytes
+object per read. asyncio's plain reads allocate the transport's whole read limit (256 KiB) for every
+read and shrink it afterwards: above glibc's mmap threshold that is an ``mmap``, an ``mremap`` and a
+``munmap`` for every reply group, which cost the worker more CPU than parsing the replies.
 """
 
 from __future__ import annotations
@@ -29,9 +34,13 @@ from aiosmtplib.response import SMTPResponse
 CLOSING = 421
 """The server is closing the channel: no reply follows this one."""
 
+READ_BUFFER_BYTES = 16_384
+"""What one read of a connection's socket takes at most: a pipelined group's replies fit many times."""
 
-class PipeliningProtocol(SMTPProtocol):
-    """``SMTPProtocol`` that can read the replies to several commands written at once."""
+
+class PipeliningProtocol(SMTPProtocol, asyncio.BufferedProtocol):
+    """``SMTPProtocol`` that can read the replies to several commands written at once, reading them
+    into a buffer of its own."""
 
     _pipelining = False
     # Replies owed to commands written behind a message body (the next message's MAIL, RCPT and
@@ -39,6 +48,18 @@ class PipeliningProtocol(SMTPProtocol):
     _announced = 0
     # Replies read so far of the group being read (MAIL, RCPT, DATA): where a timeout or drop struck.
     group_read = 0
+    # Where the transport reads into: made with the first read (see `adopt`: no state before then).
+    _read_into: memoryview | None = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        view = self._read_into
+        if view is None:
+            view = self._read_into = memoryview(bytearray(READ_BUFFER_BYTES))
+        return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        assert self._read_into is not None
+        self.data_received(bytes(self._read_into[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         waiter = self._response_waiter
@@ -217,12 +238,26 @@ def _check_commands(commands: Sequence[bytes]) -> None:
 
 
 def enable_pipelining(client: SMTP) -> PipeliningProtocol | None:
-    """The client's protocol, able to pipeline, when its server advertised PIPELINING (after EHLO)."""
+    """The client's protocol, able to pipeline, when its server advertised PIPELINING (after EHLO).
+    Either way the connection reads into its own buffer from then on (see `adopt`)."""
     protocol = client.protocol
-    if protocol is None or not client.supports_extension("pipelining"):
+    if protocol is None:
         return None
-    if type(protocol) is SMTPProtocol:
-        # aiosmtplib builds its protocol inside connect() with no hook to choose the class; the
-        # subclass adds no state of its own beyond a class-level default, so switching is safe.
-        protocol.__class__ = PipeliningProtocol
+    adopt(protocol)
+    if not client.supports_extension("pipelining"):
+        return None
     return protocol if isinstance(protocol, PipeliningProtocol) else None
+
+
+def adopt(protocol: SMTPProtocol) -> None:
+    """Make aiosmtplib's protocol a `PipeliningProtocol` and have its transport read into its buffer.
+
+    aiosmtplib builds its protocol inside connect() with no hook to choose the class; the subclass
+    adds no state of its own beyond class-level defaults and behaves as its parent outside a pipelined
+    exchange, so switching is safe. A transport decides how it reads when it is given its protocol,
+    so it is given it again (a TLS transport passes it on to its TLS layer)."""
+    if type(protocol) is not SMTPProtocol:
+        return
+    protocol.__class__ = PipeliningProtocol
+    if protocol.transport is not None:
+        protocol.transport.set_protocol(protocol)
