@@ -6,6 +6,15 @@ call carry their reasoning in their `COMMENT ON`."""
 
 from __future__ import annotations
 
+# Looking up an email its claim still holds: `CASE WHEN q.status = 'assigned' THEN q.lease_token END =
+# <token>`, with the email's id, in every statement below that does (COMPLETE, JOURNAL_SENT, RELEASE,
+# UNCLAIM, FORGET_ORPHANED_JOURNAL). One expression rather than `q.status = 'assigned' AND q.lease_token =
+# <token>`, so that no partial index on assigned email can serve the lookup and the primary key does:
+# with statistics taken while nothing was assigned (a queue loaded in bulk and analyzed, as before any
+# drain), the planner chose email_queue_lease_idx and read every assigned email for each one looked up
+# (60 buffers an email journalled, 40% of the server's CPU in a drain: see docs/performance.md).
+# tests/worker/test_held_lookups.py holds each statement to it.
+
 # Claim due email in priority order, skipping rows another worker holds. Suppression is decided
 # here, at claim time, so an address listed a second ago is not mailed: the claim joins each
 # recipient's bounce_list and unsubscribe_list rows and mailroom.suppression_verdict (schema.sql), the
@@ -172,7 +181,7 @@ WITH r AS (
         message_id = coalesce(r.message_id, q.message_id),
         sender_account_id = %(sender)s
     FROM r
-    WHERE q.id = r.id AND q.lease_token = %(token)s AND q.status = 'assigned'
+    WHERE q.id = r.id AND CASE WHEN q.status = 'assigned' THEN q.lease_token END = %(token)s
     RETURNING q.id, q.recipient_email, q.campaign_id, q.retry_count
 )
 INSERT INTO mailroom.send_logs (email_id, sender_account_id, recipient_email, campaign_id, attempt, outcome,
@@ -198,8 +207,7 @@ FROM jsonb_to_recordset(%(sent)s::jsonb)
 -- A subquery per row, not a join: one primary-key probe each, whatever the planner thinks of the queue's size.
 -- FOR KEY SHARE: a lease rescue under way holds the row; this waits for it, then sees the email pending
 -- and journals nothing (lease renewals take a weaker lock and never wait on it).
-WHERE (SELECT q.lease_token FROM mailroom.email_queue q WHERE q.id = r.id AND q.status = 'assigned'
-       FOR KEY SHARE) = r.token
+WHERE (SELECT CASE WHEN q.status = 'assigned' THEN q.lease_token END FROM mailroom.email_queue q WHERE q.id = r.id FOR KEY SHARE) = r.token
 RETURNING email_id
 """
 
@@ -212,7 +220,7 @@ APPLY_SENT = "SELECT mailroom.apply_sent_journal(%s)"
 # claim's journal is applied (by the slot, or by lease rescue), never pending again.
 RELEASE = """
 UPDATE mailroom.email_queue q SET status = 'pending'
-WHERE q.id = ANY(%(ids)s) AND q.lease_token = %(token)s AND q.status = 'assigned'
+WHERE q.id = ANY(%(ids)s) AND CASE WHEN q.status = 'assigned' THEN q.lease_token END = %(token)s
   AND NOT EXISTS (SELECT 1 FROM mailroom.sent_journal j WHERE j.email_id = q.id AND j.lease_token = q.lease_token)
 """
 
@@ -272,8 +280,8 @@ VALUES (%(token)s, %(sender)s, %(owner)s, %(day)s, %(reserved)s, now() + make_in
 
 # Claimed emails beyond the quota granted go straight back, in the claim's own transaction.
 UNCLAIM = """
-UPDATE mailroom.email_queue SET status = 'pending'
-WHERE id = ANY(%(ids)s) AND lease_token = %(token)s AND status = 'assigned'
+UPDATE mailroom.email_queue q SET status = 'pending'
+WHERE q.id = ANY(%(ids)s) AND CASE WHEN q.status = 'assigned' THEN q.lease_token END = %(token)s
 """
 
 # A permanent refusal used quota like a send (the provider counted it).
@@ -321,7 +329,7 @@ FORGET_ORPHANED_JOURNAL = """
 DELETE FROM mailroom.sent_journal s
 WHERE s.sent_at < now() - make_interval(secs => %(age)s)
   AND NOT EXISTS (SELECT 1 FROM mailroom.email_queue q
-                  WHERE q.id = s.email_id AND q.lease_token = s.lease_token AND q.status = 'assigned')
+                  WHERE q.id = s.email_id AND CASE WHEN q.status = 'assigned' THEN q.lease_token END = s.lease_token)
 """
 
 # When the next email is due, and when the first lease runs out (a draining worker waits for that
