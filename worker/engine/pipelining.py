@@ -58,8 +58,8 @@ class PipeliningProtocol(SMTPProtocol, asyncio.BufferedProtocol):
         return view
 
     def buffer_updated(self, nbytes: int) -> None:
-        assert self._read_into is not None
-        self.data_received(bytes(self._read_into[:nbytes]))
+        # The transport read into the one buffer `get_buffer` gave it; this returns that buffer.
+        self.data_received(bytes(self.get_buffer(-1)[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         waiter = self._response_waiter
@@ -239,7 +239,7 @@ def _check_commands(commands: Sequence[bytes]) -> None:
 
 def enable_pipelining(client: SMTP) -> PipeliningProtocol | None:
     """The client's protocol, able to pipeline, when its server advertised PIPELINING (after EHLO).
-    Either way the connection reads into its own buffer from then on (see `adopt`)."""
+    The protocol is adopted first (see `adopt`: `SmtpConnection` adopts it as soon as it is open)."""
     protocol = client.protocol
     if protocol is None:
         return None

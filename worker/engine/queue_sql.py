@@ -7,13 +7,15 @@ call carry their reasoning in their `COMMENT ON`."""
 from __future__ import annotations
 
 # Looking up an email its claim still holds: `CASE WHEN q.status = 'assigned' THEN q.lease_token END =
-# <token>`, with the email's id, in every statement below that does (COMPLETE, JOURNAL_SENT, RELEASE,
-# UNCLAIM, FORGET_ORPHANED_JOURNAL). One expression rather than `q.status = 'assigned' AND q.lease_token =
+# <token>`, with the email's id, in every statement below that does it for one email or one claim's
+# (COMPLETE, JOURNAL_SENT, RELEASE, UNCLAIM). One expression rather than `q.status = 'assigned' AND q.lease_token =
 # <token>`, so that no partial index on assigned email can serve the lookup and the primary key does:
 # with statistics taken while nothing was assigned (a queue loaded in bulk and analyzed, as before any
 # drain), the planner chose email_queue_lease_idx and read every assigned email for each one looked up
 # (60 buffers an email journalled, 40% of the server's CPU in a drain: see docs/performance.md).
-# tests/worker/test_held_lookups.py holds each statement to it.
+# tests/worker/test_held_lookups.py holds each of them to it. FORGET_ORPHANED_JOURNAL keeps the
+# partial index on purpose: it checks many old journal rows at once, and reading the assigned emails
+# once (a hash anti-join) is what it should do.
 
 # Claim due email in priority order, skipping rows another worker holds. Suppression is decided
 # here, at claim time, so an address listed a second ago is not mailed: the claim joins each
@@ -205,9 +207,12 @@ FROM jsonb_to_recordset(%(sent)s::jsonb)
      AS r(id bigint, token uuid, sender bigint, code int, enhanced text, response text, duration_ms int,
           message_id text)
 -- A subquery per row, not a join: one primary-key probe each, whatever the planner thinks of the queue's size.
--- FOR KEY SHARE: a lease rescue under way holds the row; this waits for it, then sees the email pending
--- and journals nothing (lease renewals take a weaker lock and never wait on it).
-WHERE (SELECT CASE WHEN q.status = 'assigned' THEN q.lease_token END FROM mailroom.email_queue q WHERE q.id = r.id FOR KEY SHARE) = r.token
+-- FOR KEY SHARE, of an email the claim still holds only: a lease rescue under way holds the row; this
+-- waits for it, then sees the email pending and journals nothing (lease renewals take a weaker lock
+-- and never wait on it). An email the claim no longer holds is neither locked nor waited for.
+WHERE EXISTS (SELECT 1 FROM mailroom.email_queue q
+              WHERE q.id = r.id AND CASE WHEN q.status = 'assigned' THEN q.lease_token END = r.token
+              FOR KEY SHARE)
 RETURNING email_id
 """
 
@@ -329,7 +334,7 @@ FORGET_ORPHANED_JOURNAL = """
 DELETE FROM mailroom.sent_journal s
 WHERE s.sent_at < now() - make_interval(secs => %(age)s)
   AND NOT EXISTS (SELECT 1 FROM mailroom.email_queue q
-                  WHERE q.id = s.email_id AND CASE WHEN q.status = 'assigned' THEN q.lease_token END = s.lease_token)
+                  WHERE q.id = s.email_id AND q.lease_token = s.lease_token AND q.status = 'assigned')
 """
 
 # When the next email is due, and when the first lease runs out (a draining worker waits for that

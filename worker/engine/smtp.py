@@ -16,7 +16,7 @@ from worker.engine.attempts import Attempt, SmtpAccount
 from worker.engine.classify import Reply, clean_reply
 from worker.engine.copies import Progress, send_copies, unsafe_address
 from worker.engine.oauth import TokenCache, TokenRefused, TokenUnavailable
-from worker.engine.pipelining import CLOSING, PipeliningProtocol, enable_pipelining
+from worker.engine.pipelining import CLOSING, PipeliningProtocol, adopt, enable_pipelining
 
 __all__ = ["Attempt", "SmtpAccount", "SmtpConnection"]  # the first two live in worker.engine.attempts
 
@@ -83,6 +83,8 @@ class SmtpConnection:
             self._phase = "auth"
             await client.login(account.username, account.password or "")
         client.timeout = account.command_timeout
+        if client.protocol is not None:
+            adopt(client.protocol)  # replies read into the connection's own buffer (see pipelining)
         return client
 
     async def close(self) -> None:
