@@ -238,15 +238,12 @@ def _check_commands(commands: Sequence[bytes]) -> None:
 
 
 def enable_pipelining(client: SMTP) -> PipeliningProtocol | None:
-    """The client's protocol, able to pipeline, when its server advertised PIPELINING (after EHLO).
-    The protocol is adopted first (see `adopt`: `SmtpConnection` adopts it as soon as it is open)."""
+    """The client's protocol, able to pipeline, when its server advertised PIPELINING (after EHLO)
+    and the protocol was adopted (`SmtpConnection` adopts it as soon as the connection is open)."""
     protocol = client.protocol
-    if protocol is None:
+    if not isinstance(protocol, PipeliningProtocol) or not client.supports_extension("pipelining"):
         return None
-    adopt(protocol)
-    if not client.supports_extension("pipelining"):
-        return None
-    return protocol if isinstance(protocol, PipeliningProtocol) else None
+    return protocol
 
 
 def adopt(protocol: SMTPProtocol) -> None:

@@ -6,16 +6,16 @@ call carry their reasoning in their `COMMENT ON`."""
 
 from __future__ import annotations
 
-# Looking up an email its claim still holds: `CASE WHEN q.status = 'assigned' THEN q.lease_token END =
-# <token>`, with the email's id, in every statement below that does it for one email or one claim's
-# (COMPLETE, JOURNAL_SENT, RELEASE, UNCLAIM). One expression rather than `q.status = 'assigned' AND q.lease_token =
-# <token>`, so that no partial index on assigned email can serve the lookup and the primary key does:
-# with statistics taken while nothing was assigned (a queue loaded in bulk and analyzed, as before any
-# drain), the planner chose email_queue_lease_idx and read every assigned email for each one looked up
-# (60 buffers an email journalled, 40% of the server's CPU in a drain: see docs/performance.md).
-# tests/worker/test_held_lookups.py holds each of them to it. FORGET_ORPHANED_JOURNAL keeps the
-# partial index on purpose: it checks many old journal rows at once, and reading the assigned emails
-# once (a hash anti-join) is what it should do.
+# Looking up an email its claim still holds, by its id, is written
+# `CASE WHEN q.status = 'assigned' THEN q.lease_token END = <token>` in every statement below that does
+# it for one email or one claim's (COMPLETE, JOURNAL_SENT, RELEASE, UNCLAIM): one expression rather
+# than `q.status = 'assigned' AND q.lease_token = <token>`, so that no partial index on assigned email
+# can serve the lookup and the primary key does. With statistics taken while nothing was assigned (a
+# queue loaded in bulk and analyzed, as before any drain), the planner chose email_queue_lease_idx and
+# read every assigned email for each one looked up (60 buffers an email journalled, 40% of the
+# server's CPU in a drain: see docs/performance.md). tests/worker/test_held_lookups.py holds each of
+# them to it. FORGET_ORPHANED_JOURNAL keeps the partial index on purpose: it checks many old journal
+# rows at once, and reading the assigned emails once (a hash anti-join) is what it should do.
 
 # Claim due email in priority order, skipping rows another worker holds. Suppression is decided
 # here, at claim time, so an address listed a second ago is not mailed: the claim joins each
